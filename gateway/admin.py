@@ -1,0 +1,60 @@
+"""The admin listener (its own address, loopback by default): metrics, liveness, readiness, effective config."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+if TYPE_CHECKING:
+    from .app import Gateway
+
+__all__ = ("make_admin_app",)
+
+_GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway")
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    gateway = request.app[_GATEWAY]
+    body = generate_latest(gateway.metrics.registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _livez(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    ready = request.app[_GATEWAY].ready
+    return web.json_response({"status": "ready" if ready else "not ready"}, status=200 if ready else 503)
+
+
+def _redacted(model: Any) -> Any:
+    # The config holds no credentials today; upstream URLs may carry userinfo, which is masked.
+    data = model.model_dump(mode="json")
+    for tenant in data.get("tenants", []):
+        upstream = tenant.get("upstream", "")
+        if "@" in upstream:
+            scheme, _, rest = upstream.partition("://")
+            tenant["upstream"] = f"{scheme}://<redacted>@{rest.partition('@')[2]}"
+    return data
+
+
+async def _config(request: web.Request) -> web.Response:
+    state = request.app[_GATEWAY].state
+    routes = [
+        {"name": r.name, "methods": sorted(r.methods) if r.methods else None, "paths": list(r.templates), "chain": list(r.policies)}
+        for r in [*state.routes.routes, state.routes.catch_all]
+    ]
+    return web.json_response({"source": state.config.source, "config": _redacted(state.config.model), "routes": routes})
+
+
+def make_admin_app(gateway: Gateway) -> web.Application:
+    app = web.Application()
+    app[_GATEWAY] = gateway
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/livez", _livez)
+    app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/config", _config)
+    return app

@@ -1,0 +1,173 @@
+"""Wiring: classify each request (tenant, canonical path, route), run its route's chain, and serve it.
+
+The road of a request: listener -> normalise path -> match tenant and route -> the route's chain (outermost
+first) -> proxy core -> upstream, and back through the same chain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+
+from .chain import fold
+from .config import LoadedConfig
+from .http import json_error
+from .observability import AccessLogger, Metrics, configure_access_log
+from .policies import POLICIES, BuildContext
+from .proxy import ProxyCore
+from .rollout import Clock, clock_from_config
+from .routing import BadRequestTarget, Route, RouteTable, effective_method, normalise_target
+from .tenants import TenantResolver, canonical_host
+from .typedefs import CTX, Handler, RequestContext
+
+__all__ = ("Gateway", "GatewayState", "build_state")
+
+log = logging.getLogger("gateway")
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayState:
+    """Everything built from one config: swapped whole on reload, never edited in place."""
+
+    config: LoadedConfig
+    tenants: TenantResolver
+    routes: RouteTable
+    handlers: dict[str, Handler]
+
+
+def build_state(config: LoadedConfig, proxy: ProxyCore, clock: Clock, metrics: Metrics) -> GatewayState:
+    model = config.model
+    tenants = config.tenants()
+    default = next((t for t in tenants if t.name == model.default_tenant), None)
+    routes = [Route.build(r.name, r.methods, r.paths, r.prefixes) for r in model.routes]
+    catch_all = Route.build("catch_all", None, (), ())
+    handlers: dict[str, Handler] = {}
+    for route in [*routes, catch_all]:
+        chain = config.chains[route.name]
+        ctx = BuildContext(route_name=route.name, clock=clock, metrics=metrics, config=model)
+        middlewares = [POLICIES[name].build(options, ctx) for name, options in chain]
+        route.policies = tuple(name for name, _ in chain)
+        handlers[route.name] = fold(middlewares, proxy)
+    return GatewayState(config, TenantResolver(tenants, default), RouteTable(routes, catch_all), handlers)
+
+
+class Gateway:
+    """The public listener's request handler; owns the client session, the metrics and the current state."""
+
+    def __init__(
+        self,
+        config: LoadedConfig,
+        *,
+        clock: Clock | None = None,
+        metrics: Metrics | None = None,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        self.metrics = metrics or Metrics()
+        self.clock = clock or clock_from_config(config.model.rollout)
+        self._own_session = session is None
+        self._session = session
+        self._config = config
+        self._state: GatewayState | None = None
+        self.ready = False
+
+    @property
+    def state(self) -> GatewayState:
+        assert self._state is not None, "Gateway.start() was not awaited"
+        return self._state
+
+    async def start(self) -> None:
+        upstream = self._config.model.upstream
+        if self._session is None:
+            connector = aiohttp.TCPConnector(
+                limit=upstream.pool_size, keepalive_timeout=upstream.keepalive_timeout, ttl_dns_cache=60
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(
+                    total=None, sock_connect=upstream.connect_timeout, sock_read=upstream.read_timeout
+                ),
+                auto_decompress=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                # Only what the client sent goes upstream: no default User-Agent, Accept or Content-Type.
+                skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+                read_bufsize=256 * 1024,
+                max_field_size=self._config.model.server.max_header_bytes,
+            )
+        self.proxy = ProxyCore(
+            self._session, self.metrics, trust_forwarded=self._config.model.server.trust_forwarded_headers
+        )
+        self._state = build_state(self._config, self.proxy, self.clock, self.metrics)
+        self.ready = True
+
+    def reload(self, config: LoadedConfig) -> None:
+        """Build everything from the new config first, then swap it in with one assignment."""
+        self._state = build_state(config, self.proxy, self.clock, self.metrics)
+        self._config = config
+
+    async def close(self) -> None:
+        self.ready = False
+        if self._own_session and self._session is not None:
+            await self._session.close()
+
+    def access_logger_class(self) -> type[AccessLogger]:
+        logger_cls = type(
+            "GatewayAccessLogger",
+            (AccessLogger,),
+            {"metrics": self.metrics, "write_lines": self._config.model.access_log.enabled},
+        )
+        return logger_cls
+
+    def make_server(self) -> web.Server:
+        server = self._config.model.server
+        return web.Server(
+            self.handle,
+            access_log_class=self.access_logger_class(),
+            access_log=configure_access_log(self._config.model.access_log.enabled),
+            max_line_size=server.max_header_bytes,
+            max_field_size=server.max_header_bytes,
+        )
+
+    def _refuse(self, status: int, code: str, message: str) -> web.Response:
+        self.metrics.refused.labels(code).inc()
+        response = json_error(status, code, message, uuid.uuid4().hex)
+        response.force_close()
+        return response
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        state = self._state
+        assert state is not None
+        headers = request.headers
+        hosts = headers.getall("Host", ())
+        if len(hosts) > 1:
+            return self._refuse(400, "BAD_HOST", "the request has more than one Host header")
+        host = hosts[0] if hosts else None
+        try:
+            target = normalise_target(request.raw_path)
+            if target.authority is not None and (host is None or canonical_host(target.authority) != canonical_host(host)):
+                raise BadRequestTarget("BAD_REQUEST_TARGET", "the absolute-form request target names another host")
+            method = effective_method(request.method, headers, target.query)
+        except BadRequestTarget as err:
+            return self._refuse(400, err.code, err.message)
+        tenant = state.tenants.resolve(host)
+        if tenant is None:
+            return self._refuse(421, "UNKNOWN_HOST", "this gateway serves no company at the requested host")
+        route, params = state.routes.match(method, target.path)
+        ctx = RequestContext(time.monotonic(), tenant, route, dict(params), target.path, target.query, method)
+        request[CTX] = ctx
+        self.metrics.in_flight.inc()
+        try:
+            return await state.handlers[route.name](request)
+        except asyncio.CancelledError:
+            # aiohttp writes no access line for a cancelled handler: keep the in-flight gauge right.
+            self.metrics.in_flight.dec()
+            del request[CTX]
+            raise
+        except Exception:
+            log.exception("unhandled error on route %s (request id %s)", route.name, ctx.request_id)
+            return json_error(500, "INTERNAL_ERROR", "the gateway failed to handle this request", ctx.request_id)

@@ -1,0 +1,120 @@
+"""Command line: ``gateway serve``, ``gateway check-config``, ``gateway --version``. Parsing and wiring only."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from . import __version__
+from .admin import make_admin_app
+from .app import Gateway
+from .config import ConfigError, ListenAddress, LoadedConfig, _parse_listen, load_config
+
+__all__ = ("main",)
+
+DEFAULT_CONFIG = "config/gateway.yaml"
+log = logging.getLogger("gateway")
+
+
+def _listen(value: str) -> ListenAddress:
+    try:
+        return _parse_listen(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gateway", description="Deprecation gateway: a reverse proxy that enforces API deprecations at the edge."
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = sub.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", default=DEFAULT_CONFIG, help=f"configuration file (default: {DEFAULT_CONFIG})")
+    serve.add_argument("--listen", type=_listen, help="override server.listen (host:port)")
+    serve.add_argument("--admin-listen", type=_listen, help="override server.admin_listen (host:port)")
+    serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    check = sub.add_parser("check-config", help="validate a configuration file and print its routes")
+    check.add_argument("config", help="configuration file")
+    return parser
+
+
+def _describe(config: LoadedConfig) -> str:
+    model = config.model
+    lines = [f"{config.source}: OK", f"listen {model.server.listen}, admin {model.server.admin_listen}", "tenants:"]
+    for tenant in config.tenants():
+        lines.append(
+            f"  {tenant.name}: hosts {', '.join(tenant.hosts)} -> {tenant.upstream}"
+            f" (restricted_file_access={str(tenant.restricted_file_access).lower()},"
+            f" forbid_legacy_uploads={str(tenant.forbid_legacy_uploads).lower()})"
+        )
+    lines.append("routes (first match wins; chains run first-listed outermost):")
+    for route in model.routes:
+        methods = ",".join(route.methods) if route.methods else "*"
+        paths = " ".join(p + r for r in route.paths for p in route.prefixes or [""])
+        chain = " -> ".join(name for name, _ in config.chains[route.name]) or "(none)"
+        lines.append(f"  {route.name}: {methods} {paths}\n      chain: {chain} -> upstream")
+    chain = " -> ".join(name for name, _ in config.chains["catch_all"]) or "(none)"
+    lines.append(f"  catch_all: everything else\n      chain: {chain} -> upstream")
+    return "\n".join(lines)
+
+
+async def _serve(config: LoadedConfig, listen: ListenAddress, admin_listen: ListenAddress) -> None:
+    gateway = Gateway(config)
+    await gateway.start()
+    shutdown_timeout = config.model.server.shutdown_timeout
+    runner = web.ServerRunner(gateway.make_server(), shutdown_timeout=shutdown_timeout)
+    admin_runner = web.AppRunner(make_admin_app(gateway), access_log=None)
+    await runner.setup()
+    await admin_runner.setup()
+    try:
+        await web.TCPSite(runner, listen.host, listen.port, reuse_address=True).start()
+        await web.TCPSite(admin_runner, admin_listen.host, admin_listen.port, reuse_address=True).start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        print(f"gateway {__version__} listening on http://{listen} (admin http://{admin_listen})", flush=True)
+        await stop.wait()
+        log.info("stopping: finishing in-flight requests (up to %ss)", shutdown_timeout)
+        gateway.ready = False
+    finally:
+        await runner.cleanup()
+        await admin_runner.cleanup()
+        await gateway.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "check-config":
+        try:
+            config = load_config(args.config)
+        except ConfigError as err:
+            print(err, file=sys.stderr)
+            return 2
+        print(_describe(config))
+        return 0
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        config = load_config(args.config)
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        return 2
+    server = config.model.server
+    listen = args.listen or server.listen
+    admin_listen = args.admin_listen or server.admin_listen
+    try:
+        asyncio.run(_serve(config, listen, admin_listen))
+    except OSError as err:
+        print(f"gateway: cannot listen: {err.strerror or err}", file=sys.stderr)
+        return 1
+    except ValueError as err:  # GATEWAY_NOW and similar environment mistakes
+        print(f"gateway: {err}", file=sys.stderr)
+        return 2
+    return 0

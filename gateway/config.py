@@ -1,0 +1,374 @@
+"""The configuration file: YAML, validated at start-up; every problem is reported at once with its path.
+
+Defaults that come from the service spec live here: a company created on or after 2026-05-21 has restricted file
+access and the forbid-legacy-uploads setting on, unless the config says otherwise; forbid without restricted
+access is an error.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from yarl import URL
+
+from .policies import POLICIES
+from .rollout import RolloutConfig
+from .tenants import Tenant, canonical_host
+
+__all__ = (
+    "ChainEntry",
+    "ConfigError",
+    "GatewayConfig",
+    "ListenAddress",
+    "LoadedConfig",
+    "RESTRICTED_BY_DEFAULT_FROM",
+    "load_config",
+    "parse_config",
+)
+
+# Spec, "Versioning" 3: companies created on or after this date have both file settings on from the start.
+RESTRICTED_BY_DEFAULT_FROM = dt.date(2026, 5, 21)
+
+_NAME_RE = r"^[a-z][a-z0-9_\-]*$"
+_METHOD_RE = re.compile(r"^[A-Z][A-Z0-9\-_]*$")
+_TEMPLATE_RE = re.compile(r"^(/([A-Za-z0-9\-._~!$&'()*+,=:@]+|\{[A-Za-z_][A-Za-z0-9_]*\}))+$")
+_HOST_RE = re.compile(r"^(\*\.)?([a-z0-9]([a-z0-9\-]*[a-z0-9])?)(\.[a-z0-9]([a-z0-9\-]*[a-z0-9])?)*$")
+
+
+class ConfigError(Exception):
+    """Raised with every problem found; ``str()`` is the one message an operator reads."""
+
+    def __init__(self, problems: Sequence[str], source: str = "config") -> None:
+        self.problems = list(problems)
+        self.source = source
+        super().__init__(f"{source}: {len(self.problems)} problem(s):\n" + "\n".join(f"  {p}" for p in self.problems))
+
+
+@dataclass(frozen=True, slots=True)
+class ListenAddress:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def _parse_listen(value: Any) -> ListenAddress:
+    if isinstance(value, ListenAddress):
+        return value
+    if not isinstance(value, str):
+        raise ValueError("expected 'host:port'")
+    host, sep, port = value.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"expected 'host:port', got {value!r}")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"invalid port in {value!r}")
+    if host not in ("localhost",):
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise ValueError(f"listen host must be an IP address or localhost, got {host!r}") from None
+    return ListenAddress(host, int(port))
+
+
+Listen = Annotated[ListenAddress, BeforeValidator(_parse_listen)]
+
+
+@dataclass(frozen=True, slots=True)
+class ChainEntry:
+    """One policy in a chain: its config name and its (not yet validated) options."""
+
+    name: str
+    options: Mapping[str, Any]
+
+
+def _parse_chain_entry(value: Any) -> ChainEntry:
+    if isinstance(value, ChainEntry):
+        return value
+    if isinstance(value, str):
+        name, options = value, {}
+    elif isinstance(value, dict) and len(value) == 1:
+        ((name, options),) = value.items()
+        options = {} if options is None else options
+        if not isinstance(options, dict):
+            raise ValueError(f"options of policy {name!r} must be a mapping")
+    else:
+        raise ValueError("a chain entry is a policy name, or a mapping of one policy name to its options")
+    if name not in POLICIES:
+        raise ValueError(f"unknown policy {name!r} (known: {', '.join(sorted(POLICIES))})")
+    return ChainEntry(name, options)
+
+
+Chain = list[Annotated[ChainEntry, BeforeValidator(_parse_chain_entry)]]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(_Model):
+    listen: Listen = Field(default_factory=lambda: ListenAddress("127.0.0.1", 8080))
+    admin_listen: Listen = Field(default_factory=lambda: ListenAddress("127.0.0.1", 9090))
+    # Largest request line and header field the listener accepts (aiohttp's max_line_size / max_field_size).
+    max_header_bytes: int = Field(default=16384, ge=1024, le=1 << 20)
+    # How long a stopping gateway waits for in-flight requests.
+    shutdown_timeout: float = Field(default=30.0, gt=0, le=3600)
+    # Trust the client's X-Forwarded-Proto/Host (only behind a trusted load balancer).
+    trust_forwarded_headers: bool = False
+
+
+class UpstreamConfig(_Model):
+    connect_timeout: float = Field(default=5.0, gt=0, le=300)
+    # Longest silence while waiting for the upstream's response head or its next body bytes.
+    read_timeout: float = Field(default=60.0, gt=0, le=3600)
+    pool_size: int = Field(default=1000, ge=1, le=100_000)
+    keepalive_timeout: float = Field(default=30.0, gt=0, le=3600)
+
+
+class AccessLogConfig(_Model):
+    enabled: bool = True
+
+
+class TenantConfig(_Model):
+    name: str = Field(pattern=_NAME_RE)
+    hosts: list[str] = Field(min_length=1)
+    upstream: str
+    created: dt.date | None = None
+    restricted_file_access: bool | None = None
+    forbid_legacy_uploads: bool | None = None
+    # Send the client's Host to the upstream instead of the upstream's own authority.
+    preserve_host: bool = False
+    rollout: dict[str, Any] = {}
+
+    @field_validator("hosts")
+    @classmethod
+    def _valid_hosts(cls, hosts: list[str]) -> list[str]:
+        out = []
+        for host in hosts:
+            name = canonical_host(host) if not host.startswith("*.") else host.lower()
+            try:
+                ipaddress.ip_address(name.strip("[]"))
+            except ValueError:
+                if not _HOST_RE.match(name):
+                    raise ValueError(f"invalid host name {host!r}") from None
+            out.append(name)
+        return out
+
+    @field_validator("upstream")
+    @classmethod
+    def _valid_upstream(cls, value: str) -> str:
+        url = URL(value)
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ValueError(f"upstream must be an http:// or https:// URL, got {value!r}")
+        if url.query_string or url.fragment:
+            raise ValueError("upstream must not have a query or fragment")
+        return value
+
+    @model_validator(mode="after")
+    def _file_settings(self) -> TenantConfig:
+        if self.forbid_legacy_uploads and self.restricted_file_access is False:
+            raise ValueError(
+                "forbid_legacy_uploads requires restricted_file_access (spec: the forbid setting is nested under it)"
+            )
+        if self.forbid_legacy_uploads and self.restricted_file_access is None and not self._new_company:
+            raise ValueError(
+                "forbid_legacy_uploads is on but restricted_file_access is off by default for a company created "
+                "before 2026-05-21: set restricted_file_access: true"
+            )
+        return self
+
+    @property
+    def _new_company(self) -> bool:
+        return self.created is not None and self.created >= RESTRICTED_BY_DEFAULT_FROM
+
+    def resolve(self) -> Tenant:
+        restricted = self._new_company if self.restricted_file_access is None else self.restricted_file_access
+        forbid = (self._new_company and restricted) if self.forbid_legacy_uploads is None else self.forbid_legacy_uploads
+        return Tenant(
+            name=self.name,
+            hosts=tuple(self.hosts),
+            upstream=URL(self.upstream.rstrip("/")),
+            created=self.created,
+            restricted_file_access=restricted,
+            forbid_legacy_uploads=forbid,
+            preserve_host=self.preserve_host,
+            rollout=dict(self.rollout),
+        )
+
+
+class RouteConfig(_Model):
+    name: str = Field(pattern=_NAME_RE)
+    methods: list[str] | None = None
+    paths: list[str] = Field(min_length=1)
+    prefixes: list[str] = ["/api/v1", "/api/latest"]
+    chain: Chain = []
+
+    @field_validator("methods")
+    @classmethod
+    def _valid_methods(cls, methods: list[str] | None) -> list[str] | None:
+        if methods is None:
+            return None
+        upper = [m.upper() for m in methods]
+        bad = [m for m in upper if not _METHOD_RE.match(m)]
+        if bad or not upper:
+            raise ValueError(f"invalid methods {bad or methods!r}")
+        return upper
+
+    @field_validator("paths", "prefixes")
+    @classmethod
+    def _valid_templates(cls, paths: list[str]) -> list[str]:
+        for path in paths:
+            if not _TEMPLATE_RE.match(path):
+                raise ValueError(f"{path!r} is not a path template like /cards/{{card_id}}/files")
+        return paths
+
+
+class CatchAllConfig(_Model):
+    chain: Chain = []
+
+
+class GatewayConfig(_Model):
+    server: ServerConfig = ServerConfig()
+    upstream: UpstreamConfig = UpstreamConfig()
+    access_log: AccessLogConfig = AccessLogConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    tenants: list[TenantConfig] = Field(min_length=1)
+    default_tenant: str | None = None
+    global_chain: Chain = [ChainEntry("request_id", {})]
+    routes: list[RouteConfig] = []
+    catch_all: CatchAllConfig = CatchAllConfig()
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> GatewayConfig:
+        problems: list[str] = []
+        seen_tenants: set[str] = set()
+        seen_hosts: dict[str, str] = {}
+        for tenant in self.tenants:
+            if tenant.name in seen_tenants:
+                problems.append(f"tenant name {tenant.name!r} is used twice")
+            seen_tenants.add(tenant.name)
+            for host in tenant.hosts:
+                if host in seen_hosts:
+                    problems.append(f"host {host!r} belongs to both {seen_hosts[host]!r} and {tenant.name!r}")
+                seen_hosts[host] = tenant.name
+        if self.default_tenant is not None and self.default_tenant not in seen_tenants:
+            problems.append(f"default_tenant {self.default_tenant!r} is not a tenant name")
+        seen_routes: set[str] = set()
+        for route in self.routes:
+            if route.name in seen_routes or route.name == "catch_all":
+                problems.append(f"route name {route.name!r} is used twice or reserved")
+            seen_routes.add(route.name)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedConfig:
+    """A validated config, with every chain entry's options parsed by its policy's model."""
+
+    model: GatewayConfig
+    chains: Mapping[str, tuple[tuple[str, BaseModel], ...]]  # route name (and "catch_all") -> policies
+    source: str
+
+    def tenants(self) -> list[Tenant]:
+        return [t.resolve() for t in self.model.tenants]
+
+
+def _loc(parts: Sequence[int | str]) -> str:
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _pydantic_problems(err: ValidationError, prefix: Sequence[int | str] = ()) -> list[str]:
+    problems = []
+    for item in err.errors(include_url=False):
+        msg = item["msg"].removeprefix("Value error, ")
+        problems.append(f"{_loc([*prefix, *item['loc']])}: {msg}")
+    return problems
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A duplicated key in the file is a mistake, not a silent override."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    mapping: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node)
+        if key in mapping:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        mapping[key] = loader.construct_object(value_node, deep=True)
+    return mapping
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def parse_config(data: Any, source: str = "config") -> LoadedConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(["(top level): expected a mapping"], source)
+    try:
+        model = GatewayConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_pydantic_problems(err), source) from None
+    problems: list[str] = []
+    chains: dict[str, tuple[tuple[str, BaseModel], ...]] = {}
+
+    def options_of(entries: Sequence[ChainEntry], where: list[int | str]) -> tuple[tuple[str, BaseModel], ...]:
+        parsed = []
+        names = [e.name for e in entries]
+        for j, entry in enumerate(entries):
+            if names.count(entry.name) > 1:
+                problems.append(f"{_loc([*where, j])}: policy {entry.name!r} is listed twice in this chain")
+            try:
+                parsed.append((entry.name, POLICIES[entry.name].options.model_validate(entry.options)))
+            except ValidationError as err:
+                problems.extend(_pydantic_problems(err, [*where, j, entry.name]))
+        return tuple(parsed)
+
+    global_chain = options_of(model.global_chain, ["global_chain"])
+    for i, route in enumerate(model.routes):
+        chains[route.name] = global_chain + options_of(route.chain, ["routes", i, "chain"])
+    chains["catch_all"] = global_chain + options_of(model.catch_all.chain, ["catch_all", "chain"])
+    if problems:
+        raise ConfigError(problems, source)
+    return LoadedConfig(model, chains, source)
+
+
+def load_config(path: str | Path) -> LoadedConfig:
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError([f"cannot read the file: {err.strerror or err}"], source) from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise ConfigError([f"{where}invalid YAML: {problem}"], source) from None
+    return parse_config(data, source)

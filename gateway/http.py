@@ -1,0 +1,66 @@
+"""Small HTTP helpers shared by the app, the policies and the proxy core."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from aiohttp import web
+from multidict import CIMultiDictProxy
+
+__all__ = ("HOP_BY_HOP", "connection_tokens", "ensure_continue", "json_error")
+
+# RFC 9110 7.6.1 (and the de facto Keep-Alive and Proxy-Connection): never forwarded by a proxy.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+
+_CONTINUE_SENT = web.RequestKey("gateway_continue_sent", bool)
+
+
+def connection_tokens(headers: CIMultiDictProxy[str]) -> frozenset[str]:
+    """Header names listed in Connection: hop-by-hop for this message only."""
+    values = headers.getall("Connection", ())
+    if not values:
+        return frozenset()
+    return frozenset(t.strip().lower() for v in values for t in v.split(",") if t.strip())
+
+
+async def ensure_continue(request: web.BaseRequest) -> None:
+    """Send ``100 Continue`` once, just before the body is first read, if the client asked for it.
+
+    The gateway never answers ``Expect`` up front: a request refused on its headers gets its final answer
+    without the client having been invited to send the body.
+    """
+    if request.get(_CONTINUE_SENT) or request.version < (1, 1):
+        return
+    if request.headers.get("Expect", "").lower() != "100-continue":
+        return
+    request[_CONTINUE_SENT] = True
+    writer = request.writer
+    await writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+
+def json_error(
+    status: int, code: str, message: str, request_id: str | None = None, extra: Iterable[tuple[str, str]] = ()
+) -> web.Response:
+    body: dict[str, str] = {"code": code, "message": message}
+    if request_id:
+        body["request_id"] = request_id
+    body.update(extra)
+    response = web.Response(
+        status=status,
+        body=json.dumps(body).encode(),
+        content_type="application/json",
+    )
+    return response

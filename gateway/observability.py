@@ -1,0 +1,141 @@
+"""Metric families on a registry owned by the app, and the JSON access log with redaction.
+
+Labels are route names, methods, status classes, decisions and phases: never raw paths, ids, hosts or tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+
+from . import __version__
+from .typedefs import CTX
+
+__all__ = ("AccessLogger", "Metrics", "token_fingerprint")
+
+_KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_STATUS_CLASSES = ("0xx", "1xx", "2xx", "3xx", "4xx", "5xx")
+_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+class Metrics:
+    """Every metric family of the gateway, created once on the given registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "gateway_requests", "Requests answered, by route, method and status class.",
+            ("route", "method", "status_class"), registry=r,
+        )
+        self.request_duration = Histogram(
+            "gateway_request_duration_seconds", "Time from request head to the last response byte, by route.",
+            ("route",), buckets=_BUCKETS, registry=r,
+        )
+        self.upstream_duration = Histogram(
+            "gateway_upstream_duration_seconds", "Time from sending upstream to its response head, by route.",
+            ("route",), buckets=_BUCKETS, registry=r,
+        )
+        self.upstream_errors = Counter(
+            "gateway_upstream_errors", "Upstream failures, by kind (connect, timeout, reset, other).",
+            ("kind",), registry=r,
+        )
+        self.in_flight = Gauge("gateway_requests_in_flight", "Requests being handled now.", registry=r)
+        self.refused = Counter(
+            "gateway_refused_requests", "Requests refused before routing, by reason code.", ("code",), registry=r,
+        )
+        self.build_info = Info("gateway_build", "Version of the running gateway.", registry=r)
+        self.build_info.info({"version": __version__})
+        self._request_children: dict[tuple[str, str, str], Any] = {}
+        self._duration_children: dict[str, Any] = {}
+        self._upstream_children: dict[str, Any] = {}
+
+    def observe_request(self, route: str, method: str, status: int, seconds: float, upstream: float | None) -> None:
+        # Children are cached: labels() costs a lock and a dict build per call.
+        key = (route, method if method in _KNOWN_METHODS else "OTHER", _STATUS_CLASSES[min(status // 100, 5)])
+        child = self._request_children.get(key)
+        if child is None:
+            child = self._request_children[key] = self.requests.labels(*key)
+        child.inc()
+        duration = self._duration_children.get(route)
+        if duration is None:
+            duration = self._duration_children[route] = self.request_duration.labels(route)
+        duration.observe(seconds)
+        if upstream is not None:
+            up = self._upstream_children.get(route)
+            if up is None:
+                up = self._upstream_children[route] = self.upstream_duration.labels(route)
+            up.observe(upstream)
+
+
+def token_fingerprint(authorization: str | None) -> str | None:
+    """A short, stable, non-reversible name for the client's credentials; never the token itself."""
+    if not authorization:
+        return None
+    return hashlib.sha256(authorization.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+
+
+class AccessLogger(AbstractAccessLogger):
+    """Runs once per finished request (aiohttp calls it after the last byte): metrics, then one JSON line.
+
+    The path is logged without its query string: signed file links carry their signature there.
+    """
+
+    metrics: Metrics
+    write_lines = True
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time_taken: float) -> None:
+        ctx = request.get(CTX)
+        metrics = self.metrics
+        status = response.status
+        if ctx is None:
+            route, method, path, upstream, rid = "none", request.method, None, None, None
+        else:
+            metrics.in_flight.dec()
+            route, method, path, upstream, rid = ctx.route.name, ctx.method, ctx.path, ctx.upstream_seconds, ctx.request_id
+            if ctx.client_aborted:
+                status = 499
+        metrics.observe_request(route, method, status, time_taken, upstream)
+        if not self.write_lines:
+            return
+        record = {
+            "time": round(time.time(), 3),
+            "request_id": rid,
+            "tenant": ctx.tenant.name if ctx is not None else None,
+            "route": route,
+            "method": request.method,
+            "path": path,
+            "status": status,
+            "bytes_in": request.content_length,
+            "bytes_out": response.body_length,
+            "duration": round(time_taken, 6),
+            "upstream_duration": round(upstream, 6) if upstream is not None else None,
+            "client": token_fingerprint(request.headers.get("Authorization")),
+        }
+        if ctx is not None:
+            if ctx.method != request.method:
+                record["effective_method"] = ctx.method
+            if ctx.decisions:
+                record["decisions"] = ctx.decisions
+            if ctx.upstream_error:
+                record["upstream_error"] = ctx.upstream_error
+        self.logger.info(json.dumps(record, separators=(",", ":"), ensure_ascii=False))
+
+
+def configure_access_log(enabled: bool) -> logging.Logger:
+    logger = logging.getLogger("gateway.access")
+    logger.propagate = False
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO if enabled else logging.WARNING)
+    return logger

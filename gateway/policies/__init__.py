@@ -1,0 +1,50 @@
+"""The registry of route policies: config name -> (options model, builder).
+
+A policy module exports ``NAME``, a frozen pydantic ``Options`` model and ``build(options, ctx) -> Middleware``.
+The builder does all parsing once; the middleware it returns only acts. Chains fold first-listed-outermost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from ..typedefs import Middleware
+from . import request_id
+
+if TYPE_CHECKING:
+    from ..observability import Metrics
+    from ..rollout import Clock
+
+__all__ = ("BuildContext", "POLICIES", "PolicySpec")
+
+
+@dataclass(frozen=True, slots=True)
+class BuildContext:
+    """What a builder may use: the route it is built for and the injected clock and metrics."""
+
+    route_name: str
+    clock: Clock
+    metrics: Metrics
+    config: Any  # the whole GatewayConfig, for policies that need app-wide settings (rollout dates, tenants)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySpec:
+    name: str
+    options: type[BaseModel]
+    build: Callable[[Any, BuildContext], Middleware]
+
+
+POLICIES: Mapping[str, PolicySpec] = MappingProxyType(
+    {
+        spec.name: spec
+        for spec in (
+            PolicySpec(request_id.NAME, request_id.Options, request_id.build),
+        )
+    }
+)

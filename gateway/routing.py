@@ -1,0 +1,203 @@
+"""One canonical path normaliser, method-override detection, and the route table.
+
+Requests are classified on the canonical path and the upstream receives that same path, so no spelling of a
+path can reach the upstream as something other than what the policies saw.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl
+
+from multidict import CIMultiDictProxy
+
+__all__ = (
+    "BadRequestTarget",
+    "METHOD_OVERRIDE_HEADERS",
+    "Route",
+    "RouteTable",
+    "Target",
+    "compile_template",
+    "effective_method",
+    "normalise_target",
+)
+
+# RFC 3986: unreserved characters are decoded when percent-encoded; every other escape is kept (upper-cased).
+_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+# Escapes that would change how a path splits into segments, or that upstreams treat specially.
+_FORBIDDEN_ESCAPES = {0x2F: "an encoded '/'", 0x5C: "an encoded '\\'", 0x00: "an encoded NUL", 0x3B: "an encoded ';'"}
+# pchar without ';' (matrix parameters are refused), plus '/' and '%' (escapes are checked one by one).
+_PATH_CHARS_RE = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,=:@/%]*")
+# A path that needs no rewriting: no escapes, no empty, '.' or '..' segments, no trailing slash.
+_CLEAN_PATH_RE = re.compile(r"/|(?:/(?!\.{1,2}(?:/|$))[A-Za-z0-9\-._~!$&'()*+,=:@]+)+")
+_QUERY_BAD_RE = re.compile(r"[\x00-\x20\x7f#]")
+_HEX = frozenset("0123456789abcdefABCDEF")
+_TOKEN_RE = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+METHOD_OVERRIDE_HEADERS = ("X-HTTP-Method-Override", "X-Method-Override", "X-HTTP-Method")
+
+
+class BadRequestTarget(Exception):
+    """A request that cannot be classified safely; answered with 400 and never forwarded."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    path: str
+    query: str
+    authority: str | None  # set for an absolute-form target
+
+
+def normalise_target(raw: str) -> Target:
+    """Split a raw request-target into its canonical path and its raw query, or raise BadRequestTarget."""
+    authority = None
+    if not raw.startswith("/"):
+        scheme, sep, rest = raw.partition("://")
+        if not sep or scheme.lower() not in ("http", "https"):
+            raise BadRequestTarget("BAD_REQUEST_TARGET", "the request target must be an absolute path")
+        authority, slash, after = rest.partition("/")
+        if not authority or "@" in authority:
+            raise BadRequestTarget("BAD_REQUEST_TARGET", "the absolute-form request target has no valid authority")
+        raw = slash + after if slash else "/"
+        if raw.startswith("?"):
+            raw = "/" + raw
+    path, _, query = raw.partition("?")
+    if "#" in path or _QUERY_BAD_RE.search(query):
+        raise BadRequestTarget("BAD_REQUEST_TARGET", "the request target contains characters not allowed in a URI")
+    if not _CLEAN_PATH_RE.fullmatch(path):
+        path = _canonical_path(path)
+    return Target(path, query, authority)
+
+
+def _canonical_path(path: str) -> str:
+    if not _PATH_CHARS_RE.fullmatch(path):
+        if ";" in path:
+            raise BadRequestTarget("BAD_PATH", "path parameters (';') are not accepted")
+        if "\\" in path:
+            raise BadRequestTarget("BAD_PATH", "a backslash is not accepted in the path")
+        raise BadRequestTarget("BAD_PATH", "the path contains characters not allowed in a URI path")
+    if "%" in path:
+        path = _decode_unreserved(path)
+    segments: list[str] = []
+    for segment in path.split("/"):
+        if segment in ("", "."):
+            continue
+        if segment == "..":
+            if segments:
+                segments.pop()
+            continue
+        segments.append(segment)
+    return "/" + "/".join(segments)
+
+
+def _decode_unreserved(path: str) -> str:
+    out: list[str] = []
+    i = 0
+    n = len(path)
+    while i < n:
+        ch = path[i]
+        if ch != "%":
+            out.append(ch)
+            i += 1
+            continue
+        hexdigits = path[i + 1 : i + 3]
+        if len(hexdigits) != 2 or not set(hexdigits) <= _HEX:
+            raise BadRequestTarget("BAD_PATH", "the path contains an invalid percent-encoding")
+        byte = int(hexdigits, 16)
+        if byte in _FORBIDDEN_ESCAPES:
+            raise BadRequestTarget("BAD_PATH", f"the path contains {_FORBIDDEN_ESCAPES[byte]}")
+        if byte < 0x20 or byte == 0x7F:
+            raise BadRequestTarget("BAD_PATH", "the path contains an encoded control character")
+        out.append(chr(byte) if byte in _UNRESERVED else "%" + hexdigits.upper())
+        i += 3
+    return "".join(out)
+
+
+def effective_method(method: str, headers: CIMultiDictProxy[str], query: str) -> str:
+    """The method an upstream may act on: the request line's, unless an override header or ``_method`` says otherwise.
+
+    Several overrides that disagree are refused: the gateway cannot know which one the upstream honours.
+    """
+    overrides: set[str] = set()
+    for name in METHOD_OVERRIDE_HEADERS:
+        if name in headers:
+            overrides.update(v.strip().upper() for v in headers.getall(name))
+    if query and ("method" in (lowered := query.lower()) or "%" in lowered):
+        overrides.update(v.strip().upper() for k, v in parse_qsl(query, keep_blank_values=True) if k.lower() == "_method")
+    if not overrides:
+        return method
+    if len(overrides) > 1:
+        raise BadRequestTarget("AMBIGUOUS_METHOD", "the request carries method overrides that disagree")
+    (override,) = overrides
+    if not _TOKEN_RE.fullmatch(override):
+        raise BadRequestTarget("AMBIGUOUS_METHOD", "the method override is not a valid method name")
+    return override
+
+
+_PARAM_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def compile_template(template: str) -> str:
+    """Turn ``/cards/{card_id}/files`` into a regex fragment; each parameter matches one path segment."""
+    pos = 0
+    parts: list[str] = []
+    for m in _PARAM_RE.finditer(template):
+        parts.append(re.escape(template[pos : m.start()]))
+        parts.append(f"(?P<{m.group(1)}>[^/]+)")
+        pos = m.end()
+    parts.append(re.escape(template[pos:]))
+    return "".join(parts)
+
+
+@dataclass(slots=True, eq=False)
+class Route:
+    """A named route: the methods and paths it matches, and the handler its chain was folded into."""
+
+    name: str
+    methods: frozenset[str] | None  # None: any method
+    templates: tuple[str, ...]
+    policies: tuple[str, ...] = ()
+    patterns: tuple[re.Pattern[str], ...] = ()
+    handler: object = field(default=None, repr=False)
+
+    @classmethod
+    def build(
+        cls, name: str, methods: Iterable[str] | None, paths: Sequence[str], prefixes: Sequence[str]
+    ) -> Route:
+        templates = tuple(prefix.rstrip("/") + path for path in paths for prefix in (prefixes or ("",)))
+        # Upstreams often route case-insensitively: so does the classifier (the path is forwarded as written).
+        patterns = tuple(re.compile(compile_template(t), re.IGNORECASE) for t in templates)
+        return cls(name, frozenset(m.upper() for m in methods) if methods else None, templates, patterns=patterns)
+
+    def match(self, method: str, path: str) -> dict[str, str] | None:
+        if self.methods is not None and method not in self.methods:
+            return None
+        if not self.patterns:
+            return {}
+        for pattern in self.patterns:
+            m = pattern.fullmatch(path)
+            if m is not None:
+                return m.groupdict()
+        return None
+
+
+class RouteTable:
+    """Routes in declaration order; the first match wins, and the catch-all answers the rest."""
+
+    def __init__(self, routes: Sequence[Route], catch_all: Route) -> None:
+        self.routes = tuple(routes)
+        self.catch_all = catch_all
+
+    def match(self, method: str, path: str) -> tuple[Route, Mapping[str, str]]:
+        for route in self.routes:
+            params = route.match(method, path)
+            if params is not None:
+                return route, params
+        return self.catch_all, {}

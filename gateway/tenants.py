@@ -1,0 +1,75 @@
+"""Tenants (companies) and the resolution of a request's Host to one of them."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from cachetools import LRUCache
+from yarl import URL
+
+__all__ = ("Tenant", "TenantResolver", "canonical_host")
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """A company, with the file settings resolved from the spec's defaults and the config."""
+
+    name: str
+    hosts: tuple[str, ...]
+    upstream: URL
+    created: dt.date | None
+    restricted_file_access: bool
+    forbid_legacy_uploads: bool
+    preserve_host: bool
+    rollout: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def upstream_host_header(self) -> str:
+        return self.upstream.raw_authority
+
+
+def canonical_host(host: str) -> str:
+    """Lower-case host without port or trailing dot: ``Acme.Example.COM.:443`` -> ``acme.example.com``."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        end = host.find("]")
+        return host[: end + 1] if end != -1 else host
+    if host.count(":") == 1:
+        host = host.partition(":")[0]
+    return host.rstrip(".")
+
+
+class TenantResolver:
+    """Exact host names first, then ``*.suffix`` wildcards (longest suffix wins), then the default tenant."""
+
+    def __init__(self, tenants: Sequence[Tenant], default: Tenant | None) -> None:
+        self.tenants = tuple(tenants)
+        self.default = default
+        self._exact: dict[str, Tenant] = {}
+        wildcards: list[tuple[str, Tenant]] = []
+        for tenant in tenants:
+            for pattern in tenant.hosts:
+                if pattern.startswith("*."):
+                    wildcards.append((pattern[1:], tenant))
+                else:
+                    self._exact[pattern] = tenant
+        self._wildcards = sorted(wildcards, key=lambda item: -len(item[0]))
+        # Wildcard lookups are cached; the cache is bounded so random Host headers cannot grow memory.
+        self._cache: LRUCache[str, Tenant | None] = LRUCache(maxsize=4096)
+
+    def resolve(self, host: str | None) -> Tenant | None:
+        if not host:
+            return self.default
+        name = canonical_host(host)
+        tenant = self._exact.get(name)
+        if tenant is not None:
+            return tenant
+        try:
+            return self._cache[name]
+        except KeyError:
+            pass
+        found = next((t for suffix, t in self._wildcards if name.endswith(suffix)), self.default)
+        self._cache[name] = found
+        return found

@@ -1,0 +1,45 @@
+"""Type aliases and the per-request context shared by the app, the chains and the proxy core."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterable, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from .routing import Route
+    from .tenants import Tenant
+
+__all__ = ("CTX", "Handler", "Middleware", "RequestContext")
+
+Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+Middleware = Callable[[web.BaseRequest, Handler], Awaitable[web.StreamResponse]]
+
+
+@dataclasses.dataclass(slots=True)
+class RequestContext:
+    """What the gateway learned about one request; lives in the request under ``CTX``."""
+
+    start: float
+    tenant: Tenant
+    route: Route
+    params: dict[str, str]
+    path: str  # canonical path: what was classified and what the upstream receives
+    query: str  # raw query string, without '?'
+    method: str  # effective method (method-override headers and ``_method`` included)
+    request_id: str | None = None
+    # Headers the upstream request gets on top of (value) or without (None) the client's.
+    upstream_headers: dict[str, str | None] = dataclasses.field(default_factory=dict)
+    # A policy that consumed part of the body hands the proxy core the body to send instead.
+    body: AsyncIterable[bytes] | None = None
+    # policy name -> decision label, for the access log and metrics.
+    decisions: dict[str, str] = dataclasses.field(default_factory=dict)
+    upstream_seconds: float | None = None
+    upstream_error: str | None = None
+    client_aborted: bool = False
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+CTX: web.RequestKey[RequestContext] = web.RequestKey("gateway_ctx", RequestContext)

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Creates .venv (Python 3.11+) and installs the pinned dependencies and this project into it.
+# Idempotent: does nothing when requirements.lock and pyproject.toml have not changed since the last install.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+python="${PYTHON:-python3}"
+if ! "$python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
+  echo "bootstrap: Python 3.11 or newer is required (set PYTHON=/path/to/python3.11)" >&2
+  exit 1
+fi
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+stamp=.venv/.installed
+want="$(cat requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.lock
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+  echo "$want" > "$stamp"
+fi
