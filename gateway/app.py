@@ -131,6 +131,9 @@ class Gateway:
             access_log=configure_access_log(self._config.model.access_log.enabled),
             max_line_size=server.max_header_bytes,
             max_field_size=server.max_header_bytes,
+            # Bodies pass through as sent: a gzip request body must reach the upstream still gzipped.
+            auto_decompress=False,
+            read_bufsize=256 * 1024,
         )
 
     def _refuse(self, status: int, code: str, message: str) -> web.Response:

@@ -52,6 +52,22 @@ class Metrics:
         self.refused = Counter(
             "gateway_refused_requests", "Requests refused before routing, by reason code.", ("code",), registry=r,
         )
+        # Families of the deprecation policies, created here once so that rebuilding chains never re-registers.
+        self.legacy_uploads = Counter(
+            "gateway_legacy_uploads", "Uploads on deprecated routes, by route and decision (allowed, blocked, refused).",
+            ("route", "decision"), registry=r,
+        )
+        self.board_responses = Counter(
+            "gateway_board_responses", "Board responses, by phase and action (untouched, capped, removed, "
+            "passed_through_unparsed, too_large, not_ok).", ("phase", "action"), registry=r,
+        )
+        self.board_cards_removed = Counter(
+            "gateway_board_cards_removed", "Cards withheld from board responses.", registry=r,
+        )
+        self.rollout_phase = Gauge(
+            "gateway_rollout_phase", "1 for the phase in force now per tenant and dated behaviour, 0 for the others.",
+            ("tenant", "behaviour", "phase"), registry=r,
+        )
         self.build_info = Info("gateway_build", "Version of the running gateway.", registry=r)
         self.build_info.info({"version": __version__})
         self._request_children: dict[tuple[str, str, str], Any] = {}

@@ -207,6 +207,7 @@ class Store:
         self._comment_uids: dict[str, int] = {}
         self._property_uids: dict[str, int] = {}
         self._card_files: dict[int, list[CardFile]] = {}
+        self._card_comments: dict[int, list[Comment]] = {}
         self._board_cards: dict[int, list[Card]] = {}
         self._next_comment_id = 1
         self._next_legacy_file_id = 1
@@ -277,7 +278,7 @@ class Store:
         return None if prop_id is None else self.properties[prop_id]
 
     def card_comments(self, card: Card) -> list[Comment]:
-        return [c for c in self.comments.values() if c.card_id == card.id]
+        return list(self._card_comments.get(card.id, []))
 
     def card_files(self, card: Card) -> list[CardFile]:
         return list(self._card_files.get(card.id, []))
@@ -314,6 +315,7 @@ class Store:
         )
         self._next_comment_id += 1
         self.comments[comment.id] = comment
+        self._card_comments.setdefault(card.id, []).append(comment)
         self._comment_uids[comment.uid] = comment.id
         self.touch(card, when)
         return comment

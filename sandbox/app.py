@@ -1,0 +1,43 @@
+"""Application factory of the sandbox service."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from sandbox.auth import auth_middleware
+from sandbox.boards import board_routes
+from sandbox.cards import card_routes
+from sandbox.comments import comment_routes
+from sandbox.downloads import download_routes
+from sandbox.errors import error_middleware
+from sandbox.files import file_routes
+from sandbox.journal import journal_middleware, journal_routes
+from sandbox.journal_types import Journal
+from sandbox.legacy_files import legacy_file_routes
+from sandbox.seed import build_store
+from sandbox.settings import SandboxSettings
+from sandbox.state import JOURNAL, SETTINGS, STORE
+
+__all__ = ["API_PREFIXES", "SandboxSettings", "create_app"]
+
+API_PREFIXES = ("/api/v1", "/api/latest")
+
+
+def create_app(settings: SandboxSettings | None = None) -> web.Application:
+    """A fresh sandbox: its own seeded data and an empty journal."""
+    settings = settings or SandboxSettings()
+    # Outermost first: the journal sees every answer, including errors and
+    # 401s produced further in.
+    app = web.Application(middlewares=[journal_middleware, error_middleware, auth_middleware])
+    app[SETTINGS] = settings
+    app[STORE] = build_store(settings.seed)
+    app[JOURNAL] = Journal(settings.journal_size)
+    for prefix in API_PREFIXES:
+        app.add_routes(board_routes(prefix))
+        app.add_routes(card_routes(prefix))
+        app.add_routes(comment_routes(prefix))
+        app.add_routes(legacy_file_routes(prefix))
+        app.add_routes(file_routes(prefix))
+    app.add_routes(download_routes())
+    app.add_routes(journal_routes())
+    return app

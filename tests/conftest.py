@@ -1,0 +1,237 @@
+"""Shared fixtures: a recording upstream, an in-process gateway in front of it, and raw-socket helpers.
+
+Everything goes through real sockets on 127.0.0.1: the gateway's public listener is a real aiohttp server and the
+upstream is a real aiohttp server that records what reached it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hashlib
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from gateway.app import Gateway
+from gateway.config import parse_config
+from gateway.observability import Metrics
+from gateway.rollout import Clock
+
+BASE_CONFIG: dict[str, Any] = {
+    "server": {"listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0"},
+    "upstream": {"connect_timeout": 2, "read_timeout": 5},
+    "access_log": {"enabled": False},
+    "tenants": [
+        {"name": "acme", "hosts": ["127.0.0.1", "localhost", "acme.test"], "upstream": "http://127.0.0.1:1",
+         "created": "2026-06-01"},
+        {"name": "oldco", "hosts": ["old.test"], "upstream": "http://127.0.0.1:1", "created": "2025-01-01"},
+    ],
+    "routes": [
+        {"name": "board", "methods": ["GET", "HEAD"], "paths": ["/boards/{board_id}", "/spaces/{space_id}/boards/{board_id}"]},
+        {"name": "legacy_card_file_upload", "methods": ["PUT"], "paths": ["/cards/{card_id}/files"]},
+        {"name": "legacy_comment_create", "methods": ["POST"], "paths": ["/cards/{card_id}/comments"]},
+        {"name": "legacy_comment_update", "methods": ["PATCH"], "paths": ["/cards/{card_id}/comments/{comment_id}"]},
+        {"name": "card_file_upload", "methods": ["POST"], "paths": ["/cards/{card_uid}/files"]},
+    ],
+}
+
+
+@dataclass
+class Received:
+    """One request as the upstream saw it."""
+
+    method: str
+    raw_path: str
+    version: tuple[int, int]
+    raw_headers: list[tuple[bytes, bytes]]
+    body_size: int
+    body_sha256: str
+    body_complete: bool
+    body: bytes  # kept only up to 1 MiB
+
+    def header(self, name: str) -> str | None:
+        values = self.headers_all(name)
+        return values[0] if values else None
+
+    def headers_all(self, name: str) -> list[str]:
+        lname = name.lower().encode()
+        return [v.decode("latin-1") for k, v in self.raw_headers if k.lower() == lname]
+
+
+Responder = Callable[[web.BaseRequest, "Received"], Awaitable[web.StreamResponse]]
+
+
+async def _default_responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
+    return web.json_response({"method": received.method, "path": received.raw_path, "size": received.body_size,
+                              "sha256": received.body_sha256})
+
+
+@dataclass
+class RecordingUpstream:
+    url: str = ""
+    port: int = 0
+    received: list[Received] = field(default_factory=list)
+    responder: Responder = _default_responder
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set by the upstream when it has begun reading a request's body.
+    body_started: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        self.started.set()
+        digest = hashlib.sha256()
+        size = 0
+        kept = bytearray()
+        complete = True
+        try:
+            while chunk := await request.content.readany():
+                self.body_started.set()
+                digest.update(chunk)
+                size += len(chunk)
+                if len(kept) < 1 << 20:
+                    kept += chunk[: (1 << 20) - len(kept)]
+        except BaseException:
+            # A broken or abandoned body (the handler may even be cancelled): record it, then let it end.
+            complete = False
+            raise
+        finally:
+            self.received.append(
+                Received(request.method, request.raw_path, tuple(request.version),  # type: ignore[arg-type]
+                         list(request.raw_headers), size, digest.hexdigest(), complete, bytes(kept))
+            )
+        received = self.received[-1]
+        return await self.responder(request, received)
+
+
+@pytest.fixture
+async def upstream(aiohttp_raw_server: Any) -> RecordingUpstream:
+    recorder = RecordingUpstream()
+    server = await aiohttp_raw_server(recorder.handle, auto_decompress=False)
+    recorder.port = server.port
+    recorder.url = f"http://127.0.0.1:{server.port}"
+    return recorder
+
+
+@dataclass
+class RunningGateway:
+    gateway: Gateway
+    url: str
+    port: int
+    runner: web.ServerRunner
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.gateway.metrics
+
+
+def make_config(upstream_url: str, **overrides: Any) -> dict[str, Any]:
+    """BASE_CONFIG with every tenant pointed at ``upstream_url``; top-level keys replaced by ``overrides``."""
+    data = copy.deepcopy(BASE_CONFIG)
+    for tenant in data["tenants"]:
+        tenant["upstream"] = upstream_url
+    data.update(copy.deepcopy(overrides))
+    return data
+
+
+GatewayFactory = Callable[..., Awaitable[RunningGateway]]
+
+
+@pytest.fixture
+async def start_gateway() -> AsyncIterator[GatewayFactory]:
+    """``await start_gateway(config_dict, clock=None)``: a gateway listening on a free port of 127.0.0.1."""
+    running: list[RunningGateway] = []
+
+    async def start(config: dict[str, Any], clock: Clock | None = None) -> RunningGateway:
+        gateway = Gateway(parse_config(config, "test"), clock=clock)
+        await gateway.start()
+        runner = web.ServerRunner(gateway.make_server(), shutdown_timeout=2)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        item = RunningGateway(gateway, f"http://127.0.0.1:{port}", port, runner)
+        running.append(item)
+        return item
+
+    yield start
+    for item in running:
+        await item.runner.cleanup()
+        await item.gateway.close()
+
+
+@pytest.fixture
+async def gw(upstream: RecordingUpstream, start_gateway: GatewayFactory) -> RunningGateway:
+    """The default test gateway in front of the recording upstream."""
+    return await start_gateway(make_config(upstream.url))
+
+
+async def raw_exchange(port: int, data: bytes, *, timeout: float = 5.0, read_until_close: bool = True) -> bytes:
+    """Send raw bytes to 127.0.0.1:port and return everything the server answers until it closes (or times out)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(data)
+        await writer.drain()
+        chunks = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                chunk = await asyncio.wait_for(reader.read(65536), remaining)
+            except (asyncio.TimeoutError, ConnectionResetError):
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if not read_until_close and b"\r\n\r\n" in b"".join(chunks):
+                break
+        return b"".join(chunks)
+    finally:
+        writer.close()
+
+
+def parse_responses(data: bytes) -> list[tuple[int, dict[str, str], bytes]]:
+    """Split a raw byte stream into (status, headers, body) responses (Content-Length or chunked bodies)."""
+    out = []
+    rest = data
+    while rest:
+        head, sep, rest = rest.partition(b"\r\n\r\n")
+        if not sep:
+            break
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        if status < 200:
+            continue
+        if "content-length" in headers:
+            n = int(headers["content-length"])
+            body, rest = rest[:n], rest[n:]
+        elif headers.get("transfer-encoding", "").lower() == "chunked":
+            body = b""
+            while True:
+                size_line, _, rest = rest.partition(b"\r\n")
+                size = int(size_line.split(b";")[0], 16)
+                body += rest[:size]
+                rest = rest[size + 2 :]
+                if size == 0:
+                    rest = rest.partition(b"\r\n")[2] if rest.startswith(b"\r\n") else rest
+                    break
+        else:
+            body, rest = rest, b""
+        out.append((status, headers, body))
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

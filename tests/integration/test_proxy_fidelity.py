@@ -1,0 +1,334 @@
+"""The proxy core through real sockets: what the client sends reaches the upstream, and back, unchanged."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import hashlib
+import json
+import os
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from tests.conftest import (
+    GatewayFactory,
+    Received,
+    RecordingUpstream,
+    RunningGateway,
+    free_port,
+    make_config,
+    parse_responses,
+    raw_exchange,
+)
+
+
+@pytest.fixture
+async def client() -> aiohttp.ClientSession:
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+        yield session
+
+
+@pytest.mark.parametrize("method", ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "PROPFIND"])
+async def test_any_method_is_forwarded(gw: RunningGateway, upstream: RecordingUpstream, client, method: str) -> None:
+    async with client.request(method, gw.url + "/some/where?x=1") as resp:
+        assert resp.status == 200
+        assert (await resp.json())["method"] == method
+    assert upstream.received[-1].method == method
+    assert upstream.received[-1].raw_path == "/some/where?x=1"
+
+
+async def test_head_is_forwarded_and_answered_without_body(gw, upstream, client) -> None:
+    async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
+        return web.Response(body=b"x" * 1234, headers={"X-Kind": "head-test"})
+
+    upstream.responder = responder
+    data = await raw_exchange(gw.port, b"HEAD /thing HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", timeout=1)
+    head, _, rest = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    assert b"Content-Length: 1234" in head
+    assert rest == b""
+    assert upstream.received[-1].method == "HEAD"
+
+
+@pytest.mark.parametrize("status", [204, 304])
+async def test_bodyless_statuses(gw, upstream, client, status: int) -> None:
+    async def responder(request, received):
+        return web.Response(status=status, headers={"ETag": '"abc"'})
+
+    upstream.responder = responder
+    async with client.get(gw.url + "/x", headers={"If-None-Match": '"abc"'}) as resp:
+        assert resp.status == status
+        assert resp.headers["ETag"] == '"abc"'
+        assert await resp.read() == b""
+    assert upstream.received[-1].header("If-None-Match") == '"abc"'
+
+
+async def test_headers_pass_and_hop_by_hop_are_stripped(gw, upstream) -> None:
+    request = (
+        b"GET /h HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Authorization: Bearer secret-token\r\n"
+        b"X-Custom: one\r\nX-Custom: two\r\n"
+        b"Connection: keep-alive, X-Drop-Me\r\nX-Drop-Me: 1\r\nKeep-Alive: timeout=5\r\n"
+        b"TE: trailers\r\nProxy-Authorization: Basic abc\r\nUpgrade: h2c\r\n"
+        b"X-Forwarded-For: 10.0.0.9\r\nVia: 1.0 edge\r\n\r\n"
+    )
+    data = await raw_exchange(gw.port, request, timeout=1)
+    assert data.startswith(b"HTTP/1.1 200")
+    got = upstream.received[-1]
+    assert got.header("Authorization") == "Bearer secret-token"
+    assert got.headers_all("X-Custom") == ["one", "two"]
+    for name in ("X-Drop-Me", "Keep-Alive", "TE", "Proxy-Authorization", "Upgrade"):
+        assert got.header(name) is None, name
+    assert got.header("Connection") in (None, "keep-alive")  # the client library's own, not the client's
+    assert got.header("X-Forwarded-For") == "10.0.0.9, 127.0.0.1"
+    assert got.header("X-Forwarded-Proto") == "http"
+    assert got.header("X-Forwarded-Host") == "127.0.0.1"
+    assert got.header("Via") == "1.0 edge, 1.1 deprecation-gateway"
+    assert got.header("Host") == f"127.0.0.1:{upstream.port}"
+    assert got.header("User-Agent") is None and got.header("Accept-Encoding") is None
+
+
+async def test_response_headers_pass_and_hop_by_hop_are_stripped(gw, upstream, client) -> None:
+    async def responder(request, received):
+        resp = web.Response(body=b"ok", headers={"Connection": "X-Secret-Hop", "X-Secret-Hop": "1", "X-Keep": "yes"})
+        resp.headers.add("Set-Cookie", "a=1")
+        resp.headers.add("Set-Cookie", "b=2")
+        return resp
+
+    upstream.responder = responder
+    async with client.get(gw.url + "/r") as resp:
+        assert resp.headers["X-Keep"] == "yes"
+        assert "X-Secret-Hop" not in resp.headers
+        assert resp.headers.getall("Set-Cookie") == ["a=1", "b=2"]
+        assert resp.headers["Via"] == "1.1 deprecation-gateway"
+        assert len(resp.headers["X-Request-Id"]) == 32
+
+
+async def test_request_id_kept_when_valid_and_replaced_when_not(gw, upstream, client) -> None:
+    async with client.get(gw.url + "/", headers={"X-Request-Id": "abc-123"}) as resp:
+        assert resp.headers["X-Request-Id"] == "abc-123"
+    assert upstream.received[-1].header("X-Request-Id") == "abc-123"
+    async with client.get(gw.url + "/", headers={"X-Request-Id": "bad id\twith spaces"}) as resp:
+        replaced = resp.headers["X-Request-Id"]
+    assert replaced != "bad id\twith spaces" and len(replaced) == 32
+    assert upstream.received[-1].header("X-Request-Id") == replaced
+
+
+@pytest.mark.parametrize("size", [0, 1, 65_537, 5 * 1024 * 1024 + 3])
+async def test_request_bodies_arrive_byte_for_byte(gw, upstream, client, size: int) -> None:
+    body = os.urandom(size)
+    async with client.post(gw.url + "/upload", data=body, headers={"Content-Type": "application/octet-stream"}) as resp:
+        assert resp.status == 200
+    got = upstream.received[-1]
+    assert got.body_size == size
+    assert got.body_sha256 == hashlib.sha256(body).hexdigest()
+    assert got.header("Content-Length") == str(size)
+    assert got.header("Content-Type") == "application/octet-stream"
+
+
+async def test_chunked_request_body_is_streamed(gw, upstream, client) -> None:
+    parts = [os.urandom(1000) for _ in range(20)]
+
+    async def gen():
+        for part in parts:
+            yield part
+            await asyncio.sleep(0)
+
+    async with client.put(gw.url + "/chunked", data=gen()) as resp:
+        assert resp.status == 200
+    got = upstream.received[-1]
+    assert got.body_sha256 == hashlib.sha256(b"".join(parts)).hexdigest()
+    assert got.header("Transfer-Encoding") == "chunked"
+    assert got.header("Content-Length") is None
+
+
+async def test_encoded_request_body_is_not_decoded(gw, upstream, client) -> None:
+    body = gzip.compress(b'{"text": "hello"}')
+    headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+    async with client.post(gw.url + "/api/v1/cards/1/comments", data=body, headers=headers) as resp:
+        assert resp.status == 200
+    got = upstream.received[-1]
+    assert got.header("Content-Encoding") == "gzip"
+    assert got.body_sha256 == hashlib.sha256(body).hexdigest()
+
+
+async def test_gzip_response_passes_untouched(gw, upstream, client) -> None:
+    payload = gzip.compress(json.dumps({"cards": list(range(1000))}).encode())
+
+    async def responder(request, received):
+        return web.Response(body=payload, headers={"Content-Encoding": "gzip", "Content-Type": "application/json"})
+
+    upstream.responder = responder
+    async with client.get(gw.url + "/z", headers={"Accept-Encoding": "gzip"}) as resp:
+        assert resp.headers["Content-Encoding"] == "gzip"
+        assert resp.headers["Content-Length"] == str(len(payload))
+        assert await resp.read() == payload
+    assert upstream.received[-1].header("Accept-Encoding") == "gzip"
+
+
+async def test_streamed_chunked_response(gw, upstream, client) -> None:
+    parts = [os.urandom(10_000) for _ in range(30)]
+
+    async def responder(request, received):
+        resp = web.StreamResponse()
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        for part in parts:
+            await resp.write(part)
+        await resp.write_eof()
+        return resp
+
+    upstream.responder = responder
+    async with client.get(gw.url + "/stream") as resp:
+        assert resp.headers.get("Transfer-Encoding") == "chunked"
+        assert await resp.read() == b"".join(parts)
+
+
+async def test_redirect_is_passed_not_followed(gw, upstream, client) -> None:
+    location = "http://files.example.test/signed/abc?expires=1&signature=deadbeef"
+
+    async def responder(request, received):
+        return web.Response(status=302, headers={"Location": location})
+
+    upstream.responder = responder
+    async with client.get(gw.url + "/api/v1/cards/u/files/f?redirect=true", allow_redirects=False) as resp:
+        assert resp.status == 302
+        assert resp.headers["Location"] == location
+    assert len(upstream.received) == 1
+
+
+async def test_query_is_forwarded_exactly(gw, upstream, client) -> None:
+    query = "a=1&a=2&b=%20x+y&c=%E2%9C%93&d=&e"
+    data = await raw_exchange(gw.port, f"GET /q?{query} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
+    assert data.startswith(b"HTTP/1.1 200")
+    assert upstream.received[-1].raw_path == f"/q?{query}"
+
+
+@pytest.mark.parametrize(
+    ("target", "forwarded"),
+    [
+        ("/api/v1//boards///1/", "/api/v1/boards/1"),
+        ("/api/v1/./x/../boards/1", "/api/v1/boards/1"),
+        ("/api/%76%31/boards/%31", "/api/v1/boards/1"),
+        ("/files/a%2a%c3%a9", "/files/a%2A%C3%A9"),
+        ("/API/Latest/Boards/7", "/API/Latest/Boards/7"),
+    ],
+)
+async def test_upstream_receives_the_canonical_path(gw, upstream, target: str, forwarded: str) -> None:
+    data = await raw_exchange(gw.port, f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
+    assert data.startswith(b"HTTP/1.1 200"), data[:200]
+    assert upstream.received[-1].raw_path == forwarded
+
+
+@pytest.mark.parametrize(
+    ("target", "code"),
+    [
+        ("/a%2Fb", "BAD_PATH"),
+        ("/a%5cb", "BAD_PATH"),
+        ("/a\\b", "BAD_PATH"),
+        ("/a%00b", "BAD_PATH"),
+        ("/api/v1/cards/1/files;x=1", "BAD_PATH"),
+        ("/a%zz", "BAD_PATH"),
+        ("http://evil.test/api/v1/boards/1", "BAD_REQUEST_TARGET"),
+        ("*", "BAD_REQUEST_TARGET"),
+    ],
+)
+async def test_unclassifiable_targets_are_refused_and_never_forwarded(gw, upstream, target: str, code: str) -> None:
+    data = await raw_exchange(gw.port, f"OPTIONS {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    ((status, headers, body),) = parse_responses(data)
+    assert status == 400
+    assert headers["content-type"].startswith("application/json")
+    assert json.loads(body)["code"] == code
+    assert upstream.received == []
+
+
+async def test_absolute_form_for_the_same_host_is_accepted(gw, upstream) -> None:
+    data = await raw_exchange(
+        gw.port, b"GET http://127.0.0.1/abs?x=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    assert data.startswith(b"HTTP/1.1 200")
+    assert upstream.received[-1].raw_path == "/abs?x=1"
+
+
+async def test_unknown_host_is_refused(gw, upstream, client) -> None:
+    async with client.get(gw.url + "/x", headers={"Host": "nobody.test"}) as resp:
+        assert resp.status == 421
+        assert (await resp.json())["code"] == "UNKNOWN_HOST"
+    assert upstream.received == []
+
+
+async def test_upstream_down_is_502_json(start_gateway: GatewayFactory, client) -> None:
+    gw = await start_gateway(make_config(f"http://127.0.0.1:{free_port()}"))
+    async with client.get(gw.url + "/x", headers={"X-Request-Id": "rid-502"}) as resp:
+        assert resp.status == 502
+        body = await resp.json()
+    assert body == {"code": "UPSTREAM_UNAVAILABLE", "message": "the upstream service cannot be reached", "request_id": "rid-502"}
+    assert resp.headers["X-Request-Id"] == "rid-502"
+    assert gw.metrics.upstream_errors.labels("connect")._value.get() == 1
+
+
+async def test_upstream_timeout_is_504_json(upstream, start_gateway: GatewayFactory, client) -> None:
+    async def responder(request, received):
+        await asyncio.sleep(3)
+        return web.Response(text="late")
+
+    upstream.responder = responder
+    config = make_config(upstream.url, upstream={"connect_timeout": 1, "read_timeout": 0.5})
+    gw = await start_gateway(config)
+    async with client.get(gw.url + "/slow") as resp:
+        assert resp.status == 504
+        body = await resp.json()
+    assert body["code"] == "UPSTREAM_TIMEOUT"
+    assert body["request_id"] == resp.headers["X-Request-Id"]
+
+
+async def test_expect_100_continue(gw, upstream) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+    writer.write(
+        b"PUT /e HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+    )
+    await writer.drain()
+    interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 3)
+    assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+    writer.write(b"hello")
+    await writer.drain()
+    rest = await asyncio.wait_for(reader.read(), 3)
+    writer.close()
+    assert rest.startswith(b"HTTP/1.1 200")
+    got = upstream.received[-1]
+    assert got.body_sha256 == hashlib.sha256(b"hello").hexdigest()
+    assert got.header("Expect") is None
+
+
+async def test_client_disconnect_mid_upload_abandons_the_upstream_request(gw, upstream) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+    writer.write(b"PUT /big HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10000000\r\n\r\n" + b"x" * 100_000)
+    await writer.drain()
+    await asyncio.wait_for(upstream.body_started.wait(), 3)
+    writer.transport.abort()
+    for _ in range(100):
+        if upstream.received:
+            break
+        await asyncio.sleep(0.05)
+    got = upstream.received[-1]
+    assert not got.body_complete
+    assert got.body_size < 10_000_000
+    # The pooled connection that carried the broken body is not reused.
+    connector = gw.gateway.proxy.session.connector
+    assert connector is not None
+    for _ in range(50):
+        if gw.gateway.metrics.in_flight._value.get() == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert gw.gateway.metrics.in_flight._value.get() == 0
+    assert sum(len(v) for v in connector._conns.values()) == 0
+
+
+async def test_keepalive_connection_serves_many_requests(gw, upstream) -> None:
+    request = b"GET /k HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    data = await raw_exchange(gw.port, request * 3 + b"GET /k HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+    responses = parse_responses(data)
+    assert [r[0] for r in responses] == [200, 200, 200, 200]
+    assert len(upstream.received) == 4
