@@ -62,11 +62,11 @@ def normalise_target(raw: str) -> Target:
         scheme, sep, rest = raw.partition("://")
         if not sep or scheme.lower() not in ("http", "https"):
             raise BadRequestTarget("BAD_REQUEST_TARGET", "the request target must be an absolute path")
-        authority, slash, after = rest.partition("/")
+        end = min((i for i in (rest.find("/"), rest.find("?")) if i != -1), default=len(rest))
+        authority, raw = rest[:end], rest[end:]
         if not authority or "@" in authority:
             raise BadRequestTarget("BAD_REQUEST_TARGET", "the absolute-form request target has no valid authority")
-        raw = slash + after if slash else "/"
-        if raw.startswith("?"):
+        if not raw.startswith("/"):
             raw = "/" + raw
     path, _, query = raw.partition("?")
     if "#" in path or _QUERY_BAD_RE.search(query):

@@ -1,0 +1,115 @@
+"""Config validation: defaults from the spec, and every problem reported at once with its path."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.config import ConfigError, load_config, parse_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+MINIMAL: dict[str, Any] = {
+    "tenants": [{"name": "acme", "hosts": ["acme.test"], "upstream": "http://127.0.0.1:8081"}],
+}
+
+
+def _with(**changes: Any) -> dict[str, Any]:
+    data = copy.deepcopy(MINIMAL)
+    data.update(changes)
+    return data
+
+
+def _tenant(**fields: Any) -> dict[str, Any]:
+    return _with(tenants=[{"name": "acme", "hosts": ["acme.test"], "upstream": "http://127.0.0.1:8081", **fields}])
+
+
+def test_default_config_file_is_valid_and_names_the_spec_routes() -> None:
+    config = load_config(ROOT / "config" / "gateway.yaml")
+    names = {r.name for r in config.model.routes}
+    assert {"board", "card_list", "card", "legacy_card_file_upload", "legacy_comment_create",
+            "legacy_comment_update", "card_file_upload", "comment_file_upload", "property_file_upload"} <= names
+    assert config.chains["catch_all"][0][0] == "request_id"
+
+
+@pytest.mark.parametrize(
+    ("created", "restricted", "forbid", "expected"),
+    [
+        (None, None, None, (False, False)),
+        ("2026-05-20", None, None, (False, False)),
+        ("2026-05-21", None, None, (True, True)),
+        ("2026-09-01", None, False, (True, False)),
+        ("2026-09-01", False, None, (False, False)),
+        ("2025-01-01", True, None, (True, False)),
+        ("2025-01-01", True, True, (True, True)),
+    ],
+)
+def test_file_settings_defaults_follow_the_spec(created, restricted, forbid, expected) -> None:
+    fields = {k: v for k, v in {"created": created, "restricted_file_access": restricted,
+                                 "forbid_legacy_uploads": forbid}.items() if v is not None}
+    (tenant,) = parse_config(_tenant(**fields)).tenants()
+    assert (tenant.restricted_file_access, tenant.forbid_legacy_uploads) == expected
+    if created:
+        assert tenant.created == dt.date.fromisoformat(created)
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ({}, "tenants: Field required"),
+        (_with(tenants=[]), "tenants: List should have at least 1 item"),
+        (_with(unknown_key=1), "unknown_key: Extra inputs are not permitted"),
+        (_with(server={"listen": "nonsense"}), "server.listen: expected 'host:port'"),
+        (_with(server={"listen": "127.0.0.1:99999"}), "server.listen: invalid port"),
+        (_with(server={"listen": "example.com:80"}), "server.listen: listen host must be an IP address"),
+        (_with(upstream={"connect_timeout": 0}), "upstream.connect_timeout: Input should be greater than 0"),
+        (_tenant(forbid_legacy_uploads=True, restricted_file_access=False), "tenants[0]: forbid_legacy_uploads requires"),
+        (_tenant(forbid_legacy_uploads=True, created="2025-01-01"), "tenants[0]: forbid_legacy_uploads is on"),
+        (_tenant(upstream="ftp://x"), "tenants[0].upstream: upstream must be an http:// or https:// URL"),
+        (_tenant(hosts=["bad host"]), "tenants[0].hosts: invalid host name"),
+        (_tenant(created="yesterday"), "tenants[0].created: Input should be a valid date"),
+        (_with(tenants=[MINIMAL["tenants"][0], MINIMAL["tenants"][0]]), "tenant name 'acme' is used twice"),
+        (_with(default_tenant="nobody"), "default_tenant 'nobody' is not a tenant name"),
+        (_with(routes=[{"name": "r", "paths": ["cards"]}]), "routes[0].paths: 'cards' is not a path template"),
+        (_with(routes=[{"name": "r", "paths": ["/a"], "methods": ["G T"]}]), "routes[0].methods: invalid methods"),
+        (_with(routes=[{"name": "r", "paths": ["/a"], "chain": ["nope"]}]), "routes[0].chain[0]: unknown policy 'nope'"),
+        (_with(routes=[{"name": "r", "paths": ["/a"], "chain": [{"request_id": {"max_length": 2}}]}]),
+         "routes[0].chain[0].request_id.max_length: Input should be greater than or equal to 8"),
+        (_with(routes=[{"name": "r", "paths": ["/a"], "chain": [{"request_id": {"bogus": 1}}]}]),
+         "routes[0].chain[0].request_id.bogus: Extra inputs are not permitted"),
+        (_with(global_chain=["request_id", "request_id"]), "global_chain[1]: policy 'request_id' is listed twice"),
+        (_with(routes=[{"name": "r", "paths": ["/a"]}, {"name": "r", "paths": ["/b"]}]), "route name 'r' is used twice"),
+        (_with(rollout={"timezone": "Mars/Olympus"}), "rollout.timezone: unknown timezone 'Mars/Olympus'"),
+    ],
+)
+def test_config_errors_name_their_path(data: dict[str, Any], expected: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    assert any(expected in problem for problem in err.value.problems), err.value.problems
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    data = _with(server={"listen": "x"}, upstream={"pool_size": 0}, routes=[{"name": "Bad Name", "paths": ["x"]}])
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    text = str(err.value)
+    for path in ("server.listen", "upstream.pool_size", "routes[0].name", "routes[0].paths"):
+        assert path in text
+
+
+def test_yaml_mistakes_are_reported_with_their_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("tenants:\n  - name: a\n    name: b\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(bad)
+    assert "line 3" in str(err.value) and "duplicate key 'name'" in str(err.value)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("tenants: [\n")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load_config(broken)
+    with pytest.raises(ConfigError, match="cannot read the file"):
+        load_config(tmp_path / "missing.yaml")

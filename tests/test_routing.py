@@ -1,0 +1,100 @@
+"""The canonical path normaliser, method overrides and the route table."""
+
+from __future__ import annotations
+
+import pytest
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from gateway.routing import BadRequestTarget, Route, RouteTable, effective_method, normalise_target
+
+
+@pytest.mark.parametrize(
+    ("raw", "path", "query"),
+    [
+        ("/", "/", ""),
+        ("/a/b", "/a/b", ""),
+        ("/a/b/", "/a/b", ""),
+        ("//a///b//", "/a/b", ""),
+        ("/a/./b/../c", "/a/c", ""),
+        ("/../../a", "/a", ""),
+        ("/a/%2e%2E/b", "/b", ""),
+        ("/%61%62%7E%2d%5F", "/ab~-_", ""),
+        ("/a/%c3%a9", "/a/%C3%A9", ""),
+        ("/a/%20b", "/a/%20b", ""),
+        ("/a/..%2e/b", "/a/.../b", ""),
+        ("/.well-known/x", "/.well-known/x", ""),
+        ("/x?y=1&z=%2F", "/x", "y=1&z=%2F"),
+        ("/x/?", "/x", ""),
+        ("http://acme.test/a//b?q", "/a/b", "q"),
+        ("http://acme.test?q", "/", "q"),
+    ],
+)
+def test_canonical_paths(raw: str, path: str, query: str) -> None:
+    target = normalise_target(raw)
+    assert (target.path, target.query) == (path, query)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "/a%2fb", "/a%2Fb", "/a%5Cb", "/a\\b", "/a%00", "/a;b", "/a/b;jsessionid=1", "/a%3bb", "/a%", "/a%4",
+        "/a%g0", "/a%0a", "/a%7f", "/a b", "/a\"b", "/a<b", "/a#frag", "/é", "*", "a/b", "ftp://x/a",
+        "http:///a", "http://user@acme.test/a", "/x?a b",
+    ],
+)
+def test_unsafe_targets_are_refused(raw: str) -> None:
+    with pytest.raises(BadRequestTarget):
+        normalise_target(raw)
+
+
+def _headers(*pairs: tuple[str, str]) -> CIMultiDictProxy[str]:
+    return CIMultiDictProxy(CIMultiDict(pairs))
+
+
+@pytest.mark.parametrize(
+    ("method", "headers", "query", "expected"),
+    [
+        ("POST", (), "", "POST"),
+        ("POST", (("X-HTTP-Method-Override", "put"),), "", "PUT"),
+        ("POST", (("X-Method-Override", "PATCH"),), "", "PATCH"),
+        ("POST", (("x-http-method", " Put "),), "", "PUT"),
+        ("POST", (), "_method=PUT", "PUT"),
+        ("POST", (), "%5Fmethod=put", "PUT"),
+        ("POST", (), "_METHOD=put&x=1", "PUT"),
+        ("POST", (("X-HTTP-Method-Override", "PUT"),), "_method=put", "PUT"),
+        ("GET", (), "method=PUT", "GET"),
+    ],
+)
+def test_effective_method(method: str, headers: tuple[tuple[str, str], ...], query: str, expected: str) -> None:
+    assert effective_method(method, _headers(*headers), query) == expected
+
+
+@pytest.mark.parametrize(
+    ("headers", "query"),
+    [
+        ((("X-HTTP-Method-Override", "PUT"), ("X-Method-Override", "DELETE")), ""),
+        ((("X-HTTP-Method-Override", "PUT"),), "_method=POST"),
+        ((), "_method=PUT&_method=GET"),
+        ((("X-HTTP-Method-Override", "PU T"),), ""),
+    ],
+)
+def test_conflicting_or_invalid_overrides_are_refused(headers, query: str) -> None:
+    with pytest.raises(BadRequestTarget) as err:
+        effective_method("POST", _headers(*headers), query)
+    assert err.value.code == "AMBIGUOUS_METHOD"
+
+
+def test_route_table_first_match_and_catch_all() -> None:
+    board = Route.build("board", ["GET", "HEAD"], ["/boards/{board_id}", "/spaces/{space_id}/boards/{board_id}"],
+                        ["/api/v1", "/api/latest"])
+    upload = Route.build("upload", ["PUT"], ["/cards/{card_id}/files"], ["/api/v1", "/api/latest"])
+    any_method = Route.build("anything", None, ["/cards/{card_id}/files"], ["/api/v1"])
+    table = RouteTable([board, upload, any_method], Route.build("catch_all", None, (), ()))
+    assert table.match("GET", "/api/latest/boards/7") == (board, {"board_id": "7"})
+    assert table.match("HEAD", "/API/V1/spaces/2/BOARDS/9") == (board, {"space_id": "2", "board_id": "9"})
+    assert table.match("PUT", "/api/latest/cards/5/files") == (upload, {"card_id": "5"})
+    assert table.match("POST", "/api/v1/cards/5/files") == (any_method, {"card_id": "5"})
+    route, params = table.match("POST", "/api/latest/cards/5/files")
+    assert route.name == "catch_all" and params == {}
+    assert table.match("GET", "/api/v1/boards/7/extra")[0].name == "catch_all"
+    assert table.match("GET", "/api/v2/boards/7")[0].name == "catch_all"
