@@ -24,7 +24,7 @@ from .proxy import ProxyCore
 from .rollout import Clock, clock_from_config
 from .routing import BadRequestTarget, Route, RouteTable, effective_method, normalise_target
 from .tenants import TenantResolver, canonical_host
-from .typedefs import CTX, Handler, RequestContext
+from .typedefs import CTX, REFUSAL, Handler, RequestContext
 
 __all__ = ("Gateway", "GatewayState", "build_state")
 
@@ -136,9 +136,11 @@ class Gateway:
             read_bufsize=256 * 1024,
         )
 
-    def _refuse(self, status: int, code: str, message: str) -> web.Response:
+    def _refuse(self, request: web.BaseRequest, status: int, code: str, message: str) -> web.Response:
         self.metrics.refused.labels(code).inc()
-        response = json_error(status, code, message, uuid.uuid4().hex)
+        rid = uuid.uuid4().hex
+        request[REFUSAL] = (code, rid)
+        response = json_error(status, code, message, rid)
         response.force_close()
         return response
 
@@ -148,7 +150,7 @@ class Gateway:
         headers = request.headers
         hosts = headers.getall("Host", ())
         if len(hosts) > 1:
-            return self._refuse(400, "BAD_HOST", "the request has more than one Host header")
+            return self._refuse(request, 400, "BAD_HOST", "the request has more than one Host header")
         host = hosts[0] if hosts else None
         try:
             target = normalise_target(request.raw_path)
@@ -156,10 +158,10 @@ class Gateway:
                 raise BadRequestTarget("BAD_REQUEST_TARGET", "the absolute-form request target names another host")
             method = effective_method(request.method, headers, target.query)
         except BadRequestTarget as err:
-            return self._refuse(400, err.code, err.message)
+            return self._refuse(request, 400, err.code, err.message)
         tenant = state.tenants.resolve(host)
         if tenant is None:
-            return self._refuse(421, "UNKNOWN_HOST", "this gateway serves no company at the requested host")
+            return self._refuse(request, 421, "UNKNOWN_HOST", "this gateway serves no company at the requested host")
         route, params = state.routes.match(method, target.path)
         ctx = RequestContext(time.monotonic(), tenant, route, dict(params), target.path, target.query, method)
         request[CTX] = ctx

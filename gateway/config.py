@@ -337,12 +337,17 @@ def parse_config(data: Any, source: str = "config") -> LoadedConfig:
     problems: list[str] = []
     chains: dict[str, tuple[tuple[str, BaseModel], ...]] = {}
 
-    def options_of(entries: Sequence[ChainEntry], where: list[int | str]) -> tuple[tuple[str, BaseModel], ...]:
+    global_names = [e.name for e in model.global_chain]
+
+    def options_of(
+        entries: Sequence[ChainEntry], where: list[int | str], outer: Sequence[str] = ()
+    ) -> tuple[tuple[str, BaseModel], ...]:
         parsed = []
-        names = [e.name for e in entries]
+        names = [*outer, *(e.name for e in entries)]
         for j, entry in enumerate(entries):
-            if names.count(entry.name) > 1:
-                problems.append(f"{_loc([*where, j])}: policy {entry.name!r} is listed twice in this chain")
+            if names.count(entry.name) > 1 and (entry.name in outer or names.index(entry.name) < len(outer) + j):
+                problems.append(f"{_loc([*where, j])}: policy {entry.name!r} is listed twice in this chain"
+                                + (" (it is in global_chain)" if entry.name in outer else ""))
             try:
                 parsed.append((entry.name, POLICIES[entry.name].options.model_validate(entry.options)))
             except ValidationError as err:
@@ -351,8 +356,8 @@ def parse_config(data: Any, source: str = "config") -> LoadedConfig:
 
     global_chain = options_of(model.global_chain, ["global_chain"])
     for i, route in enumerate(model.routes):
-        chains[route.name] = global_chain + options_of(route.chain, ["routes", i, "chain"])
-    chains["catch_all"] = global_chain + options_of(model.catch_all.chain, ["catch_all", "chain"])
+        chains[route.name] = global_chain + options_of(route.chain, ["routes", i, "chain"], global_names)
+    chains["catch_all"] = global_chain + options_of(model.catch_all.chain, ["catch_all", "chain"], global_names)
     if problems:
         raise ConfigError(problems, source)
     return LoadedConfig(model, chains, source)

@@ -17,7 +17,7 @@ from aiohttp.abc import AbstractAccessLogger
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from . import __version__
-from .typedefs import CTX
+from .typedefs import CTX, REFUSAL
 
 __all__ = ("AccessLogger", "Metrics", "token_fingerprint")
 
@@ -112,8 +112,11 @@ class AccessLogger(AbstractAccessLogger):
         ctx = request.get(CTX)
         metrics = self.metrics
         status = response.status
+        refusal = None
         if ctx is None:
-            route, method, path, upstream, rid = "none", request.method, None, None, None
+            refusal = request.get(REFUSAL)
+            route, method, path, upstream = "none", request.method, None, None
+            rid = refusal[1] if refusal else None
         else:
             metrics.in_flight.dec()
             route, method, path, upstream, rid = ctx.route.name, ctx.method, ctx.path, ctx.upstream_seconds, ctx.request_id
@@ -136,6 +139,8 @@ class AccessLogger(AbstractAccessLogger):
             "upstream_duration": round(upstream, 6) if upstream is not None else None,
             "client": token_fingerprint(request.headers.get("Authorization")),
         }
+        if refusal is not None:
+            record["refused"] = refusal[0]
         if ctx is not None:
             if ctx.method != request.method:
                 record["effective_method"] = ctx.method

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from .routing import Route
     from .tenants import Tenant
 
-__all__ = ("CTX", "Handler", "Middleware", "RequestContext")
+__all__ = ("CTX", "Handler", "Middleware", "REFUSAL", "RequestContext")
 
 Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 Middleware = Callable[[web.BaseRequest, Handler], Awaitable[web.StreamResponse]]
@@ -43,3 +43,5 @@ class RequestContext:
 
 
 CTX: web.RequestKey[RequestContext] = web.RequestKey("gateway_ctx", RequestContext)
+# (code, request id) of a request refused before routing, for the access log.
+REFUSAL: web.RequestKey[tuple[str, str]] = web.RequestKey("gateway_refusal", tuple)

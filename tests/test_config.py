@@ -83,6 +83,8 @@ def test_file_settings_defaults_follow_the_spec(created, restricted, forbid, exp
          "routes[0].chain[0].request_id.bogus: Extra inputs are not permitted"),
         (_with(global_chain=["request_id", "request_id"]), "global_chain[1]: policy 'request_id' is listed twice"),
         (_with(routes=[{"name": "r", "paths": ["/a"]}, {"name": "r", "paths": ["/b"]}]), "route name 'r' is used twice"),
+        (_with(routes=[{"name": "r", "paths": ["/a"], "chain": ["request_id"]}]),
+         "routes[0].chain[0]: policy 'request_id' is listed twice in this chain (it is in global_chain)"),
         (_with(rollout={"timezone": "Mars/Olympus"}), "rollout.timezone: unknown timezone 'Mars/Olympus'"),
     ],
 )

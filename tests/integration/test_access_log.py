@@ -1,0 +1,53 @@
+"""The access log and request metrics: one JSON line per request, nothing secret in it."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import aiohttp
+
+from tests.conftest import GatewayFactory, RecordingUpstream, make_config, raw_exchange
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+async def test_access_log_lines_and_redaction(upstream: RecordingUpstream, start_gateway: GatewayFactory) -> None:
+    gw = await start_gateway(make_config(upstream.url, access_log={"enabled": True}))
+    collect = _Collect()
+    logger = logging.getLogger("gateway.access")
+    logger.addHandler(collect)
+    try:
+        async with aiohttp.ClientSession() as client:
+            headers = {"Authorization": "Bearer very-secret-token", "Cookie": "session=cookie-secret"}
+            url = gw.url + "/api/v1/cards/abc/files/f1?redirect=true&signature=sig-secret&expires=99"
+            async with client.get(url, headers=headers) as resp:
+                assert resp.status == 200
+            async with client.post(gw.url + "/api/latest/boards/1", headers={"X-HTTP-Method-Override": "GET"}) as resp:
+                assert resp.status == 200
+        data = await raw_exchange(gw.port, b"GET /a%2fb?token=q-secret HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", timeout=1)
+        assert data.startswith(b"HTTP/1.1 400")
+    finally:
+        logger.removeHandler(collect)
+    records = [json.loads(line) for line in collect.lines]
+    assert len(records) == 3
+    first, second, refused = records
+    assert first["path"] == "/api/v1/cards/abc/files/f1"
+    assert first["status"] == 200 and first["tenant"] == "acme" and first["route"] == "catch_all"
+    assert len(first["client"]) == 12 and len(first["request_id"]) == 32
+    assert first["upstream_duration"] is not None and first["duration"] >= first["upstream_duration"]
+    assert second["route"] == "board" and second["method"] == "POST" and second["effective_method"] == "GET"
+    assert refused["refused"] == "BAD_PATH" and refused["status"] == 400 and refused["route"] == "none"
+    text = "\n".join(collect.lines)
+    for secret in ("very-secret-token", "Bearer", "cookie-secret", "sig-secret", "signature", "q-secret"):
+        assert secret not in text
+    assert gw.metrics.requests.labels("board", "GET", "2xx")._value.get() == 1  # the effective method
+    assert gw.metrics.refused.labels("BAD_PATH")._value.get() == 1
+    assert gw.metrics.in_flight._value.get() == 0
