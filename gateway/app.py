@@ -75,6 +75,7 @@ class Gateway:
         self._config = config
         self._state: GatewayState | None = None
         self.ready = False
+        self._access_logger: AccessLogger | None = None
 
     @property
     def state(self) -> GatewayState:
@@ -115,25 +116,26 @@ class Gateway:
         if self._own_session and self._session is not None:
             await self._session.close()
 
-    def access_logger_class(self) -> type[AccessLogger]:
+    def make_server(self) -> web.Server:
+        server = self._config.model.server
         logger_cls = type(
             "GatewayAccessLogger",
             (AccessLogger,),
             {"metrics": self.metrics, "write_lines": self._config.model.access_log.enabled},
         )
-        return logger_cls
-
-    def make_server(self) -> web.Server:
-        server = self._config.model.server
+        logger = configure_access_log(self._config.model.access_log.enabled)
+        self._access_logger = logger_cls(logger, "")
         return web.Server(
             self.handle,
-            access_log_class=self.access_logger_class(),
-            access_log=configure_access_log(self._config.model.access_log.enabled),
+            access_log_class=logger_cls,
+            access_log=logger,
             max_line_size=server.max_header_bytes,
             max_field_size=server.max_header_bytes,
             # Bodies pass through as sent: a gzip request body must reach the upstream still gzipped.
             auto_decompress=False,
             read_bufsize=256 * 1024,
+            # A client that goes away cancels its request, and with it the upstream request and connection.
+            handler_cancellation=True,
         )
 
     def _refuse(self, request: web.BaseRequest, status: int, code: str, message: str) -> web.Response:
@@ -169,9 +171,10 @@ class Gateway:
         try:
             return await state.handlers[route.name](request)
         except asyncio.CancelledError:
-            # aiohttp writes no access line for a cancelled handler: keep the in-flight gauge right.
-            self.metrics.in_flight.dec()
-            del request[CTX]
+            # aiohttp writes no access line for a cancelled handler (the client went away): write it here.
+            ctx.client_aborted = True
+            if self._access_logger is not None:
+                self._access_logger.log(request, web.Response(status=499), time.monotonic() - ctx.start)
             raise
         except Exception:
             log.exception("unhandled error on route %s (request id %s)", route.name, ctx.request_id)

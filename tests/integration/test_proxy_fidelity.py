@@ -332,3 +332,29 @@ async def test_keepalive_connection_serves_many_requests(gw, upstream) -> None:
     responses = parse_responses(data)
     assert [r[0] for r in responses] == [200, 200, 200, 200]
     assert len(upstream.received) == 4
+
+
+async def test_client_disconnect_while_waiting_cancels_the_upstream_request(gw, upstream) -> None:
+    cancelled = asyncio.Event()
+
+    async def responder(request, received):
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return web.Response(text="too late")
+
+    upstream.responder = responder
+    reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+    writer.write(b"GET /slow HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    await writer.drain()
+    await asyncio.wait_for(upstream.started.wait(), 3)
+    writer.transport.abort()
+    await asyncio.wait_for(cancelled.wait(), 3)
+    for _ in range(50):
+        if gw.metrics.in_flight._value.get() == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert gw.metrics.in_flight._value.get() == 0
+    assert gw.metrics.requests.labels("catch_all", "GET", "4xx")._value.get() == 1  # logged as 499
