@@ -106,10 +106,15 @@ class Gateway:
         self._state = build_state(self._config, self.proxy, self.clock, self.metrics)
         self.ready = True
 
-    def reload(self, config: LoadedConfig) -> None:
-        """Build everything from the new config first, then swap it in with one assignment."""
+    def reload(self, config: LoadedConfig) -> list[str]:
+        """Build everything from the new config first, then swap it in with one assignment.
+
+        Returns the sections that changed but only take effect on restart (listeners, upstream pool, access log).
+        """
         self._state = build_state(config, self.proxy, self.clock, self.metrics)
-        self._config = config
+        old, self._config = self._config.model, config
+        new = config.model
+        return [name for name in ("server", "upstream", "access_log") if getattr(old, name) != getattr(new, name)]
 
     async def close(self) -> None:
         self.ready = False

@@ -65,29 +65,51 @@ def _describe(config: LoadedConfig) -> str:
     return "\n".join(lines)
 
 
-async def _serve(config: LoadedConfig, listen: ListenAddress, admin_listen: ListenAddress) -> None:
+async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, admin_listen: ListenAddress,
+                 *, reuse_port: bool = False) -> None:
     gateway = Gateway(config)
     await gateway.start()
-    shutdown_timeout = config.model.server.shutdown_timeout
-    runner = web.ServerRunner(gateway.make_server(), shutdown_timeout=shutdown_timeout)
+    server = config.model.server
+    runner = web.ServerRunner(gateway.make_server(), shutdown_timeout=server.shutdown_timeout)
     admin_runner = web.AppRunner(make_admin_app(gateway), access_log=None)
     await runner.setup()
     await admin_runner.setup()
     try:
-        await web.TCPSite(runner, listen.host, listen.port, reuse_address=True).start()
-        await web.TCPSite(admin_runner, admin_listen.host, admin_listen.port, reuse_address=True).start()
+        await web.TCPSite(runner, listen.host, listen.port, reuse_address=True, reuse_port=reuse_port).start()
+        await web.TCPSite(admin_runner, admin_listen.host, admin_listen.port, reuse_address=True,
+                          reuse_port=reuse_port).start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, _reload, gateway, config_path)
         print(f"gateway {__version__} listening on http://{listen} (admin http://{admin_listen})", flush=True)
         await stop.wait()
-        log.info("stopping: finishing in-flight requests (up to %ss)", shutdown_timeout)
+        # Readiness turns 503 first, so load balancers stop sending before the listener closes.
         gateway.ready = False
+        log.info("stopping: draining for %ss, then finishing in-flight requests (up to %ss)",
+                 server.drain_delay, server.shutdown_timeout)
+        await asyncio.sleep(server.drain_delay)
     finally:
         await runner.cleanup()
         await admin_runner.cleanup()
         await gateway.close()
+
+
+def _reload(gateway: Gateway, config_path: str) -> None:
+    """SIGHUP: validate the file again and swap it in whole; a bad file leaves the running config in place."""
+    try:
+        config = load_config(config_path)
+        changed = gateway.reload(config)
+    except ConfigError as err:
+        gateway.metrics.config_reloads.labels("failure").inc()
+        log.error("reload refused, the running configuration stays: %s", err)
+        return
+    gateway.metrics.config_reloads.labels("success").inc()
+    gateway.metrics.config_last_reload.set_to_current_time()
+    log.info("configuration reloaded from %s", config_path)
+    if changed:
+        log.warning("reload does not apply %s: restart the gateway for them", ", ".join(changed))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -110,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     listen = args.listen or server.listen
     admin_listen = args.admin_listen or server.admin_listen
     try:
-        asyncio.run(_serve(config, listen, admin_listen))
+        asyncio.run(_serve(args.config, config, listen, admin_listen))
     except OSError as err:
         print(f"gateway: cannot listen: {err.strerror or err}", file=sys.stderr)
         return 1

@@ -128,7 +128,9 @@ class ServerConfig(_Model):
     admin_listen: Listen = Field(default_factory=lambda: ListenAddress("127.0.0.1", 9090))
     # Largest request line and header field the listener accepts (aiohttp's max_line_size / max_field_size).
     max_header_bytes: int = Field(default=16384, ge=1024, le=1 << 20)
-    # How long a stopping gateway waits for in-flight requests.
+    # On SIGTERM: readiness answers 503 for this long before the listener stops accepting.
+    drain_delay: float = Field(default=0.0, ge=0, le=600)
+    # Then, how long in-flight requests may take to finish.
     shutdown_timeout: float = Field(default=30.0, gt=0, le=3600)
     # Trust the client's X-Forwarded-Proto/Host (only behind a trusted load balancer).
     trust_forwarded_headers: bool = False

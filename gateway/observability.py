@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from . import __version__
 from .typedefs import CTX, REFUSAL
@@ -68,8 +68,18 @@ class Metrics:
             "gateway_rollout_phase", "1 for the phase in force now per tenant and dated behaviour, 0 for the others.",
             ("tenant", "behaviour", "phase"), registry=r,
         )
-        self.build_info = Info("gateway_build", "Version of the running gateway.", registry=r)
-        self.build_info.info({"version": __version__})
+        self.config_reloads = Counter(
+            "gateway_config_reloads", "Configuration reloads (SIGHUP), by result (success, failure).", ("result",),
+            registry=r,
+        )
+        self.config_last_reload = Gauge(
+            "gateway_config_last_reload_success_timestamp_seconds",
+            "When the configuration was last loaded successfully (start-up or reload).", registry=r,
+        )
+        self.config_last_reload.set_to_current_time()
+        # A gauge rather than an Info: it also works in prometheus-client's multiprocess mode.
+        self.build_info = Gauge("gateway_build_info", "Always 1; the version is a label.", ("version",), registry=r)
+        self.build_info.labels(__version__).set(1)
         self._request_children: dict[tuple[str, str, str], Any] = {}
         self._duration_children: dict[str, Any] = {}
         self._upstream_children: dict[str, Any] = {}

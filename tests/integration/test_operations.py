@@ -1,0 +1,127 @@
+"""Operating a gateway process: reload on SIGHUP, drain and finish in-flight requests on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import RecordingUpstream, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Proc:
+    def __init__(self, proc: subprocess.Popen[bytes], port: int, admin: int, config_path: Path, log: Path) -> None:
+        self.proc, self.port, self.admin, self.config_path, self.log = proc, port, admin, config_path, log
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        async with aiohttp.ClientSession() as client, client.get(f"http://127.0.0.1:{self.admin}/metrics") as resp:
+            text = await resp.text()
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def _config(upstream: str, port: int, admin: int, **server: Any) -> dict[str, Any]:
+    return {
+        "server": {"listen": f"127.0.0.1:{port}", "admin_listen": f"127.0.0.1:{admin}", **server},
+        "tenants": [{"name": "t", "hosts": ["127.0.0.1"], "upstream": upstream}],
+    }
+
+
+@pytest.fixture
+async def gateway_process(upstream: RecordingUpstream, tmp_path: Path) -> AsyncIterator[Proc]:
+    port, admin = free_port(), free_port()
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump(_config(upstream.url, port, admin, drain_delay=0.5, shutdown_timeout=5)))
+    log = tmp_path / "g.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(path)], cwd=ROOT,
+                                stdout=out, stderr=subprocess.STDOUT)
+    item = Proc(proc, port, admin, path, log)
+    for _ in range(100):
+        try:
+            async with aiohttp.ClientSession() as c, c.get(f"http://127.0.0.1:{admin}/readyz") as r:
+                if r.status == 200:
+                    break
+        except aiohttp.ClientError:
+            await asyncio.sleep(0.1)
+    yield item
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(5)
+
+
+async def _wait_for(predicate, timeout: float = 5.0) -> None:
+    for _ in range(int(timeout / 0.05)):
+        if await predicate():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+async def test_sighup_reload_applies_a_valid_config_and_keeps_the_old_on_error(gateway_process: Proc,
+                                                                                upstream: RecordingUpstream) -> None:
+    p = gateway_process
+    async with aiohttp.ClientSession() as client:
+        async with client.get(p.url + "/x", headers={"Host": "new.test"}) as resp:
+            assert resp.status == 421
+        config = yaml.safe_load(p.config_path.read_text())
+        config["tenants"][0]["hosts"].append("new.test")
+        p.config_path.write_text(yaml.safe_dump(config))
+        p.proc.send_signal(signal.SIGHUP)
+
+        async def reloaded() -> bool:
+            return (await p.metrics()).get(("gateway_config_reloads_total", (("result", "success"),))) == 1.0
+
+        await _wait_for(reloaded)
+        async with client.get(p.url + "/x", headers={"Host": "new.test"}) as resp:
+            assert resp.status == 200
+
+        p.config_path.write_text("tenants: []\n")
+        p.proc.send_signal(signal.SIGHUP)
+
+        async def refused() -> bool:
+            return (await p.metrics()).get(("gateway_config_reloads_total", (("result", "failure"),))) == 1.0
+
+        await _wait_for(refused)
+        async with client.get(p.url + "/x", headers={"Host": "new.test"}) as resp:
+            assert resp.status == 200
+    assert "reload refused" in p.log.read_text() and "tenants: List should have at least 1 item" in p.log.read_text()
+
+
+async def test_sigterm_drains_then_finishes_in_flight_requests(gateway_process: Proc, upstream: RecordingUpstream) -> None:
+    p = gateway_process
+
+    async def responder(request: web.BaseRequest, received) -> web.StreamResponse:
+        await asyncio.sleep(1.0)
+        return web.Response(text="finished")
+
+    upstream.responder = responder
+    async with aiohttp.ClientSession() as client:
+        in_flight = asyncio.create_task(client.get(p.url + "/slow"))
+        await asyncio.wait_for(upstream.started.wait(), 5)
+        p.proc.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.2)
+        async with client.get(f"http://127.0.0.1:{p.admin}/readyz") as resp:
+            assert resp.status == 503
+        resp = await in_flight
+        assert resp.status == 200
+        assert await resp.text() == "finished"
+        resp.release()
+    loop = asyncio.get_running_loop()
+    assert await loop.run_in_executor(None, p.proc.wait, 10) == 0
