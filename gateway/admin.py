@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 if TYPE_CHECKING:
     from .app import Gateway
@@ -17,7 +19,13 @@ _GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway")
 
 async def _metrics(request: web.Request) -> web.Response:
     gateway = request.app[_GATEWAY]
-    body = generate_latest(gateway.metrics.registry)
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Several workers: every worker's values, read from the shared directory (any worker may answer).
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+        body = generate_latest(registry)
+    else:
+        body = generate_latest(gateway.metrics.registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

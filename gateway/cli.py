@@ -14,6 +14,7 @@ from aiohttp import web
 from . import __version__
 from .admin import make_admin_app
 from .app import Gateway
+from .workers import supervise
 from .config import ConfigError, ListenAddress, LoadedConfig, _parse_listen, load_config
 
 __all__ = ("main",)
@@ -40,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--listen", type=_listen, help="override server.listen (host:port)")
     serve.add_argument("--admin-listen", type=_listen, help="override server.admin_listen (host:port)")
     serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    serve.add_argument("--workers", type=int, default=1, help="worker processes sharing the port (default 1)")
+    serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     check = sub.add_parser("check-config", help="validate a configuration file and print its routes")
     check.add_argument("config", help="configuration file")
     return parser
@@ -131,8 +134,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     server = config.model.server
     listen = args.listen or server.listen
     admin_listen = args.admin_listen or server.admin_listen
+    if not 1 <= args.workers <= 64:
+        print("gateway: --workers must be between 1 and 64", file=sys.stderr)
+        return 2
+    if args.workers > 1:
+        worker_argv = ["serve", "--config", args.config, "--listen", str(listen), "--admin-listen", str(admin_listen),
+                       "--log-level", args.log_level, "--reuse-port"]
+        return supervise(args.workers, worker_argv, server.drain_delay + server.shutdown_timeout)
     try:
-        asyncio.run(_serve(args.config, config, listen, admin_listen))
+        asyncio.run(_serve(args.config, config, listen, admin_listen, reuse_port=args.reuse_port))
     except OSError as err:
         print(f"gateway: cannot listen: {err.strerror or err}", file=sys.stderr)
         return 1

@@ -48,7 +48,9 @@ class Metrics:
             "gateway_upstream_errors", "Upstream failures, by kind (connect, timeout, reset, other).",
             ("kind",), registry=r,
         )
-        self.in_flight = Gauge("gateway_requests_in_flight", "Requests being handled now.", registry=r)
+        self.in_flight = Gauge(
+            "gateway_requests_in_flight", "Requests being handled now.", registry=r, multiprocess_mode="livesum"
+        )
         self.refused = Counter(
             "gateway_refused_requests", "Requests refused before routing, by reason code.", ("code",), registry=r,
         )
@@ -66,7 +68,7 @@ class Metrics:
         )
         self.rollout_phase = Gauge(
             "gateway_rollout_phase", "1 for the phase in force now per tenant and dated behaviour, 0 for the others.",
-            ("tenant", "behaviour", "phase"), registry=r,
+            ("tenant", "behaviour", "phase"), registry=r, multiprocess_mode="livemax",
         )
         self.config_reloads = Counter(
             "gateway_config_reloads", "Configuration reloads (SIGHUP), by result (success, failure).", ("result",),
@@ -75,10 +77,14 @@ class Metrics:
         self.config_last_reload = Gauge(
             "gateway_config_last_reload_success_timestamp_seconds",
             "When the configuration was last loaded successfully (start-up or reload).", registry=r,
+            multiprocess_mode="livemax",
         )
         self.config_last_reload.set_to_current_time()
         # A gauge rather than an Info: it also works in prometheus-client's multiprocess mode.
-        self.build_info = Gauge("gateway_build_info", "Always 1; the version is a label.", ("version",), registry=r)
+        self.build_info = Gauge(
+            "gateway_build_info", "Always 1; the version is a label.", ("version",), registry=r,
+            multiprocess_mode="livemax",
+        )
         self.build_info.labels(__version__).set(1)
         self._request_children: dict[tuple[str, str, str], Any] = {}
         self._duration_children: dict[str, Any] = {}

@@ -125,3 +125,45 @@ async def test_sigterm_drains_then_finishes_in_flight_requests(gateway_process: 
         resp.release()
     loop = asyncio.get_running_loop()
     assert await loop.run_in_executor(None, p.proc.wait, 10) == 0
+
+
+async def test_two_workers_share_the_port_and_aggregate_metrics(upstream: RecordingUpstream, tmp_path: Path) -> None:
+    port, admin = free_port(), free_port()
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump(_config(upstream.url, port, admin)))
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(path), "--workers", "2"],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = Proc(proc, port, admin, path, tmp_path / "unused.log")
+    try:
+        async def ready() -> bool:
+            try:
+                return ("gateway_build_info", (("version", "0.1.0"),)) in await p.metrics()
+            except aiohttp.ClientError:
+                return False
+
+        await _wait_for(ready, 15)
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert len(children) == 2
+        async with aiohttp.ClientSession() as client:
+            for _ in range(40):
+                # A new connection each time, so the kernel spreads them over both workers.
+                async with client.get(p.url + "/w", headers={"Connection": "close"}) as resp:
+                    assert resp.status == 200
+        metrics = await p.metrics()
+        total = metrics[("gateway_requests_total", (("method", "GET"), ("route", "catch_all"), ("status_class", "2xx")))]
+        assert total == 40.0
+        proc.send_signal(signal.SIGHUP)
+
+        async def both_reloaded() -> bool:
+            return (await p.metrics()).get(("gateway_config_reloads_total", (("result", "success"),))) == 2.0
+
+        await _wait_for(both_reloaded, 10)
+        proc.send_signal(signal.SIGTERM)
+        loop = asyncio.get_running_loop()
+        assert await loop.run_in_executor(None, proc.wait, 20) == 0
+        for child in children:
+            assert not Path(f"/proc/{child}").exists() or "zombie" in Path(f"/proc/{child}/status").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
