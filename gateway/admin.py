@@ -58,6 +58,16 @@ async def _config(request: web.Request) -> web.Response:
     return web.json_response({"source": state.config.source, "config": _redacted(state.config.model), "routes": routes})
 
 
+async def _deprecations(request: web.Request) -> web.Response:
+    try:
+        top = int(request.query.get("top", "20"))
+        if not 1 <= top <= 1000:
+            raise ValueError
+    except ValueError:
+        return web.json_response({"code": "BAD_QUERY", "message": "top must be an integer from 1 to 1000"}, status=400)
+    return web.json_response(request.app[_GATEWAY].usage.report(top))
+
+
 def make_admin_app(gateway: Gateway) -> web.Application:
     app = web.Application()
     app[_GATEWAY] = gateway
@@ -65,4 +75,5 @@ def make_admin_app(gateway: Gateway) -> web.Application:
     app.router.add_get("/livez", _livez)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/config", _config)
+    app.router.add_get("/deprecations", _deprecations)
     return app

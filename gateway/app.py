@@ -24,6 +24,7 @@ from .proxy import ProxyCore
 from .rollout import Clock, clock_from_config
 from .routing import BadRequestTarget, Route, RouteTable, effective_method, normalise_target
 from .tenants import TenantResolver, canonical_host
+from .usage import UsageTracker
 from .typedefs import CTX, REFUSAL, Handler, RequestContext
 
 __all__ = ("Gateway", "GatewayState", "build_state")
@@ -76,6 +77,8 @@ class Gateway:
         self._state: GatewayState | None = None
         self.ready = False
         self._access_logger: AccessLogger | None = None
+        usage = config.model.usage
+        self.usage = UsageTracker(window_seconds=usage.window_seconds, max_clients=usage.max_clients)
 
     @property
     def state(self) -> GatewayState:
@@ -126,7 +129,7 @@ class Gateway:
         logger_cls = type(
             "GatewayAccessLogger",
             (AccessLogger,),
-            {"metrics": self.metrics, "write_lines": self._config.model.access_log.enabled},
+            {"metrics": self.metrics, "usage": self.usage, "write_lines": self._config.model.access_log.enabled},
         )
         logger = configure_access_log(self._config.model.access_log.enabled)
         self._access_logger = logger_cls(logger, "")

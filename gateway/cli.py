@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import signal
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 
 from aiohttp import web
@@ -45,6 +48,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     check = sub.add_parser("check-config", help="validate a configuration file and print its routes")
     check.add_argument("config", help="configuration file")
+    usage = sub.add_parser("usage", help="who still uses deprecated behaviour (reads a running gateway's admin port)")
+    usage.add_argument("--admin", default="http://127.0.0.1:9090", help="admin base URL (default: %(default)s)")
+    usage.add_argument("--top", type=int, default=10, help="clients per behaviour (default: %(default)s)")
+    usage.add_argument("--json", action="store_true", help="print the raw JSON")
     return parser
 
 
@@ -115,8 +122,31 @@ def _reload(gateway: Gateway, config_path: str) -> None:
         log.warning("reload does not apply %s: restart the gateway for them", ", ".join(changed))
 
 
+def _usage(admin: str, top: int, raw: bool) -> int:
+    url = f"{admin.rstrip('/')}/deprecations?top={top}"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            report = json.loads(resp.read())
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        print(f"gateway: cannot read {url}: {getattr(err, 'reason', err)}", file=sys.stderr)
+        return 1
+    if raw:
+        print(json.dumps(report, indent=2))
+        return 0
+    if not report:
+        print("no deprecated behaviour used in the window")
+    for policy, data in report.items():
+        decisions = ", ".join(f"{k} {v}" for k, v in sorted(data["by_decision"].items()))
+        print(f"{policy}: {data['requests']} requests in the last {data['window_seconds']:.0f}s ({decisions})")
+        for row in data["top_clients"]:
+            print(f"  {row['requests']:>8}  client {row['client'] or '-':<12}  {row['user_agent'] or '-'}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "usage":
+        return _usage(args.admin, args.top, args.json)
     if args.command == "check-config":
         try:
             config = load_config(args.config)

@@ -148,6 +148,12 @@ class AccessLogConfig(_Model):
     enabled: bool = True
 
 
+class UsageConfig(_Model):
+    # "Who still uses deprecated behaviour" (admin /deprecations): the window and the clients kept per bucket.
+    window_seconds: float = Field(default=3600.0, ge=60, le=7 * 86400)
+    max_clients: int = Field(default=1000, ge=10, le=100_000)
+
+
 class TenantConfig(_Model):
     name: str = Field(pattern=_NAME_RE)
     hosts: list[str] = Field(min_length=1)
@@ -250,6 +256,7 @@ class GatewayConfig(_Model):
     server: ServerConfig = ServerConfig()
     upstream: UpstreamConfig = UpstreamConfig()
     access_log: AccessLogConfig = AccessLogConfig()
+    usage: UsageConfig = UsageConfig()
     rollout: RolloutConfig = RolloutConfig()
     tenants: list[TenantConfig] = Field(min_length=1)
     default_tenant: str | None = None

@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from . import __version__
 from .typedefs import CTX, REFUSAL
+from .usage import UsageTracker
 
 __all__ = ("AccessLogger", "Metrics", "token_fingerprint")
 
@@ -122,6 +123,7 @@ class AccessLogger(AbstractAccessLogger):
     """
 
     metrics: Metrics
+    usage: UsageTracker | None = None
     write_lines = True
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time_taken: float) -> None:
@@ -139,6 +141,9 @@ class AccessLogger(AbstractAccessLogger):
             if ctx.client_aborted:
                 status = 499
         metrics.observe_request(route, method, status, time_taken, upstream)
+        client = token_fingerprint(request.headers.get("Authorization"))
+        if ctx is not None and ctx.decisions and self.usage is not None:
+            self.usage.record(ctx.decisions, client, request.headers.get("User-Agent"))
         if not self.write_lines:
             return
         record = {
@@ -153,7 +158,7 @@ class AccessLogger(AbstractAccessLogger):
             "bytes_out": response.body_length,
             "duration": round(time_taken, 6),
             "upstream_duration": round(upstream, 6) if upstream is not None else None,
-            "client": token_fingerprint(request.headers.get("Authorization")),
+            "client": client,
         }
         if refusal is not None:
             record["refused"] = refusal[0]

@@ -18,7 +18,9 @@ __all__ = ["main", "parse_args"]
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m sandbox", description="Simulated upstream work-management service.")
+    parser = argparse.ArgumentParser(
+        prog="python -m sandbox", description="Simulated upstream work-management service."
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8081, help="0 picks a free port")
     parser.add_argument("--token", action="append", dest="tokens", metavar="TOKEN",

@@ -8,7 +8,14 @@ import time
 
 from aiohttp import web
 
-from sandbox.signing import SIGNED_FILES_PATH, Disposition, LinkRejected, content_disposition, default_disposition, verify_link
+from sandbox.signing import (
+    SIGNED_FILES_PATH,
+    Disposition,
+    LinkRejected,
+    content_disposition,
+    default_disposition,
+    verify_link,
+)
 from sandbox.state import SETTINGS, STORE
 from sandbox.store import StoredContent
 from sandbox.views import PUBLIC_FILES_PATH

@@ -68,3 +68,6 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status < 400:
             raise
         return ApiError(exc.status, exc.reason, "json").response()
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return ApiError(500, "Internal sandbox error", "json").response()

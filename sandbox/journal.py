@@ -24,7 +24,7 @@ _DRAIN_CHUNK = 64 * 1024
 
 def _headers(request: web.Request) -> list[list[str]]:
     """Headers as received (order, case, repeats), secrets replaced."""
-    pairs = []
+    pairs: list[list[str]] = []
     for raw_name, raw_value in request.raw_headers:
         name = raw_name.decode("latin-1")
         value = raw_value.decode("utf-8", "backslashreplace")
@@ -35,12 +35,16 @@ def _headers(request: web.Request) -> list[list[str]]:
 async def _drain(request: web.Request, tap: BodyTap, cap: int) -> None:
     """Hash whatever body the handler left unread, up to ``cap`` bytes in all."""
     content = request.content
-    while tap.length < cap:
-        chunk = await content.read(min(_DRAIN_CHUNK, cap - tap.length))
-        if not chunk:
-            return
-        tap.feed(chunk)
-    if await content.read(1):
+    try:
+        while tap.length < cap:
+            chunk = await content.read(min(_DRAIN_CHUNK, cap - tap.length))
+            if not chunk:
+                return
+            tap.feed(chunk)
+        if await content.read(1):
+            tap.truncated = True
+    except Exception:
+        # A broken or abandoned body must not turn the answer into an error.
         tap.truncated = True
 
 

@@ -73,7 +73,7 @@ def content_of(data: bytes) -> StoredContent:
 
 
 def _board(store: Store, board_id: int, title: str, *, private: bool = False, **overrides: object) -> Board:
-    rng = store.random()
+    rng = store.rng()
     created = _BASE_TIME - timedelta(days=30 - board_id)
     values: dict[str, object] = dict(
         id=board_id,
@@ -127,14 +127,14 @@ def _lanes(store: Store, board: Board, titles: list[str]) -> None:
 
 
 def _card_title(store: Store, card_id: int) -> str:
-    rng = store.random()
+    rng = store.rng()
     if card_id % 10 == 3:
         return f"{_UNICODE_TITLES[(card_id // 10) % len(_UNICODE_TITLES)]} #{card_id}"
     return f"{rng.choice(_WORDS)} {rng.choice(_OBJECTS)} #{card_id}"
 
 
 def _seed_cards(store: Store, board: Board) -> None:
-    rng = store.random()
+    rng = store.rng()
     for card_id in range(1, SEEDED_CARD_COUNT + 1):
         created = _BASE_TIME + timedelta(minutes=card_id)
         column = board.columns[rng.randrange(len(board.columns))]

@@ -218,7 +218,7 @@ class Store:
     def new_uid(self) -> str:
         return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
 
-    def random(self) -> random.Random:
+    def rng(self) -> random.Random:
         return self._rng
 
     # -- seeding helpers ---------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
 import sys
@@ -167,3 +168,47 @@ async def test_two_workers_share_the_port_and_aggregate_metrics(upstream: Record
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
+
+
+async def test_deprecations_endpoint_and_usage_command(upstream: RecordingUpstream, start_gateway) -> None:
+    from gateway.admin import make_admin_app
+    from tests.conftest import make_config
+    from gateway.typedefs import CTX
+
+    gw = await start_gateway(make_config(upstream.url))
+    runner = web.AppRunner(make_admin_app(gw.gateway))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    admin = f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+    # Stand-in for a deprecation policy: record a decision the way policies do.
+    async def decide(request, handler):
+        request[CTX].decisions["some_deprecation"] = "allowed"
+        return await handler(request)
+
+    state = gw.gateway.state
+    inner = state.handlers["catch_all"]
+    state.handlers["catch_all"] = lambda request: decide(request, inner)
+    try:
+        async with aiohttp.ClientSession() as client:
+            for token in ("tok-a", "tok-a", "tok-b"):
+                async with client.get(gw.url + "/x", headers={"Authorization": f"Bearer {token}",
+                                                               "User-Agent": "old-sdk/1.2"}) as resp:
+                    assert resp.status == 200
+            async with client.get(admin + "/deprecations?top=5") as resp:
+                report = await resp.json()
+            async with client.get(admin + "/deprecations?top=0") as resp:
+                assert resp.status == 400
+        data = report["some_deprecation"]
+        assert data["requests"] == 3 and data["by_decision"] == {"allowed": 3}
+        assert [row["requests"] for row in data["top_clients"]] == [2, 1]
+        assert "tok-a" not in json.dumps(report)
+        loop = asyncio.get_running_loop()
+        out = await loop.run_in_executor(None, lambda: subprocess.run(
+            [sys.executable, "-m", "gateway", "usage", "--admin", admin], cwd=ROOT, capture_output=True, text=True,
+            timeout=20))
+        assert out.returncode == 0, out.stderr
+        assert "some_deprecation: 3 requests" in out.stdout and "old-sdk/1.2" in out.stdout
+    finally:
+        await runner.cleanup()
