@@ -132,8 +132,10 @@ class ProxyCore:
             body = None
         started = time.monotonic()
         try:
+            # The classified (effective) method, not the request line's: an upstream that ignores a method override
+            # must not act on a method whose route chain the request never went through.
             upstream = await self.session.request(
-                request.method, url, headers=headers, data=body, allow_redirects=False, auto_decompress=False
+                ctx.method, url, headers=headers, data=body, allow_redirects=False, auto_decompress=False
             )
         except (aiohttp.ClientError, asyncio.TimeoutError) as err:
             if ctx.client_aborted:

@@ -138,6 +138,9 @@ def effective_method(method: str, headers: CIMultiDictProxy[str], query: str) ->
     (override,) = overrides
     if not _TOKEN_RE.fullmatch(override):
         raise BadRequestTarget("AMBIGUOUS_METHOD", "the method override is not a valid method name")
+    if override in ("HEAD", "CONNECT") and override != method:
+        # The upstream receives the effective method: a HEAD answer has no body for the client's non-HEAD request.
+        raise BadRequestTarget("AMBIGUOUS_METHOD", f"a method override to {override} is not accepted")
     return override
 
 

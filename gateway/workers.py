@@ -37,7 +37,8 @@ def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float)
         signal.signal(sig, on_signal)
 
     def start() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(command, env=env)
+        # A worker ignores SIGHUP until its own handler is installed: a reload during start-up must not kill it.
+        return subprocess.Popen(command, env=env, preexec_fn=_ignore_sighup)
 
     procs = [start() for _ in range(workers)]
     last_restart = 0.0
@@ -82,6 +83,10 @@ def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float)
                 proc.kill()
         if own_dir:
             shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _ignore_sighup() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 def _mark_dead(pid: int, metrics_dir: str) -> None:

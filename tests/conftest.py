@@ -235,3 +235,79 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+# --- Helpers for the legacy upload guard's tests (unit, integration and the adversarial corpus) ---------------------
+
+GUARD_OPTIONS: dict[str, dict[str, Any]] = {
+    "legacy_card_file_upload": {"detect": "route", "successor": "/api/v1/cards/{card_id}/files"},
+    "legacy_comment_create": {
+        "detect": "file_parts", "successor": "/api/v1/cards/{card_id}/comments/{comment_uid}/files",
+    },
+    "legacy_comment_update": {
+        "detect": "file_parts", "successor": "/api/v1/cards/{card_id}/comments/{comment_id}/files",
+    },
+}
+
+
+def guarded_routes(**options: Any) -> list[dict[str, Any]]:
+    """BASE_CONFIG's routes with ``legacy_upload_guard`` on the deprecated ones, plus the restricted file routes."""
+    routes: list[dict[str, Any]] = copy.deepcopy(BASE_CONFIG["routes"])
+    for route in routes:
+        if route["name"] in GUARD_OPTIONS:
+            route["chain"] = [{"legacy_upload_guard": {**GUARD_OPTIONS[route["name"]], **options}}]
+    routes += [
+        {"name": "card_file", "methods": ["GET", "HEAD", "PATCH", "DELETE"], "paths": ["/cards/{card_uid}/files/{file_id}"]},
+        {"name": "comment_file_upload", "methods": ["POST"], "paths": ["/cards/{card_uid}/comments/{comment_uid}/files"]},
+        {"name": "property_file_upload", "methods": ["POST"],
+         "paths": ["/cards/{card_uid}/custom-properties/{property_uid}/files"]},
+    ]
+    return routes
+
+
+def multipart_body(parts: list[tuple[list[str], bytes]], boundary: str, *, close: bytes = b"--\r\n") -> bytes:
+    """A multipart body from (header lines, content) pairs, written exactly as given (CRLF line ends)."""
+    out = bytearray()
+    for headers, content in parts:
+        out += f"--{boundary}\r\n".encode()
+        for line in headers:
+            out += line.encode("utf-8") + b"\r\n"
+        out += b"\r\n" + content + b"\r\n"
+    out += f"--{boundary}".encode() + close
+    return bytes(out)
+
+
+class _CountingServer(web.Server):
+    """An aiohttp low-level server that counts the TCP connections it accepted."""
+
+    accepted = 0
+
+    def connection_made(self, handler: Any, transport: asyncio.Transport) -> None:
+        self.accepted += 1
+        super().connection_made(handler, transport)
+
+
+@dataclass
+class CountingUpstream(RecordingUpstream):
+    """A RecordingUpstream that also counts connections: a refused request must not even open one."""
+
+    server: _CountingServer | None = None
+
+    @property
+    def connections(self) -> int:
+        return self.server.accepted if self.server is not None else 0
+
+
+@pytest.fixture
+async def counting_upstream() -> AsyncIterator[CountingUpstream]:
+    recorder = CountingUpstream()
+    server = _CountingServer(recorder.handle, auto_decompress=False)
+    recorder.server = server
+    runner = web.ServerRunner(server, shutdown_timeout=1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    recorder.port = runner.addresses[0][1]
+    recorder.url = f"http://127.0.0.1:{recorder.port}"
+    yield recorder
+    await runner.cleanup()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -132,17 +133,25 @@ async def test_two_workers_share_the_port_and_aggregate_metrics(upstream: Record
     port, admin = free_port(), free_port()
     path = tmp_path / "w.yaml"
     path.write_text(yaml.safe_dump(_config(upstream.url, port, admin)))
+    metrics_dir = tmp_path / "metrics"
+    metrics_dir.mkdir()
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
     proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(path), "--workers", "2"],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     p = Proc(proc, port, admin, path, tmp_path / "unused.log")
     try:
-        async def ready() -> bool:
+        async def both_started() -> bool:
+            # Each worker writes its own gauge file once its metrics exist (just before it listens).
+            pids = {f.stem.rsplit("_", 1)[-1] for f in metrics_dir.glob("gauge_live*_*.db")}
+            if len(pids) < 2:
+                return False
             try:
                 return ("gateway_build_info", (("version", "0.1.0"),)) in await p.metrics()
             except aiohttp.ClientError:
                 return False
 
-        await _wait_for(ready, 15)
+        await _wait_for(both_started, 20)
+        await asyncio.sleep(0.3)  # the second worker's listener and signal handlers follow its metrics
         children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
         assert len(children) == 2
         async with aiohttp.ClientSession() as client:

@@ -1,0 +1,366 @@
+"""An incremental, bounded reader of multipart/form-data part headers: does a body carry a file part?
+
+Pure: no I/O and no aiohttp, so every rule is unit-testable byte by byte. It is strict on purpose. The gateway does
+not parse the body for the upstream, it only decides whether the upstream could see a file in it, so anything two
+common multipart parsers could read differently is reported as ``Ambiguous`` instead of guessed. The rules are
+listed in docs/policies/legacy_upload_guard.md.
+
+Memory stays bounded whatever the body size: the sniffer keeps at most one part's header block
+(``max_header_bytes``) or a delimiter's length of a part body.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = (
+    "Ambiguous",
+    "Boundary",
+    "MalformedValue",
+    "MediaType",
+    "MultipartSniffer",
+    "Verdict",
+    "form_data_boundary",
+    "parse_media_type",
+    "parse_parameters",
+)
+
+_TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_TOKEN_RE = re.compile(_TOKEN)
+# qdtext without the backslash: a quoted-pair is refused, because parsers disagree on whether it escapes.
+_QUOTED = r'"[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]*"'
+_PARAM_RE = re.compile(rf"[ \t]*;[ \t]*(?:({_TOKEN})=({_TOKEN}|{_QUOTED}))?")
+_MEDIA_TYPE_RE = re.compile(rf"[ \t]*({_TOKEN})/({_TOKEN})")
+# Part header lines: a field name, a colon, a value without control characters (obs-text is allowed: browsers
+# send UTF-8 file names raw).
+_HEADER_LINE_RE = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):([\t \x21-\x7e\x80-\xff]*)")
+_BARE_LF_RE = re.compile(rb"(?<!\r)\n|\r(?!\n)")
+# RFC 2046 allows more (space, quotes, parentheses, comma, colon, '=', '?', '/'), but a parser that splits the
+# parameter on one of them would find another, shorter delimiter: only characters no parser splits on are accepted.
+_BOUNDARY_RE = re.compile(r"[0-9A-Za-z_.+\-]{1,70}")
+
+_CRLF = b"\r\n"
+
+
+class MalformedValue(ValueError):
+    """A header value that does not follow its grammar."""
+
+
+class Ambiguous(Exception):
+    """A body (or its headers) that parsers could read differently; ``rule`` is a stable name for it."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+        self.message = message
+
+
+class Verdict(enum.Enum):
+    NEED_MORE = "need_more"
+    FILE = "file"
+    NO_FILE = "no_file"
+
+
+@dataclass(frozen=True, slots=True)
+class MediaType:
+    type: str  # lower-cased
+    subtype: str  # lower-cased
+    params: tuple[tuple[str, str, bool], ...]  # (lower-cased name, value without quotes, was quoted)
+
+    @property
+    def essence(self) -> str:
+        return f"{self.type}/{self.subtype}"
+
+
+def parse_parameters(text: str, pos: int = 0) -> tuple[tuple[str, str, bool], ...]:
+    """``*( OWS ";" OWS [ name "=" ( token / quoted-string ) ] )`` from ``pos`` to the end, or MalformedValue."""
+    params: list[tuple[str, str, bool]] = []
+    end = len(text.rstrip(" \t"))
+    while pos < end:
+        m = _PARAM_RE.match(text, pos)
+        if m is None or m.end() > end:
+            raise MalformedValue(f"cannot parse the parameters at {text[pos:pos + 40]!r}")
+        pos = m.end()
+        if m.group(1) is None:
+            continue
+        value = m.group(2)
+        quoted = value.startswith('"')
+        params.append((m.group(1).lower(), value[1:-1] if quoted else value, quoted))
+    return tuple(params)
+
+
+def parse_media_type(value: str) -> MediaType:
+    """RFC 9110 ``media-type`` (type/subtype and parameters), strictly: no comments, no lists, no escapes."""
+    m = _MEDIA_TYPE_RE.match(value)
+    if m is None:
+        raise MalformedValue(f"not a media type: {value[:60]!r}")
+    return MediaType(m.group(1).lower(), m.group(2).lower(), parse_parameters(value, m.end()))
+
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    value: bytes
+    quoted: bool
+
+    @property
+    def delimiter(self) -> bytes:
+        return b"--" + self.value
+
+    @property
+    def alternates(self) -> tuple[bytes, ...]:
+        # A parser that keeps the quotes of a quoted boundary looks for another delimiter: it must not occur either.
+        return (b'--"' + self.value,) if self.quoted else ()
+
+
+def form_data_boundary(media: MediaType) -> Boundary:
+    """The boundary of a ``multipart/form-data`` media type, or Ambiguous when parsers could disagree on it."""
+    if media.essence != "multipart/form-data":
+        raise Ambiguous("multipart_subtype", f"only multipart/form-data is accepted here, not {media.essence}")
+    names = [name for name, _, _ in media.params]
+    if len(set(names)) != len(names):
+        rule = "duplicate_boundary" if names.count("boundary") > 1 else "duplicate_parameter"
+        raise Ambiguous(rule, "the Content-Type repeats a parameter")
+    if any(name.startswith("boundary") and name != "boundary" for name in names):
+        raise Ambiguous("boundary_parameter", "the Content-Type has an extended or misspelled boundary parameter")
+    found = [(value, quoted) for name, value, quoted in media.params if name == "boundary"]
+    if not found:
+        raise Ambiguous("missing_boundary", "the multipart Content-Type has no boundary parameter")
+    ((value, quoted),) = found
+    if not _BOUNDARY_RE.fullmatch(value):
+        raise Ambiguous(
+            "boundary_characters", "the boundary must be 1 to 70 letters, digits or '_', '.', '+', '-'"
+        )
+    return Boundary(value.encode("ascii"), quoted)
+
+
+def _field_bases(names: Iterable[str]) -> frozenset[str]:
+    return frozenset(n.lower().removesuffix("[]") for n in names)
+
+
+class _State(enum.Enum):
+    START = 0  # before the first delimiter: the body must begin with it
+    AFTER_DELIMITER = 1  # CRLF (a part follows) or "--" (the close delimiter)
+    HEADERS = 2
+    BODY = 3
+    EPILOGUE = 4  # after the close delimiter: nothing but one optional CRLF
+
+
+@dataclass(frozen=True, slots=True)
+class PartFinding:
+    index: int  # 0-based part number
+    reason: str
+
+
+class MultipartSniffer:
+    """Feed body bytes as they arrive; ``feed`` answers FILE as soon as a file part's headers are complete.
+
+    A part is a file part when its Content-Disposition has a ``filename`` parameter (any spelling starting with
+    ``filename``: ``filename*``, RFC 2231 ``filename*0``), when it has a Content-Type other than text/plain, or when
+    its field name is one of ``file_fields`` (``files`` also covers ``files[]`` and ``files[0]``). NO_FILE is only
+    answered by ``feed_eof`` after a complete, well-formed body. Ambiguous is raised for every rule broken.
+    """
+
+    def __init__(self, boundary: Boundary, *, max_header_bytes: int = 16384, file_fields: Iterable[str] = ()) -> None:
+        self._delimiter = boundary.delimiter
+        self._alternates = boundary.alternates
+        self._alt_keep = max((len(a) for a in self._alternates), default=1) - 1
+        self._alt_tail = b""
+        self._max_header_bytes = max_header_bytes
+        self._file_bases = _field_bases(file_fields)
+        self._buf = bytearray()
+        self._state = _State.START
+        self._scanned = 0  # bytes of the current header block already checked
+        self.parts = 0  # parts whose headers were read
+        self.bytes_fed = 0
+        self.finding: PartFinding | None = None
+
+    def feed(self, data: bytes) -> Verdict:
+        if self.finding is not None:
+            return Verdict.FILE
+        self.bytes_fed += len(data)
+        if self._alternates:
+            self._check_alternates(data)
+        self._buf += data
+        while True:
+            progressed = self._step()
+            if self.finding is not None:
+                return Verdict.FILE
+            if not progressed:
+                return Verdict.NEED_MORE
+
+    def feed_eof(self) -> Verdict:
+        if self.finding is not None:
+            return Verdict.FILE
+        if self._state is _State.EPILOGUE and bytes(self._buf) in (b"", _CRLF):
+            return Verdict.NO_FILE
+        raise Ambiguous("unterminated_body", "the multipart body ends before its close delimiter")
+
+    def _check_alternates(self, data: bytes) -> None:
+        window = self._alt_tail + data
+        for alternate in self._alternates:
+            if alternate in window:
+                raise Ambiguous("alternate_delimiter", "the body contains the quoted boundary as a delimiter")
+        self._alt_tail = window[-self._alt_keep :] if self._alt_keep else b""
+
+    def _step(self) -> bool:
+        """Advance by one syntactic element if the buffer holds it; False when more bytes are needed."""
+        buf = self._buf
+        delimiter = self._delimiter
+        state = self._state
+        if state is _State.START:
+            head = bytes(buf[: len(delimiter)])
+            if not delimiter.startswith(head):
+                raise Ambiguous("preamble", "the body must start with its boundary delimiter (no preamble)")
+            if len(head) < len(delimiter):
+                return False
+            del buf[: len(delimiter)]
+            self._state = _State.AFTER_DELIMITER
+            return True
+        if state is _State.AFTER_DELIMITER:
+            if not buf:
+                return False
+            if buf[:1] == b"\n":
+                raise Ambiguous("line_endings", "a delimiter line ends with a bare LF instead of CRLF")
+            if len(buf) < 2:
+                if bytes(buf[:1]) not in (b"\r", b"-"):
+                    raise Ambiguous("delimiter_suffix", "a boundary delimiter is followed by other characters")
+                return False
+            suffix = bytes(buf[:2])
+            del buf[:2]
+            if suffix == _CRLF:
+                self._state = _State.HEADERS
+            elif suffix == b"--":
+                self._state = _State.EPILOGUE
+            else:
+                rule = "line_endings" if suffix[:1] == b"\r" else "delimiter_suffix"
+                raise Ambiguous(rule, "a boundary delimiter is followed by something other than CRLF or '--'")
+            return True
+        if state is _State.HEADERS:
+            return self._step_headers()
+        if state is _State.BODY:
+            return self._step_body()
+        # EPILOGUE
+        if len(buf) > 2 or not _CRLF.startswith(bytes(buf)):
+            raise Ambiguous("epilogue", "data follows the close delimiter")
+        return False
+
+    def _step_headers(self) -> bool:
+        buf = self._buf
+        if buf[:2] == _CRLF:
+            raise Ambiguous("missing_disposition", f"part {self.parts} has no headers (no Content-Disposition)")
+        # Only bytes not checked by an earlier feed are scanned (with the overlap each search needs), so a client
+        # that trickles a header block byte by byte costs linear time.
+        seen = self._scanned
+        end = buf.find(b"\r\n\r\n", max(0, seen - 3))
+        # A CR at the very end may be the first half of a CRLF still on its way.
+        limit = end + 4 if end != -1 else len(buf) - 1 if buf.endswith(b"\r") else len(buf)
+        if _BARE_LF_RE.search(buf, max(0, seen - 1), limit):
+            raise Ambiguous("line_endings", f"the headers of part {self.parts} use a bare LF or CR")
+        if buf.find(self._delimiter, max(0, seen - len(self._delimiter) + 1), limit) != -1:
+            raise Ambiguous("delimiter_in_headers", f"the headers of part {self.parts} contain the boundary")
+        self._scanned = limit
+        if end == -1:
+            if len(buf) > self._max_header_bytes:
+                raise Ambiguous("part_headers_too_large", f"the headers of part {self.parts} are too large")
+            return False
+        if end > self._max_header_bytes:
+            raise Ambiguous("part_headers_too_large", f"the headers of part {self.parts} are too large")
+        block = bytes(buf[:end])
+        del buf[: end + 4]
+        self._scanned = 0
+        reason = self._classify_part(block)
+        if reason is not None:
+            self.finding = PartFinding(self.parts, reason)
+        self.parts += 1
+        self._state = _State.BODY
+        return True
+
+    def _step_body(self) -> bool:
+        buf = self._buf
+        delimiter = self._delimiter
+        i = buf.find(delimiter)
+        if i == -1:
+            # Keep enough to see a delimiter (and the CRLF before it) that straddles two feeds.
+            keep = len(delimiter) + 2
+            if len(buf) > keep:
+                del buf[: len(buf) - keep]
+            return False
+        if i < 2 or buf[i - 2 : i] != _CRLF:
+            rule = "line_endings" if i >= 1 and buf[i - 1 : i] == b"\n" else "delimiter_not_on_own_line"
+            raise Ambiguous(rule, f"the boundary occurs in part {self.parts - 1} without a CRLF before it")
+        after = i + len(delimiter)
+        if len(buf) < after + 2:
+            if len(buf) == after + 1 and bytes(buf[after : after + 1]) not in (b"\r", b"-"):
+                rule = "line_endings" if buf[after : after + 1] == b"\n" else "delimiter_suffix"
+                raise Ambiguous(rule, "a boundary delimiter is followed by something other than CRLF or '--'")
+            del buf[: i - 2]
+            return False
+        suffix = bytes(buf[after : after + 2])
+        if suffix == _CRLF:
+            self._state = _State.HEADERS
+        elif suffix == b"--":
+            self._state = _State.EPILOGUE
+        else:
+            rule = "line_endings" if suffix[:1] in (b"\r", b"\n") else "delimiter_suffix"
+            raise Ambiguous(rule, "a boundary delimiter is followed by something other than CRLF or '--'")
+        del buf[: after + 2]
+        return True
+
+    def _classify_part(self, block: bytes) -> str | None:
+        """Why this part is a file part, or None for a plain text field; Ambiguous for unreadable headers."""
+        n = self.parts
+        fields: dict[bytes, list[bytes]] = {}
+        for line in block.split(_CRLF):
+            if line[:1] in (b" ", b"\t"):
+                raise Ambiguous("folded_header", f"part {n} has a folded (obs-fold) header line")
+            m = _HEADER_LINE_RE.fullmatch(line)
+            if m is None:
+                raise Ambiguous("malformed_part_header", f"part {n} has a header line that is not 'Name: value'")
+            fields.setdefault(m.group(1).lower(), []).append(m.group(2).strip(b" \t"))
+        for name in (b"content-disposition", b"content-type", b"content-transfer-encoding"):
+            if len(fields.get(name, ())) > 1:
+                raise Ambiguous(f"duplicate_part_{name.decode().replace('-', '_')}", f"part {n} repeats {name.decode()}")
+        if b"content-disposition" not in fields:
+            raise Ambiguous("missing_disposition", f"part {n} has no Content-Disposition")
+        raw_disposition = fields[b"content-disposition"][0].decode("latin-1")
+        kind = _TOKEN_RE.match(raw_disposition)
+        try:
+            if kind is None:
+                raise MalformedValue("no disposition type")
+            params = parse_parameters(raw_disposition, kind.end())
+        except MalformedValue:
+            raise Ambiguous("malformed_disposition", f"part {n} has a Content-Disposition that cannot be parsed") from None
+        if kind.group(0).lower() != "form-data":
+            raise Ambiguous("disposition_type", f"part {n} is not a form-data part ({kind.group(0)!r})")
+        names = [name for name, _, _ in params]
+        if len(set(names)) != len(names):
+            raise Ambiguous("duplicate_disposition_parameter", f"part {n} repeats a Content-Disposition parameter")
+        if any(name.startswith("filename") for name in names):
+            return "filename parameter"
+        if "filename" in raw_disposition.lower():
+            raise Ambiguous("filename_outside_parameter", f"part {n} mentions 'filename' outside a parameter name")
+        if any(name.startswith("name") and name != "name" for name in names):
+            raise Ambiguous("extended_name", f"part {n} has an extended or misspelled name parameter")
+        field_name = next((value for name, value, _ in params if name == "name"), None)
+        if field_name is None:
+            raise Ambiguous("missing_name", f"part {n} has no field name")
+        if b"content-type" in fields:
+            try:
+                media = parse_media_type(fields[b"content-type"][0].decode("latin-1"))
+            except MalformedValue:
+                raise Ambiguous("malformed_part_content_type", f"part {n} has a Content-Type that cannot be parsed") from None
+            if media.type == "multipart":
+                raise Ambiguous("nested_multipart", f"part {n} is itself multipart")
+            if media.essence != "text/plain":
+                return f"content type {media.essence}"
+        if self._is_file_field(field_name):
+            return f"field name {field_name!r}"
+        return None
+
+    def _is_file_field(self, name: str) -> bool:
+        lowered = name.lower()
+        base, bracket, _ = lowered.partition("[")
+        return lowered.removesuffix("[]") in self._file_bases or (bool(bracket) and base in self._file_bases)

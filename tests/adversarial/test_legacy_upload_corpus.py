@@ -1,0 +1,392 @@
+"""The legacy upload guard against raw requests: every spelling trick, blocked or refused, and the same tricks on
+legitimate traffic, passed byte for byte.
+
+Each case is sent through a real socket. Each asserts what the client was answered and what reached the recording
+upstream: nothing at all (not even a connection) for a blocked or refused request, the exact bytes for the others.
+Tenant ``acme`` (Host 127.0.0.1) has the forbid setting on; ``oldco`` (Host old.test) has it off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Literal
+
+import pytest
+
+from tests.adversarial.conftest import send_raw
+from tests.conftest import CountingUpstream, RunningGateway, multipart_body, parse_responses
+
+DISABLED = "PUBLIC_API_LEGACY_FILE_UPLOAD_DISABLED"
+AMBIGUOUS = "LEGACY_UPLOAD_AMBIGUOUS"
+DEPRECATION = "@1779321600"  # 2026-05-21T00:00:00Z
+
+B = "adv-B0undary.7"
+MP = f"multipart/form-data; boundary={B}"
+TEXT = (['Content-Disposition: form-data; name="text"'], b"hello, world")
+FILE = (['Content-Disposition: form-data; name="files[]"; filename="report.pdf"', "Content-Type: application/pdf"],
+        b"%PDF-1.4 not really")  # fmt: skip
+TEXT_BODY = multipart_body([TEXT], B)
+FILE_BODY = multipart_body([TEXT, FILE], B)
+JSON_BODY = b'{"text": "edited comment"}'
+
+
+def with_part(*headers: str, content: bytes = b"data") -> bytes:
+    """A text part, then one part with the given header lines."""
+    return multipart_body([TEXT, (list(headers), content)], B)
+
+
+def http(
+    method: str,
+    target: str,
+    headers: list[tuple[str, str]] | None = None,
+    body: bytes = b"",
+    *,
+    host: str = "127.0.0.1",
+    version: str = "HTTP/1.1",
+    length: bool = True,
+    close: bool = True,
+) -> bytes:
+    lines = [f"{method} {target} {version}", f"Host: {host}"]
+    headers = headers or []
+    lines += [f"{name}: {value}" for name, value in headers]
+    framed = any(name.lower() in ("content-length", "transfer-encoding") for name, _ in headers)
+    if length and not framed and (body or method in ("POST", "PUT", "PATCH")):
+        lines.append(f"Content-Length: {len(body)}")
+    if close:
+        lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def chunked(body: bytes, size: int, *, ext: str = "", trailers: str = "") -> bytes:
+    """``body`` in chunks of ``size`` bytes, each size line with ``ext`` and the last chunk followed by trailers."""
+    out = bytearray()
+    for i in range(0, len(body), size):
+        piece = body[i : i + size]
+        out += f"{len(piece):x}{ext}\r\n".encode() + piece + b"\r\n"
+    out += f"0{ext}\r\n{trailers}\r\n".encode()
+    return bytes(out)
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One request as it must reach the upstream."""
+
+    method: str
+    path: str
+    body: bytes = b""
+    # Content-Length the upstream must see: the body's length (True), none (None), or not checked (False).
+    length: bool | None = True
+    encoding: str | None = None
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    data: bytes
+    statuses: tuple[int, ...]
+    code: str | None = None  # the JSON "code" of the last answer; None: not a gateway JSON answer
+    rule: str | None = None
+    forwarded: tuple[Sent, ...] = ()
+    wait_for_continue: bool = False  # send the head, then the body only after 100 Continue
+    continue_expected: bool = False
+    deprecated: Literal["yes", "no", "any"] = "any"
+
+
+def put_files(target: str = "/api/v1/cards/1/files", headers: list[tuple[str, str]] | None = None, **kw: object) -> bytes:
+    return http("PUT", target, [("Content-Type", MP), *(headers or [])], FILE_BODY, **kw)  # type: ignore[arg-type]
+
+
+def comment(body: bytes, ct: str = MP, *, target: str = "/api/v1/cards/1/comments", method: str = "POST",
+            headers: list[tuple[str, str]] | None = None, **kw: object) -> bytes:  # fmt: skip
+    return http(method, target, [("Content-Type", ct), *(headers or [])], body, **kw)  # type: ignore[arg-type]
+
+
+def blocked(id: str, data: bytes, **kw: object) -> Case:
+    return Case(id, data, (403,), DISABLED, deprecated="yes", **kw)  # type: ignore[arg-type]
+
+
+def refused(id: str, data: bytes, rule: str, status: int = 400, code: str = AMBIGUOUS) -> Case:
+    return Case(id, data, (status,), code, rule, deprecated="no")
+
+
+def framing(id: str, data: bytes) -> Case:
+    """Refused by the HTTP parser itself, before any route or policy."""
+    return Case(id, data, (400,))
+
+
+def passed(id: str, data: bytes, *sent: Sent, deprecated: Literal["yes", "no", "any"] = "no", **kw: object) -> Case:
+    return Case(id, data, (200,) * len(sent), forwarded=sent, deprecated=deprecated, **kw)  # type: ignore[arg-type]
+
+
+BIG_TEXT = multipart_body([(['Content-Disposition: form-data; name="text"'], b"t" * (2 << 20)), FILE[:2]], B)
+SOME_TEXT_THEN_FILE = multipart_body(
+    [(['Content-Disposition: form-data; name="text"'], b"t" * (200 << 10)), (FILE[0], b"x" * 1000)], B
+)
+CHUNKED_FILE = chunked(FILE_BODY, 7, ext=';ext="v"', trailers="X-Trailer: 1\r\n")
+CHUNKED_TEXT = chunked(TEXT_BODY, 5, ext=";a=b;c", trailers="X-Checksum: abc\r\nX-Other: 2\r\n")
+
+CASES: list[Case] = [
+    # --- the card file route: every PUT with a body is an upload, decided from the head -------------------------
+    blocked("put-multipart", put_files()),
+    blocked("put-api-latest", put_files("/api/latest/cards/1/files")),
+    blocked("put-percent-encoded-path", put_files("/api/v1/%63ards/1/%66iles")),
+    blocked("put-repeated-slashes", put_files("//api//v1///cards//1/files")),
+    blocked("put-dot-segments", put_files("/api/v1/boards/../cards/./1/files")),
+    blocked("put-trailing-slash", put_files("/api/v1/cards/1/files/")),
+    blocked("put-upper-case-path", put_files("/API/V1/CARDS/1/FILES")),
+    blocked("put-absolute-form", put_files("http://127.0.0.1/api/v1/cards/1/files")),
+    blocked("put-via-x-http-method-override", http("POST", "/api/v1/cards/1/files",
+            [("Content-Type", MP), ("X-HTTP-Method-Override", "PUT")], FILE_BODY)),  # fmt: skip
+    blocked("put-via-x-method-override-lower", http("POST", "/api/v1/cards/1/files",
+            [("Content-Type", MP), ("X-Method-Override", "put")], FILE_BODY)),  # fmt: skip
+    blocked("put-via-x-http-method", http("POST", "/api/v1/cards/1/files",
+            [("Content-Type", MP), ("X-HTTP-Method", "PUT")], FILE_BODY)),  # fmt: skip
+    blocked("put-via-method-query", http("POST", "/api/v1/cards/1/files?_method=PUT", [("Content-Type", MP)], FILE_BODY)),
+    blocked("put-via-encoded-method-query", http("POST", "/api/v1/cards/1/files?%5Fmethod=put",
+            [("Content-Type", MP)], FILE_BODY)),  # fmt: skip
+    blocked("put-octet-stream-body", http("PUT", "/api/v1/cards/1/files",
+            [("Content-Type", "application/octet-stream")], b"raw file bytes")),  # fmt: skip
+    blocked("put-no-content-type", http("PUT", "/api/v1/cards/1/files", [], b"raw file bytes")),
+    blocked("put-chunked-extensions-trailers", put_files(headers=[("Transfer-Encoding", "chunked")])[:-len(FILE_BODY)]
+            + CHUNKED_FILE),  # fmt: skip
+    blocked("put-http-1.0", put_files(version="HTTP/1.0", close=False)),
+    blocked("put-expect-100-continue-gets-no-continue",
+            http("PUT", "/api/v1/cards/1/files", [("Content-Type", MP), ("Content-Length", "1073741824"),
+                                                   ("Expect", "100-continue")])),  # fmt: skip
+    blocked("put-content-type-case", http("PUT", "/api/v1/cards/1/files",
+            [("Content-Type", f"MULTIPART/Form-Data; BOUNDARY={B}")], FILE_BODY)),  # fmt: skip
+    # --- comment routes: a multipart body with a file part ------------------------------------------------------
+    blocked("comment-filename-quoted", comment(FILE_BODY)),
+    blocked("comment-filename-unquoted", comment(with_part("Content-Disposition: form-data; name=a; filename=a.txt"))),
+    blocked("comment-filename-upper-case-param",
+            comment(with_part('content-disposition: FORM-DATA; NAME="a"; FILENAME="a.txt"'))),
+    blocked("comment-filename-star", comment(with_part("Content-Disposition: form-data; name=\"a\"; "
+                                                       "filename*=UTF-8''%C3%A9t%C3%A9.txt"))),  # fmt: skip
+    blocked("comment-filename-rfc2231-continuation",
+            comment(with_part('Content-Disposition: form-data; name="a"; filename*0="a"; filename*1=".txt"'))),
+    blocked("comment-filename-empty", comment(with_part('Content-Disposition: form-data; name="a"; filename=""',
+                                                        "Content-Type: application/octet-stream", content=b""))),
+    blocked("comment-octet-stream-part-without-filename",
+            comment(with_part('Content-Disposition: form-data; name="attachment"', "Content-Type: application/octet-stream"))),
+    blocked("comment-image-part-without-filename",
+            comment(with_part('Content-Disposition: form-data; name="picture"', "Content-Type: image/png"))),
+    blocked("comment-files-field-without-filename", comment(with_part('Content-Disposition: form-data; name="files[]"'))),
+    blocked("comment-indexed-files-field", comment(with_part('Content-Disposition: form-data; name="files[0]"'))),
+    blocked("comment-file-part-first", comment(multipart_body([FILE, TEXT], B))),
+    blocked("comment-file-after-200k-of-text", comment(SOME_TEXT_THEN_FILE)),
+    blocked("comment-content-type-case-and-params",
+            comment(FILE_BODY, f'Multipart/Form-Data; charset=utf-8; Boundary="{B}"')),
+    blocked("comment-chunked-tiny-chunks-extensions-trailers",
+            comment(b"", headers=[("Transfer-Encoding", "chunked")]) + CHUNKED_FILE),
+    blocked("comment-patch", comment(FILE_BODY, method="PATCH", target="/api/v1/cards/1/comments/2")),
+    blocked("comment-patch-via-override", comment(FILE_BODY, target="/api/v1/cards/1/comments/2",
+                                                  headers=[("X-HTTP-Method-Override", "PATCH")])),
+    blocked("comment-latest-upper-case-trailing-slash", comment(FILE_BODY, target="/API/LATEST/Cards/1/Comments/")),
+    blocked("comment-http-1.0", comment(FILE_BODY, version="HTTP/1.0", close=False)),
+    blocked("comment-expect-100-continue", comment(FILE_BODY, headers=[("Expect", "100-continue")]),
+            wait_for_continue=True, continue_expected=True),
+    Case("pipelined-get-then-put", http("GET", "/api/v1/cards/1", close=False) + put_files(), (200, 403), DISABLED,
+         forwarded=(Sent("GET", "/api/v1/cards/1", length=None),), deprecated="yes"),
+    Case("pipelined-text-comment-then-file-comment", comment(TEXT_BODY, close=False) + comment(FILE_BODY), (200, 403),
+         DISABLED, forwarded=(Sent("POST", "/api/v1/cards/1/comments", TEXT_BODY),), deprecated="yes"),
+    Case("pipelined-blocked-put-then-get", put_files(close=False) + http("GET", "/api/v1/cards/7"), (403, 200),
+         forwarded=(Sent("GET", "/api/v1/cards/7", length=None),)),
+    Case("pipelined-chunked-json-then-put", comment(b"", "application/json", close=False,
+         headers=[("Transfer-Encoding", "chunked")]) + chunked(JSON_BODY, 8) + put_files(), (200, 403), DISABLED,
+         forwarded=(Sent("POST", "/api/v1/cards/1/comments", JSON_BODY, length=None),)),  # fmt: skip
+    Case("override-to-head-is-refused", http("POST", "/api/v1/cards/1/comments",
+         [("Content-Type", MP), ("X-HTTP-Method-Override", "HEAD")], FILE_BODY), (400,), "AMBIGUOUS_METHOD"),
+    Case("disagreeing-overrides-are-refused", http("POST", "/api/v1/cards/1/files?_method=POST",
+         [("Content-Type", MP), ("X-HTTP-Method-Override", "PUT")], FILE_BODY), (400,), "AMBIGUOUS_METHOD"),
+    # --- refused: a multipart body that parsers could read differently ------------------------------------------
+    framing("duplicate-content-type-header",
+            http("POST", "/api/v1/cards/1/comments", [("Content-Type", "application/json"), ("Content-Type", MP)],
+                 FILE_BODY)),  # fmt: skip
+    refused("duplicate-boundary-parameter", comment(FILE_BODY, f"{MP}; boundary=other"), "duplicate_boundary"),
+    refused("extended-boundary-parameter", comment(FILE_BODY, f"{MP}; boundary*=utf-8''other"), "boundary_parameter"),
+    refused("missing-boundary", comment(FILE_BODY, "multipart/form-data"), "missing_boundary"),
+    refused("boundary-with-separator", comment(FILE_BODY, 'multipart/form-data; boundary="a,b"'), "boundary_characters"),
+    refused("boundary-too-long", comment(TEXT_BODY, f"multipart/form-data; boundary={'b' * 71}"), "boundary_characters"),
+    refused("multipart-mixed", comment(FILE_BODY, f"multipart/mixed; boundary={B}"), "multipart_subtype"),
+    refused("nested-multipart", comment(with_part('Content-Disposition: form-data; name="inner"',
+                                                  "Content-Type: multipart/mixed; boundary=inner")), "nested_multipart"),
+    refused("lf-line-endings", comment(TEXT_BODY.replace(b"\r\n", b"\n")), "line_endings"),
+    refused("lf-in-part-headers", comment(with_part('Content-Disposition: form-data; name="a"\nX-A: 1')),
+            "line_endings"),
+    refused("folded-part-header", comment(with_part('Content-Disposition: form-data;', ' name="a"')), "folded_header"),
+    refused("duplicate-disposition", comment(with_part('Content-Disposition: form-data; name="a"',
+                                                       'Content-Disposition: form-data; name="b"; filename="b"')),
+            "duplicate_part_content_disposition"),  # fmt: skip
+    refused("duplicate-part-content-type", comment(with_part('Content-Disposition: form-data; name="a"',
+                                                             "Content-Type: text/plain", "Content-Type: image/png")),
+            "duplicate_part_content_type"),  # fmt: skip
+    refused("duplicate-filename-parameter", comment(with_part('Content-Disposition: form-data; name="a"; '
+                                                              'filename="a.txt"; filename="b.txt"')),
+            "duplicate_disposition_parameter"),  # fmt: skip
+    refused("backslash-escape-hiding-filename",
+            comment(with_part('Content-Disposition: form-data; name="a\\"; filename=\\"x.txt"')), "malformed_disposition"),
+    refused("filename-inside-a-quoted-name", comment(with_part('Content-Disposition: form-data; name="a; filename=x"')),
+            "filename_outside_parameter"),
+    refused("part-without-disposition", comment(with_part("Content-Type: text/plain")), "missing_disposition"),
+    refused("disposition-type-attachment", comment(with_part('Content-Disposition: attachment; name="a"')),
+            "disposition_type"),
+    refused("extended-name-parameter", comment(with_part("Content-Disposition: form-data; name*=UTF-8''files%5B%5D")),
+            "extended_name"),
+    refused("unterminated-body", comment(TEXT_BODY[: -len(f"--{B}--\r\n")]), "unterminated_body"),
+    refused("empty-multipart-body", comment(b""), "unterminated_body"),
+    refused("preamble", comment(b"preamble text\r\n" + FILE_BODY), "preamble"),
+    refused("boundary-mid-line", comment(TEXT_BODY.replace(b"hello, world\r\n", b"hello, world")),
+            "delimiter_not_on_own_line"),
+    refused("transport-padding-after-delimiter", comment(TEXT_BODY.replace(f"--{B}\r\n".encode(), f"--{B} \r\n".encode())),
+            "delimiter_suffix"),
+    refused("data-after-close-delimiter", comment(TEXT_BODY + multipart_body([FILE], B)), "epilogue"),
+    refused("boundary-inside-part-headers", comment(with_part('Content-Disposition: form-data; name="a"', f"X-Note: --{B}")),
+            "delimiter_in_headers"),
+    refused("quoted-boundary-with-quoted-delimiter",
+            comment(TEXT_BODY[: -len(f"--{B}--\r\n")] + f'--"{B}"\r\n'.encode()
+                    + b'Content-Disposition: form-data; name="a"; filename="a"\r\n\r\nx\r\n' + f"--{B}--\r\n".encode(),
+                    f'multipart/form-data; boundary="{B}"'),
+            "alternate_delimiter"),  # fmt: skip
+    refused("part-headers-too-large", comment(with_part('Content-Disposition: form-data; name="a"', "X-Pad: " + "p" * 20000)),
+            "part_headers_too_large"),
+    refused("content-type-mentions-multipart", comment(FILE_BODY, f'text/plain; x="multipart/form-data"; boundary={B}'),
+            "content_type_mentions_multipart"),
+    refused("content-type-list", comment(FILE_BODY, f"application/json, {MP}"), "malformed_content_type"),
+    refused("content-encoding-gzip", comment(FILE_BODY, headers=[("Content-Encoding", "gzip")]), "content_encoding",
+            415, "LEGACY_UPLOAD_ENCODED"),
+    refused("content-encoding-identity", comment(TEXT_BODY, headers=[("Content-Encoding", "identity")]),
+            "content_encoding", 415, "LEGACY_UPLOAD_ENCODED"),
+    refused("transfer-coding-gzip-chunked",
+            comment(b"", headers=[("Transfer-Encoding", "gzip, chunked")]) + chunked(FILE_BODY, 100), "transfer_coding"),
+    refused("look-ahead-exceeded", comment(BIG_TEXT), "look_ahead_exceeded", 413, "LEGACY_UPLOAD_UNDECIDED"),
+    # --- refused by the HTTP parser: malformed framing never reaches any upstream --------------------------------
+    framing("content-length-and-transfer-encoding", comment(b"", headers=[("Content-Length", "10"),
+                                                                         ("Transfer-Encoding", "chunked")])
+            + chunked(FILE_BODY, 50)),  # fmt: skip
+    framing("transfer-encoding-and-content-length", comment(b"", headers=[("Transfer-Encoding", "chunked"),
+                                                                         ("Content-Length", "10")])
+            + chunked(FILE_BODY, 50)),  # fmt: skip
+    framing("obs-fold-in-content-type", comment(FILE_BODY, "text/plain\r\n multipart/form-data; boundary=" + B)),
+    framing("bare-lf-in-head", comment(FILE_BODY).replace(b"\r\n", b"\n", 2)),
+    framing("duplicate-content-length", comment(FILE_BODY, headers=[("Content-Length", str(len(FILE_BODY)))] * 2)),
+    framing("transfer-encoding-chunked-identity", comment(b"", headers=[("Transfer-Encoding", "chunked, identity")])
+            + chunked(FILE_BODY, 50)),  # fmt: skip
+    framing("space-before-colon", comment(FILE_BODY).replace(b"Content-Type:", b"Content-Type :")),
+    # --- passed, byte for byte ------------------------------------------------------------------------------------
+    passed("comment-json", comment(JSON_BODY, "application/json"), Sent("POST", "/api/v1/cards/1/comments", JSON_BODY)),
+    passed("comment-urlencoded", comment(b"text=hello+world&files=none", "application/x-www-form-urlencoded"),
+           Sent("POST", "/api/v1/cards/1/comments", b"text=hello+world&files=none")),
+    passed("comment-text-multipart", comment(TEXT_BODY), Sent("POST", "/api/v1/cards/1/comments", TEXT_BODY)),
+    passed("comment-text-plain-part", comment(t := with_part('Content-Disposition: form-data; name="note"',
+                                                             "Content-Type: text/plain; charset=utf-8")),
+           Sent("POST", "/api/v1/cards/1/comments", t)),  # fmt: skip
+    passed("comment-text-mentions-filename-in-content",
+           comment(t2 := with_part('Content-Disposition: form-data; name="note"',
+                                   content=b'Content-Disposition: form-data; name="x"; filename="evil.exe"')),
+           Sent("POST", "/api/v1/cards/1/comments", t2)),  # fmt: skip
+    passed("comment-patch-text-chunked-extensions-trailers",
+           comment(b"", method="PATCH", target="/api/v1/cards/1/comments/2", headers=[("Transfer-Encoding", "chunked")])
+           + CHUNKED_TEXT, Sent("PATCH", "/api/v1/cards/1/comments/2", TEXT_BODY, length=None)),  # fmt: skip
+    passed("comment-content-type-case", comment(TEXT_BODY, f"Multipart/Form-Data; Boundary={B}"),
+           Sent("POST", "/api/v1/cards/1/comments", TEXT_BODY)),
+    passed("comment-text-without-final-crlf", comment(t3 := TEXT_BODY[:-2]), Sent("POST", "/api/v1/cards/1/comments", t3)),
+    passed("comment-text-upper-case-path", comment(TEXT_BODY, target="/API/V1/CARDS/1/COMMENTS"),
+           Sent("POST", "/API/V1/CARDS/1/COMMENTS", TEXT_BODY)),
+    passed("comment-text-percent-encoded-dot-path", comment(TEXT_BODY, target="/api/v1/x/../%63ards/1/comments/"),
+           Sent("POST", "/api/v1/cards/1/comments", TEXT_BODY)),
+    passed("comment-text-expect-100-continue", comment(TEXT_BODY, headers=[("Expect", "100-continue")]),
+           Sent("POST", "/api/v1/cards/1/comments", TEXT_BODY), wait_for_continue=True, continue_expected=True),
+    passed("comment-json-http-1.0", comment(JSON_BODY, "application/json", version="HTTP/1.0", close=False),
+           Sent("POST", "/api/v1/cards/1/comments", JSON_BODY)),
+    passed("comment-text-via-override", comment(TEXT_BODY, target="/api/v1/cards/1/comments/2",
+                                                headers=[("X-HTTP-Method-Override", "PATCH")]),
+           Sent("PATCH", "/api/v1/cards/1/comments/2", TEXT_BODY)),  # fmt: skip
+    passed("comment-gzip-json-stays-encoded", comment(b"\x1f\x8bfake-gzip", "application/json",
+                                                      headers=[("Content-Encoding", "gzip")]),
+           Sent("POST", "/api/v1/cards/1/comments", b"\x1f\x8bfake-gzip", encoding="gzip")),  # fmt: skip
+    passed("pipelined-two-text-comments", comment(TEXT_BODY, close=False) + comment(JSON_BODY, "application/json"),
+           Sent("POST", "/api/v1/cards/1/comments", TEXT_BODY), Sent("POST", "/api/v1/cards/1/comments", JSON_BODY)),
+    passed("legacy-file-rename", http("PATCH", "/api/v1/cards/1/files/123", [("Content-Type", "application/json")],
+                                      b'{"name": "renamed.pdf"}'),
+           Sent("PATCH", "/api/v1/cards/1/files/123", b'{"name": "renamed.pdf"}')),  # fmt: skip
+    passed("attach-file-by-url", http("POST", "/api/v1/cards/1/files", [("Content-Type", "application/json")],
+                                      b'{"url": "https://example.test/a.pdf", "name": "a.pdf"}'),
+           Sent("POST", "/api/v1/cards/1/files", b'{"url": "https://example.test/a.pdf", "name": "a.pdf"}')),
+    passed("restricted-card-upload", http("POST", "/api/v1/cards/6f1c0de4-7a7e-4d4e-9a52-0c1f2a3b4c5d/files",
+                                          [("Content-Type", MP)], FILE_BODY),
+           Sent("POST", "/api/v1/cards/6f1c0de4-7a7e-4d4e-9a52-0c1f2a3b4c5d/files", FILE_BODY)),  # fmt: skip
+    passed("restricted-comment-upload", http("POST", "/api/latest/cards/u1/comments/c1/files", [("Content-Type", MP)],
+                                             FILE_BODY),
+           Sent("POST", "/api/latest/cards/u1/comments/c1/files", FILE_BODY)),  # fmt: skip
+    passed("restricted-property-upload", http("POST", "/api/v1/cards/u1/custom-properties/p1/files",
+                                              [("Content-Type", MP)], FILE_BODY),
+           Sent("POST", "/api/v1/cards/u1/custom-properties/p1/files", FILE_BODY)),  # fmt: skip
+    passed("restricted-upload-gzip-stays-encoded", http("POST", "/api/v1/cards/u1/files",
+                                                        [("Content-Type", MP), ("Content-Encoding", "gzip")],
+                                                        b"\x1f\x8b\x08\x00gz"),
+           Sent("POST", "/api/v1/cards/u1/files", b"\x1f\x8b\x08\x00gz", encoding="gzip")),  # fmt: skip
+    passed("restricted-file-metadata", http("GET", "/api/v1/cards/u1/files/f1?redirect=true"),
+           Sent("GET", "/api/v1/cards/u1/files/f1?redirect=true", length=None)),
+    passed("restricted-file-delete", http("DELETE", "/api/v1/cards/u1/files/f1"),
+           Sent("DELETE", "/api/v1/cards/u1/files/f1", length=False)),
+    passed("get-on-deprecated-path", http("GET", "/api/v1/cards/1/files"), Sent("GET", "/api/v1/cards/1/files", length=None)),
+    passed("options-on-deprecated-path", http("OPTIONS", "/api/v1/cards/1/files"),
+           Sent("OPTIONS", "/api/v1/cards/1/files", length=False)),
+    passed("put-override-to-post-is-the-restricted-upload", http("PUT", "/api/v1/cards/1/files",
+                                                                 [("Content-Type", MP), ("X-HTTP-Method-Override", "POST")],
+                                                                 FILE_BODY),
+           Sent("POST", "/api/v1/cards/1/files", FILE_BODY)),  # fmt: skip
+    passed("put-without-body", http("PUT", "/api/v1/cards/1/files"), Sent("PUT", "/api/v1/cards/1/files", length=False)),
+    # --- the forbid setting off: uploads pass unchanged and say the route is deprecated ------------------------
+    passed("forbid-off-put-upload", put_files(host="old.test"), Sent("PUT", "/api/v1/cards/1/files", FILE_BODY),
+           deprecated="yes"),
+    passed("forbid-off-comment-upload", comment(FILE_BODY, host="old.test"),
+           Sent("POST", "/api/v1/cards/1/comments", FILE_BODY), deprecated="yes"),
+    passed("forbid-off-ambiguous-body-passes", comment(lf := FILE_BODY.replace(b"\r\n", b"\n"), host="old.test"),
+           Sent("POST", "/api/v1/cards/1/comments", lf), deprecated="yes"),
+    passed("forbid-off-text-comment-not-marked", comment(TEXT_BODY, host="old.test"),
+           Sent("POST", "/api/v1/cards/1/comments", TEXT_BODY), deprecated="no"),
+]
+
+
+def test_the_corpus_is_large_enough() -> None:
+    ids = [case.id for case in CASES]
+    assert len(ids) == len(set(ids))
+    kept_out = [c for c in CASES if not c.forwarded or c.statuses[-1] != 200]
+    let_through = [c for c in CASES if c.forwarded and c.statuses[-1] == 200]
+    assert len(CASES) >= 40 and len(kept_out) >= 20 and len(let_through) >= 20
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+async def test_raw_request(case: Case, guarded_gw: RunningGateway, counting_upstream: CountingUpstream) -> None:
+    data = await send_raw(guarded_gw.port, case.data, wait_for_continue=case.wait_for_continue)
+    responses = parse_responses(data)
+    assert tuple(status for status, _, _ in responses) == case.statuses, data[:600]
+    assert (b" 100 Continue\r\n" in data) == case.continue_expected
+    _, headers, body = responses[-1]
+    if case.code is not None:
+        assert headers["content-type"].startswith("application/json")
+        answer = json.loads(body)
+        assert answer["code"] == case.code
+        assert answer.get("rule") == case.rule
+        # Refused before routing (core answers) there is no request-id policy, hence no header: the body has one.
+        assert answer["request_id"] == headers.get("x-request-id", answer["request_id"])
+    if case.deprecated != "any":
+        assert ("deprecation" in headers) == (case.deprecated == "yes"), headers
+    if case.deprecated == "yes":
+        assert headers["deprecation"] == DEPRECATION
+        assert headers["link"].endswith('>; rel="successor-version"')
+
+    got = counting_upstream.received
+    assert [(r.method, r.raw_path) for r in got] == [(s.method, s.path) for s in case.forwarded]
+    for received, sent in zip(got, case.forwarded):
+        assert received.body_complete
+        assert received.body_size == len(sent.body)
+        assert received.body_sha256 == hashlib.sha256(sent.body).hexdigest()
+        if sent.length is not False:
+            assert received.header("Content-Length") == (str(len(sent.body)) if sent.length else None)
+        assert received.header("Content-Encoding") == sent.encoding
+    if not case.forwarded:
+        assert counting_upstream.connections == 0

@@ -1,0 +1,407 @@
+"""The legacy upload guard alone: the multipart sniffer byte by byte, the options, and the middleware with a mocked
+request and a recording next handler (no sockets)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import random
+from collections.abc import AsyncIterable
+from typing import Any
+from unittest import mock
+
+import pytest
+from aiohttp import StreamReader, web
+from aiohttp.test_utils import make_mocked_request
+
+from gateway.config import ConfigError, parse_config
+from gateway.multipart_sniffer import (
+    Ambiguous,
+    Boundary,
+    MalformedValue,
+    MultipartSniffer,
+    Verdict,
+    form_data_boundary,
+    parse_media_type,
+)
+from gateway.observability import Metrics
+from gateway.policies import POLICIES, BuildContext
+from gateway.policies.legacy_upload_guard import DISABLED_CODE, NAME, Options, build, forbid_in_force
+from gateway.rollout import FixedClock
+from gateway.routing import Route
+from gateway.tenants import Tenant
+from gateway.typedefs import CTX, RequestContext
+from tests.conftest import make_config, multipart_body
+
+B = "sniff-B0undary"
+TEXT = (['Content-Disposition: form-data; name="text"'], b"hello")
+FILE = (['Content-Disposition: form-data; name="files[]"; filename="a.txt"', "Content-Type: text/plain"], b"data")
+
+
+def sniff(body: bytes, *, chunks: list[int] | None = None, quoted: bool = False, **kw: Any) -> tuple[Verdict, str]:
+    """Feed ``body`` in the given chunk sizes (all of it by default) and return the verdict and its reason/rule."""
+    sniffer = MultipartSniffer(Boundary(B.encode(), quoted), file_fields=("files", "file"), **kw)
+    pos = 0
+    try:
+        for size in chunks or [len(body)]:
+            if sniffer.feed(body[pos : pos + size]) is Verdict.FILE:
+                assert sniffer.finding is not None
+                return Verdict.FILE, sniffer.finding.reason
+            pos += size
+        if pos < len(body) and sniffer.feed(body[pos:]) is Verdict.FILE:
+            assert sniffer.finding is not None
+            return Verdict.FILE, sniffer.finding.reason
+        return sniffer.feed_eof(), ""
+    except Ambiguous as err:
+        return Verdict.NEED_MORE, err.rule
+
+
+def part(*headers: str, content: bytes = b"x") -> tuple[list[str], bytes]:
+    return list(headers), content
+
+
+SNIFF_CASES: list[tuple[str, bytes, Verdict, str]] = [
+    ("text only", multipart_body([TEXT], B), Verdict.NO_FILE, ""),
+    ("no parts", f"--{B}--\r\n".encode(), Verdict.NO_FILE, ""),
+    ("no final CRLF", multipart_body([TEXT], B, close=b"--"), Verdict.NO_FILE, ""),
+    ("text/plain part", multipart_body([part('Content-Disposition: form-data; name="a"', "Content-Type: TEXT/Plain; charset=utf-8")], B), Verdict.NO_FILE, ""),
+    ("other headers ignored", multipart_body([part('Content-Disposition: form-data; name="a"', "X-Any: 1")], B), Verdict.NO_FILE, ""),
+    ("field name that only looks like file", multipart_body([part('Content-Disposition: form-data; name="filesize"')], B), Verdict.NO_FILE, ""),
+    ("CRLF-looking content", multipart_body([part('Content-Disposition: form-data; name="a"', content=b"\r\n-- not a delimiter\r\n-")], B), Verdict.NO_FILE, ""),
+    ("filename", multipart_body([TEXT, FILE], B), Verdict.FILE, "filename parameter"),
+    ("filename*", multipart_body([part("Content-Disposition: form-data; name=a; filename*=UTF-8''x")], B), Verdict.FILE, "filename parameter"),
+    ("FileName", multipart_body([part("Content-Disposition: form-data; name=a; FileName=x")], B), Verdict.FILE, "filename parameter"),
+    ("octet-stream", multipart_body([part('Content-Disposition: form-data; name="a"', "Content-Type: application/octet-stream")], B), Verdict.FILE, "content type application/octet-stream"),
+    ("json part", multipart_body([part('Content-Disposition: form-data; name="a"', "Content-Type: application/json")], B), Verdict.FILE, "content type application/json"),
+    ("files[] field", multipart_body([part('Content-Disposition: form-data; name="files[]"')], B), Verdict.FILE, "field name 'files[]'"),
+    ("FILE field", multipart_body([part('Content-Disposition: form-data; name="FILE"')], B), Verdict.FILE, "field name 'FILE'"),
+    ("files[3] field", multipart_body([part('Content-Disposition: form-data; name="files[3]"')], B), Verdict.FILE, "field name 'files[3]'"),
+    ("file found before a broken tail", multipart_body([FILE], B) + b"garbage", Verdict.FILE, "filename parameter"),
+    ("preamble", b"x" + multipart_body([TEXT], B), Verdict.NEED_MORE, "preamble"),
+    ("empty", b"", Verdict.NEED_MORE, "unterminated_body"),
+    ("unterminated", multipart_body([TEXT], B)[:-8], Verdict.NEED_MORE, "unterminated_body"),
+    ("bare LF after delimiter", multipart_body([TEXT], B).replace(f"--{B}\r\n".encode(), f"--{B}\n".encode()), Verdict.NEED_MORE, "line_endings"),
+    ("bare LF in headers", multipart_body([part('Content-Disposition: form-data; name="a"\nX: y')], B), Verdict.NEED_MORE, "line_endings"),
+    ("bare CR in headers", multipart_body([part('Content-Disposition: form-data; name="a"\rX: y')], B), Verdict.NEED_MORE, "line_endings"),
+    ("LF before delimiter", multipart_body([TEXT], B).replace(b"hello\r\n", b"hello\n"), Verdict.NEED_MORE, "line_endings"),
+    ("padding after delimiter", multipart_body([TEXT], B).replace(f"--{B}\r\n".encode(), f"--{B}\t\r\n".encode()), Verdict.NEED_MORE, "delimiter_suffix"),
+    ("longer boundary in body", multipart_body([TEXT], B).replace(b"hello", f"x\r\n--{B}X".encode()), Verdict.NEED_MORE, "delimiter_suffix"),
+    ("delimiter right after headers", f"--{B}\r\nContent-Disposition: form-data; name=a\r\n\r\n--{B}--\r\n".encode(), Verdict.NEED_MORE, "delimiter_not_on_own_line"),
+    ("epilogue", multipart_body([TEXT], B) + b"x", Verdict.NEED_MORE, "epilogue"),
+    ("folded", multipart_body([part("Content-Disposition: form-data;", ' name="a"')], B), Verdict.NEED_MORE, "folded_header"),
+    ("no colon", multipart_body([part('Content-Disposition form-data; name="a"')], B), Verdict.NEED_MORE, "malformed_part_header"),
+    ("control char", multipart_body([part('Content-Disposition: form-data; name="a\x01"')], B), Verdict.NEED_MORE, "malformed_part_header"),
+    ("no headers", f"--{B}\r\n\r\nx\r\n--{B}--\r\n".encode(), Verdict.NEED_MORE, "missing_disposition"),
+    ("no disposition", multipart_body([part("Content-Type: text/plain")], B), Verdict.NEED_MORE, "missing_disposition"),
+    ("two dispositions", multipart_body([part("Content-Disposition: form-data; name=a", "Content-Disposition: form-data; name=b")], B), Verdict.NEED_MORE, "duplicate_part_content_disposition"),
+    ("two transfer encodings", multipart_body([part("Content-Disposition: form-data; name=a", "Content-Transfer-Encoding: 8bit", "Content-Transfer-Encoding: base64")], B), Verdict.NEED_MORE, "duplicate_part_content_transfer_encoding"),
+    ("duplicate name", multipart_body([part("Content-Disposition: form-data; name=a; NAME=b")], B), Verdict.NEED_MORE, "duplicate_disposition_parameter"),
+    ("param without value", multipart_body([part("Content-Disposition: form-data; name=a; filename")], B), Verdict.NEED_MORE, "malformed_disposition"),
+    ("space around =", multipart_body([part("Content-Disposition: form-data; name = a")], B), Verdict.NEED_MORE, "malformed_disposition"),
+    ("quoted-pair", multipart_body([part('Content-Disposition: form-data; name="a\\"b"')], B), Verdict.NEED_MORE, "malformed_disposition"),
+    ("filename in a value", multipart_body([part('Content-Disposition: form-data; name="filename"')], B), Verdict.NEED_MORE, "filename_outside_parameter"),
+    ("name*", multipart_body([part("Content-Disposition: form-data; name*=UTF-8''a")], B), Verdict.NEED_MORE, "extended_name"),
+    ("no name", multipart_body([part("Content-Disposition: form-data")], B), Verdict.NEED_MORE, "missing_name"),
+    ("inline", multipart_body([part("Content-Disposition: inline; name=a")], B), Verdict.NEED_MORE, "disposition_type"),
+    ("nested", multipart_body([part("Content-Disposition: form-data; name=a", "Content-Type: multipart/mixed; boundary=z")], B), Verdict.NEED_MORE, "nested_multipart"),
+    ("bad part type", multipart_body([part("Content-Disposition: form-data; name=a", "Content-Type: text")], B), Verdict.NEED_MORE, "malformed_part_content_type"),
+    ("delimiter in headers", multipart_body([part("Content-Disposition: form-data; name=a", f"X-A: --{B}")], B), Verdict.NEED_MORE, "delimiter_in_headers"),
+    ("huge headers", multipart_body([part("Content-Disposition: form-data; name=a", "X-A: " + "a" * 2000)], B), Verdict.NEED_MORE, "part_headers_too_large"),
+]
+
+
+@pytest.mark.parametrize(("name", "body", "verdict", "detail"), SNIFF_CASES, ids=[c[0] for c in SNIFF_CASES])
+def test_sniffer_same_answer_however_the_body_is_split(name: str, body: bytes, verdict: Verdict, detail: str) -> None:
+    rng = random.Random(name)
+    splits = [None, [1] * len(body), [rng.randint(1, 17) for _ in range(len(body))], [len(body) // 2 or 1]]
+    for chunks in splits:
+        assert sniff(body, chunks=chunks, max_header_bytes=1024) == (verdict, detail), chunks
+
+
+def test_sniffer_answers_file_as_soon_as_the_part_headers_end() -> None:
+    body = multipart_body([TEXT, FILE], B)
+    headers_end = body.index(b"\r\n\r\n", body.index(b"files[]")) + 4
+    sniffer = MultipartSniffer(Boundary(B.encode(), False))
+    assert sniffer.feed(body[: headers_end - 1]) is Verdict.NEED_MORE
+    assert sniffer.feed(body[headers_end - 1 : headers_end]) is Verdict.FILE
+    assert sniffer.finding is not None and sniffer.finding.index == 1
+
+
+def test_sniffer_memory_stays_bounded_over_a_long_part() -> None:
+    sniffer = MultipartSniffer(Boundary(B.encode(), False))
+    sniffer.feed(f"--{B}\r\nContent-Disposition: form-data; name=a\r\n\r\n".encode())
+    for _ in range(1000):
+        assert sniffer.feed(b"y" * 10_000) is Verdict.NEED_MORE
+        assert len(sniffer._buf) <= len(B) + 4
+    assert sniffer.feed(f"\r\n--{B}--".encode()) is Verdict.NEED_MORE
+    assert sniffer.feed_eof() is Verdict.NO_FILE
+
+
+def test_quoted_boundary_refuses_the_delimiter_with_quotes() -> None:
+    body = multipart_body([TEXT], B).replace(b"hello", f'\r\n--"{B}"'.encode())
+    assert sniff(body, quoted=True) == (Verdict.NEED_MORE, "alternate_delimiter")
+    assert sniff(body, chunks=[1] * len(body), quoted=True) == (Verdict.NEED_MORE, "alternate_delimiter")
+    assert sniff(body, quoted=False) == (Verdict.NO_FILE, "")
+
+
+@pytest.mark.parametrize(
+    ("value", "boundary", "rule"),
+    [
+        ("multipart/form-data; boundary=abc", b"abc", None),
+        (' Multipart/Form-Data ;Boundary="a.b+c-d_e" ; charset=utf-8 ', b"a.b+c-d_e", None),
+        ("multipart/form-data; boundary=abc;", b"abc", None),
+        ("multipart/mixed; boundary=abc", None, "multipart_subtype"),
+        ("multipart/form-data", None, "missing_boundary"),
+        ("multipart/form-data; boundary=a; BOUNDARY=a", None, "duplicate_boundary"),
+        ("multipart/form-data; boundary=a; x=1; x=2", None, "duplicate_parameter"),
+        ("multipart/form-data; boundary*=a", None, "boundary_parameter"),
+        ("multipart/form-data; boundary=\"a b\"", None, "boundary_characters"),
+        ("multipart/form-data; boundary=\"\"", None, "boundary_characters"),
+        ("multipart/form-data; boundary=\"a=b\"", None, "boundary_characters"),
+    ],
+)
+def test_form_data_boundary(value: str, boundary: bytes | None, rule: str | None) -> None:
+    try:
+        found = form_data_boundary(parse_media_type(value))
+    except Ambiguous as err:
+        assert err.rule == rule
+    else:
+        assert rule is None and found.value == boundary
+
+
+@pytest.mark.parametrize(
+    "value", ["", "multipart", "a/b c", "a/b; x", "a/b; x=", 'a/b; x="\\""', "a/b, c/d", "a/b; x = 1", "(c) a/b"]
+)
+def test_media_type_parser_is_strict(value: str) -> None:
+    with pytest.raises(MalformedValue):
+        parse_media_type(value)
+
+
+# --- options ----------------------------------------------------------------------------------------------------
+
+
+def _config_with(options: dict[str, Any]) -> dict[str, Any]:
+    routes = [{"name": "legacy_card_file_upload", "methods": ["PUT"], "paths": ["/cards/{card_id}/files"],
+               "chain": [{"legacy_upload_guard": options}]}]  # fmt: skip
+    return make_config("http://127.0.0.1:1", routes=routes)
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"successor": "/x"}, "routes[0].chain[0].legacy_upload_guard.detect: Field required"),
+        ({"detect": "route"}, "routes[0].chain[0].legacy_upload_guard.successor: Field required"),
+        ({"detect": "body", "successor": "/x"}, "routes[0].chain[0].legacy_upload_guard.detect: Input should be"),
+        ({"detect": "route", "successor": "x y"}, "routes[0].chain[0].legacy_upload_guard.successor: String should match"),
+        ({"detect": "route", "successor": "/x", "look_ahead_bytes": 10},
+         "routes[0].chain[0].legacy_upload_guard.look_ahead_bytes: Input should be greater than or equal to 65536"),
+        ({"detect": "route", "successor": "/x", "look_ahead_bytes": 65536, "max_part_header_bytes": 70000},
+         "routes[0].chain[0].legacy_upload_guard: max_part_header_bytes must not exceed look_ahead_bytes"),
+        ({"detect": "route", "successor": "/x", "file_fields": ["a b"]},
+         "routes[0].chain[0].legacy_upload_guard.file_fields: invalid field names"),
+        ({"detect": "route", "successor": "/x", "deprecated_since": "soon"},
+         "routes[0].chain[0].legacy_upload_guard.deprecated_since"),
+        ({"detect": "route", "successor": "/x", "linger_seconds": -1},
+         "routes[0].chain[0].legacy_upload_guard.linger_seconds: Input should be greater than or equal to 0"),
+        ({"detect": "route", "successor": "/x", "surprise": 1},
+         "routes[0].chain[0].legacy_upload_guard.surprise: Extra inputs are not permitted"),
+    ],
+)
+def test_bad_options_stop_start_up_with_their_path(options: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(_config_with(options), "test")
+    assert any(p.startswith(problem) for p in info.value.problems), info.value.problems
+
+
+def test_good_options_and_defaults() -> None:
+    loaded = parse_config(_config_with({"detect": "route", "successor": "/api/v1/cards/{card_id}/files"}), "test")
+    ((_, request_id), (name, options)) = loaded.chains["legacy_card_file_upload"]
+    assert name == NAME and isinstance(options, Options)
+    assert options.look_ahead_bytes == 1 << 20
+    assert options.deprecated_since == dt.date(2026, 5, 21)
+    assert POLICIES[NAME].options is Options
+
+
+def test_forbid_in_force_follows_the_tenant_setting() -> None:
+    now = dt.datetime(2026, 6, 1, tzinfo=dt.UTC)
+    assert forbid_in_force(_tenant(True), now, {}) is True
+    assert forbid_in_force(_tenant(False), now, {}) is False
+
+
+# --- the middleware alone -----------------------------------------------------------------------------------------
+
+
+def _tenant(forbid: bool) -> Tenant:
+    from yarl import URL
+
+    return Tenant("t", ("t.test",), URL("http://up"), dt.date(2026, 6, 1), True, forbid, False)
+
+
+class Next:
+    """A recording next handler: what reached it, and the body it would have forwarded."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.body: bytes | None = None
+
+    async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
+        self.calls += 1
+        ctx = request[CTX]
+        source: AsyncIterable[bytes] | None = ctx.body
+        if source is None and request.body_exists:
+            source = request.content.iter_any()
+        if source is not None:
+            self.body = b"".join([chunk async for chunk in source])
+        return web.Response(text="upstream")
+
+
+def _guard(metrics: Metrics, route: str = "legacy_comment_update", **options: Any) -> Any:
+    options = {"detect": "file_parts", "successor": "/api/v1/cards/{card_id}/comments/{comment_id}/files", **options}
+    config = parse_config(make_config("http://127.0.0.1:1", routes=[
+        {"name": route, "methods": ["PATCH", "PUT"], "paths": ["/cards/{card_id}/comments/{comment_id}"]}]), "test")  # fmt: skip
+    ctx = BuildContext(route, FixedClock(dt.datetime(2026, 7, 1, tzinfo=dt.UTC)), metrics, config.model)
+    return build(Options.model_validate(options), ctx)
+
+
+def _request(
+    body: bytes | None, headers: list[tuple[str, str]], *, forbid: bool = True, method: str = "PATCH", eof: bool = True
+) -> web.BaseRequest:
+    loop = asyncio.get_running_loop()
+    protocol = mock.Mock(_reading_paused=False)
+    payload: Any
+    if body is None:
+        from aiohttp.streams import EMPTY_PAYLOAD
+
+        payload = EMPTY_PAYLOAD
+    else:
+        payload = StreamReader(protocol, 2**16, loop=loop)
+        payload.feed_data(body)
+        if eof:
+            payload.feed_eof()
+    writer = mock.Mock()
+    writer.write = mock.AsyncMock()
+    request = make_mocked_request(method, "/api/v1/cards/7/comments/9", headers, payload=payload, writer=writer)
+    route = Route.build("legacy_comment_update", ["PATCH"], ["/cards/{card_id}/comments/{comment_id}"], ["/api/v1"])
+    request[CTX] = RequestContext(0.0, _tenant(forbid), route, {"card_id": "7", "comment_id": "9"},
+                                  "/api/v1/cards/7/comments/9", "", method, request_id="rid-1")  # fmt: skip
+    return request
+
+
+MP = [("Content-Type", f"multipart/form-data; boundary={B}")]
+
+
+async def test_file_part_is_blocked_and_never_reaches_the_next_handler() -> None:
+    metrics = Metrics()
+    guard, nxt = _guard(metrics), Next()
+    request = _request(multipart_body([TEXT, FILE], B), MP)
+    response = await guard(request, nxt)
+    assert nxt.calls == 0
+    assert response.status == 403
+    assert response.content_type == "application/json"
+    import json
+
+    assert json.loads(response.body) == {
+        "code": DISABLED_CODE,
+        "message": "Uploading files outside restricted file access is disabled for the public API by company settings.",
+        "request_id": "rid-1",
+        "replacement": "POST /api/v1/cards/7/comments/9/files",
+    }
+    assert response.headers["Deprecation"] == "@1779321600"
+    assert response.headers["Link"] == '</api/v1/cards/7/comments/9/files>; rel="successor-version"'
+    assert request[CTX].decisions == {NAME: "blocked"}
+    assert metrics.legacy_uploads.labels("legacy_comment_update", "blocked")._value.get() == 1
+
+
+async def test_text_only_body_is_replayed_exactly() -> None:
+    guard, nxt = _guard(Metrics()), Next()
+    body = multipart_body([TEXT, TEXT], B)
+    request = _request(body, MP)
+    response = await guard(request, nxt)
+    assert response.status == 200 and nxt.calls == 1
+    assert nxt.body == body
+    assert request[CTX].decisions == {NAME: "passed"}
+    assert "Deprecation" not in response.headers
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [[("Content-Type", "application/json")], [], [("Content-Type", "application/json"), ("Content-Encoding", "gzip")]],
+)
+async def test_non_multipart_bodies_are_not_read(headers: list[tuple[str, str]]) -> None:
+    guard, nxt = _guard(Metrics()), Next()
+    request = _request(b'{"text": "x"}', headers)
+    await guard(request, nxt)
+    assert nxt.calls == 1 and request[CTX].body is None and nxt.body == b'{"text": "x"}'
+
+
+async def test_ambiguous_body_is_refused() -> None:
+    metrics = Metrics()
+    guard, nxt = _guard(metrics), Next()
+    request = _request(multipart_body([TEXT], B).replace(b"\r\n", b"\n"), MP)
+    response = await guard(request, nxt)
+    assert nxt.calls == 0 and response.status == 400
+    assert request[CTX].decisions == {NAME: "refused"}
+    assert request[CTX].extra[f"{NAME}.rule"] == "line_endings"
+    assert metrics.legacy_uploads.labels("legacy_comment_update", "refused")._value.get() == 1
+
+
+async def test_look_ahead_bound_is_enforced() -> None:
+    guard, nxt = _guard(Metrics(), look_ahead_bytes=65536, max_part_header_bytes=1024), Next()
+    body = multipart_body([(TEXT[0], b"t" * 100_000), FILE], B)
+    request = _request(body, MP)
+    response = await guard(request, nxt)
+    assert nxt.calls == 0 and response.status == 413
+
+
+async def test_expect_continue_is_sent_before_reading_part_headers() -> None:
+    guard, nxt = _guard(Metrics()), Next()
+    request = _request(multipart_body([TEXT], B), [*MP, ("Expect", "100-continue")])
+    await guard(request, nxt)
+    request.writer.write.assert_awaited_once_with(b"HTTP/1.1 100 Continue\r\n\r\n")  # type: ignore[attr-defined]
+
+
+async def test_route_detection_never_sends_continue_nor_reads() -> None:
+    guard, nxt = _guard(Metrics(), detect="route"), Next()
+    request = _request(b"x" * 1000, [*MP, ("Expect", "100-continue")], method="PUT", eof=False)
+    response = await guard(request, nxt)
+    assert response.status == 403 and nxt.calls == 0
+    request.writer.write.assert_not_awaited()  # type: ignore[attr-defined]
+    assert request.content._size == 1000  # not a byte read
+    assert response.keep_alive is False  # the body is still coming: the connection will be closed
+
+
+async def test_route_detection_passes_a_bodyless_request() -> None:
+    guard, nxt = _guard(Metrics(), detect="route"), Next()
+    request = _request(None, [], method="PUT")
+    response = await guard(request, nxt)
+    assert response.status == 200 and request[CTX].decisions == {NAME: "passed"}
+
+
+async def test_forbid_off_passes_uploads_and_marks_them_deprecated() -> None:
+    metrics = Metrics()
+    guard, nxt = _guard(metrics, deprecated_since="2027-01-01T12:00:00+01:00"), Next()
+    body = multipart_body([TEXT, FILE], B)
+    request = _request(body, MP, forbid=False)
+    response = await guard(request, nxt)
+    assert response.status == 200 and nxt.body == body
+    assert response.headers["Deprecation"] == f"@{int(dt.datetime(2027, 1, 1, 11, tzinfo=dt.UTC).timestamp())}"
+    assert request[CTX].decisions == {NAME: "allowed"}
+    assert metrics.legacy_uploads.labels("legacy_comment_update", "allowed")._value.get() == 1
+
+
+async def test_forbid_off_text_comment_is_not_counted() -> None:
+    metrics = Metrics()
+    guard, nxt = _guard(metrics), Next()
+    request = _request(multipart_body([TEXT], B), MP, forbid=False)
+    response = await guard(request, nxt)
+    assert "Deprecation" not in response.headers
+    assert request[CTX].decisions == {NAME: "passed"}
+    assert metrics.legacy_uploads.labels("legacy_comment_update", "allowed")._value.get() == 0
+
+
+async def test_a_stalled_body_is_refused_after_the_read_timeout() -> None:
+    guard, nxt = _guard(Metrics(), body_read_timeout=0.05), Next()
+    request = _request(multipart_body([TEXT], B)[:20], MP, eof=False)
+    response = await guard(request, nxt)
+    assert nxt.calls == 0 and response.status == 408
+    assert request[CTX].extra[f"{NAME}.rule"] == "body_timeout"
