@@ -103,8 +103,12 @@ class Gateway:
                 read_bufsize=256 * 1024,
                 max_field_size=self._config.model.server.max_header_bytes,
             )
+        server = self._config.model.server
         self.proxy = ProxyCore(
-            self._session, self.metrics, trust_forwarded=self._config.model.server.trust_forwarded_headers
+            self._session,
+            self.metrics,
+            trust_forwarded=server.trust_forwarded_headers,
+            body_timeout=server.client_body_timeout,
         )
         self._state = build_state(self._config, self.proxy, self.clock, self.metrics)
         self.ready = True
@@ -144,6 +148,9 @@ class Gateway:
             read_bufsize=256 * 1024,
             # A client that goes away cancels its request, and with it the upstream request and connection.
             handler_cancellation=True,
+            # After an early answer, unread request bytes are read and dropped for at most this long, so the client
+            # can read the answer before the connection closes (aiohttp's default is 10 s).
+            lingering_time=2.0,
         )
 
     def _refuse(self, request: web.BaseRequest, status: int, code: str, message: str) -> web.Response:

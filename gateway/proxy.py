@@ -87,10 +87,18 @@ class UpstreamResponse(web.StreamResponse):
 class ProxyCore:
     """Forwards a classified request to its tenant's upstream over one pooled client session."""
 
-    def __init__(self, session: aiohttp.ClientSession, metrics: Metrics, *, trust_forwarded: bool = False) -> None:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        metrics: Metrics,
+        *,
+        trust_forwarded: bool = False,
+        body_timeout: float = 60.0,
+    ) -> None:
         self.session = session
         self.metrics = metrics
         self.trust_forwarded = trust_forwarded
+        self.body_timeout = body_timeout
 
     def upstream_headers(self, request: web.BaseRequest, ctx: RequestContext) -> CIMultiDict[str]:
         incoming = request.headers
@@ -127,7 +135,7 @@ class ProxyCore:
         if ctx.body is not None:
             body = ctx.body
         elif request.body_exists:
-            body = _stream_body(request, ctx)
+            body = _stream_body(request, ctx, self.body_timeout)
         else:
             body = None
         started = time.monotonic()
@@ -138,6 +146,10 @@ class ProxyCore:
                 ctx.method, url, headers=headers, data=body, allow_redirects=False, auto_decompress=False
             )
         except (aiohttp.ClientError, asyncio.TimeoutError) as err:
+            if ctx.extra.get("body_timeout"):
+                timed_out = json_error(408, "CLIENT_BODY_TIMEOUT", "the request body stopped arriving", ctx.request_id)
+                timed_out.force_close()  # the rest of the body is unread: the connection cannot carry another request
+                return timed_out
             if ctx.client_aborted:
                 return web.Response(status=400)  # nobody reads it; the access log says 499
             return self._error(ctx, err)
@@ -160,12 +172,21 @@ class ProxyCore:
         return json_error(status, code, message, ctx.request_id)
 
 
-async def _stream_body(request: web.BaseRequest, ctx: RequestContext) -> AsyncIterator[bytes]:
+async def _stream_body(request: web.BaseRequest, ctx: RequestContext, timeout: float) -> AsyncIterator[bytes]:
     await ensure_continue(request)
     content = request.content
     try:
-        while chunk := await content.readany():
+        while True:
+            # Bounded wait for each piece: a client that stalls (or whose framing broke: aiohttp then stops
+            # feeding the body without failing it) must not hold an upstream connection forever.
+            async with asyncio.timeout(timeout):
+                chunk = await content.readany()
+            if not chunk:
+                break
             yield chunk
+    except TimeoutError:
+        ctx.extra["body_timeout"] = True
+        raise ConnectionResetError("request body timed out") from None
     except (ConnectionError, aiohttp.ClientPayloadError, asyncio.CancelledError):
         # The client went away or sent a broken body: the upstream request is abandoned with it.
         ctx.client_aborted = True

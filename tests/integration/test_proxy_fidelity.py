@@ -358,3 +358,26 @@ async def test_client_disconnect_while_waiting_cancels_the_upstream_request(gw, 
         await asyncio.sleep(0.02)
     assert gw.metrics.in_flight._value.get() == 0
     assert gw.metrics.requests.labels("catch_all", "GET", "4xx")._value.get() == 1  # logged as 499
+
+
+async def test_broken_chunked_framing_mid_body_does_not_hang(upstream, start_gateway: GatewayFactory) -> None:
+    """aiohttp stops feeding a body whose chunk framing breaks mid-way; the body timeout ends the request."""
+    config = make_config(upstream.url, server={"listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0",
+                                               "client_body_timeout": 0.5})
+    gw = await start_gateway(config)
+    reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+    writer.write(b"POST /x HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+    await writer.drain()
+    await asyncio.wait_for(upstream.body_started.wait(), 3)
+    writer.write(b"ZZZ\r\n")
+    await writer.drain()
+    data = await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    assert data.startswith(b"HTTP/1.1 408"), data[:100]
+    assert b"CLIENT_BODY_TIMEOUT" in data
+    for _ in range(50):
+        if upstream.received:
+            break
+        await asyncio.sleep(0.05)
+    assert upstream.received and not upstream.received[-1].body_complete
+    assert gw.metrics.in_flight._value.get() == 0
