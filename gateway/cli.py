@@ -52,6 +52,10 @@ def _parser() -> argparse.ArgumentParser:
     usage.add_argument("--admin", default="http://127.0.0.1:9090", help="admin base URL (default: %(default)s)")
     usage.add_argument("--top", type=int, default=10, help="clients per behaviour (default: %(default)s)")
     usage.add_argument("--json", action="store_true", help="print the raw JSON")
+    rollout = sub.add_parser("rollout", help="the phase of each dated behaviour per tenant at an instant, and why")
+    rollout.add_argument("--config", default=DEFAULT_CONFIG, help=f"configuration file (default: {DEFAULT_CONFIG})")
+    rollout.add_argument("--at", metavar="INSTANT", help="ISO 8601 date or date-time (default: the gateway's clock)")
+    rollout.add_argument("--host", help="only the tenant that serves this Host")
     return parser
 
 
@@ -143,8 +147,38 @@ def _usage(admin: str, top: int, raw: bool) -> int:
     return 0
 
 
+def _rollout(config_path: str, at: str | None, host: str | None) -> int:
+    from .rollout import RolloutPlan, clock_from_config, describe, parse_instant
+    from .tenants import TenantResolver
+
+    try:
+        config = load_config(config_path)
+        rollout = config.model.rollout
+        now = parse_instant(at, rollout.tzinfo) if at else clock_from_config(rollout).now()
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        return 2
+    except ValueError as err:
+        print(f"gateway: --at/GATEWAY_NOW: {err}", file=sys.stderr)
+        return 2
+    names = None
+    if host is not None:
+        tenants = config.tenants()
+        default = next((t for t in tenants if t.name == config.model.default_tenant), None)
+        tenant = TenantResolver(tenants, default).resolve(host)
+        if tenant is None:
+            print(f"gateway: no tenant serves the host {host!r}", file=sys.stderr)
+            return 2
+        names = [tenant.name]
+    print(f"rollout at {now.isoformat()} ({config.source})")
+    print("\n".join(describe(RolloutPlan.from_config(config.model), now, names)))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "rollout":
+        return _rollout(args.config, args.at, args.host)
     if args.command == "usage":
         return _usage(args.admin, args.top, args.json)
     if args.command == "check-config":

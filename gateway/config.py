@@ -28,7 +28,7 @@ from pydantic import (
 from yarl import URL
 
 from .policies import POLICIES
-from .rollout import RolloutConfig
+from .rollout import RolloutConfig, TenantRollout, rollout_problems
 from .tenants import Tenant, canonical_host
 
 __all__ = (
@@ -132,6 +132,8 @@ class ServerConfig(_Model):
     drain_delay: float = Field(default=0.0, ge=0, le=600)
     # Then, how long in-flight requests may take to finish.
     shutdown_timeout: float = Field(default=30.0, gt=0, le=3600)
+    # Longest wait for the next piece of a request body being forwarded; then 408 and the upstream request is dropped.
+    client_body_timeout: float = Field(default=60.0, gt=0, le=3600)
     # Trust the client's X-Forwarded-Proto/Host (only behind a trusted load balancer).
     trust_forwarded_headers: bool = False
 
@@ -163,7 +165,8 @@ class TenantConfig(_Model):
     forbid_legacy_uploads: bool | None = None
     # Send the client's Host to the upstream instead of the upstream's own authority.
     preserve_host: bool = False
-    rollout: dict[str, Any] = {}
+    # Per-tenant overrides of the rollout section (dates, timezone, brownouts, exemptions): see rollout.py.
+    rollout: TenantRollout = TenantRollout()
 
     @field_validator("hosts")
     @classmethod
@@ -217,7 +220,7 @@ class TenantConfig(_Model):
             restricted_file_access=restricted,
             forbid_legacy_uploads=forbid,
             preserve_host=self.preserve_host,
-            rollout=dict(self.rollout),
+            rollout=self.rollout.model_dump(exclude_defaults=True),
         )
 
 
@@ -367,6 +370,7 @@ def parse_config(data: Any, source: str = "config") -> LoadedConfig:
     for i, route in enumerate(model.routes):
         chains[route.name] = global_chain + options_of(route.chain, ["routes", i, "chain"], global_names)
     chains["catch_all"] = global_chain + options_of(model.catch_all.chain, ["catch_all", "chain"], global_names)
+    problems.extend(rollout_problems(model))
     if problems:
         raise ConfigError(problems, source)
     return LoadedConfig(model, chains, source)

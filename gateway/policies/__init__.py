@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from ..typedefs import Middleware
-from . import request_id
+from . import board_cards, legacy_upload_guard, request_id
 
 if TYPE_CHECKING:
     from ..observability import Metrics
@@ -45,6 +45,8 @@ POLICIES: Mapping[str, PolicySpec] = MappingProxyType(
         spec.name: spec
         for spec in (
             PolicySpec(request_id.NAME, request_id.Options, request_id.build),
+            PolicySpec(legacy_upload_guard.NAME, legacy_upload_guard.Options, legacy_upload_guard.build),
+            PolicySpec(board_cards.NAME, board_cards.Options, board_cards.build),
         )
     }
 )

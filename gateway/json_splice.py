@@ -1,0 +1,279 @@
+"""Byte-level editing of one member of a JSON object, without re-serialising anything else.
+
+``scan`` reads the top level of a JSON text whose value is an object and records where each member starts and
+ends; for one named member whose value is an array it also records where each element ends. ``truncate`` and
+``drop`` then cut the raw bytes at those offsets, so everything that is kept (key order, whitespace, unicode and
+escapes, integers of any size, floats as written) stays byte for byte what the upstream sent.
+
+What is checked ("JSON enough to be safe" for cutting): the top level strictly (one object, string keys, colons,
+commas, scalars by the JSON grammar, nothing but whitespace after it); inside nested values, that strings are closed
+with valid escapes and no raw control characters, and that brackets balance with matching kinds. A text that fails
+these checks raises ``NotJSON``; the caller passes it through untouched.
+
+Speed: nested values are skipped by one precompiled regular expression per value (nesting up to ``_FAST_DEPTH``
+levels in the pattern, deeper values by an explicit stack), so Python runs once per top-level member and once per
+array element, not once per token.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ("Layout", "Member", "NotJSON", "drop", "scan", "splice", "truncate")
+
+
+class NotJSON(ValueError):
+    """The body is not a JSON object this module can edit safely; ``str()`` says why, never with the body."""
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    key: str
+    start: int  # offset of the key's opening quote
+    value_start: int
+    end: int  # offset just after the value
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where things are in one scanned body."""
+
+    size: int
+    members: tuple[Member, ...]
+    target: int | None  # index in ``members`` of the array member being edited, None when absent
+    count: int  # elements in that array (0 when absent or not an array)
+    is_array: bool
+    element_ends: tuple[int, ...]  # offset just after each of the first ``keep`` elements
+    last_element_end: int  # offset just after the last element (just after '[' when empty)
+    extra: int | None  # index of the member named ``extra_key`` if the upstream already sent one
+
+    @property
+    def target_member(self) -> Member | None:
+        return None if self.target is None else self.members[self.target]
+
+
+_WS = re.compile(rb"[ \t\r\n]*+")
+_KEY = re.compile(rb'"[^"\\\x00-\x1f]*+(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*+)*+"')
+_SCALAR = re.compile(rb"-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?(?:[eE][+-]?[0-9]++)?|true|false|null|" + _KEY.pattern)
+# Inside nested values: runs of anything but quotes and brackets, and well-formed strings.
+_FLAT = (
+    rb'[^"\[\]{}\\]*+(?:"[^"\\\x00-\x1f]*+(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*+)*+"[^"\[\]{}\\]*+)*+'
+)
+_FAST_DEPTH = 6
+
+
+def _nested(depth: int) -> bytes:
+    inner = _FLAT
+    for _ in range(depth):
+        inner = _FLAT + rb"(?:(?:\[" + inner + rb"\]|\{" + inner + rb"\})" + _FLAT + rb")*+"
+    return inner
+
+
+_COMPOSITE = re.compile(rb"\[" + _nested(_FAST_DEPTH - 1) + rb"\]|\{" + _nested(_FAST_DEPTH - 1) + rb"\}")
+_FLAT_RE = re.compile(_FLAT)
+_CLOSER = {0x5B: 0x5D, 0x7B: 0x7D}  # '[' -> ']', '{' -> '}'
+_MAX_DEPTH = 512
+
+
+def _skip_deep(body: bytes, pos: int) -> int:
+    """Skip a composite value nested deeper than the fast pattern handles, with an explicit stack."""
+    stack: list[int] = []
+    n = len(body)
+    flat = _FLAT_RE.match
+    composite = _COMPOSITE.match
+    while True:
+        c = body[pos] if pos < n else -1
+        if c in (0x5B, 0x7B):
+            m = composite(body, pos) if stack else None
+            if m is not None:
+                # A shallow enough value inside the deep one: skipped in one go.
+                pos = m.end()
+                m = flat(body, pos)
+                assert m is not None
+                pos = m.end()
+                continue
+            stack.append(_CLOSER[c])
+            if len(stack) > _MAX_DEPTH:
+                raise NotJSON("nesting too deep")
+            pos += 1
+        elif c in (0x5D, 0x7D):
+            if not stack or stack.pop() != c:
+                raise NotJSON(f"unbalanced bracket at offset {pos}")
+            pos += 1
+            if not stack:
+                return pos
+        else:
+            raise NotJSON(f"invalid string or unexpected end at offset {pos}")
+        m = flat(body, pos)
+        assert m is not None  # the pattern matches the empty string
+        pos = m.end()
+
+
+def _skip_value(body: bytes, pos: int) -> int:
+    c = body[pos] if pos < len(body) else -1
+    if c in (0x5B, 0x7B):
+        m = _COMPOSITE.match(body, pos)
+        return m.end() if m is not None else _skip_deep(body, pos)
+    m = _SCALAR.match(body, pos)
+    if m is None:
+        raise NotJSON(f"invalid value at offset {pos}")
+    return m.end()
+
+
+def _key_text(raw: bytes) -> str:
+    if b"\\" not in raw:
+        return raw[1:-1].decode("utf-8", "surrogateescape")
+    text: str = json.loads(raw)
+    return text
+
+
+def _skip_ws(body: bytes, pos: int) -> int:
+    m = _WS.match(body, pos)
+    assert m is not None
+    return m.end()
+
+
+def scan(body: bytes, key: str, *, keep: int = 0, extra_key: str | None = None) -> Layout:
+    """Scan the top-level object; for member ``key`` (if an array) record the ends of its first ``keep`` elements."""
+    n = len(body)
+    pos = _skip_ws(body, 0)
+    if pos >= n or body[pos] != 0x7B:
+        raise NotJSON("the top-level value is not an object")
+    pos = _skip_ws(body, pos + 1)
+    members: list[Member] = []
+    seen: set[str] = set()
+    target = extra = None
+    count = 0
+    is_array = False
+    ends: list[int] = []
+    last_end = 0
+    if pos < n and body[pos] == 0x7D:
+        pos += 1
+    else:
+        while True:
+            m = _KEY.match(body, pos)
+            if m is None:
+                raise NotJSON(f"expected a member name at offset {pos}")
+            start = pos
+            name = _key_text(m.group())
+            if name in seen and name in (key, extra_key):
+                raise NotJSON(f"the member {name!r} appears twice")
+            seen.add(name)
+            pos = _skip_ws(body, m.end())
+            if pos >= n or body[pos] != 0x3A:
+                raise NotJSON(f"expected ':' at offset {pos}")
+            pos = value_start = _skip_ws(body, pos + 1)
+            if name == key and pos < n and body[pos] == 0x5B:
+                target, is_array = len(members), True
+                pos, count, ends, last_end = _scan_array(body, pos, keep)
+            else:
+                if name == key:
+                    target = len(members)
+                elif name == extra_key:
+                    extra = len(members)
+                pos = _skip_value(body, pos)
+            members.append(Member(name, start, value_start, pos))
+            pos = _skip_ws(body, pos)
+            c = body[pos] if pos < n else -1
+            if c == 0x2C:
+                pos = _skip_ws(body, pos + 1)
+            elif c == 0x7D:
+                pos += 1
+                break
+            else:
+                raise NotJSON(f"expected ',' or '}}' at offset {pos}")
+    if _skip_ws(body, pos) != n:
+        raise NotJSON(f"unexpected data after the top-level object at offset {pos}")
+    return Layout(n, tuple(members), target, count, is_array, tuple(ends), last_end, extra)
+
+
+def _scan_array(body: bytes, pos: int, keep: int) -> tuple[int, int, list[int], int]:
+    n = len(body)
+    pos = _skip_ws(body, pos + 1)
+    ends: list[int] = []
+    last_end = pos
+    if pos < n and body[pos] == 0x5D:
+        return pos + 1, 0, ends, last_end
+    count = 0
+    skip = _skip_value
+    ws = _WS.match
+    while True:
+        pos = skip(body, pos)
+        count += 1
+        last_end = pos
+        if count <= keep:
+            ends.append(pos)
+        pos = ws(body, pos).end()  # type: ignore[union-attr]
+        c = body[pos] if pos < n else -1
+        if c == 0x2C:
+            pos = ws(body, pos + 1).end()  # type: ignore[union-attr]
+        elif c == 0x5D:
+            return pos + 1, count, ends, last_end
+        else:
+            raise NotJSON(f"expected ',' or ']' at offset {pos}")
+
+
+def splice(body: bytes, edits: Sequence[tuple[int, int, bytes]]) -> bytes:
+    """Replace each ``[start, end)`` by its bytes; edits are sorted and do not overlap."""
+    parts: list[bytes] = []
+    pos = 0
+    for start, end, data in sorted(edits, key=lambda e: (e[0], e[1])):
+        if start < pos:
+            raise ValueError("overlapping edits")
+        parts.append(body[pos:start])
+        parts.append(data)
+        pos = end
+    parts.append(body[pos:])
+    return b"".join(parts)
+
+
+def _member_bytes(name: str, value: bytes) -> bytes:
+    return json.dumps(name, ensure_ascii=False).encode() + b":" + value
+
+
+def _set_extra(layout: Layout, after: int, name: str, value: bytes) -> tuple[int, int, bytes]:
+    """An edit that sets member ``name``: its value is replaced if present, else it is inserted at ``after``."""
+    if layout.extra is not None:
+        member = layout.members[layout.extra]
+        return (member.value_start, member.end, value)
+    return (after, after, b"," + _member_bytes(name, value))
+
+
+def truncate(body: bytes, layout: Layout, keep: int, extra: tuple[str, bytes] | None = None) -> bytes:
+    """Keep the first ``keep`` elements of the target array (``keep`` <= what was scanned); optionally set a member."""
+    member = layout.target_member
+    if member is None or not layout.is_array:
+        raise ValueError("nothing to truncate")
+    if keep > len(layout.element_ends) and keep < layout.count:
+        raise ValueError("the layout was scanned with a smaller keep")
+    edits: list[tuple[int, int, bytes]] = []
+    if keep < layout.count:
+        cut = layout.element_ends[keep - 1] if keep > 0 else member.value_start + 1
+        edits.append((cut, layout.last_element_end, b""))
+    if extra is not None:
+        edits.append(_set_extra(layout, member.end, *extra))
+    return splice(body, edits)
+
+
+def drop(body: bytes, layout: Layout, extra: tuple[str, bytes] | None = None) -> bytes:
+    """Remove the target member (key and value); optionally set a member (in its place when new)."""
+    i = layout.target
+    if i is None:
+        raise ValueError("nothing to drop")
+    members = layout.members
+    member = members[i]
+    if extra is not None and layout.extra is None:
+        return splice(body, [(member.start, member.end, _member_bytes(*extra))])
+    edits: list[tuple[int, int, bytes]] = []
+    if i + 1 < len(members):
+        edits.append((member.start, members[i + 1].start, b""))
+    elif i > 0:
+        edits.append((members[i - 1].end, member.end, b""))
+    else:
+        edits.append((member.start, member.end, b""))
+    if extra is not None:
+        edits.append(_set_extra(layout, member.end, *extra))
+    return splice(body, edits)

@@ -1,0 +1,474 @@
+"""board_cards: withdraw ``cards`` from the board route on the spec's dates ("Limits" 2-3, "Versioning" 5).
+
+Before the cap date the upstream's bytes pass untouched; from it, at most ``cap`` cards (the first ones); from the
+removal date, none. Whenever cards are excluded, ``cards_deprecation_message`` names the paginated card list
+request that replaces them. The phase comes from the rollout plan (dates, overrides, brownouts, exemptions).
+
+A compatibility policy: a body it cannot edit safely (not 200, not JSON, not parseable, too large, an unknown
+content coding) passes through untouched, counted in ``gateway_board_responses{phase,action}`` and logged once.
+See docs/policies/board_cards.md for the choices on compression and validators.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import logging
+import re
+import zlib
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from aiohttp import web
+from multidict import CIMultiDict
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
+
+from .. import json_splice
+from ..proxy import UpstreamResponse
+from ..rollout import BOARD_CARDS, RolloutPlan, Schedule
+from ..typedefs import CTX, Handler, Middleware
+
+if TYPE_CHECKING:
+    from . import BuildContext
+
+__all__ = ("NAME", "Options", "build")
+
+NAME = "board_cards"
+log = logging.getLogger("gateway.board_cards")
+
+MESSAGE_KEY = "cards_deprecation_message"
+SUCCESSOR = "/api/latest/cards"
+MiB = 1 << 20
+# Bumped whenever the rewrite's output changes for the same input: part of every ETag the policy derives.
+_REWRITE_VERSION = "1"
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Cards kept from the cap date on (spec: 100).
+    cap: int = Field(default=100, ge=1, le=100_000)
+    # From the removal date: drop the "cards" key, or send "cards": [].
+    removal: Literal["remove_key", "empty_array"] = "remove_key"
+    # The limit named in cards_deprecation_message (default: cap).
+    page_limit: int | None = Field(default=None, ge=1, le=100_000)
+    # Bodies larger than this (after decoding) pass through untouched.
+    max_body_bytes: int = Field(default=64 * MiB, ge=1024, le=1024 * MiB)
+    # RFC 9745 Deprecation and RFC 8288 Link headers on board responses, from rollout.board_cards_announcement.
+    signal: bool = True
+    # Documentation of the deprecation, sent as Link rel="deprecation" when set.
+    deprecation_link: AnyHttpUrl | None = None
+    # Rewritten bodies are gzipped for clients that accept it, from this size on.
+    compress_min_bytes: int = Field(default=1024, ge=0)
+    compress_level: int = Field(default=6, ge=1, le=9)
+    # Scans of identical upstream bodies are reused (checked byte for byte); total size of bodies kept. 0: off.
+    memo_bytes: int = Field(default=64 * MiB, ge=0, le=4096 * MiB)
+
+
+# Response headers that describe the upstream's bytes and are wrong for a rewritten body.
+_REWRITE_DROP = frozenset(
+    {"content-length", "content-encoding", "etag", "last-modified", "content-md5", "digest", "content-digest",
+     "repr-digest", "accept-ranges", "content-range"}
+)
+# Request headers that would let the upstream answer for a representation the policy then rewrites differently.
+_CONDITIONAL_DROP = ("If-Modified-Since", "If-Unmodified-Since", "If-Range", "Range", "If-Match")
+_JSON_TYPE = re.compile(r"^\s*application/(?:[\w.+-]+\+)?json\s*(?:;|$)", re.IGNORECASE)
+_ETAG = re.compile(r'\s*(?:(W/)?"([^"]*)"|(\*))\s*(?:,|$)')
+_GZIP_NAMES = frozenset({"gzip", "x-gzip"})
+
+
+def _accepts_gzip(header: str | None) -> bool:
+    if not header:
+        return False
+    star = gzip_q = None
+    for item in header.split(","):
+        coding, _, params = item.strip().partition(";")
+        coding = coding.strip().lower()
+        quality = 1.0
+        for param in params.split(";"):
+            key, _, value = param.strip().partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        if coding in _GZIP_NAMES:
+            gzip_q = quality
+        elif coding == "*":
+            star = quality
+    chosen = gzip_q if gzip_q is not None else star
+    return chosen is not None and chosen > 0
+
+
+def _parse_etags(value: str) -> list[tuple[bool, str]] | None:
+    """``If-None-Match`` as (weak, opaque) pairs; ``("*", ...)`` for a star; None when malformed."""
+    tags: list[tuple[bool, str]] = []
+    pos = 0
+    while pos < len(value):
+        m = _ETAG.match(value, pos)
+        if m is None or m.end() == pos:
+            return None
+        tags.append((True, "*") if m.group(3) else (bool(m.group(1)), m.group(2)))
+        pos = m.end()
+    return tags
+
+
+@dataclass(slots=True)
+class _MemoEntry:
+    body: bytes
+    layout: json_splice.Layout
+    rendered: dict[tuple[int, bool], tuple[bytes, bool]] = field(default_factory=dict)  # -> (body, gzipped)
+
+
+class _Memo:
+    """Scans of recent upstream bodies, reused only for a body equal byte for byte; bounded by total size."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.size = 0
+        self.entries: OrderedDict[tuple[str, str], _MemoEntry] = OrderedDict()
+
+    def get(self, key: tuple[str, str], body: bytes) -> _MemoEntry | None:
+        entry = self.entries.get(key)
+        if entry is None or entry.body != body:
+            return None
+        self.entries.move_to_end(key)
+        return entry
+
+    def put(self, key: tuple[str, str], entry: _MemoEntry) -> None:
+        if len(entry.body) > self.budget:
+            return
+        old = self.entries.pop(key, None)
+        if old is not None:
+            self.size -= len(old.body)
+        self.entries[key] = entry
+        self.size += len(entry.body)
+        while self.size > self.budget:
+            _, evicted = self.entries.popitem(last=False)
+            self.size -= len(evicted.body)
+
+
+class _PassThrough(Exception):
+    def __init__(self, action: str, reason: str) -> None:
+        super().__init__(reason)
+        self.action = action
+        self.reason = reason
+
+
+def build(options: Options, ctx: BuildContext) -> Middleware:
+    plan = RolloutPlan.from_config(ctx.config)
+    schedules: dict[str, Schedule] = {tenant: per[BOARD_CARDS.name] for tenant, per in plan.schedules.items()}
+    clock = ctx.clock
+    metrics = ctx.metrics
+    phases = BOARD_CARDS.phases
+    cap = options.cap
+    page_limit = options.page_limit or cap
+    empty_array = options.removal == "empty_array"
+    max_body = options.max_body_bytes
+    memo = _Memo(options.memo_bytes) if options.memo_bytes else None
+    doc_link = f'<{options.deprecation_link}>; rel="deprecation"; type="text/html"' if options.deprecation_link else None
+    # One ETag suffix per rewriting phase: it changes whenever what the phase does to a body changes.
+    fingerprint = hashlib.sha256(
+        (options.model_dump_json() + _REWRITE_VERSION).encode()
+    ).hexdigest()[:8]
+    suffixes = {i: f".cards-{phases[i]}-{fingerprint}" for i in (1, 2)}
+    counters: dict[tuple[str, str], Any] = {
+        (phase, action): metrics.board_responses.labels(phase, action)
+        for phase in phases
+        for action in ("untouched", "capped", "removed", "passed_through_unparsed", "too_large", "not_ok",
+                       "not_modified")
+    }
+    removed_counter = metrics.board_cards_removed
+    # When the tenant-wide phases may next change: the gauge is republished then (checked per request).
+    built_at = clock.now().timestamp()
+    plan.publish(metrics, built_at, clear=True)
+    refresh = [plan.next_refresh(built_at)]
+    signal_flag = {tenant: flags.get("board_cards_announcement") for tenant, flags in plan.signals.items()}
+
+    def signal_headers(headers: CIMultiDict[str], tenant: str, schedule: Schedule, board: str, now: float) -> None:
+        if not options.signal:
+            return
+        start = signal_flag.get(tenant)
+        if start is not None and now < start:
+            return
+        cap_at = schedule.flag_instant("board_cards_cap")
+        if cap_at is not None:
+            headers["Deprecation"] = f"@{int(cap_at)}"
+        headers.add("Link", f'<{SUCCESSOR}?board_id={board}>; rel="successor-version"')
+        if doc_link is not None:
+            headers.add("Link", doc_link)
+
+    def vary(headers: CIMultiDict[str], names: tuple[str, ...]) -> None:
+        present = {v.strip().lower() for value in headers.getall("Vary", ()) for v in value.split(",")}
+        if "*" in present:
+            return
+        extra = [n for n in names if n.lower() not in present]
+        if extra:
+            headers.add("Vary", ", ".join(extra))
+
+    def weak_etag(upstream_etag: str | None, index: int) -> str | None:
+        if not upstream_etag:
+            return None
+        tags = _parse_etags(upstream_etag)
+        if not tags or len(tags) != 1 or tags[0][1] == "*":
+            return None
+        return f'W/"{tags[0][1]}{suffixes[index]}"'
+
+    def translate_if_none_match(value: str, index: int) -> str | None:
+        """Keep only tags this phase issued, as the upstream's own; a tag from another phase can never match."""
+        tags = _parse_etags(value)
+        if tags is None:
+            return None
+        suffix = suffixes[index]
+        kept = []
+        for weak, opaque in tags:
+            if opaque == "*" and weak:
+                kept.append("*")
+            elif opaque.endswith(suffix):
+                kept.append(f'"{opaque[: -len(suffix)]}"')
+        return ", ".join(kept) or None
+
+    def message(board: str, index: int, count: int) -> bytes:
+        if index == 1:
+            text = (
+                f"Cards on the board route are deprecated: this response holds the first {cap} of {count} cards. "
+                f"Read the rest with GET {SUCCESSOR}?board_id={board}&limit={page_limit}&offset={cap}."
+            )
+        else:
+            text = (
+                "Cards are no longer returned on the board route. "
+                f"Read them with GET {SUCCESSOR}?board_id={board}&limit={page_limit}&offset=0."
+            )
+        return json.dumps(text, ensure_ascii=False).encode()
+
+    def rewrite(body: bytes, layout: json_splice.Layout, index: int, board: str) -> tuple[bytes, str, int]:
+        """The new body, the action, and how many cards were withheld."""
+        if layout.target is None:
+            return body, "untouched", 0
+        if not layout.is_array:
+            raise _PassThrough("passed_through_unparsed", "cards is not an array")
+        count = layout.count
+        extra = (MESSAGE_KEY, message(board, index, count))
+        if index == 1:
+            if count <= cap:
+                return body, "untouched", 0
+            return json_splice.truncate(body, layout, cap, extra), "capped", count - cap
+        if empty_array:
+            return json_splice.truncate(body, layout, 0, extra), "removed", count
+        return json_splice.drop(body, layout, extra), "removed", count
+
+    async def read_limited(resp: UpstreamResponse) -> bytes:
+        """The whole body; over max_body_bytes, _TooLarge carrying what was read so far."""
+        chunks: list[bytes] = []
+        size = 0
+        content = resp.upstream.content
+        while chunk := await content.readany():
+            size += len(chunk)
+            chunks.append(chunk)
+            if size > max_body:
+                raise _TooLarge(b"".join(chunks))
+        return b"".join(chunks)
+
+    def decode(raw: bytes, coding: str) -> bytes:
+        if coding in ("", "identity"):
+            return raw
+        if coding not in ("gzip", "x-gzip", "deflate"):
+            raise _PassThrough("passed_through_unparsed", f"content coding {coding!r}")
+        inflater = zlib.decompressobj(47)  # gzip or zlib, by the header
+        try:
+            out = inflater.decompress(raw, max_body + 1)
+        except zlib.error:
+            raise _PassThrough("passed_through_unparsed", "the compressed body is corrupt") from None
+        if len(out) > max_body:
+            raise _PassThrough("too_large", "larger than max_body_bytes once decoded")
+        if not inflater.eof or inflater.unused_data:
+            raise _PassThrough("passed_through_unparsed", "the compressed body is truncated or has trailing data")
+        return out
+
+    async def board_cards(request: web.BaseRequest, handler: Handler) -> web.StreamResponse:
+        state = request[CTX]
+        tenant = state.tenant.name
+        schedule = schedules[tenant]
+        now = clock.now().timestamp()
+        if now >= refresh[0]:
+            plan.publish(metrics, now)
+            refresh[0] = plan.next_refresh(now)
+        index, kind = schedule.phase_and_kind(now, request.headers)
+        phase = phases[index]
+        board = state.params.get("board_id", "")
+        label = phase if kind not in ("brownout", "exemption") else f"{phase}({kind})"
+
+        if index == 0:
+            response = await handler(request)
+            action = "untouched" if response.status in (200, 304) else "not_ok"
+            if response.status in (200, 304):
+                signal_headers(response.headers, tenant, schedule, board, now)  # type: ignore[arg-type]
+                vary(response.headers, schedule.vary)  # type: ignore[arg-type]
+            counters[(phase, action)].inc()
+            state.decisions[NAME] = f"{label}:{action}"
+            return response
+
+        # A rewriting phase: ask for bytes the policy can read and for validators it can translate.
+        head = state.method == "HEAD"
+        upstream_headers = state.upstream_headers
+        upstream_headers["Accept-Encoding"] = "identity"
+        for name in _CONDITIONAL_DROP:
+            upstream_headers[name] = None
+        if_none_match = request.headers.get("If-None-Match")
+        if if_none_match is not None:
+            upstream_headers["If-None-Match"] = translate_if_none_match(if_none_match, index)
+        forwarded = request
+        if head:
+            # HEAD answers with GET's headers, so the upstream is asked for the body that GET would rewrite.
+            state.method = "GET"
+            forwarded = request.clone(method="GET")
+        try:
+            response = await handler(forwarded)
+        finally:
+            state.method = "HEAD" if head else state.method
+
+        def finish(action: str, reason: str | None = None) -> None:
+            counters[(phase, action)].inc()
+            state.decisions[NAME] = f"{label}:{action}"
+            if reason is not None:
+                log.warning(
+                    "board_cards: response passed through untouched (%s: %s); tenant %s, route %s, request id %s",
+                    action, reason, tenant, state.route.name, state.request_id,
+                )
+
+        if not isinstance(response, UpstreamResponse):
+            finish("not_ok")
+            return response
+        status = response.status
+        if status == 304:
+            headers = CIMultiDict(response.headers)
+            etag = weak_etag(response.upstream.headers.get("ETag"), index)
+            headers.popall("ETag", None)
+            headers.popall("Last-Modified", None)
+            if etag is not None:
+                headers["ETag"] = etag
+            vary(headers, ("Accept-Encoding", *schedule.vary))
+            signal_headers(headers, tenant, schedule, board, now)
+            response.release()
+            finish("not_modified")
+            return web.Response(status=304, reason=response.reason, headers=headers)
+        if status != 200:
+            finish("not_ok")
+            if head:
+                return await _bodyless(response)
+            return response
+
+        content_type = response.headers.get("Content-Type", "")
+        coding = response.headers.get("Content-Encoding", "").strip().lower()
+        length = response.upstream.content_length
+        try:
+            if not _JSON_TYPE.match(content_type):
+                raise _PassThrough("passed_through_unparsed", "not a JSON content type")
+            if length is not None and length > max_body and coding in ("", "identity"):
+                raise _PassThrough("too_large", f"Content-Length {length} is over max_body_bytes")
+        except _PassThrough as skip:
+            finish(skip.action, skip.reason)
+            signal_headers(response.headers, tenant, schedule, board, now)  # type: ignore[arg-type]
+            return await _bodyless(response) if head else response
+
+        try:
+            raw = await read_limited(response)
+        except _TooLarge as partial:
+            finish("too_large", "the body is over max_body_bytes")
+            signal_headers(response.headers, tenant, schedule, board, now)  # type: ignore[arg-type]
+            if head:
+                response.upstream.close()
+                return web.Response(status=200, reason=response.reason, headers=_head_headers(response))
+            await response.prepare(request)
+            await response.write(partial.data)
+            return response  # aiohttp's write_eof streams the rest from the upstream
+        response.release()
+
+        headers = CIMultiDict(response.headers)
+        upstream_etag = response.upstream.headers.get("ETag")
+        key = (tenant, state.path)
+        try:
+            body = decode(raw, coding)
+            entry = memo.get(key, body) if memo is not None else None
+            if entry is None:
+                try:
+                    layout = json_splice.scan(body, "cards", keep=cap, extra_key=MESSAGE_KEY)
+                except json_splice.NotJSON as err:
+                    raise _PassThrough("passed_through_unparsed", str(err)) from None
+                entry = _MemoEntry(body, layout)
+                if memo is not None:
+                    memo.put(key, entry)
+            gzip_ok = _accepts_gzip(request.headers.get("Accept-Encoding"))
+            cached = entry.rendered.get((index, gzip_ok))
+            if cached is None:
+                out, action, withheld = rewrite(body, entry.layout, index, board)
+                gzipped = gzip_ok and len(out) >= options.compress_min_bytes
+                if gzipped:
+                    out = gzip.compress(out, compresslevel=options.compress_level, mtime=0)
+                entry.rendered[(index, gzip_ok)] = cached = (out, gzipped)
+            else:
+                # The same scan, phase and encoding give the same output; only the counts are recomputed.
+                action, withheld = _action_of(entry.layout, index, cap)
+        except _PassThrough as skip:
+            finish(skip.action, skip.reason)
+            signal_headers(headers, tenant, schedule, board, now)
+            return web.Response(status=200, reason=response.reason, body=raw, headers=_without(headers, ("content-length",)))
+
+        rendered, gzipped = cached
+        for name in _REWRITE_DROP:
+            # An untouched body keeps its Last-Modified: the bytes it dates are the upstream's.
+            if action != "untouched" or name != "last-modified":
+                headers.popall(name, None)
+        if gzipped:
+            headers["Content-Encoding"] = "gzip"
+        etag = weak_etag(upstream_etag, index)
+        if etag is not None:
+            headers["ETag"] = etag
+        vary(headers, ("Accept-Encoding", *schedule.vary))
+        signal_headers(headers, tenant, schedule, board, now)
+        if withheld:
+            removed_counter.inc(withheld)
+        finish(action)
+        return web.Response(status=200, reason=response.reason, body=rendered, headers=headers)
+
+    return board_cards
+
+
+def _action_of(layout: json_splice.Layout, index: int, cap: int) -> tuple[str, int]:
+    if layout.target is None:
+        return "untouched", 0
+    if index == 1:
+        return ("capped", layout.count - cap) if layout.count > cap else ("untouched", 0)
+    return "removed", layout.count
+
+
+class _TooLarge(Exception):
+    def __init__(self, data: bytes) -> None:
+        super().__init__("body over the cap")
+        self.data = data
+
+
+def _without(headers: CIMultiDict[str], names: tuple[str, ...]) -> CIMultiDict[str]:
+    out = CIMultiDict(headers)
+    for name in names:
+        out.popall(name, None)
+    return out
+
+
+def _head_headers(response: UpstreamResponse) -> CIMultiDict[str]:
+    headers = CIMultiDict(response.headers)
+    length = response.upstream.headers.get("Content-Length")
+    if length is not None:
+        headers["Content-Length"] = length
+    return headers
+
+
+async def _bodyless(response: UpstreamResponse) -> web.Response:
+    """For a HEAD the policy forwarded as GET: the same head, no body (the upstream connection is not reused)."""
+    headers = _head_headers(response)
+    response.upstream.close()
+    return web.Response(status=response.status, reason=response.reason, headers=headers)
+
+

@@ -1,0 +1,296 @@
+"""deploy/kubernetes: every resource validates against the Kubernetes JSON schemas bundled in kubernetes-validate
+(offline, strict: unknown fields fail) and the prometheus-operator resources against crd_schemas.py; the base and the
+example overlay are rendered with `kubectl kustomize` when kubectl is installed (else the resource files are checked
+one by one and the kustomizations' references resolved), and the rendered objects are checked for what the gateway
+needs: probes, drain timing, security context, the config's hash suffix, selectors, autoscaling."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from gateway.config import load_config
+
+from .crd_schemas import SCHEMAS
+from .deploy_testlib import (
+    DEPLOY,
+    KUBERNETES,
+    KUSTOMIZATIONS,
+    ROOT,
+    RULES,
+    file_level_resources,
+    find,
+    kubectl,
+    kustomization,
+    kustomize_build,
+    load_yaml_documents,
+    one,
+)
+
+# The oldest Kubernetes release the manifests are meant for, and the newest whose schemas kubernetes-validate has.
+KUBERNETES_VERSIONS = ("1.29", kubernetes_validate.utils.latest_version())
+NO_KUBECTL = "kubectl (with its built-in kustomize) is not installed: patches and hash suffixes are not rendered"
+
+
+def validate(doc: dict[str, Any]) -> None:
+    schema = SCHEMAS.get((doc.get("apiVersion"), doc.get("kind")))
+    if schema is not None:
+        jsonschema.Draft202012Validator(schema).validate(doc)
+        return
+    for version in KUBERNETES_VERSIONS:
+        try:
+            kubernetes_validate.validate(doc, version, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            where = ".".join(str(p) for p in err.path)
+            raise AssertionError(f"{doc['kind']}/{doc['metadata']['name']} ({version}): {where}: {err.message}") from None
+
+
+def resource_files(directory: Path) -> list[Path]:
+    out = []
+    for entry in kustomization(directory).get("resources", []):
+        path = (directory / entry).resolve()
+        out.extend(resource_files(path) if path.is_dir() else [path])
+    return out
+
+
+ALL_RESOURCE_FILES = sorted({p for d in KUSTOMIZATIONS for p in resource_files(d)})
+
+
+# --- Files and references, with or without kustomize --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=lambda p: str(p.relative_to(KUBERNETES)))
+def test_kustomization_references_resolve(directory: Path) -> None:
+    k = kustomization(directory)
+    for entry in k.get("resources", []):
+        path = directory / entry
+        assert path.is_file() or (path / "kustomization.yaml").is_file(), f"resources: {entry} does not resolve"
+    for generator in k.get("configMapGenerator", []):
+        for item in generator.get("files", []):
+            assert (directory / item.rpartition("=")[2]).is_file(), f"configMapGenerator: {item} missing"
+    resources = file_level_resources(directory)
+    known = {(d["kind"], d["metadata"]["name"]) for d in resources}
+    for patch in k.get("patches", []):
+        if "path" in patch:
+            assert (directory / patch["path"]).is_file(), f"patches: {patch['path']} missing"
+            for doc in load_yaml_documents(directory / patch["path"]):
+                assert (doc["kind"], doc["metadata"]["name"]) in known, f"patch {patch['path']} targets nothing"
+        else:
+            target = patch["target"]
+            group, version = target.get("group", ""), target.get("version")
+            matched = [
+                d for d in resources
+                if (d["apiVersion"].rpartition("/")[0] == group)
+                and (version is None or d["apiVersion"].rpartition("/")[2] == version)
+                and target.get("kind", d["kind"]) == d["kind"]
+                and target.get("name", d["metadata"]["name"]) == d["metadata"]["name"]
+            ]
+            assert matched, f"patch target {target} matches no resource"
+
+
+@pytest.mark.parametrize("path", ALL_RESOURCE_FILES, ids=lambda p: str(p.relative_to(DEPLOY)))
+def test_each_resource_file_validates(path: Path) -> None:
+    docs = load_yaml_documents(path)
+    assert docs
+    for doc in docs:
+        validate(doc)
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=lambda p: str(p.relative_to(KUBERNETES)))
+def test_gateway_config_of_each_kustomization_is_valid(directory: Path) -> None:
+    for generator in kustomization(directory).get("configMapGenerator", []):
+        for item in generator.get("files", []):
+            load_config(directory / item.rpartition("=")[2])  # raises ConfigError with every problem
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=lambda p: str(p.relative_to(KUBERNETES)))
+def test_pod_configs_carry_the_default_route_table(directory: Path) -> None:
+    """The pods' configs repeat config/gateway.yaml's routes and chains (kustomize cannot read files outside its
+    directory). If this fails, copy the routes part of config/gateway.yaml into the file named."""
+    default = yaml.safe_load((ROOT / "config/gateway.yaml").read_text())
+    for generator in kustomization(directory).get("configMapGenerator", []):
+        for item in generator.get("files", []):
+            path = directory / item.rpartition("=")[2]
+            pod = yaml.safe_load(path.read_text())
+            for key in ("global_chain", "routes", "catch_all"):
+                assert pod.get(key) == default.get(key), f"{path.relative_to(ROOT)}: {key} differs from config/gateway.yaml"
+
+
+# --- Rendered ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=KUSTOMIZATIONS, ids=lambda p: str(p.relative_to(KUBERNETES)))
+def rendered(request: pytest.FixtureRequest) -> tuple[list[dict[str, Any]], bool]:
+    """(resources, rendered by kustomize?)"""
+    directory: Path = request.param
+    if kubectl() is not None:
+        return kustomize_build(directory), True
+    return file_level_resources(directory), False
+
+
+def test_rendered_resources_validate(rendered: tuple[list[dict[str, Any]], bool]) -> None:
+    docs, _ = rendered
+    kinds = {d["kind"] for d in docs}
+    assert {"Deployment", "Service", "ConfigMap", "HorizontalPodAutoscaler", "PodDisruptionBudget",
+            "ServiceMonitor", "PrometheusRule"} <= kinds
+    for doc in docs:
+        validate(doc)
+
+
+def _pod(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    deployment = one(docs, "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    container = next(c for c in spec["containers"] if c["name"] == "gateway")
+    return deployment, spec, container
+
+
+def _pod_config(docs: list[dict[str, Any]], spec: dict[str, Any], tmp_path: Path) -> Any:
+    volume = next(v for v in spec["volumes"] if v["name"] == "config")
+    config_map = one(docs, "ConfigMap", volume["configMap"]["name"])
+    path = tmp_path / "gateway.yaml"
+    path.write_text(config_map["data"]["gateway.yaml"])
+    return load_config(path).model
+
+
+def test_config_map_is_generated_with_a_hash_suffix(rendered: tuple[list[dict[str, Any]], bool],
+                                                      tmp_path: Path) -> None:
+    docs, by_kustomize = rendered
+    if not by_kustomize:
+        pytest.skip(NO_KUBECTL)
+    _, spec, container = _pod(docs)
+    volume = next(v for v in spec["volumes"] if v["name"] == "config")
+    name = volume["configMap"]["name"]
+    assert re.fullmatch(r"deprecation-gateway-config-[a-z0-9]{10}", name), name
+    one(docs, "ConfigMap", name)
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "config")
+    assert mount["mountPath"] == "/etc/gateway" and mount.get("readOnly") is True and "subPath" not in mount
+
+
+def test_a_config_change_changes_the_pod_template(tmp_path: Path) -> None:
+    """The hash suffix is the checksum: editing gateway.yaml renames the ConfigMap, so the pod template changes and
+    the Deployment rolls its pods."""
+    if kubectl() is None:
+        pytest.skip(NO_KUBECTL)
+    copy = tmp_path / "deploy"
+    shutil.copytree(DEPLOY / "kubernetes", copy / "kubernetes")
+    shutil.copytree(DEPLOY / "prometheus", copy / "prometheus")
+
+    def config_name(docs: list[dict[str, Any]]) -> str:
+        _, spec, _ = _pod(docs)
+        return next(v for v in spec["volumes"] if v["name"] == "config")["configMap"]["name"]
+
+    before = config_name(kustomize_build(copy / "kubernetes/base"))
+    config = copy / "kubernetes/base/gateway.yaml"
+    config.write_text(config.read_text().replace("drain_delay: 5", "drain_delay: 6"))
+    after = config_name(kustomize_build(copy / "kubernetes/base"))
+    assert before != after
+
+
+def test_probes_drain_and_grace_period(rendered: tuple[list[dict[str, Any]], bool], tmp_path: Path) -> None:
+    docs, _ = rendered
+    deployment, spec, container = _pod(docs)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": 8080, "admin": 9090}, "the image's --listen and --admin-listen"
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "admin"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
+    config = _pod_config(docs, spec, tmp_path)
+    drain, shutdown = config.server.drain_delay, config.server.shutdown_timeout
+    assert drain > 0, "server.drain_delay: /readyz must answer 503 for a while before the listener closes"
+    readiness = container["readinessProbe"]
+    assert readiness["periodSeconds"] * readiness.get("failureThreshold", 3) <= drain, (
+        "the readiness probe must see the 503 within the drain delay")
+    command = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[0] in ("/bin/sleep", "sleep")
+    pre_stop = float(command[1])
+    assert spec["terminationGracePeriodSeconds"] > pre_stop + drain + shutdown
+    assert "replicas" not in deployment["spec"], "the HorizontalPodAutoscaler owns the replica count"
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+
+
+def test_security_context_and_resources(rendered: tuple[list[dict[str, Any]], bool]) -> None:
+    docs, _ = rendered
+    _, spec, container = _pod(docs)
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] != 0
+    assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    assert spec["automountServiceAccountToken"] is False
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["runAsNonRoot"] is True
+    assert security["capabilities"]["drop"] == ["ALL"] and "add" not in security["capabilities"]
+    for kind in ("requests", "limits"):
+        assert {"cpu", "memory"} <= set(container["resources"][kind]), kind
+    # The one writable directory: --workers N > 1 keeps prometheus-client's multiprocess files under /tmp.
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == "/tmp")
+    assert "emptyDir" in next(v for v in spec["volumes"] if v["name"] == mount["name"])
+    args = container.get("args", [])
+    if "--workers" in args:
+        assert 1 <= int(args[args.index("--workers") + 1]) <= 64
+
+
+def test_image_is_pinned(rendered: tuple[list[dict[str, Any]], bool]) -> None:
+    docs, _ = rendered
+    _, _, container = _pod(docs)
+    image = container["image"]
+    assert re.fullmatch(r"[\w./-]+:[\w.-]+(@sha256:[0-9a-f]{64})?", image), image
+    assert not image.endswith(":latest")
+
+
+def test_services_and_service_monitor_select_the_pods(rendered: tuple[list[dict[str, Any]], bool]) -> None:
+    docs, _ = rendered
+    deployment, spec, _ = _pod(docs)
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    services = find(docs, "Service")
+    for service in services:
+        assert service["spec"]["selector"].items() <= pod_labels.items(), service["metadata"]["name"]
+    public = [s for s in services if any(p["targetPort"] == "http" for p in s["spec"]["ports"])]
+    admin = [s for s in services if any(p["targetPort"] == "admin" for p in s["spec"]["ports"])]
+    assert len(public) == 1 and len(admin) == 1 and public != admin, "admin port on its own Service"
+    monitor = one(docs, "ServiceMonitor")
+    selected = [s for s in services if monitor["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()]
+    assert selected == admin, "the ServiceMonitor selects the admin Service only"
+    ports = {p["name"] for p in admin[0]["spec"]["ports"]}
+    for endpoint in monitor["spec"]["endpoints"]:
+        assert endpoint["port"] in ports and endpoint["path"] == "/metrics"
+
+
+def test_autoscaler_and_disruption_budget(rendered: tuple[list[dict[str, Any]], bool]) -> None:
+    docs, _ = rendered
+    deployment, _, container = _pod(docs)
+    hpa = one(docs, "HorizontalPodAutoscaler")
+    ref = hpa["spec"]["scaleTargetRef"]
+    assert (ref["kind"], ref["name"]) == ("Deployment", deployment["metadata"]["name"])
+    assert hpa["spec"]["minReplicas"] >= 2 and hpa["spec"]["maxReplicas"] >= hpa["spec"]["minReplicas"]
+    assert any(m["type"] == "Resource" and m["resource"]["name"] == "cpu" for m in hpa["spec"]["metrics"])
+    assert "cpu" in container["resources"]["requests"], "CPU utilization needs a CPU request"
+    pdb = one(docs, "PodDisruptionBudget")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert pdb["spec"].get("maxUnavailable") == 1 or pdb["spec"].get("minAvailable", 0) < hpa["spec"]["minReplicas"]
+
+
+def test_prometheus_rule_carries_the_plain_rules(rendered: tuple[list[dict[str, Any]], bool]) -> None:
+    docs, _ = rendered
+    rule = one(docs, "PrometheusRule")
+    assert rule["spec"]["groups"] == yaml.safe_load(RULES.read_text())["groups"]
+
+
+def test_example_overlay_runs_workers(tmp_path: Path) -> None:
+    if kubectl() is None:
+        pytest.skip(NO_KUBECTL)
+    docs = kustomize_build(KUBERNETES / "overlays/example")
+    _, spec, container = _pod(docs)
+    assert container["args"][:2] == ["--workers", "2"]
+    assert one(docs, "Namespace")["metadata"]["name"] == one(docs, "Deployment")["metadata"]["namespace"]
+    for kind in ("ServiceMonitor", "PrometheusRule"):
+        assert one(docs, kind)["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert len(_pod_config(docs, spec, tmp_path).tenants) == 2

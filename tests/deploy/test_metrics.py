@@ -1,0 +1,186 @@
+"""The dashboard and the alerting rules query only what the gateway exports: every metric name (and every label
+value they name literally) is checked against a live /metrics scrape of a gateway started here and exercised so
+that every family has samples, and against the families declared in gateway/observability.py."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yarl
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.admin import make_admin_app
+from gateway.cli import _reload
+from gateway.observability import Metrics
+from gateway.rollout import FixedClock, parse_instant
+from tests.conftest import GatewayFactory, Received, RecordingUpstream, free_port, guarded_routes, make_config
+
+from .deploy_testlib import DASHBOARD, alert_rules, dashboard_queries, grouping_labels, literal_values, selectors
+
+# Labels a scrape adds (prometheus-operator's ServiceMonitor or a plain scrape config), not the gateway.
+TARGET_LABELS = frozenset({"namespace", "job", "instance", "pod", "service", "endpoint", "container"})
+BOARD = json.dumps({"id": 1, "name": "Board", "cards": [{"id": i, "title": f"card {i}"} for i in range(3)]}).encode()
+
+
+@dataclass
+class Scrape:
+    families: set[str] = field(default_factory=set)
+    samples: dict[str, list[dict[str, str]]] = field(default_factory=lambda: defaultdict(list))
+    probes: dict[str, int] = field(default_factory=dict)
+
+
+@pytest.fixture
+async def scrape(upstream: RecordingUpstream, start_gateway: GatewayFactory, tmp_path: Path) -> AsyncIterator[Scrape]:
+    async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
+        if "/boards/" in received.raw_path:
+            return web.Response(body=BOARD, content_type="application/json")
+        return web.json_response({"ok": True})
+
+    upstream.responder = responder
+    config = make_config(upstream.url, routes=guarded_routes())
+    for route in config["routes"]:
+        if route["name"] == "board":
+            route["chain"] = [{"board_cards": {"cap": 2}}]
+    # A company whose upstream is gone: upstream errors.
+    config["tenants"].append({"name": "gone", "hosts": ["gone.test"], "upstream": f"http://127.0.0.1:{free_port()}"})
+    # After the removal date: the board route withdraws cards.
+    gw = await start_gateway(config, clock=FixedClock(parse_instant("2026-11-15T12:00:00Z")))
+    admin = web.AppRunner(make_admin_app(gw.gateway), access_log=None)
+    await admin.setup()
+    site = web.TCPSite(admin, "127.0.0.1", 0)
+    await site.start()
+    admin_url = f"http://127.0.0.1:{admin.addresses[0][1]}"
+    try:
+        async with aiohttp.ClientSession() as client:
+            async def call(method: str, path: str, **kwargs: Any) -> int:
+                async with client.request(method, yarl.URL(gw.url + path, encoded=True), **kwargs) as resp:
+                    await resp.read()
+                    return resp.status
+
+            assert await call("GET", "/api/v1/boards/1") == 200
+            assert await call("GET", "/api/v1/cards/1") == 200
+            # acme (created 2026-06-01) forbids legacy uploads; oldco (2025) does not.
+            assert await call("PUT", "/api/v1/cards/1/files", data=b"file bytes") == 403
+            assert await call("PUT", "/api/v1/cards/1/files", data=b"file bytes", headers={"Host": "old.test"}) == 200
+            assert await call("GET", "/api/v1/cards/%2F1") == 400
+            assert await call("GET", "/api/v1/cards/1", headers={"Host": "gone.test"}) == 502
+            # A SIGHUP reload of a file that cannot be read: refused, counted.
+            _reload(gw.gateway, str(tmp_path / "missing.yaml"))
+            result = Scrape()
+            for path in ("/livez", "/readyz"):
+                async with client.get(admin_url + path) as resp:
+                    result.probes[path] = resp.status
+            async with client.get(admin_url + "/metrics") as resp:
+                assert resp.status == 200
+                text = await resp.text()
+        for family in text_string_to_metric_families(text):
+            result.families.add(family.name)
+            for sample in family.samples:
+                result.samples[sample.name].append(sample.labels)
+        yield result
+    finally:
+        await admin.cleanup()
+
+
+def declared_families() -> set[str]:
+    return {family.name for family in Metrics().registry.collect()}
+
+
+def check_expression(where: str, expr: str, scrape: Scrape) -> list[str]:
+    problems = []
+    found = selectors(expr)
+    if not found:
+        problems.append(f"{where}: no metric in {expr!r}")
+    for selector in found:
+        if selector.metric not in scrape.samples:
+            problems.append(f"{where}: {selector.metric} is not exported by the gateway")
+            continue
+        series = scrape.samples[selector.metric]
+        for label, op, value in selector.matchers:
+            if label in TARGET_LABELS:
+                continue
+            present = {labels.get(label) for labels in series}
+            if present == {None}:
+                problems.append(f"{where}: {selector.metric} has no label {label!r}")
+                continue
+            for literal in literal_values(op, value):
+                if literal not in present:
+                    problems.append(f"{where}: {selector.metric}{{{label}={literal!r}}}: no such series "
+                                    f"(values seen: {sorted(v for v in present if v is not None)})")
+    exported = {name for s in found for labels in scrape.samples.get(s.metric, ()) for name in labels}
+    for label in grouping_labels(expr) - TARGET_LABELS - exported:
+        problems.append(f"{where}: groups by {label!r}, a label none of its metrics has")
+    return problems
+
+
+def test_admin_probes_answer(scrape: Scrape) -> None:
+    """The paths of the image's HEALTHCHECK and of the Deployment's probes."""
+    assert scrape.probes == {"/livez": 200, "/readyz": 200}
+
+
+def test_the_exercise_makes_every_declared_family_appear(scrape: Scrape) -> None:
+    missing = declared_families() - scrape.families
+    assert not missing, f"families with no sample in the scrape (exercise them in the fixture): {sorted(missing)}"
+
+
+def test_dashboard_queries_only_exported_metrics(scrape: Scrape) -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    problems = [p for where, expr in dashboard_queries(dashboard) for p in check_expression(where, expr, scrape)]
+    assert not problems, "\n".join(problems)
+
+
+def test_alert_rules_query_only_exported_metrics(scrape: Scrape) -> None:
+    problems = [p for rule in alert_rules() for p in check_expression(rule["alert"], rule["expr"], scrape)]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_check_reports_unknown_metrics_labels_and_values(scrape: Scrape) -> None:
+    assert check_expression("ok", 'sum(rate(gateway_legacy_uploads_total{decision="blocked"}[5m]))', scrape) == []
+    assert check_expression("x", "rate(gateway_legacy_upload_total[5m])", scrape)
+    assert check_expression("x", 'gateway_legacy_uploads_total{outcome="blocked"}', scrape)
+    assert check_expression("x", 'gateway_legacy_uploads_total{decision=~"blocked|forbidden"}', scrape)
+    assert check_expression("x", 'gateway_board_responses_total{action!="rewritten"}', scrape)
+    assert check_expression("x", "sum by (outcome) (rate(gateway_legacy_uploads_total[5m]))", scrape)
+
+
+def test_dashboard_shows_every_metric_family() -> None:
+    """A family added to gateway/observability.py gets a panel (deploy/grafana/deprecation-gateway.json)."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    queried = {s.metric for _, expr in dashboard_queries(dashboard) for s in selectors(expr)}
+    suffixes = ("", "_total", "_bucket", "_sum", "_count")
+    missing = {f for f in declared_families() if not any(f + suffix in queried for suffix in suffixes)}
+    assert not missing, f"families no dashboard panel queries: {sorted(missing)}"
+
+
+def test_dashboard_structure() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert dashboard["uid"] == "deprecation-gateway" and dashboard["title"]
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    panels = dashboard["panels"]
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids)), "panel ids are unique"
+    for panel in panels:
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24, panel["title"]
+        if panel["type"] in ("row", "text"):
+            continue
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == "${datasource}"
+            assert 'namespace=~"$namespace", job=~"$job"' in target["expr"], (panel["title"], target["expr"])
+    titles = {p["title"] for p in panels}
+    for needed in ("Requests by route", "Upstream errors by kind", "Request duration p99 by route",
+                   "Legacy uploads by decision", "Board responses by phase and action", "Rollout phase in force",
+                   "Top clients of deprecated behaviour"):
+        assert needed in titles
+    text = next(p for p in panels if p["type"] == "text")["options"]["content"]
+    assert "/deprecations" in text and "gateway usage" in text

@@ -1,0 +1,88 @@
+"""``gateway rollout``: the phase per tenant and behaviour at an instant, why, and the next change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gateway.cli import main
+
+CONFIG = {
+    "rollout": {
+        "timezone": "Europe/Berlin",
+        "brownouts": [{"start": "2026-10-20T10:00:00", "end": "2026-10-20T12:00:00"}],
+        "exemptions": [{"name": "mobile-app", "until": "2026-12-01", "token_fingerprint": "0123456789ab"}],
+    },
+    "tenants": [
+        {"name": "acme", "hosts": ["acme.test"], "upstream": "http://127.0.0.1:1", "created": "2026-06-01"},
+        {"name": "early", "hosts": ["*.early.test"], "upstream": "http://127.0.0.1:1", "created": "2025-01-01",
+         "restricted_file_access": True, "forbid_legacy_uploads": False,
+         "rollout": {"board_cards_cap": "2026-09-01", "forbid_legacy_uploads": "2026-12-01", "timezone": "UTC"}},
+    ],
+}
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(CONFIG))
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["rollout", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_every_tenant_and_behaviour_with_why_and_next_change(config_file: Path, capsys) -> None:
+    code, out, _ = run(capsys, "--config", str(config_file), "--at", "2026-09-30T23:59:59")
+    assert code == 0
+    assert out.startswith("rollout at 2026-09-30T23:59:59+02:00")
+    assert "tenant acme (timezone Europe/Berlin" in out
+    assert "  board_cards: full [default] before board_cards_cap 2026-10-01 (default)" in out
+    assert "    next change: capped at 2026-10-01T00:00:00+02:00" in out
+    assert "exemption 'mobile-app' (active): token fingerprint 0123456789ab keeps at most full" in out
+    assert "  legacy_uploads: forbidden [setting] company setting forbid_legacy_uploads is on" in out
+    assert "tenant early (timezone UTC" in out
+    assert "  board_cards: capped [override] board_cards_cap 2026-09-01 (tenant override) reached" in out
+    assert "    next change: forbidden at 2026-12-01T00:00:00+00:00 (forbid_legacy_uploads 2026-12-01" in out
+
+
+def test_host_selects_one_tenant_and_brownouts_are_explained(config_file: Path, capsys) -> None:
+    code, out, _ = run(capsys, "--config", str(config_file), "--at", "2026-10-20T11:00:00", "--host", "x.early.test")
+    assert code == 0
+    assert "tenant acme" not in out
+    assert "board_cards: removed [brownout] brownout" in out
+    assert "brownout (now): removed" in out
+
+
+def test_default_instant_comes_from_the_gateway_clock(config_file: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("GATEWAY_NOW", "2026-11-01T00:00:01+01:00")
+    code, out, _ = run(capsys, "--config", str(config_file), "--host", "acme.test")
+    assert code == 0
+    assert "board_cards: removed [date] board_cards_removal 2026-11-01 (default) reached" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--at", "not-a-date"], "--at/GATEWAY_NOW"),
+        (["--host", "nobody.test", "--at", "2026-10-01"], "no tenant serves the host 'nobody.test'"),
+    ],
+)
+def test_errors(config_file: Path, capsys, argv: list[str], message: str) -> None:
+    code, _, err = run(capsys, "--config", str(config_file), *argv)
+    assert code == 2
+    assert message in err
+
+
+def test_invalid_config_lists_problems_with_paths(tmp_path: Path, capsys) -> None:
+    bad = {**CONFIG, "tenants": [{**CONFIG["tenants"][0], "rollout": {"board_cards_removal": "2026-09-01"}}]}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    code, _, err = run(capsys, "--config", str(path))
+    assert code == 2
+    assert "tenants[0].rollout.board_cards_removal: 2026-09-01 must be after board_cards_cap" in err
