@@ -25,6 +25,7 @@ from multidict import CIMultiDictProxy
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..http import ensure_continue
+from ..rollout import RolloutPlan
 from ..multipart_sniffer import (
     Ambiguous,
     Boundary,
@@ -190,10 +191,18 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
         counters={d: ctx.metrics.legacy_uploads.labels(ctx.route_name, d) for d in ("allowed", "blocked", "refused")},
     )
     clock = ctx.clock
+    # The dated, per-tenant rollout of the forbid setting (rollout.forbid_legacy_uploads); without a full
+    # config (a policy built alone, in unit tests) the company setting decides.
+    plan = RolloutPlan.from_config(ctx.config) if getattr(ctx.config, "tenants", None) else None
+
+    def forbidden(tenant: Tenant, now: dt.datetime, headers: Mapping[str, str]) -> bool:
+        if plan is not None and tenant.name in plan.schedules:
+            return plan.forbids_legacy_uploads(tenant.name, now, headers)
+        return forbid_in_force(tenant, now, headers)
 
     async def legacy_upload_guard(request: web.BaseRequest, handler: Handler) -> web.StreamResponse:
         state = request[CTX]
-        if forbid_in_force(state.tenant, clock.now(), request.headers):
+        if forbidden(state.tenant, clock.now(), request.headers):
             if settings.detect == "route":
                 return await _enforce_route(request, state, handler, settings)
             return await _enforce_file_parts(request, state, handler, settings)

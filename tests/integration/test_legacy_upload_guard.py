@@ -383,3 +383,22 @@ async def test_framing_broken_mid_body_is_never_forwarded(
     assert answer.startswith(b"HTTP/1.1 408 ")
     assert json.loads(answer.partition(b"\r\n\r\n")[2])["rule"] == "body_timeout"
     assert counting_upstream.connections == 0
+
+
+@pytest.mark.parametrize(("now", "blocked"), [("2026-11-30T23:59:59+00:00", False), ("2026-12-01T00:00:01+00:00", True)])
+async def test_staged_forbid_date_turns_the_guard_on(
+    counting_upstream: CountingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession,
+    now: str, blocked: bool,
+) -> None:
+    from gateway.rollout import FixedClock, parse_instant
+
+    config = make_config(counting_upstream.url, routes=guarded_routes())
+    config["tenants"][1].update(restricted_file_access=True, rollout={"forbid_legacy_uploads": "2026-12-01"})
+    gw = await start_gateway(config, clock=FixedClock(parse_instant(now)))
+    body = multipart_body([FILE], B)
+    async with client.put(gw.url + "/api/v1/cards/1/files", data=body,
+                          headers={"Host": "old.test", "Content-Type": MP}) as resp:
+        assert resp.status == (403 if blocked else 200)
+        if blocked:
+            assert (await resp.json())["code"] == DISABLED_CODE
+    assert _counter(gw, "legacy_card_file_upload", "blocked" if blocked else "allowed") == 1
