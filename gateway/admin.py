@@ -9,6 +9,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from .rollout import report
+
 if TYPE_CHECKING:
     from .app import Gateway
 
@@ -19,6 +21,8 @@ _GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway")
 
 async def _metrics(request: web.Request) -> web.Response:
     gateway = request.app[_GATEWAY]
+    # The phase gauge is right at every scrape, even when no board request has come in since a date passed.
+    gateway.state.rollout.publish(gateway.metrics, gateway.clock.now().timestamp())
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Several workers: every worker's values, read from the shared directory (any worker may answer).
         registry = CollectorRegistry()
@@ -58,6 +62,11 @@ async def _config(request: web.Request) -> web.Response:
     return web.json_response({"source": state.config.source, "config": _redacted(state.config.model), "routes": routes})
 
 
+async def _rollout(request: web.Request) -> web.Response:
+    gateway = request.app[_GATEWAY]
+    return web.json_response(report(gateway.state.rollout, gateway.clock.now()))
+
+
 async def _deprecations(request: web.Request) -> web.Response:
     try:
         top = int(request.query.get("top", "20"))
@@ -76,4 +85,5 @@ def make_admin_app(gateway: Gateway) -> web.Application:
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/config", _config)
     app.router.add_get("/deprecations", _deprecations)
+    app.router.add_get("/rollout", _rollout)
     return app

@@ -21,7 +21,7 @@ from .http import json_error
 from .observability import AccessLogger, Metrics, configure_access_log
 from .policies import POLICIES, BuildContext
 from .proxy import ProxyCore
-from .rollout import Clock, clock_from_config
+from .rollout import Clock, RolloutPlan, clock_from_config
 from .routing import BadRequestTarget, Route, RouteTable, effective_method, normalise_target
 from .tenants import TenantResolver, canonical_host
 from .usage import UsageTracker
@@ -40,6 +40,7 @@ class GatewayState:
     tenants: TenantResolver
     routes: RouteTable
     handlers: dict[str, Handler]
+    rollout: RolloutPlan
 
 
 def build_state(config: LoadedConfig, proxy: ProxyCore, clock: Clock, metrics: Metrics) -> GatewayState:
@@ -55,7 +56,8 @@ def build_state(config: LoadedConfig, proxy: ProxyCore, clock: Clock, metrics: M
         middlewares = [POLICIES[name].build(options, ctx) for name, options in chain]
         route.policies = tuple(name for name, _ in chain)
         handlers[route.name] = fold(middlewares, proxy)
-    return GatewayState(config, TenantResolver(tenants, default), RouteTable(routes, catch_all), handlers)
+    plan = RolloutPlan.from_config(model)
+    return GatewayState(config, TenantResolver(tenants, default), RouteTable(routes, catch_all), handlers, plan)
 
 
 class Gateway:

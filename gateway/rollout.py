@@ -47,6 +47,7 @@ __all__ = (
     "clock_from_config",
     "describe",
     "parse_instant",
+    "report",
     "rollout_problems",
 )
 
@@ -615,3 +616,24 @@ def describe(plan: RolloutPlan, now: dt.datetime, tenants: Iterable[str] | None 
                     lines.append(f"    Deprecation and Link headers: {state} {_fmt(announced, tz)} "
                                  "(board_cards_announcement)")
     return lines
+
+
+def report(plan: RolloutPlan, now: dt.datetime) -> dict[str, Any]:
+    """The phases in force at ``now`` as JSON-ready data (admin ``/rollout``): per tenant and behaviour."""
+    stamp = now.timestamp()
+    out: dict[str, Any] = {"at": now.isoformat(), "tenants": {}}
+    for tenant, schedules in plan.schedules.items():
+        behaviours: dict[str, Any] = {}
+        for name, schedule in schedules.items():
+            decision = schedule.decide(stamp)
+            upcoming = schedule.next_change(stamp)
+            behaviours[name] = {
+                "phase": decision.phase,
+                "kind": decision.kind,
+                "why": decision.why,
+                "next_change": None
+                if upcoming is None
+                else {"at": dt.datetime.fromtimestamp(upcoming[0], dt.UTC).isoformat(), "phase": upcoming[1].phase},
+            }
+        out["tenants"][tenant] = {"timezone": plan.timezones[tenant], "behaviours": behaviours}
+    return out

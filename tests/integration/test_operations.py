@@ -221,3 +221,37 @@ async def test_deprecations_endpoint_and_usage_command(upstream: RecordingUpstre
         assert "some_deprecation: 3 requests" in out.stdout and "old-sdk/1.2" in out.stdout
     finally:
         await runner.cleanup()
+
+
+async def test_admin_rollout_and_phase_gauge_follow_the_clock(upstream: RecordingUpstream, start_gateway) -> None:
+    from gateway.admin import make_admin_app
+    from gateway.rollout import FixedClock, parse_instant
+    from tests.conftest import make_config
+
+    clock = FixedClock(parse_instant("2026-10-31T23:59:59Z"))
+    gw = await start_gateway(make_config(upstream.url), clock=clock)
+    runner = web.AppRunner(make_admin_app(gw.gateway))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    admin = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        async with aiohttp.ClientSession() as client:
+            async with client.get(admin + "/rollout") as resp:
+                before = await resp.json()
+            board = before["tenants"]["acme"]["behaviours"]["board_cards"]
+            assert board["phase"] == "capped"
+            assert board["next_change"] == {"at": "2026-11-01T00:00:00+00:00", "phase": "removed"}
+            assert before["tenants"]["acme"]["behaviours"]["legacy_uploads"]["phase"] == "forbidden"
+            assert before["tenants"]["oldco"]["behaviours"]["legacy_uploads"]["phase"] == "allowed"
+            clock.instant = parse_instant("2026-11-01T00:00:01Z")
+            async with client.get(admin + "/metrics") as resp:
+                text = await resp.text()
+        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                   for f in text_string_to_metric_families(text) for s in f.samples}
+        key = ("gateway_rollout_phase", (("behaviour", "board_cards"), ("phase", "removed"), ("tenant", "acme")))
+        assert samples[key] == 1.0
+        capped = ("gateway_rollout_phase", (("behaviour", "board_cards"), ("phase", "capped"), ("tenant", "acme")))
+        assert samples[capped] == 0.0
+    finally:
+        await runner.cleanup()
