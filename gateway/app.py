@@ -18,7 +18,7 @@ from aiohttp import web
 from .chain import fold
 from .config import LoadedConfig
 from .http import json_error
-from .observability import AccessLogger, Metrics, configure_access_log
+from .observability import AccessLogger, AccessLogWriter, LineSink, Metrics
 from .policies import POLICIES, BuildContext
 from .proxy import ProxyCore
 from .rollout import Clock, RolloutPlan, clock_from_config
@@ -70,7 +70,9 @@ class Gateway:
         clock: Clock | None = None,
         metrics: Metrics | None = None,
         session: aiohttp.ClientSession | None = None,
+        access_log: LineSink | None = None,
     ) -> None:
+        self.access_log: LineSink = access_log if access_log is not None else AccessLogWriter()
         self.metrics = metrics or Metrics()
         self.clock = clock or clock_from_config(config.model.rollout)
         self._own_session = session is None
@@ -127,17 +129,20 @@ class Gateway:
 
     async def close(self) -> None:
         self.ready = False
+        flush = getattr(self.access_log, "flush", None)
+        if flush is not None:
+            flush()
         if self._own_session and self._session is not None:
             await self._session.close()
 
     def make_server(self) -> web.Server:
         server = self._config.model.server
+        sink = self.access_log if self._config.model.access_log.enabled else None
         logger_cls = type(
-            "GatewayAccessLogger",
-            (AccessLogger,),
-            {"metrics": self.metrics, "usage": self.usage, "write_lines": self._config.model.access_log.enabled},
+            "GatewayAccessLogger", (AccessLogger,), {"metrics": self.metrics, "usage": self.usage, "sink": sink}
         )
-        logger = configure_access_log(self._config.model.access_log.enabled)
+        # aiohttp calls the access logger only when it has a logging.Logger; lines go to the sink, not to it.
+        logger = logging.getLogger("gateway.access")
         self._access_logger = logger_cls(logger, "")
         return web.Server(
             self.handle,

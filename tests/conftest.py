@@ -41,6 +41,16 @@ BASE_CONFIG: dict[str, Any] = {
 }
 
 
+class LineCollector:
+    """An access-log sink for tests: keeps the lines."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def write(self, line: str) -> None:
+        self.lines.append(line)
+
+
 @dataclass
 class Received:
     """One request as the upstream saw it."""
@@ -145,8 +155,8 @@ async def start_gateway() -> AsyncIterator[GatewayFactory]:
     """``await start_gateway(config_dict, clock=None)``: a gateway listening on a free port of 127.0.0.1."""
     running: list[RunningGateway] = []
 
-    async def start(config: dict[str, Any], clock: Clock | None = None) -> RunningGateway:
-        gateway = Gateway(parse_config(config, "test"), clock=clock)
+    async def start(config: dict[str, Any], clock: Clock | None = None, access_log: Any = None) -> RunningGateway:
+        gateway = Gateway(parse_config(config, "test"), clock=clock, access_log=access_log)
         await gateway.start()
         runner = web.ServerRunner(gateway.make_server(), shutdown_timeout=2)
         await runner.setup()

@@ -2,40 +2,27 @@
 
 from __future__ import annotations
 
+import io
 import json
-import logging
 
 import aiohttp
 
-from tests.conftest import GatewayFactory, RecordingUpstream, make_config, raw_exchange
-
-
-class _Collect(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
+from gateway.observability import AccessLogWriter
+from tests.conftest import GatewayFactory, LineCollector, RecordingUpstream, make_config, raw_exchange
 
 
 async def test_access_log_lines_and_redaction(upstream: RecordingUpstream, start_gateway: GatewayFactory) -> None:
-    gw = await start_gateway(make_config(upstream.url, access_log={"enabled": True}))
-    collect = _Collect()
-    logger = logging.getLogger("gateway.access")
-    logger.addHandler(collect)
-    try:
-        async with aiohttp.ClientSession() as client:
-            headers = {"Authorization": "Bearer very-secret-token", "Cookie": "session=cookie-secret"}
-            url = gw.url + "/api/v1/cards/abc/files/f1?redirect=true&signature=sig-secret&expires=99"
-            async with client.get(url, headers=headers) as resp:
-                assert resp.status == 200
-            async with client.post(gw.url + "/api/latest/boards/1", headers={"X-HTTP-Method-Override": "GET"}) as resp:
-                assert resp.status == 200
-        data = await raw_exchange(gw.port, b"GET /a%2fb?token=q-secret HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", timeout=1)
-        assert data.startswith(b"HTTP/1.1 400")
-    finally:
-        logger.removeHandler(collect)
+    collect = LineCollector()
+    gw = await start_gateway(make_config(upstream.url, access_log={"enabled": True}), access_log=collect)
+    async with aiohttp.ClientSession() as client:
+        headers = {"Authorization": "Bearer very-secret-token", "Cookie": "session=cookie-secret"}
+        url = gw.url + "/api/v1/cards/abc/files/f1?redirect=true&signature=sig-secret&expires=99"
+        async with client.get(url, headers=headers) as resp:
+            assert resp.status == 200
+        async with client.post(gw.url + "/api/latest/boards/1", headers={"X-HTTP-Method-Override": "GET"}) as resp:
+            assert resp.status == 200
+    data = await raw_exchange(gw.port, b"GET /a%2fb?token=q-secret HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", timeout=1)
+    assert data.startswith(b"HTTP/1.1 400")
     records = [json.loads(line) for line in collect.lines]
     assert len(records) == 3
     first, second, refused = records
@@ -51,3 +38,20 @@ async def test_access_log_lines_and_redaction(upstream: RecordingUpstream, start
     assert gw.metrics.requests.labels("board", "GET", "2xx")._value.get() == 1  # the effective method
     assert gw.metrics.refused.labels("BAD_PATH")._value.get() == 1
     assert gw.metrics.in_flight._value.get() == 0
+
+
+async def test_writer_batches_lines_and_flushes_on_time_and_size() -> None:
+    import asyncio
+
+    stream = io.StringIO()
+    writer = AccessLogWriter(stream, interval=0.05, limit=100)
+    writer.write('{"a":1}')
+    writer.write('{"b":2}')
+    assert stream.getvalue() == ""
+    await asyncio.sleep(0.1)
+    assert stream.getvalue() == '{"a":1}\n{"b":2}\n'
+    writer.write("x" * 150)
+    assert stream.getvalue().endswith("x" * 150 + "\n")
+    writer.write("tail")
+    writer.flush()
+    assert stream.getvalue().endswith("tail\n")

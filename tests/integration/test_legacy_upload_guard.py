@@ -26,6 +26,7 @@ from sandbox.state import STORE
 from tests.conftest import (
     CountingUpstream,
     GatewayFactory,
+    LineCollector,
     RunningGateway,
     guarded_routes,
     make_config,
@@ -161,28 +162,17 @@ async def test_expect_continue_put_is_answered_without_continue(
 async def test_refusals_are_counted_and_logged(
     counting_upstream: CountingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession
 ) -> None:
-    records: list[dict[str, Any]] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(json.loads(record.getMessage()))
-
-    logger = logging.getLogger("gateway.access")
-    handler, old_level = Collect(), logger.level
-    logger.addHandler(handler)
-    try:
-        config = make_config(counting_upstream.url, routes=guarded_routes(), access_log={"enabled": True})
-        gw = await start_gateway(config)
-        body = multipart_body([TEXT], B).replace(b"\r\n", b"\n")
-        async with client.post(gw.url + "/api/v1/cards/1/comments", data=body, headers={"Content-Type": MP}) as resp:
-            assert resp.status == 400
-            answer = await resp.json()
-        async with client.post(gw.url + "/api/v1/cards/1/comments", data=b"{}",
-                               headers={"Content-Type": "application/json"}) as resp:  # fmt: skip
-            assert resp.status == 200
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old_level)
+    collect = LineCollector()
+    config = make_config(counting_upstream.url, routes=guarded_routes(), access_log={"enabled": True})
+    gw = await start_gateway(config, access_log=collect)
+    body = multipart_body([TEXT], B).replace(b"\r\n", b"\n")
+    async with client.post(gw.url + "/api/v1/cards/1/comments", data=body, headers={"Content-Type": MP}) as resp:
+        assert resp.status == 400
+        answer = await resp.json()
+    async with client.post(gw.url + "/api/v1/cards/1/comments", data=b"{}",
+                           headers={"Content-Type": "application/json"}) as resp:  # fmt: skip
+        assert resp.status == 200
+    records: list[dict[str, Any]] = [json.loads(line) for line in collect.lines]
     assert answer["code"] == "LEGACY_UPLOAD_AMBIGUOUS" and answer["rule"] == "line_endings"
     assert _counter(gw, "legacy_comment_create", "refused") == 1
     assert len(counting_upstream.received) == 1
