@@ -10,7 +10,7 @@ import signal
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
@@ -175,6 +175,19 @@ def _rollout(config_path: str, at: str | None, host: str | None) -> int:
     return 0
 
 
+def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """``auto``: uvloop when it is installed (it is, from requirements.lock), else asyncio's own loop."""
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise ValueError("server.event_loop is uvloop but uvloop is not installed") from None
+        return None
+    return uvloop.new_event_loop
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "rollout":
@@ -206,7 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                        "--log-level", args.log_level, "--reuse-port"]
         return supervise(args.workers, worker_argv, server.drain_delay + server.shutdown_timeout)
     try:
-        asyncio.run(_serve(args.config, config, listen, admin_listen, reuse_port=args.reuse_port))
+        with asyncio.Runner(loop_factory=_loop_factory(server.event_loop)) as runner:
+            runner.run(_serve(args.config, config, listen, admin_listen, reuse_port=args.reuse_port))
     except OSError as err:
         print(f"gateway: cannot listen: {err.strerror or err}", file=sys.stderr)
         return 1

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -134,6 +134,8 @@ class ServerConfig(_Model):
     shutdown_timeout: float = Field(default=30.0, gt=0, le=3600)
     # Longest wait for the next piece of a request body being forwarded; then 408 and the upstream request is dropped.
     client_body_timeout: float = Field(default=60.0, gt=0, le=3600)
+    # The event loop: uvloop (libuv) when installed ("auto"), or Python's own ("asyncio").
+    event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
     # Trust the client's X-Forwarded-Proto/Host (only behind a trusted load balancer).
     trust_forwarded_headers: bool = False
 

@@ -25,6 +25,7 @@ HOP_BY_HOP = frozenset(
     }
 )
 
+_PLAIN_CONNECTION = frozenset({"keep-alive", "close"})
 _CONTINUE_SENT = web.RequestKey("gateway_continue_sent", bool)
 
 
@@ -33,6 +34,8 @@ def connection_tokens(headers: CIMultiDictProxy[str]) -> frozenset[str]:
     values = headers.getall("Connection", ())
     if not values:
         return frozenset()
+    if len(values) == 1 and values[0].strip().lower() in _PLAIN_CONNECTION:
+        return frozenset()  # the common case: names no header
     return frozenset(t.strip().lower() for v in values for t in v.split(",") if t.strip())
 
 

@@ -175,15 +175,19 @@ class ProxyCore:
 async def _stream_body(request: web.BaseRequest, ctx: RequestContext, timeout: float) -> AsyncIterator[bytes]:
     await ensure_continue(request)
     content = request.content
+    loop = asyncio.get_running_loop()
     try:
-        while True:
-            # Bounded wait for each piece: a client that stalls (or whose framing broke: aiohttp then stops
-            # feeding the body without failing it) must not hold an upstream connection forever.
-            async with asyncio.timeout(timeout):
+        # One timer, re-armed before each read and disarmed while a piece is being sent upstream: a client that
+        # stalls (or whose framing broke: aiohttp then stops feeding the body without failing it) must not hold an
+        # upstream connection forever, and a slow upstream is not the client's fault.
+        async with asyncio.timeout(None) as deadline:
+            while True:
+                deadline.reschedule(loop.time() + timeout)
                 chunk = await content.readany()
-            if not chunk:
-                break
-            yield chunk
+                deadline.reschedule(None)
+                if not chunk:
+                    break
+                yield chunk
     except TimeoutError:
         ctx.extra["body_timeout"] = True
         raise ConnectionResetError("request body timed out") from None

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -41,7 +41,7 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
         if incoming and len(incoming) <= max_length and _SAFE_ID.fullmatch(incoming):
             rid = incoming
         else:
-            rid = uuid.uuid4().hex
+            rid = os.urandom(16).hex()  # 128 random bits, like a UUID4, at a fifth of the cost
         state = request[CTX]
         state.request_id = rid
         state.upstream_headers[header] = rid

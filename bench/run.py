@@ -1,0 +1,901 @@
+"""Benchmark harness: the gateway against nginx and a minimal aiohttp proxy, in interleaved rounds.
+
+    .venv/bin/python bench/run.py [--quick] [--scenarios 1k,10m,download1g,upload1g] [--rounds N]
+                                  [--transfer-rounds N] [--duration S] [--big-size BYTES]
+
+Starts, on 127.0.0.1 only: nginx serving static files (the upstream), bench/sink.py (the upstream of uploads),
+nginx as a reverse proxy (the reference; once with default buffers, once with 64 KiB buffers),
+bench/minimal_proxy.py (the floor of a Python proxy) and the gateway. The proxies are started fresh for every
+scenario, so the peak RSS reported (VmHWM) is that scenario's. Targets are measured in interleaved rounds (the
+order rotates each round) and ratios are the median of ratios taken within the same round, so that a noisy
+neighbour on the shared machine weighs on both sides of a ratio alike. Every wrk run and transfer is bounded in
+time, and every process started is stopped at the end, on an error, on Ctrl-C and on SIGTERM.
+
+Prints Markdown tables and writes them to bench/results/latest.md. Exits 0 when every measurement was valid
+(the gateway missing a performance target does not fail the run), 1 when something failed (a process did not
+start, a target answered wrongly, an upload arrived short), 2 on a usage error, 128+N on signal N.
+Stdlib only, besides the programs it starts (nginx, wrk, curl).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+RESULTS = BENCH / "results" / "latest.md"
+HOST = "127.0.0.1"
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+
+TARGETS = ("direct", "nginx", "nginx64k", "minimal", "gateway")
+LABELS = {
+    "direct": "direct (no proxy)",
+    "nginx": "nginx proxy",
+    "nginx64k": "nginx proxy, 64 KiB buffers",
+    "minimal": "minimal aiohttp proxy",
+    "gateway": "gateway",
+}
+PROXIES = ("nginx", "nginx64k", "minimal", "gateway")
+
+
+class BenchError(Exception):
+    """The harness cannot go on: a process did not start, or a target answered wrongly."""
+
+
+class Interrupted(BaseException):
+    """SIGINT, SIGTERM or SIGHUP: unwind, stopping every child process on the way."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise Interrupted(signum)
+
+
+# --------------------------------------------------------------------------------------------- scenarios
+
+
+@dataclass(frozen=True)
+class Scenario:
+    key: str
+    title: str
+    kind: str  # "wrk" | "download" | "upload"
+    path: str
+    connections: int = 0
+    # nginx with 64 KiB buffers is measured only where bodies are large: a 1 KB response fits the defaults.
+    targets: tuple[str, ...] = TARGETS
+
+    @property
+    def transfer(self) -> bool:
+        return self.kind != "wrk"
+
+
+SCENARIOS = {
+    "1k": Scenario("1k", "1 KB JSON response", "wrk", "/1k.json", 50, ("direct", "nginx", "minimal", "gateway")),
+    "10m": Scenario("10m", "10 MiB response", "wrk", "/10m.bin", 4),
+    "download1g": Scenario("download1g", "large download", "download", "/big.bin"),
+    "upload1g": Scenario("upload1g", "large upload", "upload", "/upload"),
+}
+
+
+@dataclass
+class Sample:
+    target: str
+    round: int
+    value: float  # requests/s (wrk) or MiB/s (transfers)
+    cpu_s: float  # CPU seconds used by the target's process during the measurement
+    units: float  # requests (wrk) or bytes (transfers) done during the measurement
+    seconds: float
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    mib_s: float | None = None
+    problem: str | None = None  # the measurement is invalid (wrong answer): the run fails
+    note: str | None = None  # worth reporting, figures kept (e.g. a few wrk socket errors)
+
+
+@dataclass
+class ScenarioResult:
+    scenario: Scenario
+    size: int
+    rounds: int
+    samples: list[Sample] = field(default_factory=list)
+    peak_rss: dict[str, int] = field(default_factory=dict)  # target -> bytes (VmHWM)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def of(self, target: str) -> list[Sample]:
+        return [s for s in self.samples if s.target == target and s.problem is None]
+
+    def median(self, target: str, attr: str) -> float | None:
+        values = [getattr(s, attr) for s in self.of(target) if getattr(s, attr) is not None]
+        return statistics.median(values) if values else None
+
+    def paired_ratio(self, target: str, reference: str) -> float | None:
+        """Median over rounds of value(target) / value(reference), both measured in the same round."""
+        ref = {s.round: s.value for s in self.of(reference)}
+        ratios = [s.value / ref[s.round] for s in self.of(target) if ref.get(s.round)]
+        return statistics.median(ratios) if ratios else None
+
+    def cpu_per_unit(self, target: str) -> float | None:
+        samples = self.of(target)
+        units = sum(s.units for s in samples)
+        return sum(s.cpu_s for s in samples) / units if units else None
+
+
+# --------------------------------------------------------------------------------------------- processes
+
+
+class Proc:
+    """A child process with its output in files; stopped with SIGTERM, then SIGKILL."""
+
+    def __init__(self, name: str, argv: list[str], workdir: Path, stdout_name: str | None = None) -> None:
+        self.name = name
+        self.argv = argv
+        self.stdout_path = workdir / (stdout_name or f"{name}.out")
+        self.stderr_path = workdir / f"{name}.err"
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            # Own session: a Ctrl-C in the terminal reaches only the harness, which stops its children in order.
+            self.popen = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=ROOT, start_new_session=True
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def tail(self, lines: int = 15) -> str:
+        texts = []
+        for path in (self.stderr_path, self.stdout_path):
+            with contextlib.suppress(OSError):
+                text = path.read_text(errors="replace").strip().splitlines()[-lines:]
+                if text:
+                    texts.append(f"--- {path.name}\n" + "\n".join(text))
+        return "\n".join(texts) or "(no output)"
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.popen.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            self.popen.send_signal(signal.SIGTERM)
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.kill()
+            self.popen.wait(5)
+
+
+class Stack:
+    """Every process the harness started; all stopped (last started first) on exit, error or Ctrl-C."""
+
+    def __init__(self) -> None:
+        self.procs: list[Proc] = []
+
+    def start(self, proc: Proc) -> Proc:
+        self.procs.append(proc)
+        return proc
+
+    def stop(self, *procs: Proc) -> None:
+        for proc in reversed(procs or tuple(self.procs)):
+            proc.stop()
+            if proc in self.procs:
+                self.procs.remove(proc)
+
+    def __enter__(self) -> Stack:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # Ignore a second Ctrl-C or SIGTERM while stopping: leaving children behind is worse than a slow exit.
+        signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in signals}
+        try:
+            self.stop()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def proc_status(pid: int, key: str) -> int | None:
+    """A ``kB`` field of /proc/PID/status (VmRSS, VmHWM), in bytes."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat.rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        # As the servers do: connections of an earlier run in TIME_WAIT do not make a port busy.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_ports(base: int, count: int) -> list[int]:
+    """``base``, ``base+1``... when free; any free port in place of a busy one."""
+    ports = []
+    for port in range(base, base + count):
+        if not port_free(port):
+            with socket.socket() as sock:
+                sock.bind((HOST, 0))
+                port = sock.getsockname()[1]
+        ports.append(port)
+    return ports
+
+
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def http(url: str, method: str = "GET", data: bytes | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, method=method, data=data)
+    try:
+        with _NO_PROXY.open(request, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def wait_ready(proc: Proc, check: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise BenchError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.tail()}")
+        with contextlib.suppress(OSError, urllib.error.URLError, ConnectionError):
+            if check():
+                return
+        time.sleep(0.05)
+    raise BenchError(f"{proc.name} not ready after {timeout:.0f}s:\n{proc.tail()}")
+
+
+def port_accepts(port: int) -> Callable[[], bool]:
+    def check() -> bool:
+        with socket.create_connection((HOST, port), timeout=1):
+            return True
+
+    return check
+
+
+# --------------------------------------------------------------------------------------------- configs
+
+NGINX_COMMON = """\
+worker_processes 1;
+master_process off;
+daemon off;
+pid {tmp}/{name}.pid;
+error_log {tmp}/{name}-error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {tmp}/{name}-tmp/body;
+    proxy_temp_path {tmp}/{name}-tmp/proxy;
+    fastcgi_temp_path {tmp}/{name}-tmp/fastcgi;
+    uwsgi_temp_path {tmp}/{name}-tmp/uwsgi;
+    scgi_temp_path {tmp}/{name}-tmp/scgi;
+    keepalive_requests 1000000;
+    keepalive_timeout 75s;
+{body}
+}}
+"""
+
+NGINX_STATIC = """\
+    sendfile on;
+    tcp_nopush on;
+    types {{ application/json json; application/octet-stream bin; }}
+    default_type application/octet-stream;
+    server {{
+        listen {host}:{port};
+        root {docroot};
+        location / {{ }}
+    }}"""
+
+# The reference proxy, configured as one would in production for a streaming API gateway:
+# HTTP/1.1 keep-alive pool to the upstream, request bodies streamed (proxy_request_buffering off), response
+# buffering left on (nginx's default: it frees the upstream connection early for small bodies) but never
+# spilled to a temp file (proxy_max_temp_file_size 0) - the Python proxies never touch the disk either.
+# Buffer sizes are nginx's defaults (8 x 4 KiB, client body 8 KiB on x86-64) for "nginx"; "nginx64k" is the same with
+# 64 KiB buffers, as commonly tuned for large bodies, shown for large bodies so the reference is not a weak one.
+NGINX_PROXY = """\
+    upstream backend {{
+        server {host}:{upstream_port};
+        keepalive 64;
+        keepalive_requests 1000000;
+    }}
+    server {{
+        listen {host}:{port};
+        client_max_body_size 0;
+        location / {{
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_request_buffering off;
+            proxy_buffering on;
+            proxy_max_temp_file_size 0;{tuning}
+        }}
+    }}"""
+
+
+NGINX_64K = """
+            client_body_buffer_size 64k;
+            proxy_buffer_size 64k;
+            proxy_buffers 8 64k;"""
+
+
+def nginx_conf(tmp: Path, name: str, body: str) -> Path:
+    (tmp / f"{name}-tmp").mkdir(exist_ok=True)
+    path = tmp / f"{name}.conf"
+    path.write_text(NGINX_COMMON.format(tmp=tmp, name=name, body=body))
+    return path
+
+
+def gateway_conf(tmp: Path, port: int, admin_port: int, upstream_port: int) -> Path:
+    # JSON is YAML: the harness needs no YAML library.
+    config = {
+        "server": {"listen": f"{HOST}:{port}", "admin_listen": f"{HOST}:{admin_port}", "shutdown_timeout": 2},
+        "access_log": {"enabled": True},
+        "tenants": [{"name": "bench", "hosts": [HOST, "localhost"], "upstream": f"http://{HOST}:{upstream_port}"}],
+        "global_chain": ["request_id"],
+    }
+    path = tmp / f"gateway-{upstream_port}.yaml"
+    path.write_text(json.dumps(config, indent=2) + "\n")
+    return path
+
+
+# --------------------------------------------------------------------------------------------- environment
+
+
+@dataclass
+class Env:
+    tmp: Path
+    python: str
+    nginx: str
+    wrk: str
+    curl: str
+    ports: dict[str, int]
+    big_size: int
+    stack: Stack
+    upstream: Proc | None = None
+    sink: Proc | None = None
+
+    @property
+    def docroot(self) -> Path:
+        return self.tmp / "www"
+
+    @property
+    def big_file(self) -> Path:
+        return self.docroot / "big.bin"
+
+    def url(self, target: str, path: str) -> str:
+        return f"http://{HOST}:{self.ports[target]}{path}"
+
+    def make_files(self) -> None:
+        self.docroot.mkdir()
+        items = [{"id": i, "name": f"item-{i:03d}", "ok": True} for i in range(24)]
+        payload = json.dumps({"items": items}, separators=(",", ":")).encode()
+        payload = payload[:-2] + b',"pad":"' + b"x" * max(0, 1024 - len(payload) - 10) + b'"}'
+        (self.docroot / "1k.json").write_bytes(payload)
+        with open(self.docroot / "10m.bin", "wb") as out:
+            out.write(os.urandom(10 * MiB))
+        with open(self.big_file, "wb") as out:  # sparse: costs no disk, reads as zeros
+            out.truncate(self.big_size)
+
+    def start_upstreams(self) -> None:
+        body = NGINX_STATIC.format(host=HOST, port=self.ports["direct"], docroot=self.docroot)
+        conf = nginx_conf(self.tmp, "upstream", body)
+        self.upstream = self.stack.start(
+            Proc("nginx-upstream", [self.nginx, "-p", str(self.tmp), "-c", str(conf)], self.tmp)
+        )
+        wait_ready(self.upstream, port_accepts(self.ports["direct"]))
+        sink = [self.python, str(BENCH / "sink.py"), "--listen", f"{HOST}:{self.ports['sink']}"]
+        self.sink = self.stack.start(Proc("sink", sink, self.tmp))
+        wait_ready(self.sink, port_accepts(self.ports["sink"]))
+
+    def start_proxies(self, upstream_port: int, tag: str) -> dict[str, Proc]:
+        """Fresh nginx proxy, minimal proxy and gateway in front of ``upstream_port``."""
+        procs: dict[str, Proc] = {}
+        try:
+            for name, tuning in (("nginx", ""), ("nginx64k", NGINX_64K)):
+                body = NGINX_PROXY.format(host=HOST, port=self.ports[name], upstream_port=upstream_port, tuning=tuning)
+                conf = nginx_conf(self.tmp, f"proxy-{name}", body)
+                procs[name] = self.stack.start(
+                    Proc(f"{name}-proxy-{tag}", [self.nginx, "-p", str(self.tmp), "-c", str(conf)], self.tmp)
+                )
+            minimal = [
+                self.python, str(BENCH / "minimal_proxy.py"),
+                "--listen", f"{HOST}:{self.ports['minimal']}", "--upstream", f"http://{HOST}:{upstream_port}",
+            ]  # fmt: skip
+            procs["minimal"] = self.stack.start(Proc(f"minimal-{tag}", minimal, self.tmp))
+            config = gateway_conf(self.tmp, self.ports["gateway"], self.ports["admin"], upstream_port)
+            gateway = [self.python, "-m", "gateway", "serve", "--config", str(config), "--log-level", "warning"]
+            # stdout is the JSON access log: written to a file, as in production, and part of the measured cost.
+            procs["gateway"] = self.stack.start(Proc(f"gateway-{tag}", gateway, self.tmp, f"gateway-{tag}-access.log"))
+            for name in ("nginx", "nginx64k"):
+                wait_ready(procs[name], port_accepts(self.ports[name]))
+            wait_ready(procs["minimal"], port_accepts(self.ports["minimal"]))
+            admin = f"http://{HOST}:{self.ports['admin']}/readyz"
+            wait_ready(procs["gateway"], lambda: http(admin)[0] == 200)
+        except BaseException:
+            self.stack.stop(*procs.values())
+            raise
+        return procs
+
+
+# --------------------------------------------------------------------------------------------- measuring
+
+_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3}
+
+
+def _ms(text: str) -> float:
+    match = re.fullmatch(r"([\d.]+)(us|ms|s|m|h)", text)
+    if not match:
+        raise ValueError(f"cannot read wrk latency {text!r}")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def parse_wrk(output: str) -> dict[str, float]:
+    result: dict[str, float] = {}
+    match = re.search(r"Requests/sec:\s+([\d.]+)", output)
+    if not match:
+        raise ValueError("no Requests/sec in wrk output")
+    result["rps"] = float(match.group(1))
+    match = re.search(r"(\d+) requests in ([\d.]+)(us|ms|s|m|h)", output)
+    if match:
+        result["requests"] = float(match.group(1))
+        result["seconds"] = _ms(match.group(2) + match.group(3)) / 1e3
+    for pct in ("50", "99"):
+        match = re.search(rf"^\s+{pct}%\s+(\S+)", output, re.M)
+        if match:
+            result[f"p{pct}"] = _ms(match.group(1))
+    match = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
+    result["non2xx"] = float(match.group(1)) if match else 0.0
+    match = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output)
+    result["socket_errors"] = float(sum(int(g) for g in match.groups())) if match else 0.0
+    return result
+
+
+def run_wrk(env: Env, url: str, connections: int, duration: float) -> dict[str, float]:
+    argv = [env.wrk, "-t1", f"-c{connections}", f"-d{max(1, round(duration))}s", "--timeout", "5s", "--latency", url]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 30)
+    if done.returncode != 0:
+        raise BenchError(f"wrk failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
+    return parse_wrk(done.stdout)
+
+
+def run_curl(env: Env, url: str, upload: Path | None, timeout: float) -> tuple[int, float, float, bytes]:
+    """One transfer with curl; returns (status, bytes, seconds, response body or b'')."""
+    out = env.tmp / "curl-body"
+    argv = [
+        env.curl,
+        "-sS",
+        "--noproxy",
+        "*",
+        "--max-time",
+        str(round(timeout)),
+        "-o",
+        str(out if upload else os.devnull),
+    ]
+    if upload is not None:
+        argv += ["-T", str(upload), "-w", "%{http_code} %{size_upload} %{time_total}"]
+    else:
+        argv += ["-w", "%{http_code} %{size_download} %{time_total}"]
+    argv.append(url)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 10)
+    if done.returncode != 0:
+        raise BenchError(f"curl {url} failed ({done.returncode}): {done.stderr.strip()}")
+    status, size, seconds = done.stdout.split()
+    body = out.read_bytes() if upload is not None else b""
+    return int(status), float(size), float(seconds), body
+
+
+def measure(env: Env, scenario: Scenario, target: str, pid: int, rnd: int, duration: float) -> Sample:
+    cpu_before = proc_cpu(pid)
+    if scenario.kind == "wrk":
+        result = run_wrk(env, env.url(target, scenario.path), scenario.connections, duration)
+        cpu = proc_cpu(pid) - cpu_before
+        size = (env.docroot / scenario.path.lstrip("/")).stat().st_size
+        sample = Sample(
+            target, rnd, result["rps"], cpu, result.get("requests", 0.0), result.get("seconds", duration),
+            p50_ms=result.get("p50"), p99_ms=result.get("p99"), mib_s=result["rps"] * size / MiB,
+        )  # fmt: skip
+        if result["non2xx"]:
+            sample.problem = f"{int(result['non2xx'])} non-2xx responses"
+        elif result["socket_errors"]:
+            sample.note = f"{int(result['socket_errors'])} wrk socket errors (timeouts or resets)"
+        return sample
+    upload = env.big_file if scenario.kind == "upload" else None
+    url = env.url("sink" if (upload and target == "direct") else target, scenario.path)
+    status, size, seconds, body = run_curl(env, url, upload, timeout=max(60.0, env.big_size / (20 * MiB)))
+    cpu = proc_cpu(pid) - cpu_before
+    sample = Sample(target, rnd, size / MiB / seconds, cpu, size, seconds)
+    if status != 200:
+        sample.problem = f"HTTP {status}"
+    elif int(size) != env.big_size:
+        sample.problem = f"transferred {int(size)} of {env.big_size} bytes"
+    elif upload is not None and body.strip() != str(env.big_size).encode():
+        sample.problem = f"sink received {body.strip().decode(errors='replace')!r}, expected {env.big_size}"
+    return sample
+
+
+def sanity_check(env: Env, scenario: Scenario, targets: dict[str, int]) -> None:
+    """Every target answers the scenario's request correctly before it is timed."""
+    for target in targets:
+        if scenario.kind == "upload":
+            url = env.url("sink" if target == "direct" else target, scenario.path)
+            status, body = http(url, "PUT", b"x" * 100_000, timeout=10)
+            ok = status == 200 and body.strip() == b"100000"
+        elif scenario.kind == "download":
+            status, _, _, _ = run_curl(env, env.url(target, scenario.path), None, timeout=60)
+            ok = status == 200
+            body = b""
+        else:
+            status, body = http(env.url(target, scenario.path), timeout=10)
+            expected = (env.docroot / scenario.path.lstrip("/")).read_bytes()
+            ok = status == 200 and body == expected
+        if not ok:
+            raise BenchError(f"{target} answered {scenario.path} wrongly: HTTP {status} {body[:200]!r}")
+
+
+def run_scenario(
+    env: Env, scenario: Scenario, rounds: int, duration: float, log: Callable[[str], None]
+) -> ScenarioResult:
+    assert env.upstream is not None and env.sink is not None
+    size = env.big_size if scenario.transfer else (env.docroot / scenario.path.lstrip("/")).stat().st_size
+    result = ScenarioResult(scenario, size, rounds)
+    upstream = env.sink if scenario.kind == "upload" else env.upstream
+    upstream_port = env.ports["sink" if scenario.kind == "upload" else "direct"]
+    targets = scenario.targets
+    procs = env.start_proxies(upstream_port, scenario.key)
+    try:
+        everyone = {"direct": upstream, **procs}
+        sanity_check(env, scenario, {t: everyone[t].pid for t in targets})
+        if not scenario.transfer:  # warm up: connections, upstream pools, caches, the allocator
+            for target in targets:
+                run_wrk(env, env.url(target, scenario.path), scenario.connections, 1 if duration < 5 else 2)
+        width = max(len(LABELS[t]) for t in targets)
+        for rnd in range(rounds):
+            shift = rnd % len(targets)
+            for target in targets[shift:] + targets[:shift]:
+                proc = everyone[target]
+                if not proc.alive():
+                    raise BenchError(f"{proc.name} died:\n{proc.tail()}")
+                sample = measure(env, scenario, target, proc.pid, rnd, duration)
+                result.samples.append(sample)
+                detail = f"{sample.value:9,.0f} MiB/s" if scenario.transfer else f"{sample.value:9,.0f} req/s"
+                if sample.p99_ms is not None:
+                    detail += f", p50 {sample.p50_ms:.2f} ms, p99 {sample.p99_ms:.2f} ms"
+                problem = f"  !! {sample.problem or sample.note}" if sample.problem or sample.note else ""
+                log(f"  round {rnd + 1}/{rounds} {LABELS[target]:<{width}} {detail}{problem}")
+                if sample.problem:
+                    result.problems.append(f"{LABELS[target]} round {rnd + 1}: {sample.problem}")
+                if sample.note:
+                    result.notes.append(f"{LABELS[target]} round {rnd + 1}: {sample.note}")
+        for name, proc in procs.items():
+            rss = proc_status(proc.pid, "VmHWM")
+            if rss is not None:
+                result.peak_rss[name] = rss
+    finally:
+        env.stack.stop(*procs.values())
+    return result
+
+
+# --------------------------------------------------------------------------------------------- report
+
+
+def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
+    return "–" if value is None else f"{value:{spec}}{suffix}"
+
+
+def _mib(value: int | None) -> str:
+    return "–" if value is None else f"{value / MiB:.0f} MiB"
+
+
+def _size(n: int) -> str:
+    return f"{n // GiB} GiB" if n >= GiB and n % GiB == 0 else f"{n // MiB} MiB"
+
+
+@dataclass
+class Check:
+    name: str
+    wanted: str
+    got: str
+    met: bool | None
+
+
+def target_checks(results: dict[str, ScenarioResult]) -> list[Check]:
+    """The issue's targets, each against the nginx proxy with default buffers (the 64 KiB one shown beside)."""
+    checks = []
+
+    def vs_nginx(r: ScenarioResult) -> tuple[float | None, str]:
+        gn = r.paired_ratio("gateway", "nginx")
+        text = f"{_fmt(gn, '.2f')}× nginx"
+        if "nginx64k" in r.scenario.targets:
+            text += f" ({_fmt(r.paired_ratio('gateway', 'nginx64k'), '.2f')}× nginx with 64 KiB buffers)"
+        return gn, text
+
+    if (r := results.get("1k")) is not None:
+        gm, gn = r.paired_ratio("gateway", "minimal"), r.paired_ratio("gateway", "nginx")
+        mn = r.paired_ratio("minimal", "nginx")
+        got = f"{_fmt(gm, '.2f')}× minimal; gateway {_fmt(gn, '.3f')}× nginx, minimal {_fmt(mn, '.3f')}× nginx"
+        checks.append(
+            Check(
+                "1 KB JSON, wrk -c50",
+                "gateway ≥ 1.0× minimal proxy (≈ 0.12× nginx)",
+                got,
+                None if gm is None else gm >= 1.0,
+            )
+        )
+    if (r := results.get("10m")) is not None:
+        gn, got = vs_nginx(r)
+        checks.append(Check("10 MiB response, wrk -c4", "gateway ≥ 0.9× nginx", got, None if gn is None else gn >= 0.9))
+    for key in ("download1g", "upload1g"):
+        if (r := results.get(key)) is not None:
+            gn, got = vs_nginx(r)
+            rss = r.peak_rss.get("gateway")
+            met = None if gn is None or rss is None else gn >= 0.8 and rss < 100 * MiB
+            name = f"{_size(r.size)} {'upload' if r.scenario.kind == 'upload' else 'download'}"
+            checks.append(Check(name, "gateway ≥ 0.8× nginx, peak RSS < 100 MiB", f"{got}; peak RSS {_mib(rss)}", met))
+    return checks
+
+
+def scenario_table(r: ScenarioResult) -> list[str]:
+    s = r.scenario
+    per_gib = r.size >= MiB  # CPU per GiB moved for large bodies, per request for small ones
+    if s.transfer:
+        how = "`curl -T` (PUT, Content-Length) into the sink" if s.kind == "upload" else "`curl -o /dev/null`"
+        head = f"### {s.title} — {_size(r.size)}, one transfer at a time, {how}, {r.rounds} round(s)"
+        cols = "| target | MiB/s | seconds | vs nginx | CPU s per GiB | peak RSS |"
+    else:
+        head = f"### {s.title} — `wrk -t1 -c{s.connections}`, {r.rounds} round(s)"
+        cpu_col = "CPU s per GiB" if per_gib else "CPU per request"
+        cols = f"| target | req/s | MiB/s | p50 | p99 | vs nginx | {cpu_col} | peak RSS |"
+    lines = [head, "", cols, "|---" * (cols.count("|") - 1) + "|"]
+    for target in s.targets:
+        label = LABELS[target]
+        if target == "direct":
+            label += " — sink" if s.kind == "upload" else " — nginx static"
+        ratio = _fmt(r.paired_ratio(target, "nginx"), ".3f" if r.size < MiB else ".2f", "×")
+        rss = _mib(r.peak_rss.get(target)) if target in PROXIES else "–"
+        cpu = r.cpu_per_unit(target)
+        value = _fmt(r.median(target, "value"), ",.0f")
+        if s.transfer:
+            cpu_text = _fmt(None if cpu is None else cpu * GiB, ".2f")
+            lines.append(
+                f"| {label} | {value} | {_fmt(r.median(target, 'seconds'), '.2f')} | {ratio} | {cpu_text} | {rss} |"
+            )
+        else:
+            cpu_text = (
+                _fmt(None if cpu is None else cpu * GiB / r.size, ".2f")
+                if per_gib
+                else _fmt(None if cpu is None else cpu * 1e6, ".0f", " µs")
+            )
+            p50, p99 = _fmt(r.median(target, "p50_ms"), ".2f", " ms"), _fmt(r.median(target, "p99_ms"), ".2f", " ms")
+            mib_s = _fmt(r.median(target, "mib_s"), ",.0f")
+            lines.append(f"| {label} | {value} | {mib_s} | {p50} | {p99} | {ratio} | {cpu_text} | {rss} |")
+    gm = r.paired_ratio("gateway", "minimal")
+    cpu_g, cpu_m = r.cpu_per_unit("gateway"), r.cpu_per_unit("minimal")
+    cpu_ratio = f"{cpu_g / cpu_m:.2f}×" if cpu_g and cpu_m else "–"
+    lines += ["", f"Gateway vs minimal proxy: **{_fmt(gm, '.2f')}×** throughput, {cpu_ratio} the CPU per unit of work."]
+    if r.problems:
+        lines += ["", "**Invalid measurements**: " + "; ".join(r.problems)]
+    if r.notes:
+        lines += ["", "Notes: " + "; ".join(r.notes)]
+    return lines
+
+
+def render(results: dict[str, ScenarioResult], args: argparse.Namespace, env: Env, info: dict[str, str]) -> str:
+    lines = [
+        f"# Gateway benchmark — {info['date']}{' (QUICK: indicative only)' if args.quick else ''}",
+        "",
+        f"Machine: {info['machine']}. Load average at start {info['load_start']}, at end {info['load_end']}.",
+        f"Run: `{info['command']}` — {args.rounds} interleaved round(s) of wrk ({args.duration:g} s each),"
+        f" {args.transfer_rounds} of the {_size(env.big_size)} transfers; wall time {info['wall']}.",
+        f"Gateway: {info['gateway']}, commit {info['commit']}. Versions: {info['versions']}.",
+        "",
+        '- Ratios ("vs nginx", "gateway vs minimal") are medians of per-round ratios, both sides measured in the',
+        "  same round; throughputs and latencies are medians over rounds and are context only: the machine is",
+        "  shared, and client, proxy and upstream share its 2 cores.",
+        '- "nginx" is the reference: nginx proxy with default buffer sizes; "nginx, 64 KiB buffers" is shown for',
+        "  large bodies as a stronger reference.",
+        "- CPU is the target process's own user+system time during the measured runs (upstream and client excluded).",
+        "- Peak RSS is VmHWM of a process started fresh for that scenario, over its warm-up and all its rounds.",
+        "",
+        "## Targets",
+        "",
+        "| scenario | target | result | verdict |",
+        "|---|---|---|---|",
+    ]
+    for c in target_checks(results):
+        verdict = "–" if c.met is None else ("met" if c.met else "**MISSED**")
+        lines.append(f"| {c.name} | {c.wanted} | {c.got} | {verdict} |")
+    for r in results.values():
+        lines += ["", *scenario_table(r)]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------- main
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name) or (f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").exists() else None)
+    if path is None:
+        raise BenchError(f"{name} not found: apt-get install -y nginx-light wrk curl")
+    return path
+
+
+def _python() -> str:
+    venv = ROOT / ".venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def _first_line(argv: list[str]) -> str:
+    with contextlib.suppress(OSError, subprocess.SubprocessError, IndexError):
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10, cwd=ROOT)
+        return (done.stdout + done.stderr).strip().splitlines()[0]
+    return "?"
+
+
+def _versions(env: Env) -> str:
+    first = _first_line
+    aiohttp_v = first([env.python, "-c", "import aiohttp, sys; print(aiohttp.__version__, sys.version.split()[0])"])
+    return (
+        f"{first([env.nginx, '-v']).replace('nginx version: ', '')}, {first([env.wrk, '-v']).split(' Copyright')[0]},"
+        f" aiohttp/Python {aiohttp_v}"
+    )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Benchmark the gateway against nginx and a minimal aiohttp proxy.")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1 round of 3 s wrk runs, 3 of 64 MiB transfers (< 90 s)")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated, from {','.join(SCENARIOS)}")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds per scenario (default 3, quick 1)")
+    parser.add_argument(
+        "--transfer-rounds", type=int, help="interleaved rounds of the large transfers (default 5, quick 3)"
+    )
+    parser.add_argument("--duration", type=float, help="seconds per wrk run (default 10, quick 3)")
+    parser.add_argument(
+        "--big-size", type=int, help="bytes of the large download/upload file (default 1 GiB, quick 64 MiB)"
+    )
+    parser.add_argument("--port-base", type=int, default=18080, help="first of the ports used (default 18080)")
+    parser.add_argument(
+        "--output", type=Path, default=RESULTS, help=f"Markdown report (default {RESULTS.relative_to(ROOT)})"
+    )
+    parser.add_argument("--keep-tmp", action="store_true", help="keep the temp dir (configs, logs, access log)")
+    args = parser.parse_args(argv)
+    args.scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    unknown = [s for s in args.scenarios if s not in SCENARIOS]
+    if unknown or not args.scenarios:
+        parser.error(f"unknown scenario(s) {unknown}; choose from {','.join(SCENARIOS)}")
+    args.rounds = args.rounds or (1 if args.quick else 3)
+    args.transfer_rounds = args.transfer_rounds or (3 if args.quick else 5)
+    args.duration = args.duration or (3.0 if args.quick else 10.0)
+    args.big_size = args.big_size or (64 * MiB if args.quick else GiB)
+    if args.transfer_rounds < 1 or args.rounds < 1 or args.duration < 1 or args.big_size < MiB:
+        parser.error("--rounds and --transfer-rounds ≥ 1, --duration ≥ 1 and --big-size ≥ 1 MiB")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.monotonic()
+    # Set explicitly: a shell starts background jobs with SIGINT ignored, and Ctrl-C must always stop the run.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    tmp = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
+    status = 0
+    try:
+        with Stack() as stack:
+            names = ("gateway", "direct", "minimal", "nginx", "sink", "admin", "nginx64k")
+            ports = dict(zip(names, pick_ports(args.port_base, len(names)), strict=True))
+            env = Env(
+                tmp=tmp, python=_python(), nginx=_tool("nginx"), wrk=_tool("wrk"), curl=_tool("curl"),
+                ports=ports, big_size=args.big_size, stack=stack,
+            )  # fmt: skip
+            info = {
+                "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                "machine": f"{os.cpu_count()} CPUs ({_cpu_model()}), {platform.system()} {platform.release()}",
+                "gateway": _first_line([env.python, "-m", "gateway", "--version"]),
+                "load_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+                "command": " ".join(["python bench/run.py", *(argv if argv is not None else sys.argv[1:])]),
+                "versions": _versions(env),
+                "commit": _commit(),
+            }
+            log(f"temp dir {tmp}; ports {env.ports}")
+            env.make_files()
+            env.start_upstreams()
+            results: dict[str, ScenarioResult] = {}
+            for key in args.scenarios:
+                scenario = SCENARIOS[key]
+                log(f"{scenario.title} ({key}):")
+                rounds = args.transfer_rounds if scenario.transfer else args.rounds
+                results[key] = run_scenario(env, scenario, rounds, args.duration, log)
+                if results[key].problems:
+                    status = 1
+            info["load_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+            info["wall"] = f"{time.monotonic() - started:.0f}s"
+            report = render(results, args, env, info)
+        print(report)
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(report)
+        log(f"written to {args.output}")
+    except BenchError as err:
+        log(f"bench: {err}")
+        status = 1
+    except (Interrupted, KeyboardInterrupt) as err:
+        log(f"bench: interrupted ({err or 'SIGINT'}); every process it started is stopped")
+        status = 128 + getattr(err, "signum", signal.SIGINT)
+    finally:
+        if args.keep_tmp:
+            log(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return status
+
+
+def _commit() -> str:
+    """HEAD, and whether gateway/ differs from it (read-only: no index refresh)."""
+    git = ["git", "--no-optional-locks", "-C", str(ROOT)]
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5)
+        if head.returncode == 0:
+            dirty = subprocess.run(
+                [*git, "status", "--porcelain", "--", "gateway"], capture_output=True, text=True, timeout=10
+            )
+            return head.stdout.strip() + (" + uncommitted changes in gateway/" if dirty.stdout.strip() else "")
+    return "unknown"
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    return platform.processor() or "unknown CPU"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
