@@ -139,7 +139,9 @@ class Gateway:
         server = self._config.model.server
         sink = self.access_log if self._config.model.access_log.enabled else None
         logger_cls = type(
-            "GatewayAccessLogger", (AccessLogger,), {"metrics": self.metrics, "usage": self.usage, "sink": sink}
+            "GatewayAccessLogger",
+            (AccessLogger,),
+            {"metrics": self.metrics, "usage": self.usage, "sink": sink, "observe": self._config.model.metrics.enabled},
         )
         # aiohttp calls the access logger only when it has a logging.Logger; lines go to the sink, not to it.
         logger = logging.getLogger("gateway.access")

@@ -152,6 +152,11 @@ class AccessLogConfig(_Model):
     enabled: bool = True
 
 
+class MetricsConfig(_Model):
+    # Per-request metric updates (requests, durations); off only to measure what they cost.
+    enabled: bool = True
+
+
 class UsageConfig(_Model):
     # "Who still uses deprecated behaviour" (admin /deprecations): the window and the clients kept per bucket.
     window_seconds: float = Field(default=3600.0, ge=60, le=7 * 86400)
@@ -261,6 +266,7 @@ class GatewayConfig(_Model):
     server: ServerConfig = ServerConfig()
     upstream: UpstreamConfig = UpstreamConfig()
     access_log: AccessLogConfig = AccessLogConfig()
+    metrics: MetricsConfig = MetricsConfig()
     usage: UsageConfig = UsageConfig()
     rollout: RolloutConfig = RolloutConfig()
     tenants: list[TenantConfig] = Field(min_length=1)

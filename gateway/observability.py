@@ -126,6 +126,7 @@ class AccessLogger(AbstractAccessLogger):
     metrics: Metrics
     usage: UsageTracker | None = None
     sink: LineSink | None = None  # None: no lines, metrics only
+    observe = True  # False: no per-request metric updates (config metrics.enabled)
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time_taken: float) -> None:
         ctx = request.get(CTX)
@@ -141,7 +142,8 @@ class AccessLogger(AbstractAccessLogger):
             route, method, path, upstream, rid = ctx.route.name, ctx.method, ctx.path, ctx.upstream_seconds, ctx.request_id
             if ctx.client_aborted:
                 status = 499
-        metrics.observe_request(route, method, status, time_taken, upstream)
+        if self.observe:
+            metrics.observe_request(route, method, status, time_taken, upstream)
         client = token_fingerprint(request.headers.get("Authorization"))
         if ctx is not None and ctx.decisions and self.usage is not None:
             self.usage.record(ctx.decisions, client, request.headers.get("User-Agent"))
