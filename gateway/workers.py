@@ -37,9 +37,10 @@ def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float)
         signal.signal(sig, on_signal)
 
     def start() -> subprocess.Popen[bytes]:
-        # A worker ignores SIGHUP until its own handler is installed: a reload during start-up must not kill it.
-        return subprocess.Popen(command, env=env, preexec_fn=_ignore_sighup)
+        return subprocess.Popen(command, env=env, preexec_fn=_prepare_worker)
 
+    global _SUPERVISOR_PID
+    _SUPERVISOR_PID = os.getpid()
     procs = [start() for _ in range(workers)]
     last_restart = 0.0
     try:
@@ -85,8 +86,24 @@ def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float)
             shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
-def _ignore_sighup() -> None:
+def _prepare_worker() -> None:
+    """Runs in the worker between fork and exec."""
+    # A reload during start-up must not kill the worker: SIGHUP is ignored until its own handler is installed.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # If the supervisor dies without stopping it (SIGKILL, OOM), the worker is told to stop too (Linux).
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != _SUPERVISOR_PID:
+        os._exit(1)  # the supervisor died between fork and prctl: nobody would ever stop this worker
+
+
+_PR_SET_PDEATHSIG = 1
+_SUPERVISOR_PID = os.getpid()
 
 
 def _mark_dead(pid: int, metrics_dir: str) -> None:

@@ -179,6 +179,48 @@ async def test_two_workers_share_the_port_and_aggregate_metrics(upstream: Record
             proc.wait(5)
 
 
+def _listening(pid: str) -> bool:
+    try:
+        return any(Path(f"/proc/{pid}/fd/{fd}").readlink().name.startswith("socket:")
+                   for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
+
+
+def _alive(pid: str) -> bool:
+    status = Path(f"/proc/{pid}/status")
+    try:
+        return "zombie" not in status.read_text()
+    except OSError:
+        return False
+
+
+async def test_workers_stop_when_the_supervisor_is_killed(upstream: RecordingUpstream, tmp_path: Path) -> None:
+    port, admin = free_port(), free_port()
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump(_config(upstream.url, port, admin)))
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(path), "--workers", "2"],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        children: list[str] = []
+
+        async def started() -> bool:
+            nonlocal children
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+            # Both workers are past start-up once each has its listening socket open.
+            return len(children) == 2 and all(_listening(pid) for pid in children)
+
+        await _wait_for(started, 15)
+    finally:
+        proc.kill()
+        proc.wait(5)
+
+    async def all_gone() -> bool:
+        return not any(_alive(pid) for pid in children)
+
+    await _wait_for(all_gone, 10)
+
+
 async def test_deprecations_endpoint_and_usage_command(upstream: RecordingUpstream, start_gateway) -> None:
     from gateway.admin import make_admin_app
     from tests.conftest import make_config
