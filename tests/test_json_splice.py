@@ -170,3 +170,241 @@ def test_non_array_cards_and_existing_message() -> None:
 def test_splice_refuses_overlaps() -> None:
     with pytest.raises(ValueError):
         json_splice.splice(b"abcdef", [(0, 3, b""), (2, 4, b"")])
+
+
+# The bulk path for the rest of a large array (``_rest_of_array``): forced on small texts by lowering the size from
+# which it is tried, and compared with the exact element-by-element path on the same text.
+
+
+def _layout_fields(layout: json_splice.Layout) -> tuple[Any, ...]:
+    return (layout.size, layout.members, layout.target, layout.count, layout.is_array, layout.element_ends,
+            layout.last_element_end, layout.extra)
+
+
+def _scan_both(
+    monkeypatch: pytest.MonkeyPatch, body: bytes, keep: int, extra_key: str | None = MESSAGE[0]
+) -> tuple[Any, Any, bool]:
+    """(exact result, bulk result, whether the bulk path vouched); a result is a Layout's fields or 'NotJSON'."""
+    used: list[bool] = []
+    rest_of_array = json_splice._rest_of_array
+
+    def spy(body: bytes, pos: int) -> Any:
+        out = rest_of_array(body, pos)
+        used.append(out is not None)
+        return out
+
+    def run() -> Any:
+        try:
+            return _layout_fields(scan(body, "cards", keep=keep, extra_key=extra_key))
+        except NotJSON:
+            return "NotJSON"
+
+    with monkeypatch.context() as m:
+        m.setattr(json_splice, "_FAST_MIN_BYTES", 1 << 60)
+        exact = run()
+    with monkeypatch.context() as m:
+        m.setattr(json_splice, "_FAST_MIN_BYTES", 0)
+        m.setattr(json_splice, "_rest_of_array", spy)
+        bulk = run()
+    return exact, bulk, any(used)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_bulk_path_equals_the_exact_path_on_random_documents(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    rng = random.Random(3000 + seed)
+    writer = Writer(rng, pretty=seed % 2 == 1)
+    count = rng.choice([2, 3, 5, 8, 13])
+    body = writer.document(count, rng.randrange(0, 6))
+    keep = rng.randrange(0, 4)
+    exact, bulk, _ = _scan_both(monkeypatch, body, keep)
+    assert exact == bulk
+    assert exact != "NotJSON"
+
+
+def _card_array_document(rng: random.Random, writer: Writer, cards: int, position: int) -> bytes:
+    """Like Writer.document, but every card an object or array (what the bulk path reads)."""
+    suffixes = ["", "é", "[", '"', "]", "]}", "],"]
+    keys = [json.dumps(f"k{i}" + rng.choice(suffixes)) for i in range(rng.randrange(0, 5))]
+    members = [f"{k}{writer.ws()}:{writer.ws()}{writer.value(1)}" for k in keys]
+    elements = [writer.object(2, rng.randrange(0, 5)) if rng.random() < 0.8
+                else "[" + ",".join(writer.value(3) for _ in range(rng.randrange(0, 3))) + "]"
+                for _ in range(cards)]
+    array = "[" + writer.ws() + ("," + writer.ws()).join(elements) + writer.ws() + "]"
+    members.insert(min(position, len(members)), f'"cards"{writer.ws()}:{writer.ws()}{array}')
+    ws = writer.ws
+    return (ws() + "{" + ws() + ("," + ws()).join(members) + ws() + "}" + ws()).encode()
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_bulk_path_reads_arrays_of_containers(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    rng = random.Random(4000 + seed)
+    writer = Writer(rng, pretty=seed % 3 == 1)
+    body = _card_array_document(rng, writer, rng.choice([2, 3, 6, 20]), rng.randrange(0, 6))
+    keep = rng.randrange(0, 3)
+    exact, bulk, used = _scan_both(monkeypatch, body, keep)
+    assert exact != "NotJSON"
+    assert bulk == exact
+    # It vouches whenever elements are left after the first max(keep, 1), unless one is nested too deep for it.
+    assert used or exact[3] <= max(keep, 1) or _deep(body)
+    layout = scan(body, "cards", keep=keep, extra_key=MESSAGE[0])
+    original = pairs(body)
+    assert pairs(truncate(body, layout, keep)) == [(k, v[:keep] if k == "cards" else v) for k, v in original]
+    assert pairs(drop(body, layout)) == [(k, v) for k, v in original if k != "cards"]
+
+
+def _deep(body: bytes) -> bool:
+    value = json.loads(body)
+
+    def depth(v: Any) -> int:
+        if isinstance(v, dict):
+            return 1 + max((depth(x) for x in v.values()), default=0)
+        if isinstance(v, list):
+            return 1 + max((depth(x) for x in v), default=0)
+        return 0
+
+    return any(depth(card) > json_splice._SKEL_DEPTH for card in value["cards"])
+
+
+_MUTATIONS = [b'"', b"\\", b"[", b"]", b"{", b"}", b",", b":", b"x", b"1", b" ", b"\n", b"\x01", b"\x00", b"\\u12",
+              b"\\x", b'\\"', b"\\\\"]
+
+
+@pytest.mark.parametrize("seed", range(600))
+def test_bulk_path_on_damaged_documents(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """A damaged text: refused by both paths, or read alike; or accepted by the bulk path alone, and then only for
+    something in the elements it skipped: without them, the exact path accepts the text."""
+    rng = random.Random(5000 + seed)
+    data = _damaged(rng, seed % 2 == 1)
+    keep = rng.randrange(1, 3)
+    exact, bulk, _ = _scan_both(monkeypatch, data, keep)
+    if exact != "NotJSON":
+        assert bulk == exact
+    elif bulk != "NotJSON":
+        _check_bulk_only(monkeypatch, data, json_splice.Layout(*bulk), keep)
+
+
+def _damaged(rng: random.Random, pretty: bool) -> bytes:
+    body = bytearray(_card_array_document(rng, Writer(rng, pretty), rng.choice([3, 5, 8]), rng.randrange(0, 6)))
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        at = rng.randrange(0, len(body) + 1)
+        r = rng.random()
+        if r < 0.25 and at < len(body):
+            del body[at : at + rng.randrange(1, 3)]
+        elif r < 0.35 and at < len(body):
+            body[at] = rng.randrange(256)
+        else:
+            body[at:at] = rng.choice(_MUTATIONS)
+    return bytes(body)
+
+
+def _check_bulk_only(monkeypatch: pytest.MonkeyPatch, data: bytes, layout: json_splice.Layout, keep: int) -> None:
+    kept = data[: layout.element_ends[keep - 1]] + data[layout.last_element_end :]
+    exact, _, _ = _scan_both(monkeypatch, kept, keep)
+    assert exact != "NotJSON" and exact[3] == keep
+    assert [m.key for m in exact[1]] == [m.key for m in layout.members]
+    assert truncate(data, layout, keep) == kept
+
+
+def _large_board(cards: int, **fields: Any) -> bytes:
+    from tests.board_fixtures import board_dict
+
+    board = board_dict(cards, padding=200)
+    board.update(fields)
+    return json.dumps(board, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def test_bulk_path_is_used_for_a_large_board(monkeypatch: pytest.MonkeyPatch) -> None:
+    body = _large_board(400)
+    assert len(body) > json_splice._FAST_MIN_BYTES
+    exact, bulk, used = _scan_both(monkeypatch, body, 100)
+    assert used and bulk == exact and bulk[3] == 400
+    # With the size it is tried from as shipped.
+    layout = scan(body, "cards", keep=100, extra_key=MESSAGE[0])
+    assert _layout_fields(layout) == exact
+    out = json.loads(truncate(body, layout, 100, MESSAGE))
+    assert out["cards"] == json.loads(body)["cards"][:100]
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        b"}",
+        b',"after":"]"}',
+        b',"after":"],\\"x\\":1}"}',
+        b',"after":[1,[2],{"a":"]"}],"z":{"b":[]}}',
+        b',"a]":"]}","b]":["]"]}',
+        b',"after":[],"more":[[]]}  \n',
+        b',"s":"\\\\","t":"\\\\\\"]"}',
+    ],
+)
+def test_bulk_path_finds_the_end_of_the_array(monkeypatch: pytest.MonkeyPatch, tail: bytes) -> None:
+    cards = b",".join(b'{"id":%d,"t":"a]b\\"],\\\\","x":[[1],{"y":"]"}]}' % i for i in range(6))
+    body = b'{"before":["]"],"cards":[' + cards + b"]" + tail
+    exact, bulk, used = _scan_both(monkeypatch, body, 2)
+    assert used and bulk == exact and exact[3] == 6
+    layout = scan(body, "cards", keep=2)
+    assert json.loads(drop(body, layout)) == {k: v for k, v in json.loads(body).items() if k != "cards"}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # Strings after the first element: raw control characters, unterminated, escaped closing quote.
+        b'{"cards":[{},{"a":"a\nb"}]}', b'{"cards":[{},{"a":"a\tb"}]}', b'{"cards":[{},{"a":"\x01"}]}',
+        b'{"cards":[{},{"a":"x}]}', b'{"cards":[{},{"a":"x\\"}]}', b'{"cards":[{},{"a":"\\\\\\"}]}',
+        # Brackets: unbalanced, mismatched kinds, nothing closes the array.
+        b'{"cards":[{},{"a":[}]}', b'{"cards":[{},{"a":1]]}', b'{"cards":[{},[}]}', b'{"cards":[{},{}}',
+        b'{"cards":[{},{}', b'{"cards":[{},{}]',
+        # Backslashes outside strings; separators; scalars between the elements.
+        b'{"cards":[{},{"a":\\"x\\"}]}', b'{"cards":[{},{"a":1\\n}]}', b'{"cards":[{},,{}]}',
+        b'{"cards":[{},{},]}', b'{"cards":[{},{}{}]}', b'{"cards":[{},1 2,{}]}', b'{"cards":[{},tru,{}]}',
+        # After the array: strict, as everywhere at the top level.
+        b'{"cards":[{},{}],}', b'{"cards":[{},{}]"x":1}', b'{"cards":[{},{}],"cards":[]}',
+        b'{"cards":[{},{}],"m":1,"m":2,"cards_deprecation_message":1,"cards_deprecation_message":2}',
+        b'{"cards":[{},{}]} x', b'{"cards":[{},{}]}}', b'{"cards":[{},{}],"x":[1}',
+    ],
+)
+def test_bulk_path_refuses_what_the_exact_path_refuses(monkeypatch: pytest.MonkeyPatch, body: bytes) -> None:
+    exact, bulk, _ = _scan_both(monkeypatch, body, 1)
+    assert exact == bulk == "NotJSON"
+
+
+def test_bulk_path_leaves_to_the_exact_path_what_it_cannot_vouch_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    deep = "[" * 20 + "1" + "]" * 20
+    for body in (
+        b'{"cards":[{},1,"x",{}]}',  # scalar elements
+        ('{"cards":[{},' + deep + "]}").encode(),  # nested deeper than the skeleton pattern
+        b'{"cards":[{},{"a":[1\x01]}]}',  # a control character outside strings: only the exact path decides
+        ('{"cards":[{},{}],"x":' + deep + "}").encode(),  # a deep member after the array
+    ):
+        exact, bulk, used = _scan_both(monkeypatch, body, 1)
+        assert not used and bulk == exact != "NotJSON"
+
+
+def test_bulk_path_does_not_check_escapes_or_scalars_it_skips(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The documented difference: stray scalar text next to an element it skips, and escape letters in the elements
+    it skips, are not checked; what is kept is, so a cut text is still JSON."""
+    for body in (b'{"a":1,"cards":[{"k":1},{"k":2} x,{"k":3}],"z":2}',
+                 b'{"a":1,"cards":[{"k":1},{"k":2},"s"{"k":3}],"z":2}',
+                 b'{"a":1,"cards":[{"k":1},{"k":"\\x"},{"k":"\\u12"}],"z":2}',
+                 b'{"a":1,"cards":[{"k":1},{"k":"\\u12G4\\\\"},{"k":3}],"z":2}'):
+        exact, bulk, used = _scan_both(monkeypatch, body, 1)
+        assert exact == "NotJSON" and used and bulk[3] == 3
+        layout = json_splice.Layout(*bulk)
+        assert json.loads(truncate(body, layout, 1, MESSAGE)) == {"a": 1, "cards": [{"k": 1}],
+                                                                  MESSAGE[0]: json.loads(MESSAGE[1]), "z": 2}
+        assert json.loads(drop(body, layout)) == {"a": 1, "z": 2}
+    # The elements it keeps, and the comma after the last of them, are still read token by token.
+    for body in (b'{"cards":[{"k":1} x,{"k":2},{"k":3}]}', b'{"cards":[{"k":1}x,{"k":2},{"k":3}]}',
+                 b'{"cards":[{"k":1}{"k":2},{"k":3}]}', b'{"cards":[{"k":1},,{"k":2},{"k":3}]}',
+                 b'{"cards":[{"k":"\\x"},{"k":2},{"k":3}]}', b'{"x":"\\u12","cards":[{},{"k":2},{"k":3}]}',
+                 b'{"cards":[{},{"k":2},{"k":3}],"x":"\\q"}'):
+        exact, bulk, _ = _scan_both(monkeypatch, body, 1)
+        assert exact == bulk == "NotJSON"
+
+
+def test_a_member_name_that_is_not_utf8_is_still_a_name() -> None:
+    # An escaped name is decoded like a plain one (it used to raise UnicodeDecodeError, not NotJSON).
+    layout = scan(b'{"a\\n\xff":1,"b\xff":2,"cards":[1,2]}', "cards", keep=1)
+    assert [m.key for m in layout.members] == ["a\n\udcff", "b\udcff", "cards"]
+    assert layout.count == 2
