@@ -13,7 +13,7 @@ from collections.abc import AsyncIterable, AsyncIterator
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDict
 from yarl import URL
 
 from .http import HOP_BY_HOP, connection_tokens, ensure_continue, json_error

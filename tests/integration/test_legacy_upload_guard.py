@@ -6,7 +6,6 @@ import asyncio
 import hashlib
 import io
 import json
-import logging
 import os
 import socket
 import struct
