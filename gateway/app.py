@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
-import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from .chain import fold
 from .config import LoadedConfig
-from .http import json_error
+from .http import json_error, new_request_id
 from .observability import AccessLogger, AccessLogWriter, LineSink, Metrics
 from .policies import POLICIES, BuildContext
 from .proxy import ProxyCore
@@ -49,15 +51,60 @@ def build_state(config: LoadedConfig, proxy: ProxyCore, clock: Clock, metrics: M
     default = next((t for t in tenants if t.name == model.default_tenant), None)
     routes = [Route.build(r.name, r.methods, r.paths, r.prefixes) for r in model.routes]
     catch_all = Route.build("catch_all", None, (), ())
+    plan = RolloutPlan.from_config(model)
+    # On every (re)build: the phase gauge restarts from this config's tenants; /metrics refreshes it at each scrape.
+    plan.publish(metrics, clock.now().timestamp(), clear=True)
     handlers: dict[str, Handler] = {}
     for route in [*routes, catch_all]:
         chain = config.chains[route.name]
-        ctx = BuildContext(route_name=route.name, clock=clock, metrics=metrics, config=model)
+        ctx = BuildContext(route_name=route.name, clock=clock, metrics=metrics, config=model, rollout=plan)
         middlewares = [POLICIES[name].build(options, ctx) for name, options in chain]
         route.policies = tuple(name for name, _ in chain)
         handlers[route.name] = fold(middlewares, proxy)
-    plan = RolloutPlan.from_config(model)
     return GatewayState(config, TenantResolver(tenants, default), RouteTable(routes, catch_all), handlers, plan)
+
+
+_QUOTED_BYTES = re.compile(r"""[:,]?\s*b['"]""")
+_PARSER_CODES = {400: "MALFORMED_REQUEST", 413: "REQUEST_TOO_LARGE", 431: "HEADERS_TOO_LARGE", 500: "INTERNAL_ERROR"}
+
+
+class _Connection(RequestHandler):
+    """aiohttp's connection handler, answering what its HTTP parser refuses with the gateway's JSON errors.
+
+    aiohttp's own answer is text/plain, and its log line carries the parser's context, which can quote the request's
+    bytes (a header with a token in it): here the log names only the status and the kind of error.
+    """
+
+    def handle_error(
+        self, request: web.BaseRequest, status: int = 500, exc: BaseException | None = None, message: str | None = None
+    ) -> web.StreamResponse:
+        if request.writer.output_size > 0:
+            raise ConnectionError("the response head is already sent")
+        code = _PARSER_CODES.get(status, "BAD_REQUEST" if status < 500 else "INTERNAL_ERROR")
+        if status >= 500:
+            text = "the gateway failed to handle this request"
+        else:
+            # The parser may quote the offending bytes (b'...'): they stay out of the answer as out of the log.
+            first = (message or "the request is not valid HTTP/1.1").strip().splitlines()[0]
+            text = _QUOTED_BYTES.split(first, maxsplit=1)[0].rstrip(": ")[:200]
+        log.info("refused a request the HTTP parser rejected: %s %s", status, type(exc).__name__ if exc else "")
+        metrics = getattr(self._manager, "metrics", None)
+        if metrics is not None:
+            metrics.refused.labels(code).inc()
+        response = json_error(status, code, text, new_request_id())
+        response.force_close()
+        return response
+
+
+class _Server(web.Server):
+    """The low-level server, with the gateway's connection handler."""
+
+    def __init__(self, handler: Handler, *, metrics: Metrics, **kwargs: Any) -> None:
+        super().__init__(handler, **kwargs)
+        self.metrics = metrics
+
+    def __call__(self) -> RequestHandler:
+        return _Connection(self, loop=self._loop, **self._kwargs)
 
 
 class Gateway:
@@ -146,8 +193,9 @@ class Gateway:
         # aiohttp calls the access logger only when it has a logging.Logger; lines go to the sink, not to it.
         logger = logging.getLogger("gateway.access")
         self._access_logger = logger_cls(logger, "")
-        return web.Server(
+        return _Server(
             self.handle,
+            metrics=self.metrics,
             access_log_class=logger_cls,
             access_log=logger,
             max_line_size=server.max_header_bytes,
@@ -164,7 +212,7 @@ class Gateway:
 
     def _refuse(self, request: web.BaseRequest, status: int, code: str, message: str) -> web.Response:
         self.metrics.refused.labels(code).inc()
-        rid = uuid.uuid4().hex
+        rid = new_request_id()
         request[REFUSAL] = (code, rid)
         response = json_error(status, code, message, rid)
         response.force_close()
@@ -189,7 +237,7 @@ class Gateway:
         if tenant is None:
             return self._refuse(request, 421, "UNKNOWN_HOST", "this gateway serves no company at the requested host")
         route, params = state.routes.match(method, target.path)
-        ctx = RequestContext(time.monotonic(), tenant, route, dict(params), target.path, target.query, method)
+        ctx = RequestContext(time.monotonic(), tenant, route, params, target.path, target.query, method)
         request[CTX] = ctx
         self.metrics.in_flight.inc()
         try:

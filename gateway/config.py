@@ -227,7 +227,6 @@ class TenantConfig(_Model):
             restricted_file_access=restricted,
             forbid_legacy_uploads=forbid,
             preserve_host=self.preserve_host,
-            rollout=self.rollout.model_dump(exclude_defaults=True),
         )
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 
 from aiohttp import web
 from multidict import CIMultiDictProxy
 
-__all__ = ("HOP_BY_HOP", "connection_tokens", "ensure_continue", "json_error")
+__all__ = ("HOP_BY_HOP", "connection_tokens", "ensure_continue", "json_error", "new_request_id")
 
 # RFC 9110 7.6.1 (and the de facto Keep-Alive and Proxy-Connection): never forwarded by a proxy.
 HOP_BY_HOP = frozenset(
@@ -52,6 +53,11 @@ async def ensure_continue(request: web.BaseRequest) -> None:
     request[_CONTINUE_SENT] = True
     writer = request.writer
     await writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+
+def new_request_id() -> str:
+    """128 random bits as 32 hex digits (like a UUID4's, at a fifth of the cost)."""
+    return os.urandom(16).hex()
 
 
 def json_error(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterable, AsyncIterator
 
 import aiohttp
@@ -16,7 +15,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from .http import HOP_BY_HOP, connection_tokens, ensure_continue, json_error
+from .http import HOP_BY_HOP, connection_tokens, ensure_continue, json_error, new_request_id
 from .observability import Metrics
 from .typedefs import CTX, RequestContext
 
@@ -146,7 +145,7 @@ class ProxyCore:
                 ctx.method, url, headers=headers, data=body, allow_redirects=False, auto_decompress=False
             )
         except (aiohttp.ClientError, asyncio.TimeoutError) as err:
-            if ctx.extra.get("body_timeout"):
+            if ctx.body_timed_out:
                 timed_out = json_error(408, "CLIENT_BODY_TIMEOUT", "the request body stopped arriving", ctx.request_id)
                 timed_out.force_close()  # the rest of the body is unread: the connection cannot carry another request
                 return timed_out
@@ -168,7 +167,7 @@ class ProxyCore:
         self.metrics.upstream_errors.labels(kind).inc()
         ctx.upstream_error = f"{kind}: {type(err).__name__}"
         if ctx.request_id is None:
-            ctx.request_id = uuid.uuid4().hex
+            ctx.request_id = new_request_id()
         return json_error(status, code, message, ctx.request_id)
 
 
@@ -189,7 +188,7 @@ async def _stream_body(request: web.BaseRequest, ctx: RequestContext, timeout: f
                     break
                 yield chunk
     except TimeoutError:
-        ctx.extra["body_timeout"] = True
+        ctx.body_timed_out = True
         raise ConnectionResetError("request body timed out") from None
     except (ConnectionError, aiohttp.ClientPayloadError, asyncio.CancelledError):
         # The client went away or sent a broken body: the upstream request is abandoned with it.

@@ -7,7 +7,7 @@ path can reach the upstream as something other than what the policies saw.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl
 
@@ -198,7 +198,7 @@ class RouteTable:
         self.routes = tuple(routes)
         self.catch_all = catch_all
 
-    def match(self, method: str, path: str) -> tuple[Route, Mapping[str, str]]:
+    def match(self, method: str, path: str) -> tuple[Route, dict[str, str]]:
         for route in self.routes:
             params = route.match(method, path)
             if params is not None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from cachetools import LRUCache
 from yarl import URL
@@ -23,7 +23,6 @@ class Tenant:
     restricted_file_access: bool
     forbid_legacy_uploads: bool
     preserve_host: bool
-    rollout: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def upstream_host_header(self) -> str:

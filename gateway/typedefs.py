@@ -39,6 +39,7 @@ class RequestContext:
     upstream_seconds: float | None = None
     upstream_error: str | None = None
     client_aborted: bool = False
+    body_timed_out: bool = False  # the request body stopped arriving (server.client_body_timeout)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 

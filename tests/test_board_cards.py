@@ -11,6 +11,7 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from gateway import json_splice
+from gateway.rollout import RolloutPlan
 from gateway.config import ConfigError, parse_config
 from gateway.observability import Metrics
 from gateway.policies import BuildContext, board_cards
@@ -78,7 +79,8 @@ def middleware(at: str, options: dict[str, Any] | None = None) -> tuple[Any, Met
     config = loaded(options or {})
     metrics = Metrics()
     clock = FixedClock(dt.datetime.fromisoformat(at))
-    ctx = BuildContext(route_name="board", clock=clock, metrics=metrics, config=config.model)
+    ctx = BuildContext(route_name="board", clock=clock, metrics=metrics, config=config.model,
+                       rollout=RolloutPlan.from_config(config.model))
     return board_cards.build(config.chains["board"][-1][1], ctx), metrics
 
 

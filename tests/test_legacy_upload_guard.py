@@ -14,6 +14,7 @@ import pytest
 from aiohttp import StreamReader, web
 from aiohttp.test_utils import make_mocked_request
 
+from gateway.rollout import RolloutPlan
 from gateway.config import ConfigError, parse_config
 from gateway.multipart_sniffer import (
     Ambiguous,
@@ -259,7 +260,8 @@ def _guard(metrics: Metrics, route: str = "legacy_comment_update", **options: An
     options = {"detect": "file_parts", "successor": "/api/v1/cards/{card_id}/comments/{comment_id}/files", **options}
     config = parse_config(make_config("http://127.0.0.1:1", routes=[
         {"name": route, "methods": ["PATCH", "PUT"], "paths": ["/cards/{card_id}/comments/{comment_id}"]}]), "test")  # fmt: skip
-    ctx = BuildContext(route, FixedClock(dt.datetime(2026, 7, 1, tzinfo=dt.UTC)), metrics, config.model)
+    ctx = BuildContext(route, FixedClock(dt.datetime(2026, 7, 1, tzinfo=dt.UTC)), metrics, config.model,
+                       RolloutPlan.from_config(config.model))
     return build(Options.model_validate(options), ctx)
 
 

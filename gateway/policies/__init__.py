@@ -18,7 +18,7 @@ from . import board_cards, legacy_upload_guard, request_id
 
 if TYPE_CHECKING:
     from ..observability import Metrics
-    from ..rollout import Clock
+    from ..rollout import Clock, RolloutPlan
 
 __all__ = ("BuildContext", "POLICIES", "PolicySpec")
 
@@ -31,6 +31,7 @@ class BuildContext:
     clock: Clock
     metrics: Metrics
     config: Any  # the whole GatewayConfig, for policies that need app-wide settings (rollout dates, tenants)
+    rollout: RolloutPlan  # built once per config from ``config``: every policy asks this one for phases
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 
 from .. import json_splice
 from ..proxy import UpstreamResponse
-from ..rollout import BOARD_CARDS, RolloutPlan, Schedule
+from ..rollout import BOARD_CARDS, Schedule
 from ..typedefs import CTX, Handler, Middleware
 
 if TYPE_CHECKING:
@@ -158,7 +158,7 @@ class _PassThrough(Exception):
 
 
 def build(options: Options, ctx: BuildContext) -> Middleware:
-    plan = RolloutPlan.from_config(ctx.config)
+    plan = ctx.rollout
     schedules: dict[str, Schedule] = {tenant: per[BOARD_CARDS.name] for tenant, per in plan.schedules.items()}
     clock = ctx.clock
     metrics = ctx.metrics
@@ -181,10 +181,6 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
                        "not_modified")
     }
     removed_counter = metrics.board_cards_removed
-    # When the tenant-wide phases may next change: the gauge is republished then (checked per request).
-    built_at = clock.now().timestamp()
-    plan.publish(metrics, built_at, clear=True)
-    refresh = [plan.next_refresh(built_at)]
     signal_flag = {tenant: flags.get("board_cards_announcement") for tenant, flags in plan.signals.items()}
 
     def signal_headers(headers: CIMultiDict[str], tenant: str, schedule: Schedule, board: str, now: float) -> None:
@@ -292,9 +288,6 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
         tenant = state.tenant.name
         schedule = schedules[tenant]
         now = clock.now().timestamp()
-        if now >= refresh[0]:
-            plan.publish(metrics, now)
-            refresh[0] = plan.next_refresh(now)
         index, kind = schedule.phase_and_kind(now, request.headers)
         phase = phases[index]
         board = state.params.get("board_id", "")

@@ -13,7 +13,6 @@ import asyncio
 import datetime as dt
 import json
 import re
-import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -24,8 +23,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDictProxy
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..http import ensure_continue
-from ..rollout import RolloutPlan
+from ..http import ensure_continue, new_request_id
 from ..multipart_sniffer import (
     Ambiguous,
     Boundary,
@@ -191,12 +189,12 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
         counters={d: ctx.metrics.legacy_uploads.labels(ctx.route_name, d) for d in ("allowed", "blocked", "refused")},
     )
     clock = ctx.clock
-    # The dated, per-tenant rollout of the forbid setting (rollout.forbid_legacy_uploads); without a full
-    # config (a policy built alone, in unit tests) the company setting decides.
-    plan = RolloutPlan.from_config(ctx.config) if getattr(ctx.config, "tenants", None) else None
+    # The dated, per-tenant rollout of the forbid setting (rollout.forbid_legacy_uploads); a tenant the plan
+    # does not know (a policy exercised alone, with a hand-made tenant) falls back to the company setting.
+    plan = ctx.rollout
 
     def forbidden(tenant: Tenant, now: dt.datetime, headers: Mapping[str, str]) -> bool:
-        if plan is not None and tenant.name in plan.schedules:
+        if tenant.name in plan.schedules:
             return plan.forbids_legacy_uploads(tenant.name, now, headers)
         return forbid_in_force(tenant, now, headers)
 
@@ -348,7 +346,7 @@ def _refuse(request: web.BaseRequest, state: RequestContext, settings: _Settings
 
 def _request_id(state: RequestContext) -> str:
     if state.request_id is None:
-        state.request_id = uuid.uuid4().hex
+        state.request_id = new_request_id()
     return state.request_id
 
 

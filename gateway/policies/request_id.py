@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..http import new_request_id
 from ..typedefs import CTX, Handler, Middleware
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
         if incoming and len(incoming) <= max_length and _SAFE_ID.fullmatch(incoming):
             rid = incoming
         else:
-            rid = os.urandom(16).hex()  # 128 random bits, like a UUID4, at a fifth of the cost
+            rid = new_request_id()
         state = request[CTX]
         state.request_id = rid
         state.upstream_headers[header] = rid

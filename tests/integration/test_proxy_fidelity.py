@@ -381,3 +381,24 @@ async def test_broken_chunked_framing_mid_body_does_not_hang(upstream, start_gat
         await asyncio.sleep(0.05)
     assert upstream.received and not upstream.received[-1].body_complete
     assert gw.metrics.in_flight._value.get() == 0
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"POST /x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer parser-secret\nX-A: 1\r\n\r\n",
+        b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Folded: a\r\n b\r\n\r\n",
+        b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer parser-secret" + b"x" * 20000 + b"\r\n\r\n",
+    ],
+)
+async def test_requests_the_http_parser_rejects_get_a_json_400(gw, upstream, raw: bytes, caplog) -> None:
+    data = await raw_exchange(gw.port, raw, timeout=2)
+    ((status, headers, body),) = parse_responses(data)
+    assert status == 400
+    assert headers["content-type"].startswith("application/json")
+    answer = json.loads(body)
+    assert answer["code"] == "MALFORMED_REQUEST" and answer["message"] and len(answer["request_id"]) == 32
+    assert upstream.received == []
+    assert gw.metrics.refused.labels("MALFORMED_REQUEST")._value.get() == 1
+    assert "parser-secret" not in caplog.text and b"parser-secret" not in body
