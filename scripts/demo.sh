@@ -13,9 +13,9 @@ pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
 
-.venv/bin/python -m sandbox --host 127.0.0.1 --port 8081 > >(sed 's/^/[sandbox] /' >&2) 2>&1 &
+.venv/bin/python -m sandbox --host 127.0.0.1 --port 8081 > >(sed -u 's/^/[sandbox] /' >&2) 2>&1 &
 pids+=($!)
-.venv/bin/gateway serve --config "$config" > >(sed 's/^/[gateway] /') 2>&1 &
+.venv/bin/gateway serve --config "$config" > >(sed -u 's/^/[gateway] /') 2>&1 &
 pids+=($!)
 
 for _ in $(seq 1 50); do
