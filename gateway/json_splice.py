@@ -10,7 +10,13 @@ commas, scalars by the JSON grammar, nothing but whitespace after it); inside ne
 with valid escapes and no raw control characters, and that brackets balance with matching kinds. A text that fails
 these checks raises ``NotJSON``; the caller passes it through untouched.
 
-Speed: nested values are skipped by one precompiled regular expression per value (nesting up to ``_FAST_DEPTH``
+Speed: when the array starts at least ``_NATIVE_MIN_BYTES`` before the end of the text, it is read natively first
+(``_native_array``): msgspec, in C, checks the whole text by the JSON grammar and hands back each element's bytes,
+which are then pinned to their offsets in the text (about 0.8 ns a byte in all, 3-4 times faster than the paths
+below). That needs the array written without whitespace between its own tokens (what JSON APIs send); whatever it
+cannot vouch for goes on to the paths below, which give the answer, so the result is the same either way.
+
+Otherwise nested values are skipped by one precompiled regular expression per value (nesting up to ``_FAST_DEPTH``
 levels in the pattern, deeper values by an explicit stack), so Python runs once per top-level member and once per
 array element, not once per token. The regex engine still visits every byte of every string (about 7 ns a byte), so
 when at least ``_FAST_MIN_BYTES`` of the text follow the first ``keep`` elements of the array (at least one), the
@@ -24,15 +30,21 @@ What the bulk reading does not check, in the elements it skips (after the first 
 letters (``"\\x"`` or ``"\\u12"`` there pass, ``\\"`` and ``\\\\`` are read exactly), and scalar text next to an
 element without a comma (``{} 1``, ``{} "s"``). The exact path refuses such a text. Nothing of that is kept: the
 members, the first ``keep`` elements and everything after the array are read exactly as before, so a cut text is
-JSON whenever its kept parts are.
+JSON whenever its kept parts are. The native path checks all of it (it only vouches for JSON), and reads nesting
+as deep as msgspec does (deeper than the exact path's ``_MAX_DEPTH``; deeper still, it leaves the text to the exact
+path, which refuses it).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import msgspec
 
 __all__ = ("Layout", "Member", "NotJSON", "drop", "scan", "splice", "truncate")
 
@@ -181,7 +193,10 @@ def scan(body: bytes, key: str, *, keep: int = 0, extra_key: str | None = None) 
             pos = value_start = _skip_ws(body, pos + 1)
             if name == key and pos < n and body[pos] == 0x5B:
                 target, is_array = len(members), True
-                pos, count, ends, last_end = _scan_array(body, pos, keep)
+                native = _native_array(body, pos, key, keep) if n - pos >= _NATIVE_MIN_BYTES else None
+                if native is None:
+                    native = _scan_array(body, pos, keep)
+                pos, count, ends, last_end = native
             else:
                 if name == key:
                     target = len(members)
@@ -233,6 +248,53 @@ def _scan_array(body: bytes, pos: int, keep: int) -> tuple[int, int, list[int], 
             return pos + 1, count, ends, last_end
         else:
             raise NotJSON(f"expected ',' or ']' at offset {pos}")
+
+
+# A large array, natively. msgspec (C) decodes the whole text with the target member typed as a list of ``Raw``
+# values: that checks the text is JSON by the whole grammar (escape letters, numbers, nesting; not UTF-8, which
+# the exact path does not check either) at about 0.7 ns a byte, and yields each element's exact bytes. Those are
+# then pinned to the text: when the array is written without whitespace between its tokens (as JSON APIs write
+# it), the text from ``[`` is ``[`` + the elements joined by commas + ``]``, which ``startswith`` compares in one
+# memcmp. A text that passes that comparison is a JSON array with exactly those elements, and a JSON value has
+# one end, so the offsets are exact; nothing rests on msgspec reading the same member as this scan (a second
+# member of the same name, which msgspec would read instead, fails the comparison or is refused by the scan that
+# goes on after the array). Anything else (whitespace inside the array, a decoding error, the member not an
+# array in msgspec's reading) returns None and the caller reads the array by the other paths.
+_NATIVE_MIN_BYTES = 64 * 1024
+
+
+@functools.lru_cache(maxsize=8)
+def _native_decoder(key: str) -> msgspec.json.Decoder[Any]:
+    top = msgspec.defstruct("Top", [("target", list[msgspec.Raw] | None, None)], rename={"target": key})
+    return msgspec.json.Decoder(top)
+
+
+def _native_array(body: bytes, pos: int, key: str, keep: int) -> tuple[int, int, list[int], int] | None:
+    """The array starting at ``pos``: (offset after its ']', elements, ends of the first ``keep``, end of the last)."""
+    try:
+        elements = _native_decoder(key).decode(body).target
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if elements is None:
+        return None
+    # Each element compared in place (no joined copy: a fresh 10 MB buffer costs more in page faults than this loop).
+    ends: list[int] = []
+    start = body.startswith
+    n = len(body)
+    end = pos
+    try:
+        for i, element in enumerate(elements):
+            if body[end] != (0x2C if i else 0x5B) or not start(element, end + 1):
+                return None
+            end += 1 + len(element)
+            if i < keep:
+                ends.append(end)
+    except IndexError:  # the text ends where a comma should be
+        return None
+    close = end if elements else pos + 1
+    if close >= n or body[close] != 0x5D:
+        return None
+    return close + 1, len(elements), ends, close
 
 
 # The rest of a large array, in bulk. ``_skeleton`` reduces a text to what lies outside its strings, brackets and

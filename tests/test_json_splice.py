@@ -181,15 +181,19 @@ def _layout_fields(layout: json_splice.Layout) -> tuple[Any, ...]:
             layout.last_element_end, layout.extra)
 
 
-def _scan_both(
-    monkeypatch: pytest.MonkeyPatch, body: bytes, keep: int, extra_key: str | None = MESSAGE[0]
+def _scan_paths(
+    monkeypatch: pytest.MonkeyPatch, body: bytes, keep: int, path: str, extra_key: str | None = MESSAGE[0]
 ) -> tuple[Any, Any, bool]:
-    """(exact result, bulk result, whether the bulk path vouched); a result is a Layout's fields or 'NotJSON'."""
-    used: list[bool] = []
-    rest_of_array = json_splice._rest_of_array
+    """(exact result, result with ``path`` tried, whether it vouched); a result is a Layout's fields or 'NotJSON'.
 
-    def spy(body: bytes, pos: int) -> Any:
-        out = rest_of_array(body, pos)
+    ``path`` is "bulk" (``_rest_of_array``) or "native" (``_native_array``); the other one is off in both runs.
+    """
+    name = "_rest_of_array" if path == "bulk" else "_native_array"
+    used: list[bool] = []
+    original = getattr(json_splice, name)
+
+    def spy(*args: Any) -> Any:
+        out = original(*args)
         used.append(out is not None)
         return out
 
@@ -200,13 +204,19 @@ def _scan_both(
             return "NotJSON"
 
     with monkeypatch.context() as m:
+        m.setattr(json_splice, "_NATIVE_MIN_BYTES", 1 << 60)
         m.setattr(json_splice, "_FAST_MIN_BYTES", 1 << 60)
         exact = run()
     with monkeypatch.context() as m:
-        m.setattr(json_splice, "_FAST_MIN_BYTES", 0)
-        m.setattr(json_splice, "_rest_of_array", spy)
-        bulk = run()
-    return exact, bulk, any(used)
+        m.setattr(json_splice, "_NATIVE_MIN_BYTES", 0 if path == "native" else 1 << 60)
+        m.setattr(json_splice, "_FAST_MIN_BYTES", 0 if path == "bulk" else 1 << 60)
+        m.setattr(json_splice, name, spy)
+        other = run()
+    return exact, other, any(used)
+
+
+def _scan_both(monkeypatch: pytest.MonkeyPatch, body: bytes, keep: int) -> tuple[Any, Any, bool]:
+    return _scan_paths(monkeypatch, body, keep, "bulk")
 
 
 @pytest.mark.parametrize("seed", range(300))
@@ -408,3 +418,111 @@ def test_a_member_name_that_is_not_utf8_is_still_a_name() -> None:
     layout = scan(b'{"a\\n\xff":1,"b\xff":2,"cards":[1,2]}', "cards", keep=1)
     assert [m.key for m in layout.members] == ["a\n\udcff", "b\udcff", "cards"]
     assert layout.count == 2
+
+
+# The native path (``_native_array``: msgspec reads the array, its elements are pinned to the text): forced on
+# small texts, with the bulk path off so that whatever it does not vouch for goes to the exact path; its result
+# must always be the exact path's.
+
+
+def _scan_native(monkeypatch: pytest.MonkeyPatch, body: bytes, keep: int) -> tuple[Any, Any, bool]:
+    return _scan_paths(monkeypatch, body, keep, "native")
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_native_path_equals_the_exact_path_on_random_documents(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    rng = random.Random(6000 + seed)
+    pretty = seed % 3 == 1
+    writer = Writer(rng, pretty=pretty)
+    body = writer.document(rng.choice([0, 1, 2, 3, 5, 8, 13]), rng.randrange(0, 6))
+    keep = rng.randrange(0, 6)
+    exact, native, used = _scan_native(monkeypatch, body, keep)
+    assert exact != "NotJSON"
+    assert native == exact
+    # Compact text (no whitespace anywhere): always read natively.
+    if not pretty:
+        assert used
+
+
+@pytest.mark.parametrize("seed", range(600))
+def test_native_path_on_damaged_documents(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """Damage anywhere: the native path answers exactly as the exact path (it vouches for JSON only)."""
+    rng = random.Random(7000 + seed)
+    data = _damaged(rng, seed % 3 == 1)
+    keep = rng.randrange(0, 3)
+    exact, native, _ = _scan_native(monkeypatch, data, keep)
+    assert native == exact
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # A second member of the same name: msgspec reads the last one; the first is the one scanned.
+        b'{"cards":[{"a":1},{"b":2}],"x":1,"cards":[{"a":1}]}',
+        b'{"cards":[{"a":1}],"cards":[{"a":1}]}',
+        b'{"cards":[1,2],"x":[3],"cards":[1,2,3,4,5,6,7]}',
+        b'{"cards":[[1],[2]],"t":[[1],[2]],"cards":[[1],[2],"t"]}',
+    ],
+)
+def test_native_path_with_a_repeated_member(monkeypatch: pytest.MonkeyPatch, body: bytes) -> None:
+    exact, native, _ = _scan_native(monkeypatch, body, 1)
+    assert exact == native == "NotJSON"
+
+
+def test_native_path_pins_every_element(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Whitespace between the tokens of the array: not read natively, read exactly instead.
+    for body in (b'{"cards":[ {"a":1},{"b":2}]}', b'{"cards":[{"a":1} ,{"b":2}]}', b'{"cards":[{"a":1},{"b":2} ]}',
+                 b'{"cards":[{"a":1},\n{"b":2}],"z":[1]}', b'{"cards":[ ]}'):
+        exact, native, used = _scan_native(monkeypatch, body, 1)
+        assert not used and native == exact != "NotJSON"
+    # Whitespace inside the elements (or around the array) is part of them: read natively.
+    for body in (b'{ "cards" : [{ "a" : 1 },{"b":[ 2 , 3 ]}] , "z" : 1 }', b'{"cards":[]}', b'{"cards":[1]}'):
+        exact, native, used = _scan_native(monkeypatch, body, 1)
+        assert used and native == exact != "NotJSON"
+
+
+def test_native_path_checks_what_the_bulk_path_skips(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Escape letters and stray scalars in the elements after the first ones: msgspec refuses them, so the text goes
+    to the exact path, which refuses it too (the bulk path would have vouched for these, see above)."""
+    for body in (b'{"a":1,"cards":[{"k":1},{"k":2} x,{"k":3}],"z":2}',
+                 b'{"a":1,"cards":[{"k":1},{"k":"\\x"},{"k":"\\u12"}],"z":2}'):
+        exact, native, used = _scan_native(monkeypatch, body, 1)
+        assert exact == native == "NotJSON" and not used
+    # A misspelt literal inside an element: msgspec refuses it; the exact path does not read scalars inside nested
+    # values (it checks strings and brackets there), so it is the exact path's answer that stands.
+    body = b'{"a":1,"cards":[{"k":1},{"k":tru},{"k":3}],"z":2}'
+    exact, native, used = _scan_native(monkeypatch, body, 1)
+    assert native == exact != "NotJSON" and not used
+
+
+def test_native_path_nesting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """msgspec's own nesting limit is higher than the exact path's 512 levels: a card nested 600 deep is read
+    natively (and kept or cut whole); one nested deeper than msgspec reads goes to the exact path, which refuses."""
+    monkeypatch.setattr(json_splice, "_NATIVE_MIN_BYTES", 0)
+    deep = b"[" * 600 + b"]" * 600
+    body = b'{"cards":[{"a":1},' + deep + b'],"z":1}'
+    layout = json_splice.scan(body, "cards", keep=1)
+    assert layout.count == 2 and json.loads(drop(body, layout)) == {"z": 1}
+    deeper = b'{"cards":[{"a":1},' + b"[" * 100_000 + b"]" * 100_000 + b"]}"
+    with pytest.raises(NotJSON):
+        json_splice.scan(deeper, "cards", keep=1)
+
+
+def test_native_path_reads_a_large_board_faithfully(monkeypatch: pytest.MonkeyPatch) -> None:
+    body = _large_board(400, note="✓ \U0001F680 \\ \"")
+    # Numbers as written, which a parse and re-serialise would change: a big integer, a float with trailing zeros.
+    body = body.replace(b'"cards":[{', b'"cards":[{"big":1' + b"0" * 40 + b',"f":1.500e-3,', 1)
+    body = body.replace(b'},{"id"', b'},{"big":-1' + b"0" * 30 + b',"id"', 150)
+    exact, native, used = _scan_native(monkeypatch, body, 100)
+    assert used and native == exact and native[3] == 400
+    layout = scan(body, "cards", keep=100, extra_key=MESSAGE[0])  # the thresholds as shipped
+    assert _layout_fields(layout) == exact
+    original = pairs(body)
+    capped = truncate(body, layout, 100, MESSAGE)
+    assert cards_of(pairs(capped)) == cards_of(original)[:100]
+    assert capped.startswith(body[: layout.element_ends[99]])  # the upstream's bytes, up to the cut
+    assert capped.endswith(body[layout.members[layout.target].end :])
+    assert body[layout.last_element_end : layout.members[layout.target].end] == b"]"
+    assert b'"big":1' + b"0" * 40 + b',"f":1.500e-3,' in capped
+    dropped = drop(body, layout)
+    assert pairs(dropped) == [(k, v) for k, v in original if k != "cards"]
