@@ -26,7 +26,7 @@ async def _metrics(request: web.Request) -> web.Response:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Several workers: every worker's values, read from the shared directory (any worker may answer).
         registry = CollectorRegistry()
-        MultiProcessCollector(registry)
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         body = generate_latest(registry)
     else:
         body = generate_latest(gateway.metrics.registry)

@@ -102,6 +102,7 @@ class ChainEntry:
 def _parse_chain_entry(value: Any) -> ChainEntry:
     if isinstance(value, ChainEntry):
         return value
+    options: Any
     if isinstance(value, str):
         name, options = value, {}
     elif isinstance(value, dict) and len(value) == 1:

@@ -110,6 +110,6 @@ def _mark_dead(pid: int, metrics_dir: str) -> None:
     try:
         from prometheus_client import multiprocess
 
-        multiprocess.mark_process_dead(pid, metrics_dir)
+        multiprocess.mark_process_dead(pid, metrics_dir)  # type: ignore[no-untyped-call]
     except Exception:  # noqa: BLE001 - cleanup of a dead worker's gauge files is best effort
         log.debug("could not mark worker %s dead", pid, exc_info=True)

@@ -39,12 +39,12 @@ def comment_from_path(request: web.Request, card: Card) -> Comment:
 
 async def _comment_input(request: web.Request) -> tuple[str | None, list[ReceivedFile]]:
     """Text and file parts from a multipart body, or text from a JSON body."""
-    if not is_multipart(request):
-        text = (await read_json_object(request)).get("text")
-        if text is not None and not isinstance(text, str):
-            raise ApiError.bad_request("text must be a string")
-        return text, []
     text: str | None = None
+    if not is_multipart(request):
+        value = (await read_json_object(request)).get("text")
+        if value is not None and not isinstance(value, str):
+            raise ApiError.bad_request("text must be a string")
+        return value, []
     files: list[ReceivedFile] = []
     reader = open_multipart(request)
     try:

@@ -51,7 +51,7 @@ async def upload_legacy_file(request: web.Request) -> web.Response:
         async for part in reader:
             if isinstance(part, BodyPartReader) and part.name == "file" and received is None:
                 received = await receive_file(request, part)
-            else:
+            elif part is not None:
                 await part.release()
     except MALFORMED_MULTIPART as exc:
         raise ApiError.bad_request(f"Malformed multipart body: {exc}") from None

@@ -297,8 +297,8 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
             response = await handler(request)
             action = "untouched" if response.status in (200, 304) else "not_ok"
             if response.status in (200, 304):
-                signal_headers(response.headers, tenant, schedule, board, now)  # type: ignore[arg-type]
-                vary(response.headers, schedule.vary)  # type: ignore[arg-type]
+                signal_headers(response.headers, tenant, schedule, board, now)
+                vary(response.headers, schedule.vary)
             counters[(phase, action)].inc()
             state.decisions[NAME] = f"{label}:{action}"
             return response
@@ -363,14 +363,14 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
                 raise _PassThrough("too_large", f"Content-Length {length} is over max_body_bytes")
         except _PassThrough as skip:
             finish(skip.action, skip.reason)
-            signal_headers(response.headers, tenant, schedule, board, now)  # type: ignore[arg-type]
+            signal_headers(response.headers, tenant, schedule, board, now)
             return await _bodyless(response) if head else response
 
         try:
             raw = await read_limited(response)
         except _TooLarge as partial:
             finish("too_large", "the body is over max_body_bytes")
-            signal_headers(response.headers, tenant, schedule, board, now)  # type: ignore[arg-type]
+            signal_headers(response.headers, tenant, schedule, board, now)
             if head:
                 response.upstream.close()
                 return web.Response(status=200, reason=response.reason, headers=_head_headers(response))
