@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.web_protocol import RequestHandler
 
 from .chain import fold
@@ -26,8 +26,9 @@ from .proxy import ProxyCore
 from .rollout import Clock, RolloutPlan, clock_from_config
 from .routing import BadRequestTarget, Route, RouteTable, effective_method, normalise_target
 from .tenants import TenantResolver, canonical_host
-from .usage import UsageTracker
 from .typedefs import CTX, REFUSAL, Handler, RequestContext
+from .upstream import UpstreamClient
+from .usage import UsageTracker
 
 __all__ = ("Gateway", "GatewayState", "build_state")
 
@@ -137,26 +138,14 @@ class Gateway:
         return self._state
 
     async def start(self) -> None:
-        upstream = self._config.model.upstream
-        if self._session is None:
-            connector = aiohttp.TCPConnector(
-                limit=upstream.pool_size, keepalive_timeout=upstream.keepalive_timeout, ttl_dns_cache=60
-            )
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(
-                    total=None, sock_connect=upstream.connect_timeout, sock_read=upstream.read_timeout
-                ),
-                auto_decompress=False,
-                cookie_jar=aiohttp.DummyCookieJar(),
-                # Only what the client sent goes upstream: no default User-Agent, Accept or Content-Type.
-                skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
-                read_bufsize=256 * 1024,
-                max_field_size=self._config.model.server.max_header_bytes,
-            )
         server = self._config.model.server
+        if self._session is None:
+            client = UpstreamClient.open(self._config.model.upstream, max_field_size=server.max_header_bytes)
+            self._session = client.session
+        else:
+            client = UpstreamClient(self._session)  # every request through ClientSession.request
         self.proxy = ProxyCore(
-            self._session,
+            client,
             self.metrics,
             trust_forwarded=server.trust_forwarded_headers,
             body_timeout=server.client_body_timeout,
@@ -222,7 +211,7 @@ class Gateway:
         state = self._state
         assert state is not None
         headers = request.headers
-        hosts = headers.getall("Host", ())
+        hosts = headers.getall(hdrs.HOST, ())
         if len(hosts) > 1:
             return self._refuse(request, 400, "BAD_HOST", "the request has more than one Host header")
         host = hosts[0] if hosts else None

@@ -5,8 +5,9 @@ Order rule: the first policy listed is the outermost. It sees the request first 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from functools import partial
+from collections.abc import Awaitable, Sequence
+
+from aiohttp import web
 
 from .typedefs import Handler, Middleware
 
@@ -16,5 +17,13 @@ __all__ = ("fold",)
 def fold(middlewares: Sequence[Middleware], terminal: Handler) -> Handler:
     handler = terminal
     for middleware in reversed(middlewares):
-        handler = partial(middleware, handler=handler)
+        handler = _bind(middleware, handler)
     return handler
+
+
+def _bind(middleware: Middleware, handler: Handler) -> Handler:
+    # A closure rather than functools.partial(middleware, handler=handler): a keyword partial builds a dict per call.
+    def bound(request: web.BaseRequest) -> Awaitable[web.StreamResponse]:
+        return middleware(request, handler)
+
+    return bound

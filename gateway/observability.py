@@ -9,15 +9,17 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 import sys
 import time
 from typing import Any, Protocol, TextIO
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.abc import AbstractAccessLogger
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from . import __version__
+from .local_metrics import LocalCounter, LocalGauge, LocalHistogram
 from .typedefs import CTX, REFUSAL
 from .usage import UsageTracker
 
@@ -29,30 +31,43 @@ _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 
 
 
 class Metrics:
-    """Every metric family of the gateway, created once on the given registry."""
+    """Every metric family of the gateway, created once on the given registry.
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    The families updated on every request (requests, the two durations, in flight) are plain numbers read at scrape
+    time (``local_metrics``) in one process; with ``--workers N`` (prometheus-client's multiprocess mode) they are
+    prometheus-client's own, which write every update to the shared directory the scraped worker reads.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None, *, multiprocess: bool | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter(
-            "gateway_requests", "Requests answered, by route, method and status class.",
-            ("route", "method", "status_class"), registry=r,
-        )
-        self.request_duration = Histogram(
-            "gateway_request_duration_seconds", "Time from request head to the last response byte, by route.",
-            ("route",), buckets=_BUCKETS, registry=r,
-        )
-        self.upstream_duration = Histogram(
-            "gateway_upstream_duration_seconds", "Time from sending upstream to its response head, by route.",
-            ("route",), buckets=_BUCKETS, registry=r,
-        )
+        if multiprocess is None:
+            multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        self.multiprocess = multiprocess
+        requests = ("gateway_requests", "Requests answered, by route, method and status class.")
+        duration = ("gateway_request_duration_seconds", "Time from request head to the last response byte, by route.")
+        upstream = ("gateway_upstream_duration_seconds", "Time from sending upstream to its response head, by route.")
+        in_flight = ("gateway_requests_in_flight", "Requests being handled now.")
+        self.requests: Counter | LocalCounter
+        self.request_duration: Histogram | LocalHistogram
+        self.upstream_duration: Histogram | LocalHistogram
+        self.in_flight: Gauge | LocalGauge
+        if multiprocess:
+            self.requests = Counter(*requests, ("route", "method", "status_class"), registry=r)
+            self.request_duration = Histogram(*duration, ("route",), buckets=_BUCKETS, registry=r)
+            self.upstream_duration = Histogram(*upstream, ("route",), buckets=_BUCKETS, registry=r)
+        else:
+            self.requests = LocalCounter(*requests, ("route", "method", "status_class"), registry=r)
+            self.request_duration = LocalHistogram(*duration, ("route",), _BUCKETS, registry=r)
+            self.upstream_duration = LocalHistogram(*upstream, ("route",), _BUCKETS, registry=r)
         self.upstream_errors = Counter(
             "gateway_upstream_errors", "Upstream failures, by kind (connect, timeout, reset, other).",
             ("kind",), registry=r,
         )
-        self.in_flight = Gauge(
-            "gateway_requests_in_flight", "Requests being handled now.", registry=r, multiprocess_mode="livesum"
-        )
+        if multiprocess:
+            self.in_flight = Gauge(*in_flight, registry=r, multiprocess_mode="livesum")
+        else:
+            self.in_flight = LocalGauge(*in_flight, registry=r)
         self.refused = Counter(
             "gateway_refused_requests", "Requests refused before routing, by reason code.", ("code",), registry=r,
         )
@@ -93,7 +108,7 @@ class Metrics:
         self._upstream_children: dict[str, Any] = {}
 
     def observe_request(self, route: str, method: str, status: int, seconds: float, upstream: float | None) -> None:
-        # Children are cached: labels() costs a lock and a dict build per call.
+        # Children are cached: labels() builds a label tuple (and takes a lock in prometheus-client) per call.
         key = (route, method if method in _KNOWN_METHODS else "OTHER", _STATUS_CLASSES[min(status // 100, 5)])
         child = self._request_children.get(key)
         if child is None:
@@ -135,45 +150,70 @@ class AccessLogger(AbstractAccessLogger):
         refusal = None
         if ctx is None:
             refusal = request.get(REFUSAL)
-            route, method, path, upstream = "none", request.method, None, None
+            tenant, route, method, path, upstream = None, "none", request.method, None, None
             rid = refusal[1] if refusal else None
         else:
             metrics.in_flight.dec()
-            route, method, path, upstream, rid = ctx.route.name, ctx.method, ctx.path, ctx.upstream_seconds, ctx.request_id
+            tenant, route, method, path = ctx.tenant.name, ctx.route.name, ctx.method, ctx.path
+            upstream, rid = ctx.upstream_seconds, ctx.request_id
             if ctx.client_aborted:
                 status = 499
         if self.observe:
             metrics.observe_request(route, method, status, time_taken, upstream)
-        client = token_fingerprint(request.headers.get("Authorization"))
+        client = token_fingerprint(request.headers.get(hdrs.AUTHORIZATION))
         if ctx is not None and ctx.decisions and self.usage is not None:
-            self.usage.record(ctx.decisions, client, request.headers.get("User-Agent"))
+            self.usage.record(ctx.decisions, client, request.headers.get(hdrs.USER_AGENT))
         sink = self.sink
         if sink is None:
             return
-        record = {
-            "time": round(time.time(), 3),
-            "request_id": rid,
-            "tenant": ctx.tenant.name if ctx is not None else None,
-            "route": route,
-            "method": request.method,
-            "path": path,
-            "status": status,
-            "bytes_in": request.content_length,
-            "bytes_out": response.body_length,
-            "duration": round(time_taken, 6),
-            "upstream_duration": round(upstream, 6) if upstream is not None else None,
-            "client": client,
-        }
+        # The line json.dumps(record, separators=(",", ":"), ensure_ascii=False) would write for the record
+        # {time, request_id, tenant, route, method, path, status, bytes_in, bytes_out, duration, upstream_duration,
+        # client[, refused][, effective_method][, decisions][, upstream_error]}, without building the dict and
+        # running the encoder's generic machinery: strings go through the encoder's own escaping.
+        bytes_in = request.content_length
+        line = (
+            f'{{"time":{_timestamp(time.time())},"request_id":{"null" if rid is None else _json_string(rid)},'
+            f'"tenant":{"null" if tenant is None else _json_string(tenant)},"route":{_json_string(route)},'
+            f'"method":{_json_string(request.method)},"path":{"null" if path is None else _json_string(path)},'
+            f'"status":{int(status)},"bytes_in":{"null" if bytes_in is None else int(bytes_in)},'
+            f'"bytes_out":{int(response.body_length)},"duration":{_seconds(time_taken)},'
+            f'"upstream_duration":{"null" if upstream is None else _seconds(upstream)},'
+            f'"client":{"null" if client is None else _json_string(client)}'
+        )
         if refusal is not None:
-            record["refused"] = refusal[0]
+            line += f',"refused":{_json_string(refusal[0])}'
         if ctx is not None:
             if ctx.method != request.method:
-                record["effective_method"] = ctx.method
+                line += f',"effective_method":{_json_string(ctx.method)}'
             if ctx.decisions:
-                record["decisions"] = ctx.decisions
+                line += f',"decisions":{_json_encode(ctx.decisions)}'
             if ctx.upstream_error:
-                record["upstream_error"] = ctx.upstream_error
-        sink.write(json.dumps(record, separators=(",", ":"), ensure_ascii=False))
+                line += f',"upstream_error":{_json_string(ctx.upstream_error)}'
+        sink.write(line + "}")
+
+
+_json_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_json_string = json.encoder.encode_basestring  # what that encoder does to a str (C implementation)
+
+
+def _seconds(value: float) -> str:
+    """``repr(round(value, 6))``, as json.dumps writes it, without making the rounded float and its repr.
+
+    A decimal of at most 15 significant digits is the shortest text of the float nearest to it, which is its repr;
+    repr writes an exponent below 1e-4, and past 15 digits it needs the float itself.
+    """
+    if not 1e-4 <= value < 1e9:
+        return repr(round(value, 6))
+    text = f"{value:.6f}".rstrip("0")
+    return text + "0" if text[-1] == "." else text
+
+
+def _timestamp(value: float) -> str:
+    """``repr(round(value, 3))``, as json.dumps writes it (see ``_seconds``)."""
+    if not 1e-4 <= value < 1e12:
+        return repr(round(value, 3))
+    text = f"{value:.3f}".rstrip("0")
+    return text + "0" if text[-1] == "." else text
 
 
 class LineSink(Protocol):

@@ -11,20 +11,30 @@ import time
 from collections.abc import AsyncIterable, AsyncIterator
 
 import aiohttp
-from aiohttp import web
-from multidict import CIMultiDict
+from aiohttp import hdrs, web
+from multidict import CIMultiDict, CIMultiDictProxy, istr
 from yarl import URL
 
 from .http import HOP_BY_HOP, connection_tokens, ensure_continue, json_error, new_request_id
 from .observability import Metrics
 from .typedefs import CTX, RequestContext
+from .upstream import UpstreamClient
 
 __all__ = ("BodyTooLarge", "ProxyCore", "UpstreamResponse", "VIA")
 
 VIA = "1.1 deprecation-gateway"
 # Dropped from the request on top of hop-by-hop headers: the gateway answers Expect itself (ensure_continue).
-_REQUEST_DROP = HOP_BY_HOP | {"expect", "host"}
-_RESPONSE_DROP = HOP_BY_HOP | {"content-length"}
+_REQUEST_DROP = tuple(istr(name) for name in sorted(HOP_BY_HOP | {"expect", "host"}))
+_RESPONSE_DROP = tuple(istr(name) for name in sorted(HOP_BY_HOP | {"content-length"}))
+
+
+def _drop(headers: CIMultiDict[str], names: tuple[istr, ...], source: CIMultiDictProxy[str]) -> None:
+    """Remove hop-by-hop headers (and those the source's Connection header names) from a copy of the source."""
+    for name in names:
+        if name in headers:
+            del headers[name]
+    for token in connection_tokens(source):
+        headers.popall(token, None)
 
 
 class BodyTooLarge(Exception):
@@ -35,20 +45,21 @@ class UpstreamResponse(web.StreamResponse):
     """A response whose body is streamed from the upstream when aiohttp finishes it (``write_eof``)."""
 
     def __init__(self, upstream: aiohttp.ClientResponse, ctx: RequestContext, metrics: Metrics) -> None:
-        super().__init__(status=upstream.status, reason=upstream.reason)
+        raw = upstream.headers
+        super().__init__(status=upstream.status, reason=upstream.reason, headers=raw)
         self.upstream = upstream
         self._ctx = ctx
         self._metrics = metrics
         headers = self.headers
-        raw = upstream.headers
-        drop = _RESPONSE_DROP | connection_tokens(raw) if "Connection" in raw else _RESPONSE_DROP
-        for name, value in raw.items():
-            if name.lower() not in drop:
-                headers.add(name, value)
-        headers.add("Via", VIA)
-        length = raw.get("Content-Length")
-        if length is not None and "Transfer-Encoding" not in raw and length.isdigit():
-            self.content_length = int(length)
+        _drop(headers, _RESPONSE_DROP, raw)
+        headers.add(hdrs.VIA, VIA)
+        length = raw.get(hdrs.CONTENT_LENGTH)
+        if length is not None and hdrs.TRANSFER_ENCODING not in raw and length.isdigit():
+            headers[hdrs.CONTENT_LENGTH] = str(int(length))  # what the content_length setter writes
+        if upstream.content.is_eof():
+            # The whole body is here: the head waits to leave with it in one write (as web.Response's does). A body
+            # still arriving gets its head at once when prepared, so a slow or streaming upstream is seen to answer.
+            self._send_headers_immediately = False
 
     async def read_body(self, cap: int) -> bytes:
         """Read the whole upstream body into memory, refusing more than ``cap`` bytes."""
@@ -69,10 +80,15 @@ class UpstreamResponse(web.StreamResponse):
         try:
             content = self.upstream.content
             try:
-                while chunk := await content.readany():
-                    await self.write(chunk)
+                if content.is_eof():
+                    rest = content.read_nowait()
+                    data = rest + data if data else rest
+                else:
+                    while chunk := await content.readany():
+                        await self.write(chunk)
             except (aiohttp.ClientError, asyncio.TimeoutError) as err:
-                # The head is sent: all that is left is to cut the client's connection so it sees a short body.
+                # The head is sent (or, held back for a body that had arrived, can no longer be changed): all that is
+                # left is to cut the client's connection so it sees a short or no response.
                 # aiohttp treats a ConnectionError here as a lost connection: it closes it and still logs access.
                 kind = "timeout" if isinstance(err, asyncio.TimeoutError) else "reset"
                 self._ctx.upstream_error = f"body_{kind}"
@@ -84,41 +100,41 @@ class UpstreamResponse(web.StreamResponse):
 
 
 class ProxyCore:
-    """Forwards a classified request to its tenant's upstream over one pooled client session."""
+    """Forwards a classified request to its tenant's upstream over the pooled connections of one client."""
 
     def __init__(
         self,
-        session: aiohttp.ClientSession,
+        client: UpstreamClient,
         metrics: Metrics,
         *,
         trust_forwarded: bool = False,
         body_timeout: float = 60.0,
     ) -> None:
-        self.session = session
+        self.client = client
+        self.session = client.session
         self.metrics = metrics
         self.trust_forwarded = trust_forwarded
         self.body_timeout = body_timeout
 
     def upstream_headers(self, request: web.BaseRequest, ctx: RequestContext) -> CIMultiDict[str]:
+        """The client's headers without hop-by-hop ones, Host first (where aiohttp puts it), then X-Forwarded-*,
+        Via, and what the policies asked for."""
         incoming = request.headers
-        drop = _REQUEST_DROP | connection_tokens(incoming) if "Connection" in incoming else _REQUEST_DROP
-        headers: CIMultiDict[str] = CIMultiDict()
-        for name, value in incoming.items():
-            if name.lower() not in drop:
-                headers.add(name, value)
         tenant = ctx.tenant
-        host = incoming.get("Host")
-        headers["Host"] = host if (tenant.preserve_host and host) else tenant.upstream_host_header
-        peer = request.transport.get_extra_info("peername") if request.transport else None
-        client_ip = peer[0] if peer else "unknown"
-        forwarded_for = incoming.get("X-Forwarded-For")
-        headers["X-Forwarded-For"] = f"{forwarded_for}, {client_ip}" if forwarded_for else client_ip
-        if not (self.trust_forwarded and "X-Forwarded-Proto" in incoming):
-            headers["X-Forwarded-Proto"] = request.scheme
-        if host and not (self.trust_forwarded and "X-Forwarded-Host" in incoming):
-            headers["X-Forwarded-Host"] = host
-        via = incoming.get("Via")
-        headers["Via"] = f"{via}, {VIA}" if via else VIA
+        host = incoming.get(hdrs.HOST)
+        forwarded = CIMultiDict(incoming)
+        _drop(forwarded, _REQUEST_DROP, incoming)
+        headers = CIMultiDict(((hdrs.HOST, host if (tenant.preserve_host and host) else tenant.upstream_host_header),))
+        headers.extend(forwarded)
+        client_ip = request.remote or "unknown"
+        forwarded_for = incoming.get(hdrs.X_FORWARDED_FOR)
+        headers[hdrs.X_FORWARDED_FOR] = f"{forwarded_for}, {client_ip}" if forwarded_for else client_ip
+        if not (self.trust_forwarded and hdrs.X_FORWARDED_PROTO in incoming):
+            headers[hdrs.X_FORWARDED_PROTO] = request.scheme
+        if host and not (self.trust_forwarded and hdrs.X_FORWARDED_HOST in incoming):
+            headers[hdrs.X_FORWARDED_HOST] = host
+        via = incoming.get(hdrs.VIA)
+        headers[hdrs.VIA] = f"{via}, {VIA}" if via else VIA
         for name, value in ctx.upstream_headers.items():
             if value is None:
                 headers.popall(name, None)
@@ -128,7 +144,7 @@ class ProxyCore:
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
         ctx = request[CTX]
-        url = URL(str(ctx.tenant.upstream) + ctx.path + ("?" + ctx.query if ctx.query else ""), encoded=True)
+        url = URL(ctx.tenant.upstream_prefix + ctx.path + ("?" + ctx.query if ctx.query else ""), encoded=True)
         headers = self.upstream_headers(request, ctx)
         body: AsyncIterable[bytes] | None
         if ctx.body is not None:
@@ -141,9 +157,7 @@ class ProxyCore:
         try:
             # The classified (effective) method, not the request line's: an upstream that ignores a method override
             # must not act on a method whose route chain the request never went through.
-            upstream = await self.session.request(
-                ctx.method, url, headers=headers, data=body, allow_redirects=False, auto_decompress=False
-            )
+            upstream = await self.client.request(ctx.method, url, headers, body)
         except (aiohttp.ClientError, asyncio.TimeoutError) as err:
             if ctx.body_timed_out:
                 timed_out = json_error(408, "CLIENT_BODY_TIMEOUT", "the request body stopped arriving", ctx.request_id)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 from urllib.parse import parse_qsl
 
-from multidict import CIMultiDictProxy
+from multidict import CIMultiDictProxy, istr
 
 __all__ = (
     "BadRequestTarget",
@@ -36,7 +37,7 @@ _QUERY_BAD_RE = re.compile(r"[\x00-\x20\x7f#]")
 _HEX = frozenset("0123456789abcdefABCDEF")
 _TOKEN_RE = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
-METHOD_OVERRIDE_HEADERS = ("X-HTTP-Method-Override", "X-Method-Override", "X-HTTP-Method")
+METHOD_OVERRIDE_HEADERS = (istr("X-HTTP-Method-Override"), istr("X-Method-Override"), istr("X-HTTP-Method"))
 
 
 class BadRequestTarget(Exception):
@@ -48,8 +49,7 @@ class BadRequestTarget(Exception):
         self.message = message
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
+class Target(NamedTuple):
     path: str
     query: str
     authority: str | None  # set for an absolute-form target
@@ -69,7 +69,7 @@ def normalise_target(raw: str) -> Target:
         if not raw.startswith("/"):
             raw = "/" + raw
     path, _, query = raw.partition("?")
-    if "#" in path or _QUERY_BAD_RE.search(query):
+    if "#" in path or (query and _QUERY_BAD_RE.search(query)):
         raise BadRequestTarget("BAD_REQUEST_TARGET", "the request target contains characters not allowed in a URI")
     if not _CLEAN_PATH_RE.fullmatch(path):
         path = _canonical_path(path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cachetools import LRUCache
 from yarl import URL
@@ -23,10 +23,13 @@ class Tenant:
     restricted_file_access: bool
     forbid_legacy_uploads: bool
     preserve_host: bool
+    # Derived from ``upstream`` once: the proxy core uses them on every request.
+    upstream_prefix: str = field(init=False, repr=False, compare=False)  # str(upstream): a path is appended to it
+    upstream_host_header: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def upstream_host_header(self) -> str:
-        return self.upstream.raw_authority
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "upstream_prefix", str(self.upstream))
+        object.__setattr__(self, "upstream_host_header", self.upstream.raw_authority)
 
 
 def canonical_host(host: str) -> str:
@@ -55,20 +58,25 @@ class TenantResolver:
                 else:
                     self._exact[pattern] = tenant
         self._wildcards = sorted(wildcards, key=lambda item: -len(item[0]))
-        # Wildcard lookups are cached; the cache is bounded so random Host headers cannot grow memory.
-        self._cache: LRUCache[str, Tenant | None] = LRUCache(maxsize=4096)
+        # Host header as sent -> tenant, so the few spellings clients send are canonicalised and matched once.
+        # Bounded (least recently used out), so random Host headers cannot grow memory; a hit costs about 0.1 us.
+        self._seen: LRUCache[str, Tenant | None] = LRUCache(maxsize=_SEEN_MAX)
 
     def resolve(self, host: str | None) -> Tenant | None:
         if not host:
             return self.default
-        name = canonical_host(host)
+        try:
+            return self._seen[host]
+        except KeyError:
+            pass
+        tenant = self._seen[host] = self._match(canonical_host(host))
+        return tenant
+
+    def _match(self, name: str) -> Tenant | None:
         tenant = self._exact.get(name)
         if tenant is not None:
             return tenant
-        try:
-            return self._cache[name]
-        except KeyError:
-            pass
-        found = next((t for suffix, t in self._wildcards if name.endswith(suffix)), self.default)
-        self._cache[name] = found
-        return found
+        return next((t for suffix, t in self._wildcards if name.endswith(suffix)), self.default)
+
+
+_SEEN_MAX = 4096

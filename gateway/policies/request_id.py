@@ -6,6 +6,7 @@ import re
 from typing import TYPE_CHECKING
 
 from aiohttp import web
+from multidict import istr
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..http import new_request_id
@@ -32,7 +33,7 @@ _SAFE_ID = re.compile(r"[A-Za-z0-9._:@/+=\-]+")
 
 
 def build(options: Options, ctx: BuildContext) -> Middleware:
-    header = options.header
+    header = istr(options.header)  # found without folding its case on every request
     trust = options.trust_incoming
     max_length = options.max_length
 

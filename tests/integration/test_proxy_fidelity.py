@@ -186,6 +186,58 @@ async def test_streamed_chunked_response(gw, upstream, client) -> None:
         assert await resp.read() == b"".join(parts)
 
 
+async def test_a_response_that_has_fully_arrived_leaves_in_one_write(gw, upstream, monkeypatch) -> None:
+    from aiohttp.http_writer import StreamWriter
+
+    from gateway.app import _Connection
+
+    writes: list[int] = []
+    write, writelines = StreamWriter._write, StreamWriter._writelines
+
+    def counting_write(self, chunk):  # type: ignore[no-untyped-def]
+        if isinstance(self._protocol, _Connection):
+            writes.append(len(chunk))
+        return write(self, chunk)
+
+    def counting_writelines(self, chunks):  # type: ignore[no-untyped-def]
+        if isinstance(self._protocol, _Connection):
+            writes.append(sum(len(c) for c in chunks))
+        return writelines(self, chunks)
+
+    monkeypatch.setattr(StreamWriter, "_write", counting_write)
+    monkeypatch.setattr(StreamWriter, "_writelines", counting_writelines)
+    for method in ("GET", "HEAD"):
+        writes.clear()
+        request = f"{method} /small HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        data = await raw_exchange(gw.port, request.encode())
+        assert data.startswith(b"HTTP/1.1 200")
+        assert writes == [len(data)], method  # the head and the whole body in one write
+
+
+async def test_a_response_still_arriving_sends_its_head_at_once(gw, upstream) -> None:
+    go_on = asyncio.Event()
+
+    async def responder(request, received):
+        resp = web.StreamResponse()
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        await go_on.wait()
+        await resp.write(b"late body")
+        await resp.write_eof()
+        return resp
+
+    upstream.responder = responder
+    reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+    try:
+        writer.write(b"GET /slow-body HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 3)
+        assert head.startswith(b"HTTP/1.1 200") and b"Transfer-Encoding: chunked" in head
+        go_on.set()
+        assert b"late body" in await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), 3)
+    finally:
+        writer.close()
+
+
 async def test_redirect_is_passed_not_followed(gw, upstream, client) -> None:
     location = "http://files.example.test/signed/abc?expires=1&signature=deadbeef"
 
@@ -319,10 +371,10 @@ async def test_client_disconnect_mid_upload_abandons_the_upstream_request(gw, up
     connector = gw.gateway.proxy.session.connector
     assert connector is not None
     for _ in range(50):
-        if gw.gateway.metrics.in_flight._value.get() == 0:
+        if gw.gateway.metrics.registry.get_sample_value("gateway_requests_in_flight") == 0:
             break
         await asyncio.sleep(0.05)
-    assert gw.gateway.metrics.in_flight._value.get() == 0
+    assert gw.gateway.metrics.registry.get_sample_value("gateway_requests_in_flight") == 0
     assert sum(len(v) for v in connector._conns.values()) == 0
 
 
@@ -353,11 +405,13 @@ async def test_client_disconnect_while_waiting_cancels_the_upstream_request(gw, 
     writer.transport.abort()
     await asyncio.wait_for(cancelled.wait(), 3)
     for _ in range(50):
-        if gw.metrics.in_flight._value.get() == 0:
+        if gw.metrics.registry.get_sample_value("gateway_requests_in_flight") == 0:
             break
         await asyncio.sleep(0.02)
-    assert gw.metrics.in_flight._value.get() == 0
-    assert gw.metrics.requests.labels("catch_all", "GET", "4xx")._value.get() == 1  # logged as 499
+    assert gw.metrics.registry.get_sample_value("gateway_requests_in_flight") == 0
+    assert gw.metrics.registry.get_sample_value(
+        "gateway_requests_total", {"route": "catch_all", "method": "GET", "status_class": "4xx"}
+    ) == 1  # logged as 499
 
 
 async def test_broken_chunked_framing_mid_body_does_not_hang(upstream, start_gateway: GatewayFactory) -> None:
@@ -380,7 +434,7 @@ async def test_broken_chunked_framing_mid_body_does_not_hang(upstream, start_gat
             break
         await asyncio.sleep(0.05)
     assert upstream.received and not upstream.received[-1].body_complete
-    assert gw.metrics.in_flight._value.get() == 0
+    assert gw.metrics.registry.get_sample_value("gateway_requests_in_flight") == 0
 
 
 @pytest.mark.parametrize(
