@@ -260,6 +260,12 @@ def _scan_array(body: bytes, pos: int, keep: int) -> tuple[int, int, list[int], 
 # array). Anything else (a decoding error, the member not an array in msgspec's reading) returns None and the
 # caller reads the array by the other paths.
 _NATIVE_MIN_BYTES = 64 * 1024
+# msgspec makes one small object per element (about 73 bytes with its list slot): an array of tiny elements would
+# cost many times its size in memory. So the native path is taken only when the first ``_NATIVE_PROBE`` elements
+# average at least ``_NATIVE_MIN_AVERAGE`` bytes (cards are objects of hundreds of bytes); other arrays go to the
+# paths below, which make no object per element.
+_NATIVE_PROBE = 16
+_NATIVE_MIN_AVERAGE = 128
 
 
 @functools.lru_cache(maxsize=8)
@@ -268,9 +274,26 @@ def _native_decoder(key: str) -> msgspec.json.Decoder[Any]:
     return msgspec.json.Decoder(top)
 
 
+def _large_elements(body: bytes, pos: int) -> bool:
+    """Whether the array at ``pos`` has fewer than ``_NATIVE_PROBE`` elements or its first ones are large enough."""
+    end = _skip_ws(body, pos + 1)
+    try:
+        for _ in range(_NATIVE_PROBE):
+            if body[end] == 0x5D:
+                return True
+            end = _skip_ws(body, _skip_value(body, end))
+            if body[end] == 0x2C:
+                end = _skip_ws(body, end + 1)
+            elif body[end] != 0x5D:
+                return False
+    except (NotJSON, IndexError):
+        return False  # the other paths say why
+    return end - pos >= _NATIVE_PROBE * _NATIVE_MIN_AVERAGE
+
+
 def _native_array(body: bytes, pos: int, key: str, keep: int) -> tuple[int, int, list[int], int] | None:
     """The array starting at ``pos``: (offset after its ']', elements, ends of the first ``keep``, end of the last)."""
-    if body[pos] != 0x5B:
+    if body[pos] != 0x5B or not _large_elements(body, pos):
         return None
     try:
         elements = _native_decoder(key).decode(body).target

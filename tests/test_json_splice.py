@@ -498,16 +498,29 @@ def test_native_path_checks_what_the_bulk_path_skips(monkeypatch: pytest.MonkeyP
 
 
 def test_native_path_nesting(monkeypatch: pytest.MonkeyPatch) -> None:
-    """msgspec's own nesting limit is higher than the exact path's 512 levels: a card nested 600 deep is read
-    natively (and kept or cut whole); one nested deeper than msgspec reads goes to the exact path, which refuses."""
+    """msgspec's own nesting limit is higher than the exact path's 512 levels: a card nested 600 deep (after the
+    first cards, which the exact reader probes) is read natively and kept or cut whole; one nested deeper than msgspec
+    reads goes to the exact path, which refuses it."""
     monkeypatch.setattr(json_splice, "_NATIVE_MIN_BYTES", 0)
-    deep = b"[" * 600 + b"]" * 600
-    body = b'{"cards":[{"a":1},' + deep + b'],"z":1}'
+    card = b'{"title":"' + b"x" * 200 + b'"}'
+    first = b",".join([card] * json_splice._NATIVE_PROBE)
+    body = b'{"cards":[' + first + b"," + b"[" * 600 + b"]" * 600 + b'],"z":1}'
     layout = json_splice.scan(body, "cards", keep=1)
-    assert layout.count == 2 and json.loads(drop(body, layout)) == {"z": 1}
-    deeper = b'{"cards":[{"a":1},' + b"[" * 100_000 + b"]" * 100_000 + b"]}"
+    assert layout.count == json_splice._NATIVE_PROBE + 1 and json.loads(drop(body, layout)) == {"z": 1}
+    deeper = b'{"cards":[' + first + b"," + b"[" * 100_000 + b"]" * 100_000 + b"]}"
     with pytest.raises(NotJSON):
         json_splice.scan(deeper, "cards", keep=1)
+
+
+def test_native_path_leaves_arrays_of_small_elements_to_the_other_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One object per element would cost many times the text in memory: small elements are read without it."""
+    small = b'{"cards":[' + b",".join(b"%d" % i for i in range(5000)) + b'],"z":1}'
+    exact, native, used = _scan_native(monkeypatch, small, 100)
+    assert not used and native == exact and exact[3] == 5000
+    card = b'{"title":"' + b"x" * 200 + b'"}'
+    large = b'{"cards":[' + b",".join([card] * 40) + b'],"z":1}'
+    exact, native, used = _scan_native(monkeypatch, large, 10)
+    assert used and native == exact and exact[3] == 40
 
 
 def test_native_path_reads_a_large_board_faithfully(monkeypatch: pytest.MonkeyPatch) -> None:
