@@ -153,6 +153,8 @@ class AccessLogger(AbstractAccessLogger):
             tenant, route, method, path, upstream = None, "none", request.method, None, None
             rid = refusal[1] if refusal else None
         else:
+            # aiohttp's time_taken comes from the loop's clock, which ticks in milliseconds under uvloop.
+            time_taken = time.monotonic() - ctx.start
             metrics.in_flight.dec()
             tenant, route, method, path = ctx.tenant.name, ctx.route.name, ctx.method, ctx.path
             upstream, rid = ctx.upstream_seconds, ctx.request_id

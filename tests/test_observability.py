@@ -88,6 +88,7 @@ def _requests() -> list[web.BaseRequest]:
 def test_the_line_is_what_json_dumps_writes(monkeypatch: pytest.MonkeyPatch, taken: float) -> None:
     now = 1763747611.0005
     monkeypatch.setattr(time, "time", lambda: now)
+    monkeypatch.setattr(time, "monotonic", lambda: taken)  # a proxied request's duration: monotonic() - ctx.start (0)
     sink = Lines()
     logger = _logger(sink)
     for request in _requests():
@@ -97,6 +98,20 @@ def test_the_line_is_what_json_dumps_writes(monkeypatch: pytest.MonkeyPatch, tak
                 logger.metrics.in_flight.inc()
             logger.log(request, response, taken)
             assert sink.lines[-1] == _expected(request, response, taken, now)
+
+
+def test_a_proxied_request_is_timed_by_the_monotonic_clock() -> None:
+    """Not by aiohttp's time_taken, which comes from the loop's clock: milliseconds under uvloop (0.0 for most
+    small requests), which would also put them all in the first bucket of the duration histogram."""
+    sink = Lines()
+    logger = _logger(sink)
+    request = _requests()[2]
+    ctx = request[CTX]
+    ctx.start = time.monotonic() - 0.0123
+    logger.metrics.in_flight.inc()
+    logger.log(request, web.Response(status=200), 0.0)
+    duration = json.loads(sink.lines[-1])["duration"]
+    assert 0.0123 <= duration < 1.0
 
 
 def test_numbers_are_written_as_repr_of_the_rounded_float() -> None:
