@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
+from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Metric
 from prometheus_client import metrics as _prometheus_metrics
@@ -20,6 +21,7 @@ from prometheus_client.utils import INF, floatToGoString
 
 __all__ = ("LocalCounter", "LocalGauge", "LocalHistogram")
 
+_Child = TypeVar("_Child")
 _bucket_label: Callable[[float], str] = floatToGoString  # how prometheus-client writes a bound as the "le" label
 
 
@@ -41,27 +43,44 @@ class _CounterChild:
         self.value += amount
 
 
-class LocalCounter(Collector):
-    """A labelled counter: ``labels(*values).inc()``."""
+class _Labelled(Collector, Generic[_Child]):
+    """A labelled family: ``labels(*values)`` finds or makes the child for those values."""
+
+    kind = ""
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str], registry: CollectorRegistry) -> None:
-        self.name = name.removesuffix("_total")
+        self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
-        self._children: dict[tuple[str, ...], _CounterChild] = {}
+        self._children: dict[tuple[str, ...], _Child] = {}
         registry.register(self)
 
-    def labels(self, *values: object) -> _CounterChild:
+    def _new_child(self) -> _Child:
+        raise NotImplementedError
+
+    def labels(self, *values: object) -> _Child:
         key = tuple(str(v) for v in values)
         child = self._children.get(key)
         if child is None:
             if len(key) != len(self.labelnames):
                 raise ValueError("Incorrect label count")
-            child = self._children[key] = _CounterChild()
+            child = self._children[key] = self._new_child()
         return child
 
     def describe(self) -> Iterable[Metric]:
-        return [Metric(self.name, self.documentation, "counter")]
+        return [Metric(self.name, self.documentation, self.kind)]
+
+
+class LocalCounter(_Labelled[_CounterChild]):
+    """A labelled counter: ``labels(*values).inc()``."""
+
+    kind = "counter"
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], registry: CollectorRegistry) -> None:
+        super().__init__(name.removesuffix("_total"), documentation, labelnames, registry)
+
+    def _new_child(self) -> _CounterChild:
+        return _CounterChild()
 
     def collect(self) -> Iterable[Metric]:
         metric = Metric(self.name, self.documentation, "counter")
@@ -89,8 +108,10 @@ class _HistogramChild:
         self.counts[bisect_left(self.bounds, amount)] += 1
 
 
-class LocalHistogram(Collector):
+class LocalHistogram(_Labelled[_HistogramChild]):
     """A labelled histogram: ``labels(*values).observe(seconds)``."""
+
+    kind = "histogram"
 
     def __init__(
         self,
@@ -105,25 +126,12 @@ class LocalHistogram(Collector):
             raise ValueError("Buckets not in sorted order")
         if bounds[-1] != INF:
             bounds.append(INF)
-        self.name = name
-        self.documentation = documentation
-        self.labelnames = tuple(labelnames)
         self._bounds = bounds
         self._le = [_bucket_label(b) for b in bounds]
-        self._children: dict[tuple[str, ...], _HistogramChild] = {}
-        registry.register(self)
+        super().__init__(name, documentation, labelnames, registry)
 
-    def labels(self, *values: object) -> _HistogramChild:
-        key = tuple(str(v) for v in values)
-        child = self._children.get(key)
-        if child is None:
-            if len(key) != len(self.labelnames):
-                raise ValueError("Incorrect label count")
-            child = self._children[key] = _HistogramChild(self._bounds)
-        return child
-
-    def describe(self) -> Iterable[Metric]:
-        return [Metric(self.name, self.documentation, "histogram")]
+    def _new_child(self) -> _HistogramChild:
+        return _HistogramChild(self._bounds)
 
     def collect(self) -> Iterable[Metric]:
         metric = Metric(self.name, self.documentation, "histogram")

@@ -38,7 +38,11 @@ def _drop(headers: CIMultiDict[str], names: tuple[istr, ...], source: CIMultiDic
 
 
 class BodyTooLarge(Exception):
-    """Raised by UpstreamResponse.read_body when the body exceeds the caller's cap."""
+    """Raised by UpstreamResponse.read_body when the body exceeds the caller's cap; ``data`` is what was read."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__("the upstream body is over the cap")
+        self.data = data
 
 
 class UpstreamResponse(web.StreamResponse):
@@ -62,15 +66,15 @@ class UpstreamResponse(web.StreamResponse):
             self._send_headers_immediately = False
 
     async def read_body(self, cap: int) -> bytes:
-        """Read the whole upstream body into memory, refusing more than ``cap`` bytes."""
+        """The whole upstream body; over ``cap`` bytes, BodyTooLarge with what was read so far (the rest unread)."""
         chunks: list[bytes] = []
         size = 0
         content = self.upstream.content
         while chunk := await content.readany():
             size += len(chunk)
-            if size > cap:
-                raise BodyTooLarge(size)
             chunks.append(chunk)
+            if size > cap:
+                raise BodyTooLarge(b"".join(chunks))
         return b"".join(chunks)
 
     def release(self) -> None:

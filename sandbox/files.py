@@ -14,11 +14,11 @@ from typing import Any
 
 from aiohttp import BodyPartReader, web
 
-from sandbox.bodies import MALFORMED_MULTIPART, is_multipart, open_multipart, read_json_object, receive_file
+from sandbox.bodies import MALFORMED_MULTIPART, is_multipart, open_multipart, receive_file
 from sandbox.cards import card_from_path
 from sandbox.comments import comment_from_path
 from sandbox.errors import ApiError
-from sandbox.legacy_files import attach_by_url, delete_legacy_file, get_legacy_file, update_legacy_file
+from sandbox.legacy_files import attach_by_url, delete_legacy_file, get_legacy_file, update_file, update_legacy_file
 from sandbox.params import base_url, query_bool
 from sandbox.responses import json_response
 from sandbox.signing import default_disposition
@@ -113,22 +113,8 @@ async def _get(request: web.Request, parent: _Parent) -> web.Response:
 
 
 async def _update(request: web.Request, parent: _Parent) -> web.Response:
-    store = request.app[STORE]
     record = _restricted_file(request, parent)
-    payload = await read_json_object(request)
-    name = payload.get("name")
-    cover = payload.get("card_cover")
-    if name is not None and (not isinstance(name, str) or not name.strip()):
-        raise ApiError.bad_request("name must be a non-empty string")
-    if cover is not None and not isinstance(cover, bool):
-        raise ApiError.bad_request("card_cover must be a boolean")
-    if name is None and cover is None:
-        raise ApiError.bad_request("Nothing to update: send name and/or card_cover")
-    when = utc_now()
-    if name is not None:
-        store.rename_file(parent.card, record, name, when)
-    if cover is not None:
-        store.set_card_cover(parent.card, record, cover, when)
+    await update_file(request, parent.card, record)
     return json_response(request, _metadata(request, record), conditional=False, headers=_NO_STORE)
 
 

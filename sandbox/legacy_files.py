@@ -18,7 +18,7 @@ from sandbox.errors import ApiError
 from sandbox.params import base_url
 from sandbox.responses import json_response
 from sandbox.state import STORE
-from sandbox.store import Card, LegacyFile, utc_now
+from sandbox.store import Card, CardFile, LegacyFile, utc_now
 from sandbox.views import legacy_file_json
 
 __all__ = [
@@ -115,8 +115,13 @@ async def get_legacy_file(request: web.Request, card: Card, file_id: int) -> web
 async def update_legacy_file(request: web.Request, card: Card, file_id: int) -> web.Response:
     """Rename (``name``) and/or mark as cover (``card_cover``): not an upload,
     so it keeps working even where uploads are forbidden."""
-    store = request.app[STORE]
     record = _legacy_file(request, card, file_id)
+    await update_file(request, card, record)
+    return _file_json(request, record)
+
+
+async def update_file(request: web.Request, card: Card, record: CardFile) -> None:
+    """Apply a JSON ``{"name", "card_cover"}`` update (either or both) to a file of either kind."""
     payload = await read_json_object(request)
     name = _optional_str(payload, "name")
     cover = payload.get("card_cover")
@@ -124,12 +129,12 @@ async def update_legacy_file(request: web.Request, card: Card, file_id: int) -> 
         raise ApiError.bad_request("card_cover must be a boolean")
     if name is None and cover is None:
         raise ApiError.bad_request("Nothing to update: send name and/or card_cover")
+    store = request.app[STORE]
     when = utc_now()
     if name is not None:
         store.rename_file(card, record, name, when)
     if cover is not None:
         store.set_card_cover(card, record, cover, when)
-    return _file_json(request, record)
 
 
 async def delete_legacy_file(request: web.Request, card: Card, file_id: int) -> web.Response:

@@ -179,29 +179,32 @@ async def gw(upstream: RecordingUpstream, start_gateway: GatewayFactory) -> Runn
     return await start_gateway(make_config(upstream.url))
 
 
+async def read_answer(reader: asyncio.StreamReader, timeout: float, *, read_until_close: bool = True) -> bytes:
+    """Everything the server answers until it closes (or ``timeout`` passes, or, unless ``read_until_close``, a head
+    has arrived)."""
+    chunks: list[bytes] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while (remaining := deadline - loop.time()) > 0:
+        try:
+            chunk = await asyncio.wait_for(reader.read(65536), remaining)
+        except (asyncio.TimeoutError, ConnectionResetError):
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+        if not read_until_close and b"\r\n\r\n" in b"".join(chunks):
+            break
+    return b"".join(chunks)
+
+
 async def raw_exchange(port: int, data: bytes, *, timeout: float = 5.0, read_until_close: bool = True) -> bytes:
     """Send raw bytes to 127.0.0.1:port and return everything the server answers until it closes (or times out)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         writer.write(data)
         await writer.drain()
-        chunks = []
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            try:
-                chunk = await asyncio.wait_for(reader.read(65536), remaining)
-            except (asyncio.TimeoutError, ConnectionResetError):
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-            if not read_until_close and b"\r\n\r\n" in b"".join(chunks):
-                break
-        return b"".join(chunks)
+        return await read_answer(reader, timeout, read_until_close=read_until_close)
     finally:
         writer.close()
 

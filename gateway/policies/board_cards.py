@@ -26,7 +26,7 @@ from multidict import CIMultiDict
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 
 from .. import json_splice
-from ..proxy import UpstreamResponse
+from ..proxy import BodyTooLarge, UpstreamResponse
 from ..rollout import BOARD_CARDS, Schedule
 from ..typedefs import CTX, Handler, Middleware
 
@@ -255,18 +255,6 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
             return json_splice.truncate(body, layout, 0, extra), "removed", count
         return json_splice.drop(body, layout, extra), "removed", count
 
-    async def read_limited(resp: UpstreamResponse) -> bytes:
-        """The whole body; over max_body_bytes, _TooLarge carrying what was read so far."""
-        chunks: list[bytes] = []
-        size = 0
-        content = resp.upstream.content
-        while chunk := await content.readany():
-            size += len(chunk)
-            chunks.append(chunk)
-            if size > max_body:
-                raise _TooLarge(b"".join(chunks))
-        return b"".join(chunks)
-
     def decode(raw: bytes, coding: str) -> bytes:
         if coding in ("", "identity"):
             return raw
@@ -367,8 +355,8 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
             return await _bodyless(response) if head else response
 
         try:
-            raw = await read_limited(response)
-        except _TooLarge as partial:
+            raw = await response.read_body(max_body)
+        except BodyTooLarge as partial:
             finish("too_large", "the body is over max_body_bytes")
             signal_headers(response.headers, tenant, schedule, board, now)
             if head:
@@ -435,12 +423,6 @@ def _action_of(layout: json_splice.Layout, index: int, cap: int) -> tuple[str, i
     if index == 1:
         return ("capped", layout.count - cap) if layout.count > cap else ("untouched", 0)
     return "removed", layout.count
-
-
-class _TooLarge(Exception):
-    def __init__(self, data: bytes) -> None:
-        super().__init__("body over the cap")
-        self.data = data
 
 
 def _without(headers: CIMultiDict[str], names: tuple[str, ...]) -> CIMultiDict[str]:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tests.conftest import CountingUpstream, GatewayFactory, RunningGateway, guarded_routes, make_config
+from tests.conftest import CountingUpstream, GatewayFactory, RunningGateway, guarded_routes, make_config, read_answer
 
 __all__ = ("send_raw",)
 
@@ -38,16 +38,7 @@ async def send_raw(port: int, data: bytes, *, wait_for_continue: bool = False, t
         else:
             writer.write(data)
             await writer.drain()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while (remaining := deadline - loop.time()) > 0:
-            try:
-                chunk = await asyncio.wait_for(reader.read(65536), remaining)
-            except (asyncio.TimeoutError, ConnectionResetError):
-                break
-            if not chunk:
-                break
-            received += chunk
+        received += await read_answer(reader, timeout)
     finally:
         writer.close()
     return bytes(received)
