@@ -70,7 +70,14 @@ class UpstreamResponse(web.StreamResponse):
         chunks: list[bytes] = []
         size = 0
         content = self.upstream.content
-        while chunk := await content.readany():
+        # readchunk hands over the parser's chunks one by one, as they are; readany would first join what is buffered,
+        # one more copy of the body before the join below.
+        while True:
+            chunk, chunk_end = await content.readchunk()
+            if not chunk:
+                if chunk_end:
+                    continue  # the end of an HTTP chunk (chunked transfer coding), not of the body
+                break
             size += len(chunk)
             chunks.append(chunk)
             if size > cap:

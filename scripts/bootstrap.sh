@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Creates .venv (Python 3.11+) and installs the pinned dependencies and this project into it.
-# Idempotent: does nothing when requirements.lock and pyproject.toml have not changed since the last install.
+# Idempotent: does nothing when requirements.lock, pyproject.toml, setup.py and the C scanner (gateway/_jsonscan.c)
+# have not changed since the last install. The C scanner is compiled here; it is optional (without a C compiler,
+# json_splice reads every array with its Python paths).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -11,7 +13,7 @@ if ! "$python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)
 fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 stamp=.venv/.installed
-want="$(cat requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1)"
+want="$(cat requirements.lock pyproject.toml setup.py gateway/_jsonscan.c | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.lock
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .

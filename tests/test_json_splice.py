@@ -187,6 +187,7 @@ def _scan_paths(
     """(exact result, result with ``path`` tried, whether it vouched); a result is a Layout's fields or 'NotJSON'.
 
     ``path`` is "bulk" (``_rest_of_array``) or "native" (``_native_array``); the other one is off in both runs.
+    The exact run has both off.
     """
     name = "_rest_of_array" if path == "bulk" else "_native_array"
     used: list[bool] = []
@@ -420,9 +421,9 @@ def test_a_member_name_that_is_not_utf8_is_still_a_name() -> None:
     assert layout.count == 2
 
 
-# The native path (``_native_array``: msgspec reads the array, its elements are pinned to the text): forced on
-# small texts, with the bulk path off so that whatever it does not vouch for goes to the exact path; its result
-# must always be the exact path's.
+# The native path (``_native_array``: the compiled scanner, gateway/_jsonscan.c, reads the array): forced on small
+# texts, with the bulk path off so that whatever it does not vouch for goes to the exact path; its result must always
+# be the exact path's. tests/test_jsonscan.py checks the scanner's grammar on its own.
 
 
 def _scan_native(monkeypatch: pytest.MonkeyPatch, body: bytes, keep: int) -> tuple[Any, Any, bool]:
@@ -456,7 +457,7 @@ def test_native_path_on_damaged_documents(monkeypatch: pytest.MonkeyPatch, seed:
 @pytest.mark.parametrize(
     "body",
     [
-        # A second member of the same name: msgspec reads the last one; the first is the one scanned.
+        # A second member of the same name: the native path reads the first; the scan after it finds the second.
         b'{"cards":[{"a":1},{"b":2}],"x":1,"cards":[{"a":1}]}',
         b'{"cards":[{"a":1}],"cards":[{"a":1}]}',
         b'{"cards":[1,2],"x":[3],"cards":[1,2,3,4,5,6,7]}',
@@ -464,11 +465,11 @@ def test_native_path_on_damaged_documents(monkeypatch: pytest.MonkeyPatch, seed:
     ],
 )
 def test_native_path_with_a_repeated_member(monkeypatch: pytest.MonkeyPatch, body: bytes) -> None:
-    exact, native, _ = _scan_native(monkeypatch, body, 1)
-    assert exact == native == "NotJSON"
+    exact, native, used = _scan_native(monkeypatch, body, 1)
+    assert exact == native == "NotJSON" and used
 
 
-def test_native_path_pins_every_element(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_native_path_whitespace_and_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
     # Whitespace anywhere, inside the array or not: read natively, with the exact path's offsets.
     for body in (b'{"cards":[ {"a":1},{"b":2}]}', b'{"cards":[{"a":1} ,{"b":2}]}', b'{"cards":[{"a":1},{"b":2} ]}',
                  b'{"cards":[{"a":1},\n{"b":2}],"z":[1]}', b'{"cards":[ ]}', b'{"cards":[\t]  }',
@@ -476,51 +477,47 @@ def test_native_path_pins_every_element(monkeypatch: pytest.MonkeyPatch) -> None
                  b'{"cards":[1]}'):
         exact, native, used = _scan_native(monkeypatch, body, 1)
         assert used and native == exact != "NotJSON"
-    # Anything but whitespace and commas between the elements msgspec read: not vouched for.
     native_array = json_splice._native_array
-    assert native_array(b'{"cards":[1,2]}', 9, "cards", 1) is not None
-    for body, pos in ((b'{"cards":[1,2]}', 8), (b'{"cards":[1,2],"x":"]"}', 10), (b'{"x":[1,3],"cards":[1,2]}', 5)):
-        assert native_array(body, pos, "cards", 1) is None  # '[' not at pos, or another array than msgspec's
+    assert native_array(b'{"cards":[1,2]}', 9, 1) == (14, 2, [11], 13)
+    assert native_array(b'{"x":[1,3],"cards":[1,2]}', 5, 2) == (10, 2, [7, 9], 9)  # whatever array is at pos
+    for body, pos in ((b'{"cards":[1,2]}', 8), (b'{"cards":[1,2],"x":"]"}', 10), (b'{"cards":[1,2]}', 99)):
+        assert native_array(body, pos, 1) is None  # no '[' at pos
 
 
 def test_native_path_checks_what_the_bulk_path_skips(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Escape letters and stray scalars in the elements after the first ones: msgspec refuses them, so the text goes
-    to the exact path, which refuses it too (the bulk path would have vouched for these, see above)."""
+    """Escape letters and stray scalars in the elements after the first ones: the native path refuses them, so the
+    text goes to the exact path, which refuses it too (the bulk path would have vouched for these, see above)."""
     for body in (b'{"a":1,"cards":[{"k":1},{"k":2} x,{"k":3}],"z":2}',
                  b'{"a":1,"cards":[{"k":1},{"k":"\\x"},{"k":"\\u12"}],"z":2}'):
         exact, native, used = _scan_native(monkeypatch, body, 1)
         assert exact == native == "NotJSON" and not used
-    # A misspelt literal inside an element: msgspec refuses it; the exact path does not read scalars inside nested
-    # values (it checks strings and brackets there), so it is the exact path's answer that stands.
+    # A misspelt literal inside an element: the native path refuses it; the exact path does not read scalars inside
+    # nested values (it checks strings and brackets there), so it is the exact path's answer that stands.
     body = b'{"a":1,"cards":[{"k":1},{"k":tru},{"k":3}],"z":2}'
     exact, native, used = _scan_native(monkeypatch, body, 1)
     assert native == exact != "NotJSON" and not used
 
 
 def test_native_path_nesting(monkeypatch: pytest.MonkeyPatch) -> None:
-    """msgspec's own nesting limit is higher than the exact path's 512 levels: a card nested 600 deep (after the
-    first cards, which the exact reader probes) is read natively and kept or cut whole; one nested deeper than msgspec
-    reads goes to the exact path, which refuses it."""
-    monkeypatch.setattr(json_splice, "_NATIVE_MIN_BYTES", 0)
+    """The native path reads values nested up to 512 levels (the exact path's limit), and leaves deeper ones to the
+    exact path, whose answer stands (it skips the innermost shallow levels in one go, so it reads a few more)."""
     card = b'{"title":"' + b"x" * 200 + b'"}'
-    first = b",".join([card] * json_splice._NATIVE_PROBE)
-    body = b'{"cards":[' + first + b"," + b"[" * 600 + b"]" * 600 + b'],"z":1}'
-    layout = json_splice.scan(body, "cards", keep=1)
-    assert layout.count == json_splice._NATIVE_PROBE + 1 and json.loads(drop(body, layout)) == {"z": 1}
-    deeper = b'{"cards":[' + first + b"," + b"[" * 100_000 + b"]" * 100_000 + b"]}"
-    with pytest.raises(NotJSON):
-        json_splice.scan(deeper, "cards", keep=1)
+    for depth, native_reads in ((511, True), (512, True), (513, False), (600, False), (100_000, False)):
+        body = b'{"cards":[' + card + b"," + b"[" * depth + b"]" * depth + b'],"z":1}'
+        exact, native, used = _scan_native(monkeypatch, body, 1)
+        assert native == exact and used == native_reads
+        assert (exact == "NotJSON") == (depth >= 600)
+        if exact != "NotJSON":
+            layout = json_splice.scan(body, "cards", keep=1)
+            assert layout.count == 2 and json.loads(drop(body, layout)) == {"z": 1}
+            assert json.loads(truncate(body, layout, 1)) == {"cards": [{"title": "x" * 200}], "z": 1}
 
 
-def test_native_path_leaves_arrays_of_small_elements_to_the_other_paths(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One object per element would cost many times the text in memory: small elements are read without it."""
+def test_native_path_reads_arrays_of_small_elements(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No object is made per element, so arrays of tiny elements are read natively too."""
     small = b'{"cards":[' + b",".join(b"%d" % i for i in range(5000)) + b'],"z":1}'
     exact, native, used = _scan_native(monkeypatch, small, 100)
-    assert not used and native == exact and exact[3] == 5000
-    card = b'{"title":"' + b"x" * 200 + b'"}'
-    large = b'{"cards":[' + b",".join([card] * 40) + b'],"z":1}'
-    exact, native, used = _scan_native(monkeypatch, large, 10)
-    assert used and native == exact and exact[3] == 40
+    assert used and native == exact and exact[3] == 5000
 
 
 def test_native_path_reads_a_large_board_faithfully(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,10 @@
+"""The one compiled part of the package; everything else is declared in pyproject.toml.
+
+gateway._jsonscan is the C scanner behind board_cards' speed on large boards (gateway/_jsonscan.c). It is optional:
+where no C compiler is found, the install goes on without it and gateway.json_splice reads every array in Python
+(the same answers, more slowly). tests/test_jsonscan.py fails when it is missing, so CI always has it.
+"""
+
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("gateway._jsonscan", sources=["gateway/_jsonscan.c"], optional=True)])
