@@ -47,6 +47,7 @@ try:
     from ._jsonscan import scan_array as _native_scan
 except ImportError:  # not built (no C compiler at install): the Python paths give the same answers, more slowly
     _native_scan = None
+NATIVE = _native_scan is not None  # whether the compiled scanner is there (board_cards warns when it is not)
 
 __all__ = ("Layout", "Member", "NotJSON", "drop", "scan", "splice", "truncate")
 

@@ -137,3 +137,14 @@ async def test_signal_headers_can_be_turned_off() -> None:
 
     resp = await mw(request(), handler)
     assert "Deprecation" not in resp.headers and "Link" not in resp.headers
+
+
+def test_a_missing_c_scanner_is_logged_once_per_build(monkeypatch: pytest.MonkeyPatch,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="gateway.board_cards"):
+        middleware("2026-11-15T00:00:00+00:00")
+    assert json_splice.NATIVE and not caplog.records  # built here (CI builds it)
+    monkeypatch.setattr(json_splice, "NATIVE", False)
+    with caplog.at_level("WARNING", logger="gateway.board_cards"):
+        middleware("2026-11-15T00:00:00+00:00")
+    assert [r.getMessage() for r in caplog.records if "gateway._jsonscan" in r.getMessage()] and len(caplog.records) == 1

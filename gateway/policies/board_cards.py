@@ -158,6 +158,11 @@ class _PassThrough(Exception):
 
 
 def build(options: Options, ctx: BuildContext) -> Middleware:
+    if not json_splice.NATIVE:
+        log.warning(
+            "board_cards: the C JSON scanner (gateway._jsonscan) is not built (no C compiler at install); large boards "
+            "are read by the Python paths, about 6 times more slowly; reinstall with gcc to build it"
+        )
     plan = ctx.rollout
     schedules: dict[str, Schedule] = {tenant: per[BOARD_CARDS.name] for tenant, per in plan.schedules.items()}
     clock = ctx.clock
