@@ -42,11 +42,16 @@ static void init_tables(void)
     }
 }
 
-static inline Py_ssize_t skip_ws(const unsigned char *p, Py_ssize_t i, Py_ssize_t n)
+/* Every reader below relies on the byte at p[n] being NUL, as it is after the data of every bytes object: NUL is
+ * not whitespace, not a digit, not any bracket or separator, and may not appear raw in a string, so each loop and
+ * each single-byte test stops there (a failure) without a separate end check, and nothing past p[n] is ever read.
+ * Only the 16-byte string steps and the literal comparisons check the length. */
+
+static inline Py_ssize_t skip_ws(const unsigned char *p, Py_ssize_t i)
 {
-    if (i < n && p[i] > ' ')
+    if (p[i] > ' ')
         return i; /* the common case: no whitespace at all */
-    while (i < n && json_ws[p[i]])
+    while (json_ws[p[i]])
         i++;
     return i;
 }
@@ -74,26 +79,21 @@ static inline __attribute__((always_inline)) Py_ssize_t skip_string(const unsign
             i += 16;
         }
 #endif
-        while (i < n && !string_stop[p[i]])
+        while (!string_stop[p[i]])
             i++;
-        if (i >= n)
-            return -1;
 #ifdef HAVE_SSE2
     found:
 #endif
         if (p[i] == '"')
             return i + 1;
         if (p[i] != '\\')
-            return -1; /* a raw control character */
-        if (i + 1 >= n)
-            return -1;
+            return -1; /* a raw control character, or the end of the text */
         switch (p[i + 1]) {
         case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
             i += 2;
             break;
-        case 'u':
-            if (i + 5 >= n || !hex_digit[p[i + 2]] || !hex_digit[p[i + 3]] || !hex_digit[p[i + 4]] ||
-                !hex_digit[p[i + 5]])
+        case 'u': /* each test stops at the first byte that is not a hex digit, at the latest the NUL at p[n] */
+            if (!hex_digit[p[i + 2]] || !hex_digit[p[i + 3]] || !hex_digit[p[i + 4]] || !hex_digit[p[i + 5]])
                 return -1;
             i += 6;
             break;
@@ -106,31 +106,29 @@ static inline __attribute__((always_inline)) Py_ssize_t skip_string(const unsign
 static inline int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 
 /* From the first byte of a number: the offset just after it, or -1. */
-static Py_ssize_t skip_number(const unsigned char *p, Py_ssize_t i, Py_ssize_t n)
+static inline Py_ssize_t skip_number(const unsigned char *p, Py_ssize_t i)
 {
-    if (i < n && p[i] == '-')
+    if (p[i] == '-')
         i++;
-    if (i >= n)
-        return -1;
     if (p[i] == '0')
         i++;
     else if (p[i] >= '1' && p[i] <= '9')
-        while (++i < n && is_digit(p[i]))
+        while (is_digit(p[++i]))
             ;
     else
         return -1;
-    if (i < n && p[i] == '.') {
-        if (++i >= n || !is_digit(p[i]))
+    if (p[i] == '.') {
+        if (!is_digit(p[++i]))
             return -1;
-        while (++i < n && is_digit(p[i]))
+        while (is_digit(p[++i]))
             ;
     }
-    if (i < n && (p[i] == 'e' || p[i] == 'E')) {
-        if (++i < n && (p[i] == '+' || p[i] == '-'))
+    if ((p[i] | 0x20) == 'e') {
+        if (p[++i] == '+' || p[i] == '-')
             i++;
-        if (i >= n || !is_digit(p[i]))
+        if (!is_digit(p[i]))
             return -1;
-        while (++i < n && is_digit(p[i]))
+        while (is_digit(p[++i]))
             ;
     }
     return i;
@@ -143,30 +141,29 @@ static inline Py_ssize_t skip_word(const unsigned char *p, Py_ssize_t i, Py_ssiz
 }
 
 /* One JSON value from its first byte (no whitespace before it): the offset just after it, or -1.
- * The branches are ordered for what cards hold most: strings, then small numbers, then containers. */
+ * The branches are ordered for what cards hold most: strings, then small numbers, then containers; ``top`` keeps
+ * the closing bracket of the innermost open container in a register. */
 static Py_ssize_t skip_value(const unsigned char *p, Py_ssize_t i, Py_ssize_t n)
 {
     unsigned char stack[MAX_DEPTH]; /* the closing bracket of each open container */
     int depth = 0;
-    unsigned char c;
+    unsigned char c, top = 0;
 
 value:
-    if (i >= n)
-        return -1;
     c = p[i];
     if (c == '"') {
         i = skip_string(p, i + 1, n);
     } else if ((c >= '0' && c <= '9') || c == '-') {
-        i = skip_number(p, i, n);
+        i = skip_number(p, i);
     } else if (c == '{' || c == '[') {
         if (depth == MAX_DEPTH)
             return -1;
-        stack[depth++] = (unsigned char)(c + 2); /* '{' + 2 == '}', '[' + 2 == ']' */
-        i = skip_ws(p, i + 1, n);
-        if (i < n && p[i] == c + 2) {
+        top = (unsigned char)(c + 2); /* '{' + 2 == '}', '[' + 2 == ']' */
+        stack[depth++] = top;
+        i = skip_ws(p, i + 1);
+        if (p[i] == top) {
             i++;
-            depth--;
-            goto after;
+            goto close;
         }
         if (c == '[')
             goto value;
@@ -178,48 +175,52 @@ value:
     } else if (c == 'n') {
         i = skip_word(p, i, n, "null", 4);
     } else {
-        return -1;
+        return -1; /* not a value, or the end of the text */
     }
     if (i < 0)
         return -1;
 
-after: /* just after a value */
+after: /* just after a value, inside the container that ``top`` closes */
     if (depth == 0)
         return i;
-    if (i + 1 < n && p[i] == ',' && p[i + 1] == '"' && stack[depth - 1] == '}') {
+    c = p[i];
+    if (c == ',' && top == '}' && p[i + 1] == '"') {
         i++; /* the common case in an object: the next member's name right after the comma */
         goto member;
     }
-    i = skip_ws(p, i, n);
-    if (i >= n)
-        return -1;
-    if (p[i] == ',') {
-        i = skip_ws(p, i + 1, n);
-        if (stack[depth - 1] == ']')
+    if (c <= ' ') {
+        i = skip_ws(p, i);
+        c = p[i];
+    }
+    if (c == ',') {
+        i = skip_ws(p, i + 1);
+        if (top == ']')
             goto value;
         goto member;
     }
-    if (p[i] != stack[depth - 1])
+    if (c != top)
         return -1;
     i++;
-    depth--;
+close: /* just after a container's closing bracket */
+    if (--depth > 0)
+        top = stack[depth - 1];
     goto after;
 
 member: /* at a member's name */
-    if (i >= n || p[i] != '"')
+    if (p[i] != '"')
         return -1;
     i = skip_string(p, i + 1, n);
     if (i < 0)
         return -1;
-    if (i < n && p[i] == ':') {
+    if (p[i] == ':') {
         i++;
     } else {
-        i = skip_ws(p, i, n);
-        if (i >= n || p[i] != ':')
+        i = skip_ws(p, i);
+        if (p[i] != ':')
             return -1;
         i++;
     }
-    i = skip_ws(p, i, n);
+    i = skip_ws(p, i);
     goto value;
 }
 
@@ -229,10 +230,10 @@ member: /* at a member's name */
 static Py_ssize_t read_array(const unsigned char *p, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t keep, Py_ssize_t **ends,
                              Py_ssize_t *cap, Py_ssize_t *count, Py_ssize_t *last_end)
 {
-    Py_ssize_t i = skip_ws(p, pos + 1, n);
+    Py_ssize_t i = skip_ws(p, pos + 1);
     *count = 0;
     *last_end = i;
-    if (i < n && p[i] == ']')
+    if (p[i] == ']')
         return i + 1;
     for (;;) {
         i = skip_value(p, i, n);
@@ -251,12 +252,12 @@ static Py_ssize_t read_array(const unsigned char *p, Py_ssize_t n, Py_ssize_t po
             (*ends)[*count] = i;
         }
         ++*count;
-        i = skip_ws(p, i, n);
-        if (i < n && p[i] == ',') {
-            i = skip_ws(p, i + 1, n);
+        i = skip_ws(p, i);
+        if (p[i] == ',') {
+            i = skip_ws(p, i + 1);
             continue;
         }
-        if (i < n && p[i] == ']')
+        if (p[i] == ']')
             return i + 1;
         return -1;
     }
@@ -264,19 +265,19 @@ static Py_ssize_t read_array(const unsigned char *p, Py_ssize_t n, Py_ssize_t po
 
 static PyObject *scan_array(PyObject *self, PyObject *args)
 {
-    Py_buffer view;
+    PyObject *body, *list = NULL, *result = NULL;
     Py_ssize_t pos, keep, count = 0, last_end = 0, cap = 0, end = -1;
     Py_ssize_t *ends = NULL;
-    PyObject *list = NULL, *result = NULL;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*nn:scan_array", &view, &pos, &keep))
+    /* bytes only ("S"): its data is followed by a NUL, which the readers above rely on, and it cannot change. */
+    if (!PyArg_ParseTuple(args, "Snn:scan_array", &body, &pos, &keep))
         return NULL;
-    const unsigned char *p = (const unsigned char *)view.buf;
-    if (pos >= 0 && pos < view.len && p[pos] == '[') {
-        /* Only the buffer is read, so other threads (the event loop) run meanwhile. The buffer stays exported, so
-         * a bytearray cannot be resized under the scan. */
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(body);
+    Py_ssize_t n = PyBytes_GET_SIZE(body);
+    if (pos >= 0 && pos < n && p[pos] == '[') {
+        /* Only the bytes are read (the caller's reference keeps them alive), so other threads run meanwhile. */
         Py_BEGIN_ALLOW_THREADS
-        end = read_array(p, view.len, pos, keep, &ends, &cap, &count, &last_end);
+        end = read_array(p, n, pos, keep, &ends, &cap, &count, &last_end);
         Py_END_ALLOW_THREADS
     }
     if (end == -2) {
@@ -301,7 +302,6 @@ static PyObject *scan_array(PyObject *self, PyObject *args)
 out:
     Py_XDECREF(list);
     PyMem_RawFree(ends);
-    PyBuffer_Release(&view);
     return result;
 }
 
