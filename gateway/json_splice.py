@@ -37,9 +37,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable
 
 _ArrayScan = Callable[[bytes, int, int], "tuple[int, int, list[int], int] | None"]
 _native_scan: _ArrayScan | None
@@ -253,11 +252,11 @@ def _scan_array(body: bytes, pos: int, keep: int) -> tuple[int, int, list[int], 
             raise NotJSON(f"expected ',' or ']' at offset {pos}")
 
 
-# The array, natively: ``gateway._jsonscan.scan_array`` (C, built with the package; see its source) reads the whole array
-# strictly by the JSON grammar (escape letters, numbers, literals, nesting; not UTF-8, which the Python paths do not
-# check either) and returns the same tuple as ``_scan_array``, at about 0.4 ns a byte, making no object per element.
-# It vouches for JSON only: for anything else (or nesting deeper than ``_MAX_DEPTH``) it returns None and the
-# Python paths below read the array and give the answer, with the reason. Without the compiled module (no C
+# The array, natively: ``gateway._jsonscan.scan_array`` (C, built with the package; see its source) reads the whole
+# array strictly by the JSON grammar (escape letters, numbers, literals, nesting; not UTF-8, which the Python paths
+# do not check either) and returns the same tuple as ``_scan_array``, at about 0.4 ns a byte, making no object per
+# element. It vouches for JSON only: for anything else (or nesting deeper than ``_MAX_DEPTH``) it returns None and
+# the Python paths below read the array and give the answer, with the reason. Without the compiled module (no C
 # compiler where the package was installed) every array goes to the Python paths: the same answers, more slowly.
 _NATIVE_MIN_BYTES = 0  # arrays starting at least this far before the end of the text are read natively first
 
