@@ -14,7 +14,9 @@ fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 stamp=.venv/.installed
 want="$(cat requirements.lock pyproject.toml setup.py gateway/_jsonscan.c | sha256sum | cut -d' ' -f1)"
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+# The C scanner is missing but a compiler is there now (installed since the last run): build it.
+scanner_missing() { ! ls gateway/_jsonscan*.so >/dev/null 2>&1 && command -v "${CC:-cc}" >/dev/null 2>&1; }
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || scanner_missing; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.lock
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
   echo "$want" > "$stamp"

@@ -14,7 +14,12 @@ from typing import Any
 
 import pytest
 
-from gateway import _jsonscan  # must be importable: CI builds it (scripts/bootstrap.sh), a missing build fails here
+try:
+    from gateway import _jsonscan  # CI builds it (scripts/bootstrap.sh): a missing build fails here, on purpose
+except ImportError as missing:
+    raise ImportError(
+        "gateway._jsonscan, the C JSON scanner, is not built: install a C compiler (gcc) and run scripts/bootstrap.sh"
+    ) from missing
 
 
 def _reject_constant(name: str) -> Any:
