@@ -119,12 +119,12 @@ def time_rewrite(body: bytes, repeat: int = 5) -> dict[str, float]:
     extra = ("cards_deprecation_message", b'"moved"')
     layout = json_splice.scan(body, "cards", keep=100, extra_key=extra[0])
     copy = bytes(bytearray(body))
-    native_min = json_splice._NATIVE_MIN_BYTES
-    json_splice._NATIVE_MIN_BYTES = 1 << 60  # the scan as it was before the native path, for comparison
+    native = json_splice._native_scan
+    json_splice._native_scan = None  # the scan by the Python paths alone, for comparison
     try:
         scan_without_native = best(lambda: json_splice.scan(body, "cards", keep=100, extra_key=extra[0]))
     finally:
-        json_splice._NATIVE_MIN_BYTES = native_min
+        json_splice._native_scan = native
     return {
         "scan_ms": best(lambda: json_splice.scan(body, "cards", keep=100, extra_key=extra[0])),
         "scan_without_native_ms": scan_without_native,

@@ -195,7 +195,7 @@ def scan(body: bytes, key: str, *, keep: int = 0, extra_key: str | None = None) 
             pos = value_start = _skip_ws(body, pos + 1)
             if name == key and pos < n and body[pos] == 0x5B:
                 target, is_array = len(members), True
-                native = _native_array(body, pos, keep) if n - pos >= _NATIVE_MIN_BYTES else None
+                native = _native_array(body, pos, keep)
                 if native is None:
                     native = _scan_array(body, pos, keep)
                 pos, count, ends, last_end = native
@@ -258,9 +258,6 @@ def _scan_array(body: bytes, pos: int, keep: int) -> tuple[int, int, list[int], 
 # element. It vouches for JSON only: for anything else (or nesting deeper than ``_MAX_DEPTH``) it returns None and
 # the Python paths below read the array and give the answer, with the reason. Without the compiled module (no C
 # compiler where the package was installed) every array goes to the Python paths: the same answers, more slowly.
-_NATIVE_MIN_BYTES = 0  # arrays starting at least this far before the end of the text are read natively first
-
-
 def _native_array(body: bytes, pos: int, keep: int) -> tuple[int, int, list[int], int] | None:
     """The array starting at ``pos``, read by the compiled scanner; None when it cannot vouch for it."""
     return None if _native_scan is None else _native_scan(body, pos, keep)

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from gateway.admin import make_admin_app
 from gateway.app import Gateway
 from gateway.config import parse_config
 from gateway.observability import Metrics
@@ -171,6 +172,28 @@ async def start_gateway() -> AsyncIterator[GatewayFactory]:
     for item in running:
         await item.runner.cleanup()
         await item.gateway.close()
+
+
+AdminFactory = Callable[..., Awaitable[str]]
+
+
+@pytest.fixture
+async def start_admin() -> AsyncIterator[AdminFactory]:
+    """``await start_admin(gw, **runner_options)``: a started gateway's admin app on a free port; its base URL.
+
+    Request it after ``start_gateway``, so that it is stopped first."""
+    runners: list[web.AppRunner] = []
+
+    async def start(gw: RunningGateway, **runner_options: Any) -> str:
+        runner = web.AppRunner(make_admin_app(gw.gateway), **runner_options)
+        await runner.setup()
+        runners.append(runner)
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        return f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
 
 
 @pytest.fixture

@@ -205,11 +205,12 @@ def _scan_paths(
             return "NotJSON"
 
     with monkeypatch.context() as m:
-        m.setattr(json_splice, "_NATIVE_MIN_BYTES", 1 << 60)
+        m.setattr(json_splice, "_native_scan", None)
         m.setattr(json_splice, "_FAST_MIN_BYTES", 1 << 60)
         exact = run()
     with monkeypatch.context() as m:
-        m.setattr(json_splice, "_NATIVE_MIN_BYTES", 0 if path == "native" else 1 << 60)
+        if path != "native":
+            m.setattr(json_splice, "_native_scan", None)
         m.setattr(json_splice, "_FAST_MIN_BYTES", 0 if path == "bulk" else 1 << 60)
         m.setattr(json_splice, name, spy)
         other = run()

@@ -17,11 +17,12 @@ import yarl
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.admin import make_admin_app
 from gateway.cli import _reload
 from gateway.observability import Metrics
 from gateway.rollout import FixedClock, parse_instant
-from tests.conftest import GatewayFactory, Received, RecordingUpstream, free_port, guarded_routes, make_config
+from tests.conftest import (
+    AdminFactory, GatewayFactory, Received, RecordingUpstream, free_port, guarded_routes, make_config,
+)
 
 from .deploy_testlib import DASHBOARD, alert_rules, dashboard_queries, grouping_labels, literal_values, selectors
 
@@ -38,7 +39,8 @@ class Scrape:
 
 
 @pytest.fixture
-async def scrape(upstream: RecordingUpstream, start_gateway: GatewayFactory, tmp_path: Path) -> AsyncIterator[Scrape]:
+async def scrape(upstream: RecordingUpstream, start_gateway: GatewayFactory, start_admin: AdminFactory,
+                 tmp_path: Path) -> AsyncIterator[Scrape]:
     async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
         if "/boards/" in received.raw_path:
             return web.Response(body=BOARD, content_type="application/json")
@@ -53,41 +55,34 @@ async def scrape(upstream: RecordingUpstream, start_gateway: GatewayFactory, tmp
     config["tenants"].append({"name": "gone", "hosts": ["gone.test"], "upstream": f"http://127.0.0.1:{free_port()}"})
     # After the removal date: the board route withdraws cards.
     gw = await start_gateway(config, clock=FixedClock(parse_instant("2026-11-15T12:00:00Z")))
-    admin = web.AppRunner(make_admin_app(gw.gateway), access_log=None)
-    await admin.setup()
-    site = web.TCPSite(admin, "127.0.0.1", 0)
-    await site.start()
-    admin_url = f"http://127.0.0.1:{admin.addresses[0][1]}"
-    try:
-        async with aiohttp.ClientSession() as client:
-            async def call(method: str, path: str, **kwargs: Any) -> int:
-                async with client.request(method, yarl.URL(gw.url + path, encoded=True), **kwargs) as resp:
-                    await resp.read()
-                    return resp.status
+    admin_url = await start_admin(gw, access_log=None)
+    async with aiohttp.ClientSession() as client:
+        async def call(method: str, path: str, **kwargs: Any) -> int:
+            async with client.request(method, yarl.URL(gw.url + path, encoded=True), **kwargs) as resp:
+                await resp.read()
+                return resp.status
 
-            assert await call("GET", "/api/v1/boards/1") == 200
-            assert await call("GET", "/api/v1/cards/1") == 200
-            # acme (created 2026-06-01) forbids legacy uploads; oldco (2025) does not.
-            assert await call("PUT", "/api/v1/cards/1/files", data=b"file bytes") == 403
-            assert await call("PUT", "/api/v1/cards/1/files", data=b"file bytes", headers={"Host": "old.test"}) == 200
-            assert await call("GET", "/api/v1/cards/%2F1") == 400
-            assert await call("GET", "/api/v1/cards/1", headers={"Host": "gone.test"}) == 502
-            # A SIGHUP reload of a file that cannot be read: refused, counted.
-            _reload(gw.gateway, str(tmp_path / "missing.yaml"))
-            result = Scrape()
-            for path in ("/livez", "/readyz"):
-                async with client.get(admin_url + path) as resp:
-                    result.probes[path] = resp.status
-            async with client.get(admin_url + "/metrics") as resp:
-                assert resp.status == 200
-                text = await resp.text()
-        for family in text_string_to_metric_families(text):
-            result.families.add(family.name)
-            for sample in family.samples:
-                result.samples[sample.name].append(sample.labels)
-        yield result
-    finally:
-        await admin.cleanup()
+        assert await call("GET", "/api/v1/boards/1") == 200
+        assert await call("GET", "/api/v1/cards/1") == 200
+        # acme (created 2026-06-01) forbids legacy uploads; oldco (2025) does not.
+        assert await call("PUT", "/api/v1/cards/1/files", data=b"file bytes") == 403
+        assert await call("PUT", "/api/v1/cards/1/files", data=b"file bytes", headers={"Host": "old.test"}) == 200
+        assert await call("GET", "/api/v1/cards/%2F1") == 400
+        assert await call("GET", "/api/v1/cards/1", headers={"Host": "gone.test"}) == 502
+        # A SIGHUP reload of a file that cannot be read: refused, counted.
+        _reload(gw.gateway, str(tmp_path / "missing.yaml"))
+        result = Scrape()
+        for path in ("/livez", "/readyz"):
+            async with client.get(admin_url + path) as resp:
+                result.probes[path] = resp.status
+        async with client.get(admin_url + "/metrics") as resp:
+            assert resp.status == 200
+            text = await resp.text()
+    for family in text_string_to_metric_families(text):
+        result.families.add(family.name)
+        for sample in family.samples:
+            result.samples[sample.name].append(sample.labels)
+    yield result
 
 
 def declared_families() -> set[str]:

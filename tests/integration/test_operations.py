@@ -23,6 +23,12 @@ from tests.conftest import RecordingUpstream, free_port
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """A /metrics text as {(sample name, sorted labels): value}."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
 class Proc:
     def __init__(self, proc: subprocess.Popen[bytes], port: int, admin: int, config_path: Path, log: Path) -> None:
         self.proc, self.port, self.admin, self.config_path, self.log = proc, port, admin, config_path, log
@@ -34,8 +40,7 @@ class Proc:
     async def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         async with aiohttp.ClientSession() as client, client.get(f"http://127.0.0.1:{self.admin}/metrics") as resp:
             text = await resp.text()
-        return {(s.name, tuple(sorted(s.labels.items()))): s.value
-                for family in text_string_to_metric_families(text) for s in family.samples}
+        return _samples(text)
 
 
 def _config(upstream: str, port: int, admin: int, **server: Any) -> dict[str, Any]:
@@ -221,17 +226,13 @@ async def test_workers_stop_when_the_supervisor_is_killed(upstream: RecordingUps
     await _wait_for(all_gone, 10)
 
 
-async def test_deprecations_endpoint_and_usage_command(upstream: RecordingUpstream, start_gateway) -> None:
-    from gateway.admin import make_admin_app
+async def test_deprecations_endpoint_and_usage_command(upstream: RecordingUpstream, start_gateway,
+                                                       start_admin) -> None:
     from tests.conftest import make_config
     from gateway.typedefs import CTX
 
     gw = await start_gateway(make_config(upstream.url))
-    runner = web.AppRunner(make_admin_app(gw.gateway))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    admin = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    admin = await start_admin(gw)
 
     # Stand-in for a deprecation policy: record a decision the way policies do.
     async def decide(request, handler):
@@ -241,59 +242,48 @@ async def test_deprecations_endpoint_and_usage_command(upstream: RecordingUpstre
     state = gw.gateway.state
     inner = state.handlers["catch_all"]
     state.handlers["catch_all"] = lambda request: decide(request, inner)
-    try:
-        async with aiohttp.ClientSession() as client:
-            for token in ("tok-a", "tok-a", "tok-b"):
-                async with client.get(gw.url + "/x", headers={"Authorization": f"Bearer {token}",
-                                                               "User-Agent": "old-sdk/1.2"}) as resp:
-                    assert resp.status == 200
-            async with client.get(admin + "/deprecations?top=5") as resp:
-                report = await resp.json()
-            async with client.get(admin + "/deprecations?top=0") as resp:
-                assert resp.status == 400
-        data = report["some_deprecation"]
-        assert data["requests"] == 3 and data["by_decision"] == {"allowed": 3}
-        assert [row["requests"] for row in data["top_clients"]] == [2, 1]
-        assert "tok-a" not in json.dumps(report)
-        loop = asyncio.get_running_loop()
-        out = await loop.run_in_executor(None, lambda: subprocess.run(
-            [sys.executable, "-m", "gateway", "usage", "--admin", admin], cwd=ROOT, capture_output=True, text=True,
-            timeout=20))
-        assert out.returncode == 0, out.stderr
-        assert "some_deprecation: 3 requests" in out.stdout and "old-sdk/1.2" in out.stdout
-    finally:
-        await runner.cleanup()
+    async with aiohttp.ClientSession() as client:
+        for token in ("tok-a", "tok-a", "tok-b"):
+            async with client.get(gw.url + "/x", headers={"Authorization": f"Bearer {token}",
+                                                           "User-Agent": "old-sdk/1.2"}) as resp:
+                assert resp.status == 200
+        async with client.get(admin + "/deprecations?top=5") as resp:
+            report = await resp.json()
+        async with client.get(admin + "/deprecations?top=0") as resp:
+            assert resp.status == 400
+    data = report["some_deprecation"]
+    assert data["requests"] == 3 and data["by_decision"] == {"allowed": 3}
+    assert [row["requests"] for row in data["top_clients"]] == [2, 1]
+    assert "tok-a" not in json.dumps(report)
+    loop = asyncio.get_running_loop()
+    out = await loop.run_in_executor(None, lambda: subprocess.run(
+        [sys.executable, "-m", "gateway", "usage", "--admin", admin], cwd=ROOT, capture_output=True, text=True,
+        timeout=20))
+    assert out.returncode == 0, out.stderr
+    assert "some_deprecation: 3 requests" in out.stdout and "old-sdk/1.2" in out.stdout
 
 
-async def test_admin_rollout_and_phase_gauge_follow_the_clock(upstream: RecordingUpstream, start_gateway) -> None:
-    from gateway.admin import make_admin_app
+async def test_admin_rollout_and_phase_gauge_follow_the_clock(upstream: RecordingUpstream, start_gateway,
+                                                              start_admin) -> None:
     from gateway.rollout import FixedClock, parse_instant
     from tests.conftest import make_config
 
     clock = FixedClock(parse_instant("2026-10-31T23:59:59Z"))
     gw = await start_gateway(make_config(upstream.url), clock=clock)
-    runner = web.AppRunner(make_admin_app(gw.gateway))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    admin = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    try:
-        async with aiohttp.ClientSession() as client:
-            async with client.get(admin + "/rollout") as resp:
-                before = await resp.json()
-            board = before["tenants"]["acme"]["behaviours"]["board_cards"]
-            assert board["phase"] == "capped"
-            assert board["next_change"] == {"at": "2026-11-01T00:00:00+00:00", "phase": "removed"}
-            assert before["tenants"]["acme"]["behaviours"]["legacy_uploads"]["phase"] == "forbidden"
-            assert before["tenants"]["oldco"]["behaviours"]["legacy_uploads"]["phase"] == "allowed"
-            clock.instant = parse_instant("2026-11-01T00:00:01Z")
-            async with client.get(admin + "/metrics") as resp:
-                text = await resp.text()
-        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-                   for f in text_string_to_metric_families(text) for s in f.samples}
-        key = ("gateway_rollout_phase", (("behaviour", "board_cards"), ("phase", "removed"), ("tenant", "acme")))
-        assert samples[key] == 1.0
-        capped = ("gateway_rollout_phase", (("behaviour", "board_cards"), ("phase", "capped"), ("tenant", "acme")))
-        assert samples[capped] == 0.0
-    finally:
-        await runner.cleanup()
+    admin = await start_admin(gw)
+    async with aiohttp.ClientSession() as client:
+        async with client.get(admin + "/rollout") as resp:
+            before = await resp.json()
+        board = before["tenants"]["acme"]["behaviours"]["board_cards"]
+        assert board["phase"] == "capped"
+        assert board["next_change"] == {"at": "2026-11-01T00:00:00+00:00", "phase": "removed"}
+        assert before["tenants"]["acme"]["behaviours"]["legacy_uploads"]["phase"] == "forbidden"
+        assert before["tenants"]["oldco"]["behaviours"]["legacy_uploads"]["phase"] == "allowed"
+        clock.instant = parse_instant("2026-11-01T00:00:01Z")
+        async with client.get(admin + "/metrics") as resp:
+            text = await resp.text()
+    samples = _samples(text)
+    key = ("gateway_rollout_phase", (("behaviour", "board_cards"), ("phase", "removed"), ("tenant", "acme")))
+    assert samples[key] == 1.0
+    capped = ("gateway_rollout_phase", (("behaviour", "board_cards"), ("phase", "capped"), ("tenant", "acme")))
+    assert samples[capped] == 0.0
