@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from aiohttp import hdrs, web
+from aiohttp import hdrs, http_exceptions, web
 from aiohttp.web_protocol import RequestHandler
 
 from .chain import fold
@@ -65,15 +64,39 @@ def build_state(config: LoadedConfig, proxy: ProxyCore, clock: Clock, metrics: M
     return GatewayState(config, TenantResolver(tenants, default), RouteTable(routes, catch_all), handlers, plan)
 
 
-_QUOTED_BYTES = re.compile(r"""[:,]?\s*b['"]""")
 _PARSER_CODES = {400: "MALFORMED_REQUEST", 413: "REQUEST_TOO_LARGE", 431: "HEADERS_TOO_LARGE", 500: "INTERNAL_ERROR"}
+# What the answer says, by the kind of error (most specific first). The parser's own text is never echoed: it can
+# quote the request's bytes (a header with a token, a signed query string), whatever parser (C or Python) wrote it.
+_PARSER_TEXTS: tuple[tuple[type[BaseException], str], ...] = (
+    (http_exceptions.LineTooLong, "a request line or header is too long"),
+    (http_exceptions.BadHttpMethod, "the request method is not valid"),
+    (http_exceptions.BadStatusLine, "the request line is not valid"),
+    (http_exceptions.InvalidURLError, "the request target is not valid"),
+    (http_exceptions.InvalidHeader, "a header is not valid"),
+    (http_exceptions.PayloadEncodingError, "the request body's framing is not valid"),
+)
+
+
+def parser_error_text(exc: BaseException | None) -> str:
+    """What a 4xx answer to a request the HTTP parser rejected says: fixed text by kind, never the parser's own."""
+    return next((text for kind, text in _PARSER_TEXTS if isinstance(exc, kind)), "the request is not valid HTTP/1.1")
+
+
+def refuse(request: web.BaseRequest, metrics: Metrics, status: int, code: str, message: str) -> web.Response:
+    """A JSON error for a request the gateway does not forward; counted, and named in its access-log line."""
+    metrics.refused.labels(code).inc()
+    rid = new_request_id()
+    request[REFUSAL] = (code, rid)
+    response = json_error(status, code, message, rid)
+    response.force_close()
+    return response
 
 
 class _Connection(RequestHandler):
     """aiohttp's connection handler, answering what its HTTP parser refuses with the gateway's JSON errors.
 
     aiohttp's own answer is text/plain, and its log line carries the parser's context, which can quote the request's
-    bytes (a header with a token in it): here the log names only the status and the kind of error.
+    bytes (a header with a token in it): here the log and the answer name only the status and the kind of error.
     """
 
     def handle_error(
@@ -85,16 +108,11 @@ class _Connection(RequestHandler):
         if status >= 500:
             text = "the gateway failed to handle this request"
         else:
-            # The parser may quote the offending bytes (b'...'): they stay out of the answer as out of the log.
-            first = (message or "the request is not valid HTTP/1.1").strip().splitlines()[0]
-            text = _QUOTED_BYTES.split(first, maxsplit=1)[0].rstrip(": ")[:200]
+            text = parser_error_text(exc)
         log.info("refused a request the HTTP parser rejected: %s %s", status, type(exc).__name__ if exc else "")
-        metrics = getattr(self._manager, "metrics", None)
-        if metrics is not None:
-            metrics.refused.labels(code).inc()
-        response = json_error(status, code, text, new_request_id())
-        response.force_close()
-        return response
+        manager = self._manager
+        assert isinstance(manager, _Server)
+        return refuse(request, manager.metrics, status, code, text)
 
 
 class _Server(web.Server):
@@ -199,21 +217,13 @@ class Gateway:
             lingering_time=2.0,
         )
 
-    def _refuse(self, request: web.BaseRequest, status: int, code: str, message: str) -> web.Response:
-        self.metrics.refused.labels(code).inc()
-        rid = new_request_id()
-        request[REFUSAL] = (code, rid)
-        response = json_error(status, code, message, rid)
-        response.force_close()
-        return response
-
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         state = self._state
         assert state is not None
         headers = request.headers
         hosts = headers.getall(hdrs.HOST, ())
         if len(hosts) > 1:
-            return self._refuse(request, 400, "BAD_HOST", "the request has more than one Host header")
+            return refuse(request, self.metrics, 400, "BAD_HOST", "the request has more than one Host header")
         host = hosts[0] if hosts else None
         try:
             target = normalise_target(request.raw_path)
@@ -221,10 +231,10 @@ class Gateway:
                 raise BadRequestTarget("BAD_REQUEST_TARGET", "the absolute-form request target names another host")
             method = effective_method(request.method, headers, target.query)
         except BadRequestTarget as err:
-            return self._refuse(request, 400, err.code, err.message)
+            return refuse(request, self.metrics, 400, err.code, err.message)
         tenant = state.tenants.resolve(host)
         if tenant is None:
-            return self._refuse(request, 421, "UNKNOWN_HOST", "this gateway serves no company at the requested host")
+            return refuse(request, self.metrics, 421, "UNKNOWN_HOST", "this gateway serves no company at the requested host")
         route, params = state.routes.match(method, target.path)
         ctx = RequestContext(time.monotonic(), tenant, route, params, target.path, target.query, method)
         request[CTX] = ctx

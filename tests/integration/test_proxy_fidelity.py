@@ -10,8 +10,9 @@ import os
 
 import aiohttp
 import pytest
-from aiohttp import web
+from aiohttp import http_exceptions, web
 
+from gateway.app import parser_error_text
 from tests.conftest import (
     GatewayFactory,
     Received,
@@ -444,6 +445,10 @@ async def test_broken_chunked_framing_mid_body_does_not_hang(upstream, start_gat
         b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer parser-secret\nX-A: 1\r\n\r\n",
         b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Folded: a\r\n b\r\n\r\n",
         b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer parser-secret" + b"x" * 20000 + b"\r\n\r\n",
+        # A signed query string in a request line the parser refuses.
+        b"GET /x?sig=parser-secret HTTP/1.1 junk\r\nHost: 127.0.0.1\r\n\r\n",
+        b"GET /x?sig=parser-secret\x01 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        b"GET /x?sig=parser-secret" + b"x" * 20000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
     ],
 )
 async def test_requests_the_http_parser_rejects_get_a_json_400(gw, upstream, raw: bytes, caplog) -> None:
@@ -456,3 +461,22 @@ async def test_requests_the_http_parser_rejects_get_a_json_400(gw, upstream, raw
     assert upstream.received == []
     assert gw.metrics.refused.labels("MALFORMED_REQUEST")._value.get() == 1
     assert "parser-secret" not in caplog.text and b"parser-secret" not in body
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        http_exceptions.InvalidURLError("/x?sig=parser-secret"),
+        http_exceptions.BadStatusLine("GET /x?sig=parser-secret HTTP/1.1 junk"),
+        http_exceptions.BadHttpMethod("parser-secret"),
+        http_exceptions.InvalidHeader(b"Authorization: Bearer parser-secret"),
+        http_exceptions.LineTooLong(b"parser-secret" * 100, "8190"),
+        http_exceptions.TransferEncodingError("parser-secret"),
+        ValueError("parser-secret"),
+        None,
+    ],
+)
+def test_parser_error_answers_never_quote_the_parser(exc: BaseException | None) -> None:
+    """Whatever the parser (C or pure Python) puts in its error, the answer's text is fixed by the kind of error."""
+    text = parser_error_text(exc)
+    assert text and "parser-secret" not in text and "sig=" not in text
