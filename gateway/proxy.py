@@ -200,6 +200,7 @@ async def _stream_body(request: web.BaseRequest, ctx: RequestContext, timeout: f
     await ensure_continue(request)
     content = request.content
     loop = asyncio.get_running_loop()
+    tap = ctx.body_tap
     try:
         # One timer, re-armed before each read and disarmed while a piece is being sent upstream: a client that
         # stalls (or whose framing broke: aiohttp then stops feeding the body without failing it) must not hold an
@@ -209,6 +210,8 @@ async def _stream_body(request: web.BaseRequest, ctx: RequestContext, timeout: f
                 deadline.reschedule(loop.time() + timeout)
                 chunk = await content.readany()
                 deadline.reschedule(None)
+                if tap is not None:
+                    tap(chunk)
                 if not chunk:
                     break
                 yield chunk

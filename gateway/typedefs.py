@@ -34,6 +34,9 @@ class RequestContext:
     upstream_headers: dict[str, str | None] = dataclasses.field(default_factory=dict)
     # A policy that consumed part of the body hands the proxy core the body to send instead.
     body: AsyncIterable[bytes] | None = None
+    # A policy that only watches the body: called with each piece the proxy core streams upstream, then with b"" at
+    # its end (the core keeps the body timeout and the client-abort bookkeeping).
+    body_tap: Callable[[bytes], None] | None = None
     # policy name -> decision label, for the access log and metrics.
     decisions: dict[str, str] = dataclasses.field(default_factory=dict)
     upstream_seconds: float | None = None

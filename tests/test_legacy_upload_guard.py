@@ -249,10 +249,19 @@ class Next:
         self.calls += 1
         ctx = request[CTX]
         source: AsyncIterable[bytes] | None = ctx.body
+        tap = None
         if source is None and request.body_exists:
             source = request.content.iter_any()
+            tap = ctx.body_tap  # as the proxy core does: each piece shown to a watching policy, then b"" at the end
         if source is not None:
-            self.body = b"".join([chunk async for chunk in source])
+            chunks = []
+            async for chunk in source:
+                if tap is not None:
+                    tap(chunk)
+                chunks.append(chunk)
+            if tap is not None:
+                tap(b"")
+            self.body = b"".join(chunks)
         return web.Response(text="upstream")
 
 

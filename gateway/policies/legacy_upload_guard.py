@@ -407,11 +407,31 @@ async def _discard(content: aiohttp.StreamReader, max_bytes: int, max_seconds: f
 # --- the setting is off -----------------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class _Observation:
-    """What was seen of a multipart body while it streamed through (per request)."""
+class _Watch:
+    """The part headers of a multipart body, read (up to ``budget`` bytes) as the proxy core streams it upstream."""
 
-    verdict: Verdict = Verdict.NEED_MORE
+    __slots__ = ("budget", "sniffer", "verdict", "watching")
+
+    def __init__(self, sniffer: MultipartSniffer, budget: int) -> None:
+        self.sniffer = sniffer
+        self.budget = budget
+        self.verdict = Verdict.NEED_MORE
+        self.watching = True
+
+    def __call__(self, chunk: bytes) -> None:
+        """The proxy core's body tap: each piece, then b"" at the end of the body."""
+        if not self.watching:
+            return
+        try:
+            if not chunk:
+                self.watching = False
+                self.verdict = self.sniffer.feed_eof()
+                return
+            room = self.budget - self.sniffer.bytes_fed
+            self.verdict = self.sniffer.feed(chunk if len(chunk) <= room else chunk[:room])
+            self.watching = self.verdict is Verdict.NEED_MORE and len(chunk) <= room
+        except Ambiguous:
+            self.watching = False
 
 
 async def _observe(
@@ -431,44 +451,18 @@ async def _observe(
         return _allowed(state, settings, response)
     if boundary is None or not request.body_exists:
         return await _pass(request, state, handler)
-    seen = _Observation()
-    sniffer = MultipartSniffer(
-        boundary, max_header_bytes=settings.max_part_header_bytes, file_fields=settings.file_fields
+    watch = _Watch(
+        MultipartSniffer(boundary, max_header_bytes=settings.max_part_header_bytes, file_fields=settings.file_fields),
+        settings.look_ahead,
     )
-    state.body = _watched(request, state, sniffer, seen, settings.look_ahead)
+    # The proxy core streams the body (with its timeout and abort handling) and shows each piece to the watch.
+    state.body_tap = watch
     response = await handler(request)
-    if seen.verdict is Verdict.NO_FILE:
+    if watch.verdict is Verdict.NO_FILE:
         state.decisions[NAME] = "passed"
         return response
     # A file part, or a body that could not be read to a verdict (cut short, ambiguous, too long): an upload.
     return _allowed(state, settings, response)
-
-
-async def _watched(
-    request: web.BaseRequest, state: RequestContext, sniffer: MultipartSniffer, seen: _Observation, budget: int
-) -> AsyncIterator[bytes]:
-    """The request body, unchanged, with its part headers read on the way (up to ``budget`` bytes)."""
-    await ensure_continue(request)
-    content = request.content
-    watching = True
-    try:
-        while chunk := await content.readany():
-            if watching:
-                room = budget - sniffer.bytes_fed
-                try:
-                    seen.verdict = sniffer.feed(chunk if len(chunk) <= room else chunk[:room])
-                except Ambiguous:
-                    watching = False
-                watching = watching and seen.verdict is Verdict.NEED_MORE and len(chunk) <= room
-            yield chunk
-        if watching:
-            try:
-                seen.verdict = sniffer.feed_eof()
-            except Ambiguous:
-                pass
-    except (ConnectionError, aiohttp.ClientPayloadError, asyncio.CancelledError):
-        state.client_aborted = True
-        raise
 
 
 def _allowed(state: RequestContext, settings: _Settings, response: web.StreamResponse) -> web.StreamResponse:

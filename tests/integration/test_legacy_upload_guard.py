@@ -353,6 +353,24 @@ async def test_sandbox_end_to_end(
     assert len(store.legacy_files) == before + 1
 
 
+async def test_stalled_upload_on_a_watched_route_times_out(
+    counting_upstream: CountingUpstream, start_gateway: GatewayFactory
+) -> None:
+    """Setting off (old.test): the body streams through the proxy core, whose body timeout still ends a stall."""
+    config = make_config(counting_upstream.url, routes=guarded_routes(),
+                         server={"listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0", "client_body_timeout": 0.5})
+    gw = await start_gateway(config)
+    body = multipart_body([TEXT], B)
+    reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+    writer.write(f"PATCH /api/v1/cards/1/comments/2 HTTP/1.1\r\nHost: old.test\r\nContent-Type: {MP}\r\n"
+                 f"Content-Length: {len(body)}\r\n\r\n".encode() + body[:20])  # fmt: skip
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 408 ")
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["code"] == "CLIENT_BODY_TIMEOUT"
+
+
 async def test_framing_broken_mid_body_is_never_forwarded(
     counting_upstream: CountingUpstream, start_gateway: GatewayFactory
 ) -> None:
