@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -23,7 +22,7 @@ async def _metrics(request: web.Request) -> web.Response:
     gateway = request.app[_GATEWAY]
     # The phase gauge is right at every scrape, even when no board request has come in since a date passed.
     gateway.state.rollout.publish(gateway.metrics, gateway.clock.now().timestamp())
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if gateway.metrics.multiprocess:
         # Several workers: every worker's values, read from the shared directory (any worker may answer).
         registry = CollectorRegistry()
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]

@@ -85,7 +85,9 @@ class Metrics:
         )
         self.rollout_phase = Gauge(
             "gateway_rollout_phase", "1 for the phase in force now per tenant and dated behaviour, 0 for the others.",
-            ("tenant", "behaviour", "phase"), registry=r, multiprocess_mode="livemax",
+            # With --workers: each sample from the worker that wrote it last (every scrape rewrites them all), so a
+            # worker that has not answered a scrape since a date passed cannot keep an old phase at 1.
+            ("tenant", "behaviour", "phase"), registry=r, multiprocess_mode="livemostrecent",
         )
         self.config_reloads = Counter(
             "gateway_config_reloads", "Configuration reloads (SIGHUP), by result (success, failure).", ("result",),

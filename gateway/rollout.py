@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
-import math
 import os
 import zoneinfo
 from collections.abc import Iterable, Mapping, Sequence
@@ -104,7 +103,6 @@ DEFAULT_DATES: Mapping[str, dt.date | None] = {
     "board_cards_removal": dt.date(2026, 11, 1),
     "forbid_legacy_uploads": None,
 }
-DATE_FLAGS = tuple(DEFAULT_DATES)
 
 
 # --- Configuration ----------------------------------------------------------------------------------------------
@@ -275,7 +273,7 @@ class _Step:
     flag: str
     date: dt.date
     source: str  # "default", "rollout" or "tenant override"
-    tz: str
+    kind: str  # what a decision by this step is: "override" (a tenant's own date) or "date"
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,10 +292,10 @@ class _Exempt:
     until_label: str
     fingerprint: str | None
     header: HeaderMatch | None
-    source: str
 
-    def matches(self, headers: Mapping[str, str]) -> bool:
-        if self.fingerprint is not None and token_fingerprint(headers.get("Authorization")) != self.fingerprint:
+    def matches(self, headers: Mapping[str, str], fingerprint: str | None) -> bool:
+        """``fingerprint``: the request's token fingerprint (computed once per request by the caller)."""
+        if self.fingerprint is not None and fingerprint != self.fingerprint:
             return False
         return self.header is None or self.header.matches(headers.get(self.header.name))
 
@@ -327,13 +325,12 @@ def _fmt(ts: float, tz: dt.tzinfo) -> str:
 class Schedule:
     """One behaviour of one tenant: dated steps, brownout windows and exemptions, as timestamps."""
 
-    __slots__ = ("behaviour", "base", "base_why", "base_kind", "steps", "windows", "exemptions", "tz", "_times",
+    __slots__ = ("behaviour", "base", "base_why", "base_kind", "steps", "windows", "exemptions", "_times", "_by_token",
                  "vary")
 
     def __init__(
         self,
         behaviour: Behaviour,
-        tz: dt.tzinfo,
         base: int,
         base_kind: str,
         base_why: str,
@@ -342,7 +339,6 @@ class Schedule:
         exemptions: Sequence[_Exempt],
     ) -> None:
         self.behaviour = behaviour
-        self.tz = tz
         self.base = base
         self.base_kind = base_kind
         self.base_why = base_why
@@ -352,49 +348,50 @@ class Schedule:
         self.exemptions = tuple(exemptions)
         # Headers that decide an exemption: a response that depends on them says so in Vary.
         names = {e.header.name for e in exemptions if e.header is not None}
-        if any(e.fingerprint is not None for e in exemptions):
+        self._by_token = any(e.fingerprint is not None for e in exemptions)
+        if self._by_token:
             names.add("Authorization")
         self.vary = tuple(sorted(names))
 
-    def _scheduled(self, now: float) -> tuple[int, str, str]:
+    def _resolve(
+        self, now: float, headers: Mapping[str, str] | None
+    ) -> tuple[int, str, _Step | _Window | _Exempt | None]:
+        """The phase index in force, its kind, and what put it in force (None: the base phase)."""
         i = bisect.bisect_right(self._times, now)
-        if i == 0:
-            if self.steps:
-                first = self.steps[0]
-                return self.base, self.base_kind, f"{self.base_why}before {first.flag} {first.date} ({first.source})"
-            return self.base, self.base_kind, self.base_why.rstrip("; ") or "no date set"
-        step = self.steps[i - 1]
-        kind = "override" if step.source == "tenant override" else "date"
-        return step.index, kind, f"{step.flag} {step.date} ({step.source}) reached"
-
-    def decide(self, now: float, headers: Mapping[str, str] | None = None) -> Decision:
-        index, kind, why = self._scheduled(now)
-        for window in self.windows:
-            if window.start <= now < window.end and window.index > index:
-                index, kind, why = window.index, "brownout", f"brownout {window.label}"
-        if headers is not None and self.exemptions:
-            for exempt in self.exemptions:
-                if now < exempt.until and exempt.index < index and exempt.matches(headers):
-                    index, kind = exempt.index, "exemption"
-                    why = f"exemption {exempt.name!r} ({exempt.client}) until {exempt.until_label}"
-                    break
-        return Decision(self.behaviour.name, self.behaviour.phases[index], index, kind, why)
-
-    def phase_and_kind(self, now: float, headers: Mapping[str, str] | None = None) -> tuple[int, str]:
-        """``decide()``'s index and kind without building the explanation: the per-request path."""
-        i = bisect.bisect_right(self._times, now)
+        cause: _Step | _Window | _Exempt | None = None
         if i:
-            step = self.steps[i - 1]
-            index, kind = step.index, "override" if step.source == "tenant override" else "date"
+            cause = self.steps[i - 1]
+            index, kind = cause.index, cause.kind
         else:
             index, kind = self.base, self.base_kind
         for window in self.windows:
             if window.start <= now < window.end and window.index > index:
-                index, kind = window.index, "brownout"
+                index, kind, cause = window.index, "brownout", window
         if headers is not None and self.exemptions:
+            fingerprint = token_fingerprint(headers.get("Authorization")) if self._by_token else None
             for exempt in self.exemptions:
-                if now < exempt.until and exempt.index < index and exempt.matches(headers):
-                    return exempt.index, "exemption"
+                if now < exempt.until and exempt.index < index and exempt.matches(headers, fingerprint):
+                    return exempt.index, "exemption", exempt
+        return index, kind, cause
+
+    def decide(self, now: float, headers: Mapping[str, str] | None = None) -> Decision:
+        index, kind, cause = self._resolve(now, headers)
+        if isinstance(cause, _Exempt):
+            why = f"exemption {cause.name!r} ({cause.client}) until {cause.until_label}"
+        elif isinstance(cause, _Window):
+            why = f"brownout {cause.label}"
+        elif cause is not None:
+            why = f"{cause.flag} {cause.date} ({cause.source}) reached"
+        elif self.steps:
+            first = self.steps[0]
+            why = f"{self.base_why}before {first.flag} {first.date} ({first.source})"
+        else:
+            why = self.base_why.rstrip("; ") or "no date set"
+        return Decision(self.behaviour.name, self.behaviour.phases[index], index, kind, why)
+
+    def phase_and_kind(self, now: float, headers: Mapping[str, str] | None = None) -> tuple[int, str]:
+        """``decide()``'s index and kind without building the explanation: the per-request path."""
+        index, kind, _ = self._resolve(now, headers)
         return index, kind
 
     def phase_index(self, now: float, headers: Mapping[str, str] | None = None) -> int:
@@ -454,9 +451,7 @@ class RolloutPlan:
             brownouts = [(b, global_tz) for b in rollout.brownouts] if own.brownouts is None else [
                 (b, tz) for b in own.brownouts
             ]
-            exemptions = [(e, global_tz, "rollout") for e in rollout.exemptions] + [
-                (e, tz, "tenant") for e in own.exemptions
-            ]
+            exemptions = [(e, global_tz) for e in rollout.exemptions] + [(e, tz) for e in own.exemptions]
             per: dict[str, Schedule] = {}
             for behaviour in BEHAVIOURS.values():
                 base, base_kind, base_why = 0, "default", ""
@@ -471,13 +466,13 @@ class RolloutPlan:
                         applicable = False
                     else:
                         base_kind, base_why = "setting", "company setting forbid_legacy_uploads is off; "
+                windows = []
                 if applicable:
                     for i, flag in enumerate(behaviour.flags):
                         day, source = date_of(flag)
                         if day is not None:
-                            steps.append(_Step(_ts(_midnight(day, tz)), i + 1, flag, day, source, tz_name))
-                windows = []
-                if applicable:
+                            kind = "override" if source == "tenant override" else "date"
+                            steps.append(_Step(_ts(_midnight(day, tz)), i + 1, flag, day, source, kind))
                     for b, btz in brownouts:
                         if b.behaviour == behaviour.name:
                             start = b.start if b.start.tzinfo else b.start.replace(tzinfo=btz)
@@ -486,11 +481,11 @@ class RolloutPlan:
                             windows.append(_Window(_ts(start), _ts(end), behaviour.index(b.phase or ""), label))
                 exempts = [
                     _Exempt(e.name, behaviour.index(e.phase or ""), _ts(_midnight(e.until, etz)), str(e.until),
-                            e.token_fingerprint, e.header, source)
-                    for e, etz, source in exemptions
+                            e.token_fingerprint, e.header)
+                    for e, etz in exemptions
                     if e.behaviour == behaviour.name
                 ]
-                per[behaviour.name] = Schedule(behaviour, tz, base, base_kind, base_why, steps, windows, exempts)
+                per[behaviour.name] = Schedule(behaviour, base, base_kind, base_why, steps, windows, exempts)
             schedules[tenant.name] = per
             signals[tenant.name] = {}
             for flag in SIGNAL_FLAGS:
@@ -508,13 +503,6 @@ class RolloutPlan:
     def forbids_legacy_uploads(self, tenant: str, now: dt.datetime, headers: Mapping[str, str] | None = None) -> bool:
         """Whether the company's forbid-legacy-uploads setting is in force for this request at ``now``."""
         return self.schedules[tenant][LEGACY_UPLOADS.name].phase_index(now.timestamp(), headers) == 1
-
-    def next_refresh(self, now: float) -> float:
-        """The first instant after ``now`` at which any tenant-wide phase may change."""
-        return min(
-            (t for per in self.schedules.values() for s in per.values() for t in s.boundaries() if t > now),
-            default=math.inf,
-        )
 
     def publish(self, metrics: Metrics, now: float, *, clear: bool = False) -> None:
         """Set ``gateway_rollout_phase``: 1 for each tenant's phase in force at ``now``, 0 for the others.
