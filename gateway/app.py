@@ -47,8 +47,6 @@ class GatewayState:
 
 def build_state(config: LoadedConfig, proxy: ProxyCore, clock: Clock, metrics: Metrics) -> GatewayState:
     model = config.model
-    tenants = config.tenants()
-    default = next((t for t in tenants if t.name == model.default_tenant), None)
     routes = [Route.build(r.name, r.methods, r.paths, r.prefixes) for r in model.routes]
     catch_all = Route.build("catch_all", None, (), ())
     plan = RolloutPlan.from_config(model)
@@ -61,7 +59,7 @@ def build_state(config: LoadedConfig, proxy: ProxyCore, clock: Clock, metrics: M
         middlewares = [POLICIES[name].build(options, ctx) for name, options in chain]
         route.policies = tuple(name for name, _ in chain)
         handlers[route.name] = fold(middlewares, proxy)
-    return GatewayState(config, TenantResolver(tenants, default), RouteTable(routes, catch_all), handlers, plan)
+    return GatewayState(config, config.tenant_resolver(), RouteTable(routes, catch_all), handlers, plan)
 
 
 _PARSER_CODES = {400: "MALFORMED_REQUEST", 413: "REQUEST_TOO_LARGE", 431: "HEADERS_TOO_LARGE", 500: "INTERNAL_ERROR"}
@@ -127,7 +125,7 @@ class _Server(web.Server):
 
 
 class Gateway:
-    """The public listener's request handler; owns the client session, the metrics and the current state."""
+    """The public listener's request handler; owns the upstream client, the metrics and the current state."""
 
     def __init__(
         self,
@@ -159,7 +157,6 @@ class Gateway:
         server = self._config.model.server
         if self._session is None:
             client = UpstreamClient.open(self._config.model.upstream, max_field_size=server.max_header_bytes)
-            self._session = client.session
         else:
             client = UpstreamClient(self._session)  # every request through ClientSession.request
         self.proxy = ProxyCore(
@@ -186,8 +183,8 @@ class Gateway:
         flush = getattr(self.access_log, "flush", None)
         if flush is not None:
             flush()
-        if self._own_session and self._session is not None:
-            await self._session.close()
+        if self._own_session and self._state is not None:
+            await self.proxy.client.close()
 
     def make_server(self) -> web.Server:
         server = self._config.model.server

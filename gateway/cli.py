@@ -150,7 +150,6 @@ def _usage(admin: str, top: int, raw: bool) -> int:
 
 def _rollout(config_path: str, at: str | None, host: str | None) -> int:
     from .rollout import RolloutPlan, clock_from_config, describe, parse_instant
-    from .tenants import TenantResolver
 
     try:
         config = load_config(config_path)
@@ -164,9 +163,7 @@ def _rollout(config_path: str, at: str | None, host: str | None) -> int:
         return 2
     names = None
     if host is not None:
-        tenants = config.tenants()
-        default = next((t for t in tenants if t.name == config.model.default_tenant), None)
-        tenant = TenantResolver(tenants, default).resolve(host)
+        tenant = config.tenant_resolver().resolve(host)
         if tenant is None:
             print(f"gateway: no tenant serves the host {host!r}", file=sys.stderr)
             return 2

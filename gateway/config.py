@@ -29,7 +29,7 @@ from yarl import URL
 
 from .policies import POLICIES
 from .rollout import RolloutConfig, TenantRollout, rollout_problems
-from .tenants import Tenant, canonical_host
+from .tenants import Tenant, TenantResolver, canonical_host
 
 __all__ = (
     "ChainEntry",
@@ -310,6 +310,12 @@ class LoadedConfig:
 
     def tenants(self) -> list[Tenant]:
         return [t.resolve() for t in self.model.tenants]
+
+    def tenant_resolver(self) -> TenantResolver:
+        """Host -> tenant for this config (``default_tenant`` for hosts no tenant names)."""
+        tenants = self.tenants()
+        default = next((t for t in tenants if t.name == self.model.default_tenant), None)
+        return TenantResolver(tenants, default)
 
 
 def _loc(parts: Sequence[int | str]) -> str:

@@ -165,9 +165,6 @@ class LocalGauge(Collector):
     def dec(self, amount: float = 1) -> None:
         self.value -= amount
 
-    def set(self, value: float) -> None:
-        self.value = float(value)
-
     def describe(self) -> Iterable[Metric]:
         return [Metric(self.name, self.documentation, "gauge")]
 

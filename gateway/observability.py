@@ -206,17 +206,19 @@ def _seconds(value: float) -> str:
     A decimal of at most 15 significant digits is the shortest text of the float nearest to it, which is its repr;
     repr writes an exponent below 1e-4, and past 15 digits it needs the float itself.
     """
-    if not 1e-4 <= value < 1e9:
-        return repr(round(value, 6))
-    text = f"{value:.6f}".rstrip("0")
-    return text + "0" if text[-1] == "." else text
+    return _fixed(value, 6, 1e9)
 
 
 def _timestamp(value: float) -> str:
     """``repr(round(value, 3))``, as json.dumps writes it (see ``_seconds``)."""
-    if not 1e-4 <= value < 1e12:
-        return repr(round(value, 3))
-    text = f"{value:.3f}".rstrip("0")
+    return _fixed(value, 3, 1e12)
+
+
+def _fixed(value: float, digits: int, upper: float) -> str:
+    """``repr(round(value, digits))``; by ``f"{value:.{digits}f}"`` (faster) where that is the same text."""
+    if not 1e-4 <= value < upper:
+        return repr(round(value, digits))
+    text = f"{value:.{digits}f}".rstrip("0")
     return text + "0" if text[-1] == "." else text
 
 

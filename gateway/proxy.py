@@ -122,7 +122,6 @@ class ProxyCore:
         body_timeout: float = 60.0,
     ) -> None:
         self.client = client
-        self.session = client.session
         self.metrics = metrics
         self.trust_forwarded = trust_forwarded
         self.body_timeout = body_timeout
@@ -171,6 +170,7 @@ class ProxyCore:
             upstream = await self.client.request(ctx.method, url, headers, body)
         except (aiohttp.ClientError, asyncio.TimeoutError) as err:
             if ctx.body_timed_out:
+                ctx.request_id = ctx.request_id or new_request_id()
                 timed_out = json_error(408, "CLIENT_BODY_TIMEOUT", "the request body stopped arriving", ctx.request_id)
                 timed_out.force_close()  # the rest of the body is unread: the connection cannot carry another request
                 return timed_out

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 from urllib.parse import parse_qsl
 
@@ -161,14 +161,14 @@ def compile_template(template: str) -> str:
 
 @dataclass(slots=True, eq=False)
 class Route:
-    """A named route: the methods and paths it matches, and the handler its chain was folded into."""
+    """A named route: the methods and paths it matches, and the policies of its chain (the folded handler is kept by
+    name in ``GatewayState.handlers``)."""
 
     name: str
     methods: frozenset[str] | None  # None: any method
     templates: tuple[str, ...]
     policies: tuple[str, ...] = ()
     patterns: tuple[re.Pattern[str], ...] = ()
-    handler: object = field(default=None, repr=False)
 
     @classmethod
     def build(

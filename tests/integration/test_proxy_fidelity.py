@@ -369,7 +369,7 @@ async def test_client_disconnect_mid_upload_abandons_the_upstream_request(gw, up
     assert not got.body_complete
     assert got.body_size < 10_000_000
     # The pooled connection that carried the broken body is not reused.
-    connector = gw.gateway.proxy.session.connector
+    connector = gw.gateway.proxy.client.session.connector
     assert connector is not None
     for _ in range(50):
         if gw.gateway.metrics.registry.get_sample_value("gateway_requests_in_flight") == 0:
