@@ -187,16 +187,19 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
     }
     removed_counter = metrics.board_cards_removed
     signal_flag = {tenant: flags.get("board_cards_announcement") for tenant, flags in plan.signals.items()}
+    # Per tenant, once: the Deprecation header (the cap date) and what a rewritten response varies on.
+    deprecation = {tenant: _structured_date(s.flag_instant("board_cards_cap")) for tenant, s in schedules.items()}
+    rewritten_vary = {tenant: ("Accept-Encoding", *s.vary) for tenant, s in schedules.items()}
 
-    def signal_headers(headers: CIMultiDict[str], tenant: str, schedule: Schedule, board: str, now: float) -> None:
+    def signal_headers(headers: CIMultiDict[str], tenant: str, board: str, now: float) -> None:
         if not options.signal:
             return
         start = signal_flag.get(tenant)
         if start is not None and now < start:
             return
-        cap_at = schedule.flag_instant("board_cards_cap")
-        if cap_at is not None:
-            headers["Deprecation"] = f"@{int(cap_at)}"
+        value = deprecation[tenant]
+        if value is not None:
+            headers["Deprecation"] = value
         headers.add("Link", f'<{SUCCESSOR}?board_id={board}>; rel="successor-version"')
         if doc_link is not None:
             headers.add("Link", doc_link)
@@ -244,21 +247,16 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
             )
         return json.dumps(text, ensure_ascii=False).encode()
 
-    def rewrite(body: bytes, layout: json_splice.Layout, index: int, board: str) -> tuple[bytes, str, int]:
-        """The new body, the action, and how many cards were withheld."""
-        if layout.target is None:
-            return body, "untouched", 0
-        if not layout.is_array:
+    def rewrite(body: bytes, layout: json_splice.Layout, index: int, board: str) -> bytes:
+        """The body for this phase (the upstream's bytes when no card is withheld; ``_action_of`` says which)."""
+        if layout.target is not None and not layout.is_array:
             raise _PassThrough("passed_through_unparsed", "cards is not an array")
-        count = layout.count
-        extra = (MESSAGE_KEY, message(board, index, count))
-        if index == 1:
-            if count <= cap:
-                return body, "untouched", 0
-            return json_splice.truncate(body, layout, cap, extra), "capped", count - cap
-        if empty_array:
-            return json_splice.truncate(body, layout, 0, extra), "removed", count
-        return json_splice.drop(body, layout, extra), "removed", count
+        if _action_of(layout, index, cap)[0] == "untouched":
+            return body
+        extra = (MESSAGE_KEY, message(board, index, layout.count))
+        if index == 1 or empty_array:
+            return json_splice.truncate(body, layout, cap if index == 1 else 0, extra)
+        return json_splice.drop(body, layout, extra)
 
     def decode(raw: bytes, coding: str) -> bytes:
         if coding in ("", "identity"):
@@ -288,9 +286,10 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
 
         if index == 0:
             response = await handler(request)
-            action = "untouched" if response.status in (200, 304) else "not_ok"
+            action = "not_ok"
             if response.status in (200, 304):
-                signal_headers(response.headers, tenant, schedule, board, now)
+                action = "untouched"
+                signal_headers(response.headers, tenant, board, now)
                 vary(response.headers, schedule.vary)
             counters[(phase, action)].inc()
             state.decisions[NAME] = f"{label}:{action}"
@@ -313,7 +312,8 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
         try:
             response = await handler(forwarded)
         finally:
-            state.method = "HEAD" if head else state.method
+            if head:
+                state.method = "HEAD"
 
         def finish(action: str, reason: str | None = None) -> None:
             counters[(phase, action)].inc()
@@ -335,8 +335,8 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
             headers.popall("Last-Modified", None)
             if etag is not None:
                 headers["ETag"] = etag
-            vary(headers, ("Accept-Encoding", *schedule.vary))
-            signal_headers(headers, tenant, schedule, board, now)
+            vary(headers, rewritten_vary[tenant])
+            signal_headers(headers, tenant, board, now)
             response.release()
             finish("not_modified")
             return web.Response(status=304, reason=response.reason, headers=headers)
@@ -356,14 +356,14 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
                 raise _PassThrough("too_large", f"Content-Length {length} is over max_body_bytes")
         except _PassThrough as skip:
             finish(skip.action, skip.reason)
-            signal_headers(response.headers, tenant, schedule, board, now)
+            signal_headers(response.headers, tenant, board, now)
             return await _bodyless(response) if head else response
 
         try:
             raw = await response.read_body(max_body)
         except BodyTooLarge as partial:
             finish("too_large", "the body is over max_body_bytes")
-            signal_headers(response.headers, tenant, schedule, board, now)
+            signal_headers(response.headers, tenant, board, now)
             if head:
                 response.upstream.close()
                 return web.Response(status=200, reason=response.reason, headers=_head_headers(response))
@@ -389,18 +389,18 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
             gzip_ok = _accepts_gzip(request.headers.get("Accept-Encoding"))
             cached = entry.rendered.get((index, gzip_ok))
             if cached is None:
-                out, action, withheld = rewrite(body, entry.layout, index, board)
+                # The same scan, phase and encoding give the same output: it is kept with the scan.
+                out = rewrite(body, entry.layout, index, board)
                 gzipped = gzip_ok and len(out) >= options.compress_min_bytes
                 if gzipped:
                     out = gzip.compress(out, compresslevel=options.compress_level, mtime=0)
                 entry.rendered[(index, gzip_ok)] = cached = (out, gzipped)
-            else:
-                # The same scan, phase and encoding give the same output; only the counts are recomputed.
-                action, withheld = _action_of(entry.layout, index, cap)
+            action, withheld = _action_of(entry.layout, index, cap)
         except _PassThrough as skip:
             finish(skip.action, skip.reason)
-            signal_headers(headers, tenant, schedule, board, now)
-            return web.Response(status=200, reason=response.reason, body=raw, headers=_without(headers, ("content-length",)))
+            signal_headers(headers, tenant, board, now)
+            headers.popall("Content-Length", None)  # headers is this response's own copy
+            return web.Response(status=200, reason=response.reason, body=raw, headers=headers)
 
         rendered, gzipped = cached
         for name in _REWRITE_DROP:
@@ -412,8 +412,8 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
         etag = weak_etag(upstream_etag, index)
         if etag is not None:
             headers["ETag"] = etag
-        vary(headers, ("Accept-Encoding", *schedule.vary))
-        signal_headers(headers, tenant, schedule, board, now)
+        vary(headers, rewritten_vary[tenant])
+        signal_headers(headers, tenant, board, now)
         if withheld:
             removed_counter.inc(withheld)
         finish(action)
@@ -430,11 +430,9 @@ def _action_of(layout: json_splice.Layout, index: int, cap: int) -> tuple[str, i
     return "removed", layout.count
 
 
-def _without(headers: CIMultiDict[str], names: tuple[str, ...]) -> CIMultiDict[str]:
-    out = CIMultiDict(headers)
-    for name in names:
-        out.popall(name, None)
-    return out
+def _structured_date(instant: float | None) -> str | None:
+    """An RFC 9651 Date (``@<epoch seconds>``), as RFC 9745's Deprecation header carries it."""
+    return None if instant is None else f"@{int(instant)}"
 
 
 def _head_headers(response: UpstreamResponse) -> CIMultiDict[str]:
