@@ -361,6 +361,5 @@ class MultipartSniffer:
         return None
 
     def _is_file_field(self, name: str) -> bool:
-        lowered = name.lower()
-        base, bracket, _ = lowered.partition("[")
-        return lowered.removesuffix("[]") in self._file_bases or (bool(bracket) and base in self._file_bases)
+        # The bases carry no brackets: "files" covers "files", "files[]" and "files[0]".
+        return name.lower().partition("[")[0] in self._file_bases

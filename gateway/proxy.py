@@ -15,7 +15,7 @@ from aiohttp import hdrs, web
 from multidict import CIMultiDict, CIMultiDictProxy, istr
 from yarl import URL
 
-from .http import HOP_BY_HOP, connection_tokens, ensure_continue, json_error, new_request_id
+from .http import HOP_BY_HOP, connection_tokens, ensure_continue, json_error
 from .observability import Metrics
 from .typedefs import CTX, RequestContext
 from .upstream import UpstreamClient
@@ -170,8 +170,9 @@ class ProxyCore:
             upstream = await self.client.request(ctx.method, url, headers, body)
         except (aiohttp.ClientError, asyncio.TimeoutError) as err:
             if ctx.body_timed_out:
-                ctx.request_id = ctx.request_id or new_request_id()
-                timed_out = json_error(408, "CLIENT_BODY_TIMEOUT", "the request body stopped arriving", ctx.request_id)
+                timed_out = json_error(
+                    408, "CLIENT_BODY_TIMEOUT", "the request body stopped arriving", ctx.ensure_request_id()
+                )
                 timed_out.force_close()  # the rest of the body is unread: the connection cannot carry another request
                 return timed_out
             if ctx.client_aborted:
@@ -191,9 +192,7 @@ class ProxyCore:
             status, kind, code, message = 502, "other", "UPSTREAM_ERROR", "the upstream service sent an invalid response"
         self.metrics.upstream_errors.labels(kind).inc()
         ctx.upstream_error = f"{kind}: {type(err).__name__}"
-        if ctx.request_id is None:
-            ctx.request_id = new_request_id()
-        return json_error(status, code, message, ctx.request_id)
+        return json_error(status, code, message, ctx.ensure_request_id())
 
 
 async def _stream_body(request: web.BaseRequest, ctx: RequestContext, timeout: float) -> AsyncIterator[bytes]:

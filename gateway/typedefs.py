@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from .http import new_request_id
+
 if TYPE_CHECKING:
     from .routing import Route
     from .tenants import Tenant
@@ -44,6 +46,12 @@ class RequestContext:
     client_aborted: bool = False
     body_timed_out: bool = False  # the request body stopped arriving (server.client_body_timeout)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def ensure_request_id(self) -> str:
+        """This request's id; one is made now if no ``request_id`` policy made one (an error answer names it)."""
+        if self.request_id is None:
+            self.request_id = new_request_id()
+        return self.request_id
 
 
 CTX: web.RequestKey[RequestContext] = web.RequestKey("gateway_ctx", RequestContext)

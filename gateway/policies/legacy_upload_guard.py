@@ -23,7 +23,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDictProxy
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..http import ensure_continue, new_request_id
+from ..http import ensure_continue
 from ..multipart_sniffer import (
     Ambiguous,
     Boundary,
@@ -140,19 +140,18 @@ class _Successor:
 
 @dataclass(frozen=True, slots=True)
 class _Settings:
-    """Everything the middleware needs, built once from the options."""
+    """Everything the middleware needs, built once: the options and what is derived from them."""
 
-    detect: str
+    options: Options
     successor: _Successor
-    deprecation: str
-    message: str
-    look_ahead: int
-    max_part_header_bytes: int
-    body_read_timeout: float
-    file_fields: tuple[str, ...]
-    linger_bytes: int
-    linger_seconds: float
-    counters: Mapping[str, Any]
+    deprecation: str  # the Deprecation header's value
+    counters: Mapping[str, Any]  # decision -> this route's counter
+
+    def sniffer(self, boundary: Boundary) -> MultipartSniffer:
+        options = self.options
+        return MultipartSniffer(
+            boundary, max_header_bytes=options.max_part_header_bytes, file_fields=options.file_fields
+        )
 
 
 def _epoch(value: dt.datetime | dt.date, tz: dt.tzinfo) -> int:
@@ -174,18 +173,11 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
     rollout = getattr(ctx.config, "rollout", None)
     tz = rollout.tzinfo if rollout is not None else dt.UTC
     settings = _Settings(
-        detect=options.detect,
+        options=options,
         successor=_Successor.compile(
             options.successor_method, options.successor, _route_params(ctx.config, ctx.route_name)
         ),
         deprecation=f"@{_epoch(options.deprecated_since, tz)}",
-        message=options.message,
-        look_ahead=options.look_ahead_bytes,
-        max_part_header_bytes=options.max_part_header_bytes,
-        body_read_timeout=options.body_read_timeout,
-        file_fields=options.file_fields,
-        linger_bytes=options.linger_bytes,
-        linger_seconds=options.linger_seconds,
         counters={d: ctx.metrics.legacy_uploads.labels(ctx.route_name, d) for d in ("allowed", "blocked", "refused")},
     )
     clock = ctx.clock
@@ -201,7 +193,7 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
     async def legacy_upload_guard(request: web.BaseRequest, handler: Handler) -> web.StreamResponse:
         state = request[CTX]
         if forbidden(state.tenant, clock.now(), request.headers):
-            if settings.detect == "route":
+            if settings.options.detect == "route":
                 return await _enforce_route(request, state, handler, settings)
             return await _enforce_file_parts(request, state, handler, settings)
         return await _observe(request, state, handler, settings)
@@ -232,9 +224,8 @@ async def _enforce_file_parts(
         return await _pass(request, state, handler)
     if not request.body_exists:
         return _refuse(request, state, settings, Ambiguous("unterminated_body", "the multipart body is empty"))
-    sniffer = MultipartSniffer(
-        boundary, max_header_bytes=settings.max_part_header_bytes, file_fields=settings.file_fields
-    )
+    sniffer = settings.sniffer(boundary)
+    look_ahead = settings.options.look_ahead_bytes
     # The part headers are in the body: the client is invited to send it (Expect: 100-continue) only now.
     await ensure_continue(request)
     content = request.content
@@ -243,7 +234,7 @@ async def _enforce_file_parts(
     try:
         while True:
             try:
-                async with asyncio.timeout(settings.body_read_timeout):
+                async with asyncio.timeout(settings.options.body_read_timeout):
                     chunk = await content.readany()
             except TimeoutError:
                 raise Ambiguous("body_timeout", "the body stalled before its part headers could be read") from None
@@ -251,16 +242,16 @@ async def _enforce_file_parts(
                 verdict = sniffer.feed_eof()
                 break
             # The sniffer sees no byte past the look-ahead, however the body happens to be chunked.
-            room = settings.look_ahead - size
+            room = look_ahead - size
             verdict = sniffer.feed(chunk if len(chunk) <= room else chunk[:room])
             chunks.append(chunk)
             size += len(chunk)
             if verdict is Verdict.FILE:
                 break
-            if size > settings.look_ahead:
+            if size > look_ahead:
                 raise Ambiguous(
                     "look_ahead_exceeded",
-                    f"the multipart body shows neither a file part nor its end within {settings.look_ahead} bytes",
+                    f"the multipart body shows neither a file part nor its end within {look_ahead} bytes",
                 )
     except Ambiguous as err:
         return _refuse(request, state, settings, err)
@@ -321,8 +312,8 @@ def _block(request: web.BaseRequest, state: RequestContext, settings: _Settings)
         403,
         {
             "code": DISABLED_CODE,
-            "message": settings.message,
-            "request_id": _request_id(state),
+            "message": settings.options.message,
+            "request_id": state.ensure_request_id(),
             "replacement": f"{settings.successor.method} {path}",
         },
     )
@@ -339,15 +330,9 @@ def _refuse(request: web.BaseRequest, state: RequestContext, settings: _Settings
         "code": _CODE_OF_STATUS[status],
         "message": f"This upload route cannot accept the request: {err.message}.",
         "rule": err.rule,
-        "request_id": _request_id(state),
+        "request_id": state.ensure_request_id(),
     }
     return _answer(request, settings, status, body)
-
-
-def _request_id(state: RequestContext) -> str:
-    if state.request_id is None:
-        state.request_id = new_request_id()
-    return state.request_id
 
 
 def _answer(request: web.BaseRequest, settings: _Settings, status: int, body: dict[str, str]) -> web.Response:
@@ -355,7 +340,7 @@ def _answer(request: web.BaseRequest, settings: _Settings, status: int, body: di
     if request.content.is_eof():
         # The whole body has already arrived: an ordinary answer, and the connection may be kept.
         return web.Response(status=status, body=data, content_type="application/json")
-    return _EarlyAnswer(request, status, data, settings.linger_bytes, settings.linger_seconds)
+    return _EarlyAnswer(request, status, data, settings.options.linger_bytes, settings.options.linger_seconds)
 
 
 class _EarlyAnswer(web.Response):
@@ -438,7 +423,7 @@ async def _observe(
     request: web.BaseRequest, state: RequestContext, handler: Handler, settings: _Settings
 ) -> web.StreamResponse:
     """Uploads pass unchanged; they are counted and their responses say the route is deprecated."""
-    if settings.detect == "route":
+    if settings.options.detect == "route":
         if not (request.body_exists or _declares_multipart(request.headers)):
             return await _pass(request, state, handler)
         response = await handler(request)
@@ -451,10 +436,7 @@ async def _observe(
         return _allowed(state, settings, response)
     if boundary is None or not request.body_exists:
         return await _pass(request, state, handler)
-    watch = _Watch(
-        MultipartSniffer(boundary, max_header_bytes=settings.max_part_header_bytes, file_fields=settings.file_fields),
-        settings.look_ahead,
-    )
+    watch = _Watch(settings.sniffer(boundary), settings.options.look_ahead_bytes)
     # The proxy core streams the body (with its timeout and abort handling) and shows each piece to the watch.
     state.body_tap = watch
     response = await handler(request)
