@@ -417,6 +417,15 @@ class Schedule:
         return next((s.at for s in self.steps if s.flag == flag), None)
 
 
+def _effective_date(own: TenantRollout, rollout: RolloutConfig, flag: str) -> tuple[dt.date | None, str]:
+    """A date flag for one tenant, and where it comes from: its own override, else the rollout section's."""
+    value = getattr(own, flag)
+    if value is not None:
+        return value, "tenant override"
+    value = getattr(rollout, flag)
+    return value, ("default" if value == DEFAULT_DATES[flag] else "rollout")
+
+
 class RolloutPlan:
     """Every tenant's schedules, built once from the config (and again on reload)."""
 
@@ -441,13 +450,6 @@ class RolloutPlan:
             global_tz = rollout.tzinfo
             timezones[tenant.name] = tz_name
 
-            def date_of(flag: str) -> tuple[dt.date | None, str]:
-                value = getattr(own, flag)
-                if value is not None:
-                    return value, "tenant override"
-                value = getattr(rollout, flag)
-                return value, ("default" if value == DEFAULT_DATES[flag] else "rollout")
-
             brownouts = [(b, global_tz) for b in rollout.brownouts] if own.brownouts is None else [
                 (b, tz) for b in own.brownouts
             ]
@@ -469,7 +471,7 @@ class RolloutPlan:
                 windows = []
                 if applicable:
                     for i, flag in enumerate(behaviour.flags):
-                        day, source = date_of(flag)
+                        day, source = _effective_date(own, rollout, flag)
                         if day is not None:
                             kind = "override" if source == "tenant override" else "date"
                             steps.append(_Step(_ts(_midnight(day, tz)), i + 1, flag, day, source, kind))
@@ -489,7 +491,7 @@ class RolloutPlan:
             schedules[tenant.name] = per
             signals[tenant.name] = {}
             for flag in SIGNAL_FLAGS:
-                day, _ = date_of(flag)
+                day, _ = _effective_date(own, rollout, flag)
                 signals[tenant.name][flag] = None if day is None else _ts(_midnight(day, tz))
         return cls(schedules, signals, timezones)
 
@@ -543,7 +545,7 @@ def rollout_problems(config: Any) -> list[str]:
         where = f"tenants[{i}].rollout"
         for early, late, strict in pairs:
             a_own, b_own = getattr(own, early), getattr(own, late)
-            a, b = a_own or getattr(rollout, early), b_own or getattr(rollout, late)
+            a, b = _effective_date(own, rollout, early)[0], _effective_date(own, rollout, late)[0]
             if in_order(a, b, strict) or (a_own is None and b_own is None):
                 continue
             if b_own is not None:

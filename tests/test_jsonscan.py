@@ -80,11 +80,11 @@ def test_grammar_between_elements() -> None:
         (b"[1 , 2 ,\n3 ]", (12, 3, [2, 6], 10)),
         (b'[{"a":[1,2]},[3],"x",null]', (26, 4, [12, 16], 25)),
     ]:
-        assert _jsonscan.scan_array(text, 0, 2) == want
+        assert scan(text, keep=2) == want
     for text in (b"[1,,2]", b"[1,2,]", b"[,]", b"[1;2]", b"[1,2", b"[1,2}", b"[\x001]", b"[1"):
-        assert _jsonscan.scan_array(text, 0, 2) is None
+        assert scan(text, keep=2) is None
     # The scanner stops at the array's ']': what follows is the caller's to read.
-    assert _jsonscan.scan_array(b'[1],"z":x', 0, 1) == (3, 1, [2], 2)
+    assert scan(b'[1],"z":x', keep=1) == (3, 1, [2], 2)
 
 
 def test_arguments() -> None:
