@@ -18,19 +18,20 @@ answer, so the result is the same either way; without the compiled module, they 
 Otherwise nested values are skipped by one precompiled regular expression per value (nesting up to ``_FAST_DEPTH``
 levels in the pattern, deeper values by an explicit stack), so Python runs once per top-level member and once per
 array element, not once per token. The regex engine still visits every byte of every string (about 7 ns a byte), so
-when at least ``_FAST_MIN_BYTES`` of the text follow the first ``keep`` elements of the array (at least one), the
-rest of the array is read in bulk instead (``_rest_of_array``): whole-text byte operations reduce it to its skeleton
-outside strings, and one regex pass over that skeleton checks and counts the elements. Whatever that reading cannot
-vouch for (an element that is not an object or array, nesting deeper than ``_SKEL_DEPTH``, a control character
-outside strings, a long tail after the array, anything malformed) sends the scan back to the exact path, which then
-gives the answer, so for valid JSON the result is the same either way.
+where the native scanner is not built and at least ``_FAST_MIN_BYTES`` of the text follow the first ``keep``
+elements of the array (at least one), the rest of the array is read in bulk instead (``_rest_of_array``): whole-text
+byte operations reduce it to its skeleton outside strings, and one regex pass over that skeleton checks and counts
+the elements. Whatever that reading cannot vouch for (an element that is not an object or array, nesting deeper than
+``_SKEL_DEPTH``, a control character outside strings, a long tail after the array, anything malformed) sends the
+scan back to the exact path, which then gives the answer, so for valid JSON the result is the same either way.
 
 What the bulk reading does not check, in the elements it skips (after the first ``keep``, and its comma): escape
 letters (``"\\x"`` or ``"\\u12"`` there pass, ``\\"`` and ``\\\\`` are read exactly), and scalar text next to an
 element without a comma (``{} 1``, ``{} "s"``). The exact path refuses such a text. Nothing of that is kept: the
 members, the first ``keep`` elements and everything after the array are read exactly as before, so a cut text is
-JSON whenever its kept parts are. The native path checks all of it (it only vouches for JSON), and reads nesting
-as deep as the exact path (``_MAX_DEPTH`` levels; deeper values it leaves to the exact path, whose answer stands).
+JSON whenever its kept parts are. The native path checks all of it (it only vouches for JSON; a text it refuses goes
+to the exact path, never to the bulk reading), and reads nesting as deep as the exact path (``_MAX_DEPTH`` levels;
+deeper values it leaves to the exact path, whose answer stands).
 """
 
 from __future__ import annotations
@@ -241,7 +242,9 @@ def _scan_array(body: bytes, pos: int, keep: int) -> tuple[int, int, list[int], 
         c = body[pos] if pos < n else -1
         if c == 0x2C:
             pos = ws(body, pos + 1).end()  # type: ignore[union-attr]
-            if count == probe and n - pos >= _FAST_MIN_BYTES:
+            # The bulk reading stands in for the native scanner where it is not built. Where it is, the text it
+            # refused is not JSON (or nests too deep): only the exact path, which checks what bulk skips, may answer.
+            if count == probe and n - pos >= _FAST_MIN_BYTES and _native_scan is None:
                 rest = _rest_of_array(body, pos)
                 if rest is not None:
                     more, last_end, end = rest

@@ -499,6 +499,20 @@ def test_native_path_checks_what_the_bulk_path_skips(monkeypatch: pytest.MonkeyP
     assert native == exact != "NotJSON" and not used
 
 
+def test_a_body_the_native_path_refuses_is_never_cut_by_the_bulk_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bad escape letter in a late card of a large board: with the native scanner built (as shipped), the body does
+    not parse and passes through; only where the scanner is not built does the bulk reading vouch for it (its
+    documented gap: the cut text is still JSON)."""
+    body = _large_board(400)
+    at = body.index(b'"title":"', len(body) // 2) + len(b'"title":"')
+    body = body[:at] + b"\\x" + body[at:]
+    with pytest.raises(NotJSON):
+        scan(body, "cards", keep=100)
+    monkeypatch.setattr(json_splice, "_native_scan", None)
+    layout = scan(body, "cards", keep=100)
+    assert layout.count == 400 and json.loads(drop(body, layout))
+
+
 def test_native_path_nesting(monkeypatch: pytest.MonkeyPatch) -> None:
     """The native path reads values nested up to 512 levels (the exact path's limit), and leaves deeper ones to the
     exact path, whose answer stands (it skips the innermost shallow levels in one go, so it reads a few more)."""
