@@ -7,4 +7,4 @@ where no C compiler is found, the install goes on without it and gateway.json_sp
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("gateway._jsonscan", sources=["gateway/_jsonscan.c"], optional=True)])
+setup(ext_modules=[Extension("gateway.policies.board_cards._jsonscan", sources=["gateway/policies/board_cards/_jsonscan.c"], optional=True)])

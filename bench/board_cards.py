@@ -35,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gateway import json_splice  # noqa: E402
+from gateway.policies.board_cards import json_splice  # noqa: E402
 from tests.board_fixtures import board_bytes  # noqa: E402
 
 PYTHON = sys.executable

@@ -16,18 +16,18 @@ import aiohttp
 from aiohttp import hdrs, http_exceptions, web
 from aiohttp.web_protocol import RequestHandler
 
-from .chain import fold
+from .core.chain import fold
 from .config import LoadedConfig
-from .http import json_error, new_request_id
-from .observability import AccessLogger, AccessLogWriter, LineSink, Metrics
+from .core.http import json_error, new_request_id
+from .ops.observability import AccessLogger, AccessLogWriter, LineSink, Metrics
 from .policies import POLICIES, BuildContext
-from .proxy import ProxyCore
+from .proxy.core import ProxyCore
 from .rollout import Clock, RolloutPlan, clock_from_config
-from .routing import BadRequestTarget, Route, RouteTable, effective_method, normalise_target
-from .tenants import TenantResolver, canonical_host
-from .typedefs import CTX, REFUSAL, Handler, RequestContext
-from .upstream import UpstreamClient
-from .usage import UsageTracker
+from .core.routing import BadRequestTarget, Route, RouteTable, effective_method, normalise_target
+from .core.tenants import TenantResolver, canonical_host
+from .core.exchange import CTX, REFUSAL, Handler, RequestContext
+from .proxy.upstream import UpstreamClient
+from .ops.usage import UsageTracker
 
 __all__ = ("Gateway", "GatewayState", "build_state")
 

@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from aiohttp import web
 
 from . import __version__
-from .admin import make_admin_app
+from .ops.admin import make_admin_app
 from .app import Gateway
-from .workers import supervise
+from .ops.workers import supervise
 from .config import ConfigError, ListenAddress, LoadedConfig, _parse_listen, load_config
 
 __all__ = ("main",)

@@ -29,7 +29,7 @@ from yarl import URL
 
 from .policies import POLICIES
 from .rollout import RolloutConfig, TenantRollout, rollout_problems
-from .tenants import Tenant, TenantResolver, canonical_host
+from .core.tenants import Tenant, TenantResolver, canonical_host
 
 __all__ = (
     "ChainEntry",

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from gateway.admin import make_admin_app
+from gateway.ops.admin import make_admin_app
 from gateway.app import Gateway
 from gateway.config import parse_config
-from gateway.observability import Metrics
+from gateway.ops.observability import Metrics
 from gateway.rollout import Clock
 
 BASE_CONFIG: dict[str, Any] = {

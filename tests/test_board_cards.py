@@ -10,14 +10,15 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from gateway import json_splice
+from gateway.policies.board_cards import json_splice
 from gateway.rollout import RolloutPlan
 from gateway.config import ConfigError, parse_config
-from gateway.observability import Metrics
-from gateway.policies import BuildContext, board_cards
+from gateway.ops.observability import Metrics
+from gateway.policies import BuildContext
+from gateway.policies.board_cards import policy as board_cards
 from gateway.rollout import FixedClock
-from gateway.routing import Route
-from gateway.typedefs import CTX, RequestContext
+from gateway.core.routing import Route
+from gateway.core.exchange import CTX, RequestContext
 from tests.conftest import BASE_CONFIG
 
 
@@ -147,4 +148,4 @@ def test_a_missing_c_scanner_is_logged_once_per_build(monkeypatch: pytest.Monkey
     monkeypatch.setattr(json_splice, "NATIVE", False)
     with caplog.at_level("WARNING", logger="gateway.board_cards"):
         middleware("2026-11-15T00:00:00+00:00")
-    assert [r.getMessage() for r in caplog.records if "gateway._jsonscan" in r.getMessage()] and len(caplog.records) == 1
+    assert [r.getMessage() for r in caplog.records if "gateway.policies.board_cards._jsonscan" in r.getMessage()] and len(caplog.records) == 1

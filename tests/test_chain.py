@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from gateway.chain import fold
+from gateway.core.chain import fold
 
 
 async def test_first_listed_is_outermost() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from gateway.http import new_request_id
+from gateway.core.http import new_request_id
 
 
 def test_ids_are_32_hex_digits_and_distinct() -> None:

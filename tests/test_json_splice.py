@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from gateway import json_splice
-from gateway.json_splice import NotJSON, drop, scan, truncate
+from gateway.policies.board_cards import json_splice
+from gateway.policies.board_cards.json_splice import NotJSON, drop, scan, truncate
 
 MESSAGE = ("cards_deprecation_message", json.dumps("see the card list ✓").encode())
 
@@ -422,7 +422,7 @@ def test_a_member_name_that_is_not_utf8_is_still_a_name() -> None:
     assert layout.count == 2
 
 
-# The native path (``_native_array``: the compiled scanner, gateway/_jsonscan.c, reads the array): forced on small
+# The native path (``_native_array``: the compiled scanner, gateway/policies/board_cards/_jsonscan.c, reads the array): forced on small
 # texts, with the bulk path off so that whatever it does not vouch for goes to the exact path; its result must always
 # be the exact path's. tests/test_jsonscan.py checks the scanner's grammar on its own.
 

@@ -1,4 +1,4 @@
-"""gateway._jsonscan, the C scanner: it must be built, vouch only for JSON arrays, and find their offsets exactly.
+"""gateway.policies.board_cards._jsonscan, the C scanner: it must be built, vouch only for JSON arrays, and find their offsets exactly.
 
 Its verdict on a text is compared with Python's own JSON parser (made strict: no NaN or Infinity) on hand-written
 grammar cases, on every cut of valid texts, and on random damage; its offsets with a walk over the parsed elements.
@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 try:
-    from gateway import _jsonscan  # CI builds it (scripts/bootstrap.sh): a missing build fails here, on purpose
+    from gateway.policies.board_cards import _jsonscan  # CI builds it (scripts/bootstrap.sh): a missing build fails here, on purpose
 except ImportError as missing:
     raise ImportError(
-        "gateway._jsonscan, the C JSON scanner, is not built: install a C compiler (gcc) and run scripts/bootstrap.sh"
+        "gateway.policies.board_cards._jsonscan, the C JSON scanner, is not built: install a C compiler (gcc) and run scripts/bootstrap.sh"
     ) from missing
 
 

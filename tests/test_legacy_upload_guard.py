@@ -16,7 +16,7 @@ from aiohttp.test_utils import make_mocked_request
 
 from gateway.rollout import RolloutPlan
 from gateway.config import ConfigError, parse_config
-from gateway.multipart_sniffer import (
+from gateway.policies.legacy_upload_guard.multipart_sniffer import (
     Ambiguous,
     Boundary,
     MalformedValue,
@@ -25,13 +25,13 @@ from gateway.multipart_sniffer import (
     form_data_boundary,
     parse_media_type,
 )
-from gateway.observability import Metrics
+from gateway.ops.observability import Metrics
 from gateway.policies import POLICIES, BuildContext
 from gateway.policies.legacy_upload_guard import DISABLED_CODE, NAME, Options, build, forbid_in_force
 from gateway.rollout import FixedClock
-from gateway.routing import Route
-from gateway.tenants import Tenant
-from gateway.typedefs import CTX, RequestContext
+from gateway.core.routing import Route
+from gateway.core.tenants import Tenant
+from gateway.core.exchange import CTX, RequestContext
 from tests.conftest import make_config, multipart_body
 
 B = "sniff-B0undary"

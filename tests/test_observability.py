@@ -11,10 +11,10 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 from yarl import URL
 
-from gateway.observability import AccessLogger, Metrics, _seconds, _timestamp, token_fingerprint
-from gateway.routing import Route
-from gateway.tenants import Tenant
-from gateway.typedefs import CTX, REFUSAL, RequestContext
+from gateway.ops.observability import AccessLogger, Metrics, _seconds, _timestamp, token_fingerprint
+from gateway.core.routing import Route
+from gateway.core.tenants import Tenant
+from gateway.core.exchange import CTX, REFUSAL, RequestContext
 
 
 class Lines:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gateway.config import ConfigError, parse_config
-from gateway.observability import Metrics, token_fingerprint
+from gateway.ops.observability import Metrics, token_fingerprint
 from gateway.rollout import (
     FixedClock,
     RolloutConfig,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from gateway.routing import BadRequestTarget, Route, RouteTable, effective_method, normalise_target
+from gateway.core.routing import BadRequestTarget, Route, RouteTable, effective_method, normalise_target
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from yarl import URL
 
-from gateway import tenants
-from gateway.tenants import Tenant, TenantResolver
+from gateway.core import tenants
+from gateway.core.tenants import Tenant, TenantResolver
 
 
 def _tenant(name: str, *hosts: str) -> Tenant:

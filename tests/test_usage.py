@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.usage import UsageTracker
+from gateway.ops.usage import UsageTracker
 
 
 class FakeTime:

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from ..typedefs import Middleware
+from ..core.exchange import Middleware
 from . import board_cards, legacy_upload_guard, request_id
 
 if TYPE_CHECKING:
-    from ..observability import Metrics
+    from ..ops.observability import Metrics
     from ..rollout import Clock, RolloutPlan
 
 __all__ = ("BuildContext", "POLICIES", "PolicySpec")

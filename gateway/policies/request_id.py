@@ -9,8 +9,8 @@ from aiohttp import web
 from multidict import istr
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..http import new_request_id
-from ..typedefs import CTX, Handler, Middleware
+from ..core.http import new_request_id
+from ..core.exchange import CTX, Handler, Middleware
 
 if TYPE_CHECKING:
     from . import BuildContext

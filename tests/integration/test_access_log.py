@@ -7,7 +7,7 @@ import json
 
 import aiohttp
 
-from gateway.observability import AccessLogWriter
+from gateway.ops.observability import AccessLogWriter
 from tests.conftest import GatewayFactory, LineCollector, RecordingUpstream, make_config, raw_exchange
 
 

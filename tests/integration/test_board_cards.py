@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway.observability import token_fingerprint
+from gateway.ops.observability import token_fingerprint
 from gateway.rollout import FixedClock, parse_instant
 from tests.board_fixtures import BIG_INT, board_bytes
 from tests.conftest import GatewayFactory, Received, RecordingUpstream, make_config, parse_responses, raw_exchange

@@ -229,7 +229,7 @@ async def test_workers_stop_when_the_supervisor_is_killed(upstream: RecordingUps
 async def test_deprecations_endpoint_and_usage_command(upstream: RecordingUpstream, start_gateway,
                                                        start_admin) -> None:
     from tests.conftest import make_config
-    from gateway.typedefs import CTX
+    from gateway.core.exchange import CTX
 
     gw = await start_gateway(make_config(upstream.url))
     admin = await start_admin(gw)

@@ -13,7 +13,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from gateway.config import UpstreamConfig
-from gateway.upstream import UpstreamClient
+from gateway.proxy.upstream import UpstreamClient
 from tests.conftest import free_port
 
 

@@ -15,9 +15,9 @@ from aiohttp import hdrs, web
 from multidict import CIMultiDict, CIMultiDictProxy, istr
 from yarl import URL
 
-from .http import HOP_BY_HOP, connection_tokens, ensure_continue, json_error
-from .observability import Metrics
-from .typedefs import CTX, RequestContext
+from ..core.http import HOP_BY_HOP, connection_tokens, ensure_continue, json_error
+from ..ops.observability import Metrics
+from ..core.exchange import CTX, RequestContext
 from .upstream import UpstreamClient
 
 __all__ = ("BodyTooLarge", "ProxyCore", "UpstreamResponse", "VIA")

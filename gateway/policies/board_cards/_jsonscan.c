@@ -1,4 +1,4 @@
-/* gateway._jsonscan: one JSON array read in C, for gateway.json_splice.
+/* gateway.policies.board_cards._jsonscan: one JSON array read in C, for gateway.json_splice.
  *
  * scan_array(body, pos, keep) reads the array whose '[' is at body[pos] and checks it strictly by the JSON grammar
  * (RFC 8259): strings closed, no raw control character in them, escape letters valid (\uXXXX with four hex
@@ -312,7 +312,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "gateway._jsonscan", "One JSON array read in C, for gateway.json_splice.", -1, methods,
+    PyModuleDef_HEAD_INIT, "gateway.policies.board_cards._jsonscan", "One JSON array read in C, for gateway.json_splice.", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__jsonscan(void)

@@ -255,7 +255,7 @@ def _scan_array(body: bytes, pos: int, keep: int) -> tuple[int, int, list[int], 
             raise NotJSON(f"expected ',' or ']' at offset {pos}")
 
 
-# The array, natively: ``gateway._jsonscan.scan_array`` (C, built with the package; see its source) reads the whole
+# The array, natively: ``gateway.policies.board_cards._jsonscan.scan_array`` (C, built with the package; see its source) reads the whole
 # array strictly by the JSON grammar (escape letters, numbers, literals, nesting; not UTF-8, which the Python paths
 # do not check either) and returns the same tuple as ``_scan_array``, at about 0.4 ns a byte, making no object per
 # element. It vouches for JSON only: for anything else (or nesting deeper than ``_MAX_DEPTH``) it returns None and

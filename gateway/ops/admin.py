@@ -8,10 +8,10 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from .rollout import report
+from ..rollout import report
 
 if TYPE_CHECKING:
-    from .app import Gateway
+    from ..app import Gateway
 
 __all__ = ("make_admin_app",)
 

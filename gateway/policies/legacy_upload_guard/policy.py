@@ -23,8 +23,8 @@ from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDictProxy
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..http import ensure_continue
-from ..multipart_sniffer import (
+from ...core.http import ensure_continue
+from .multipart_sniffer import (
     Ambiguous,
     Boundary,
     MalformedValue,
@@ -33,11 +33,11 @@ from ..multipart_sniffer import (
     form_data_boundary,
     parse_media_type,
 )
-from ..typedefs import CTX, Handler, Middleware, RequestContext
+from ...core.exchange import CTX, Handler, Middleware, RequestContext
 
 if TYPE_CHECKING:
-    from ..tenants import Tenant
-    from . import BuildContext
+    from ...core.tenants import Tenant
+    from .. import BuildContext
 
 __all__ = ("DISABLED_CODE", "NAME", "Options", "build", "forbid_in_force")
 

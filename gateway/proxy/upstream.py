@@ -25,7 +25,7 @@ from multidict import CIMultiDict, istr
 from yarl import URL
 
 if TYPE_CHECKING:
-    from .config import UpstreamConfig
+    from ..config import UpstreamConfig
 
 __all__ = ("UpstreamClient",)
 

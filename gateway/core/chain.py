@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Sequence
 
 from aiohttp import web
 
-from .typedefs import Handler, Middleware
+from .exchange import Handler, Middleware
 
 __all__ = ("fold",)
 

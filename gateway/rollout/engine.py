@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .observability import token_fingerprint
+from ..ops.observability import token_fingerprint
 
 if TYPE_CHECKING:
-    from .observability import Metrics
+    from ..ops.observability import Metrics
 
 __all__ = (
     "BEHAVIOURS",

@@ -25,13 +25,13 @@ from aiohttp import web
 from multidict import CIMultiDict
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 
-from .. import json_splice
-from ..proxy import BodyTooLarge, UpstreamResponse
-from ..rollout import BOARD_CARDS, Schedule
-from ..typedefs import CTX, Handler, Middleware
+from . import json_splice
+from ...proxy.core import BodyTooLarge, UpstreamResponse
+from ...rollout.engine import BOARD_CARDS, Schedule
+from ...core.exchange import CTX, Handler, Middleware
 
 if TYPE_CHECKING:
-    from . import BuildContext
+    from .. import BuildContext
 
 __all__ = ("NAME", "Options", "build")
 
@@ -160,7 +160,7 @@ class _PassThrough(Exception):
 def build(options: Options, ctx: BuildContext) -> Middleware:
     if not json_splice.NATIVE:
         log.warning(
-            "board_cards: the C JSON scanner (gateway._jsonscan) is not built (no C compiler at install); large boards "
+            "board_cards: the C JSON scanner (gateway.policies.board_cards._jsonscan) is not built (no C compiler at install); large boards "
             "are read by the Python paths, about 6 times more slowly; reinstall with gcc to build it"
         )
     plan = ctx.rollout

@@ -18,9 +18,9 @@ from aiohttp import hdrs, web
 from aiohttp.abc import AbstractAccessLogger
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from . import __version__
+from .. import __version__
 from .local_metrics import LocalCounter, LocalGauge, LocalHistogram
-from .typedefs import CTX, REFUSAL
+from ..core.exchange import CTX, REFUSAL
 from .usage import UsageTracker
 
 __all__ = ("AccessLogWriter", "AccessLogger", "LineSink", "Metrics", "token_fingerprint")

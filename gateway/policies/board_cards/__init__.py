@@ -1,0 +1,3 @@
+from .policy import NAME, Options, build
+
+__all__ = ("NAME", "Options", "build")
