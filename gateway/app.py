@@ -1,7 +1,9 @@
-"""Wiring: classify each request (tenant, canonical path, route), run its route's chain, and serve it.
+"""Wiring: load a config, build every route's chain around the proxy core, and serve each request at the edge.
 
-The road of a request: listener -> normalise path -> match tenant and route -> the route's chain (outermost
-first) -> proxy core -> upstream, and back through the same chain.
+The road of a request: listener -> canonical path -> tenant (by Host) -> route -> the route's chain (outermost
+first) -> proxy core -> upstream, and back through the same chain; then the proxy core writes the reply. The edge
+(``Gateway.serve``) holds that whole road in one ``try``/``finally``, which records the request exactly once however
+it ends: one access-log line, one count in the metrics, its usage entry, and the in-flight gauge back where it was.
 """
 
 from __future__ import annotations
@@ -10,28 +12,40 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-import aiohttp
 from aiohttp import hdrs, http_exceptions, web
-from aiohttp.web_protocol import RequestHandler
 
+from .config import ConfigError, LoadedConfig, parse_model, read_yaml
 from .core.chain import fold
-from .config import LoadedConfig
-from .core.http import json_error, new_request_id
-from .ops.observability import AccessLogger, AccessLogWriter, LineSink, Metrics
-from .policies import POLICIES, BuildContext
-from .proxy.core import ProxyCore
-from .rollout import Clock, RolloutPlan, clock_from_config
+from .core.exchange import Exchange, Next, Reply
+from .core.http import new_request_id
 from .core.routing import BadRequestTarget, Route, RouteTable, effective_method, normalise_target
+from .core.spec import template_params
 from .core.tenants import TenantResolver, canonical_host
-from .core.exchange import CTX, REFUSAL, Handler, RequestContext
-from .proxy.upstream import UpstreamClient
+from .ops.access_log import AccessLogWriter, LineSink, Recorder
+from .ops.metrics import Metrics
 from .ops.usage import UsageTracker
+from .policies import POLICIES, BuildContext, check_config
+from .proxy.core import ProxyCore
+from .proxy.listener import Listener
+from .proxy.upstream import UpstreamClient
+from .proxy.writer import send
+from .rollout import Clock, RolloutPlan, clock_from_config
 
-__all__ = ("Gateway", "GatewayState", "build_state")
+__all__ = ("ConfigError", "Gateway", "GatewayState", "build_state", "load_config", "parse_config", "parser_error_text")
 
 log = logging.getLogger("gateway")
+
+
+def parse_config(data: Any, source: str = "config") -> LoadedConfig:
+    """A config from parsed YAML (or a dict): the schema, then the policy registry's checks."""
+    return check_config(parse_model(data, source, policies=POLICIES), source)
+
+
+def load_config(path: str | Path) -> LoadedConfig:
+    return parse_config(read_yaml(path), str(path))
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,28 +55,31 @@ class GatewayState:
     config: LoadedConfig
     tenants: TenantResolver
     routes: RouteTable
-    handlers: dict[str, Handler]
+    handlers: dict[str, Next]
     rollout: RolloutPlan
 
 
-def build_state(config: LoadedConfig, proxy: ProxyCore, clock: Clock, metrics: Metrics) -> GatewayState:
+def build_state(config: LoadedConfig, proxy: Next, clock: Clock, metrics: Metrics) -> GatewayState:
     model = config.model
     routes = [Route.build(r.name, r.methods, r.paths, r.prefixes) for r in model.routes]
     catch_all = Route.build("catch_all", None, (), ())
-    plan = RolloutPlan.from_config(model)
+    plan = config.rollout_plan()
     # On every (re)build: the phase gauge restarts from this config's tenants; /metrics refreshes it at each scrape.
-    plan.publish(metrics, clock.now().timestamp(), clear=True)
-    handlers: dict[str, Handler] = {}
+    plan.publish(metrics.rollout_phase, clock.now().timestamp(), clear=True)
+    timezone = model.rollout.tzinfo
+    handlers: dict[str, Next] = {}
     for route in [*routes, catch_all]:
         chain = config.chains[route.name]
-        ctx = BuildContext(route_name=route.name, clock=clock, metrics=metrics, config=model, rollout=plan)
-        middlewares = [POLICIES[name].build(options, ctx) for name, options in chain]
+        params = frozenset(p for template in route.templates for p in template_params(template))
+        ctx = BuildContext(route=route.name, params=params, clock=clock, timezone=timezone, rollout=plan,
+                           families=metrics.families)
+        policies = [POLICIES[name].make(options, ctx) for name, options in chain]
         route.policies = tuple(name for name, _ in chain)
-        handlers[route.name] = fold(middlewares, proxy)
+        handlers[route.name] = fold(policies, proxy)
     return GatewayState(config, config.tenant_resolver(), RouteTable(routes, catch_all), handlers, plan)
 
 
-_PARSER_CODES = {400: "MALFORMED_REQUEST", 413: "REQUEST_TOO_LARGE", 431: "HEADERS_TOO_LARGE", 500: "INTERNAL_ERROR"}
+_PARSER_CODES = {400: "MALFORMED_REQUEST", 413: "REQUEST_TOO_LARGE", 431: "HEADERS_TOO_LARGE"}
 # What the answer says, by the kind of error (most specific first). The parser's own text is never echoed: it can
 # quote the request's bytes (a header with a token, a signed query string), whatever parser (C or Python) wrote it.
 _PARSER_TEXTS: tuple[tuple[type[BaseException], str], ...] = (
@@ -80,52 +97,24 @@ def parser_error_text(exc: BaseException | None) -> str:
     return next((text for kind, text in _PARSER_TEXTS if isinstance(exc, kind)), "the request is not valid HTTP/1.1")
 
 
-def refuse(request: web.BaseRequest, metrics: Metrics, status: int, code: str, message: str) -> web.Response:
-    """A JSON error for a request the gateway does not forward; counted, and named in its access-log line."""
-    metrics.refused.labels(code).inc()
-    rid = new_request_id()
-    request[REFUSAL] = (code, rid)
-    response = json_error(status, code, message, rid)
-    response.force_close()
-    return response
+@dataclass(slots=True)
+class _Refusal:
+    """A request answered before routing: its answer, its code and its request id (for the record)."""
 
+    reply: Reply
+    code: str
+    request_id: str
 
-class _Connection(RequestHandler):
-    """aiohttp's connection handler, answering what its HTTP parser refuses with the gateway's JSON errors.
-
-    aiohttp's own answer is text/plain, and its log line carries the parser's context, which can quote the request's
-    bytes (a header with a token in it): here the log and the answer name only the status and the kind of error.
-    """
-
-    def handle_error(
-        self, request: web.BaseRequest, status: int = 500, exc: BaseException | None = None, message: str | None = None
-    ) -> web.StreamResponse:
-        if request.writer.output_size > 0:
-            raise ConnectionError("the response head is already sent")
-        code = _PARSER_CODES.get(status, "BAD_REQUEST" if status < 500 else "INTERNAL_ERROR")
-        if status >= 500:
-            text = "the gateway failed to handle this request"
-        else:
-            text = parser_error_text(exc)
-        log.info("refused a request the HTTP parser rejected: %s %s", status, type(exc).__name__ if exc else "")
-        manager = self._manager
-        assert isinstance(manager, _Server)
-        return refuse(request, manager.metrics, status, code, text)
-
-
-class _Server(web.Server):
-    """The low-level server, with the gateway's connection handler."""
-
-    def __init__(self, handler: Handler, *, metrics: Metrics, **kwargs: Any) -> None:
-        super().__init__(handler, **kwargs)
-        self.metrics = metrics
-
-    def __call__(self) -> RequestHandler:
-        return _Connection(self, loop=self._loop, **self._kwargs)
+    @classmethod
+    def of(cls, status: int, code: str, message: str) -> _Refusal:
+        rid = new_request_id()
+        reply = Reply.error(status, code, message, rid)
+        reply.close_connection = True
+        return cls(reply, code, rid)
 
 
 class Gateway:
-    """The public listener's request handler; owns the upstream client, the metrics and the current state."""
+    """The public listener's edge; owns the upstream client, the metrics, the recorder and the current state."""
 
     def __init__(
         self,
@@ -133,20 +122,21 @@ class Gateway:
         *,
         clock: Clock | None = None,
         metrics: Metrics | None = None,
-        session: aiohttp.ClientSession | None = None,
+        client: UpstreamClient | None = None,
         access_log: LineSink | None = None,
     ) -> None:
         self.access_log: LineSink = access_log if access_log is not None else AccessLogWriter()
         self.metrics = metrics or Metrics()
         self.clock = clock or clock_from_config(config.model.rollout)
-        self._own_session = session is None
-        self._session = session
+        self._own_client = client is None
+        self._client = client
         self._config = config
         self._state: GatewayState | None = None
         self.ready = False
-        self._access_logger: AccessLogger | None = None
-        usage = config.model.usage
-        self.usage = UsageTracker(window_seconds=usage.window_seconds, max_clients=usage.max_clients)
+        model = config.model
+        self.usage = UsageTracker(window_seconds=model.usage.window_seconds, max_clients=model.usage.max_clients)
+        self.recorder = Recorder(self.metrics, self.usage, self.access_log if model.access_log.enabled else None,
+                                 observe=model.metrics.enabled)
 
     @property
     def state(self) -> GatewayState:
@@ -155,15 +145,10 @@ class Gateway:
 
     async def start(self) -> None:
         server = self._config.model.server
-        if self._session is None:
-            client = UpstreamClient.open(self._config.model.upstream, max_field_size=server.max_header_bytes)
-        else:
-            client = UpstreamClient(self._session)  # every request through ClientSession.request
+        if self._client is None:
+            self._client = UpstreamClient.open(self._config.model.upstream, max_field_size=server.max_header_bytes)
         self.proxy = ProxyCore(
-            client,
-            self.metrics,
-            trust_forwarded=server.trust_forwarded_headers,
-            body_timeout=server.client_body_timeout,
+            self._client, trust_forwarded=server.trust_forwarded_headers, body_timeout=server.client_body_timeout
         )
         self._state = build_state(self._config, self.proxy, self.clock, self.metrics)
         self.ready = True
@@ -183,25 +168,13 @@ class Gateway:
         flush = getattr(self.access_log, "flush", None)
         if flush is not None:
             flush()
-        if self._own_session and self._state is not None:
-            await self.proxy.client.close()
+        if self._own_client and self._client is not None:
+            await self._client.close()
 
     def make_server(self) -> web.Server:
         server = self._config.model.server
-        sink = self.access_log if self._config.model.access_log.enabled else None
-        logger_cls = type(
-            "GatewayAccessLogger",
-            (AccessLogger,),
-            {"metrics": self.metrics, "usage": self.usage, "sink": sink, "observe": self._config.model.metrics.enabled},
-        )
-        # aiohttp calls the access logger only when it has a logging.Logger; lines go to the sink, not to it.
-        logger = logging.getLogger("gateway.access")
-        self._access_logger = logger_cls(logger, "")
-        return _Server(
-            self.handle,
-            metrics=self.metrics,
-            access_log_class=logger_cls,
-            access_log=logger,
+        return Listener(
+            self,
             max_line_size=server.max_header_bytes,
             max_field_size=server.max_header_bytes,
             # Bodies pass through as sent: a gzip request body must reach the upstream still gzipped.
@@ -212,15 +185,74 @@ class Gateway:
             # After an early answer, unread request bytes are read and dropped for at most this long, so the client
             # can read the answer before the connection closes (aiohttp's default is 10 s).
             lingering_time=2.0,
+            # Every request is recorded by the edge itself (ops.access_log), never by aiohttp's access logger.
+            access_log=None,
         )
 
-    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        state = self._state
-        assert state is not None
+    async def serve(self, request: web.BaseRequest) -> web.StreamResponse:
+        """The edge: classify, run the route's chain, write the reply; record the request once, however it ends."""
+        started = time.monotonic()
+        state = self.state
+        exchange: Exchange | None = None
+        refusal: _Refusal | None = None
+        status = 0
+        client_gone = False
+        self.metrics.in_flight.inc()
+        try:
+            classified = self._classify(request, state, started)
+            if isinstance(classified, _Refusal):
+                refusal = classified
+                reply = refusal.reply
+            else:
+                exchange = classified
+                reply = await self._run(state, exchange)
+            status = reply.status
+            response = await self._send(request, reply, exchange)
+            status = response.status
+            return response
+        except asyncio.CancelledError:
+            client_gone = True  # aiohttp cancels the handler of a connection the client closed
+            raise
+        except ConnectionError:
+            # The answer was cut part way: by the client, unless the upstream's body broke off (then its status and
+            # the bytes actually sent are recorded, with the upstream error).
+            client_gone = exchange is None or not (exchange.upstream_error or "").startswith("body_")
+            raise
+        finally:
+            self.metrics.in_flight.dec()
+            self.recorder.record(
+                request, exchange, 499 if client_gone else status, started,
+                refused=refusal.code if refusal else None, request_id=refusal.request_id if refusal else None,
+            )
+
+    async def serve_unparsed(
+        self, request: web.BaseRequest, status: int, exc: BaseException | None
+    ) -> web.StreamResponse:
+        """A request the HTTP parser rejected: a JSON answer naming the kind of error (never its text), recorded."""
+        started = time.monotonic()
+        if status >= 500:
+            code, text = "INTERNAL_ERROR", "the gateway failed to handle this request"
+        else:
+            code, text = _PARSER_CODES.get(status, "BAD_REQUEST"), parser_error_text(exc)
+        log.info("refused a request the HTTP parser rejected: %s %s", status, type(exc).__name__ if exc else "")
+        refusal = _Refusal.of(status, code, text)
+        client_gone = False
+        self.metrics.in_flight.inc()
+        try:
+            return await send(request, refusal.reply)
+        except (asyncio.CancelledError, ConnectionError):
+            client_gone = True
+            raise
+        finally:
+            self.metrics.in_flight.dec()
+            self.recorder.record(request, None, 499 if client_gone else status, started, refused=code,
+                                 request_id=refusal.request_id)
+
+    def _classify(self, request: web.BaseRequest, state: GatewayState, started: float) -> Exchange | _Refusal:
         headers = request.headers
         hosts = headers.getall(hdrs.HOST, ())
         if len(hosts) > 1:
-            return refuse(request, self.metrics, 400, "BAD_HOST", "the request has more than one Host header")
+            return _Refusal.of(400, "BAD_HOST", "the request has more than one Host header")
         host = hosts[0] if hosts else None
         try:
             target = normalise_target(request.raw_path)
@@ -228,22 +260,31 @@ class Gateway:
                 raise BadRequestTarget("BAD_REQUEST_TARGET", "the absolute-form request target names another host")
             method = effective_method(request.method, headers, target.query)
         except BadRequestTarget as err:
-            return refuse(request, self.metrics, 400, err.code, err.message)
+            return _Refusal.of(400, err.code, err.message)
         tenant = state.tenants.resolve(host)
         if tenant is None:
-            return refuse(request, self.metrics, 421, "UNKNOWN_HOST", "this gateway serves no company at the requested host")
+            return _Refusal.of(421, "UNKNOWN_HOST", "this gateway serves no company at the requested host")
         route, params = state.routes.match(method, target.path)
-        ctx = RequestContext(time.monotonic(), tenant, route, params, target.path, target.query, method)
-        request[CTX] = ctx
-        self.metrics.in_flight.inc()
+        return Exchange(request, started, tenant, route, params, target.path, target.query, method)
+
+    async def _run(self, state: GatewayState, exchange: Exchange) -> Reply:
         try:
-            return await state.handlers[route.name](request)
-        except asyncio.CancelledError:
-            # aiohttp writes no access line for a cancelled handler (the client went away): write it here.
-            ctx.client_aborted = True
-            if self._access_logger is not None:
-                self._access_logger.log(request, web.Response(status=499), time.monotonic() - ctx.start)
-            raise
+            return await state.handlers[exchange.route.name](exchange)
         except Exception:
-            log.exception("unhandled error on route %s (request id %s)", route.name, ctx.request_id)
-            return json_error(500, "INTERNAL_ERROR", "the gateway failed to handle this request", ctx.request_id)
+            log.exception("unhandled error on route %s (request id %s)", exchange.route.name, exchange.request_id)
+            return Reply.error(500, "INTERNAL_ERROR", "the gateway failed to handle this request",
+                               exchange.ensure_request_id())
+
+    async def _send(self, request: web.BaseRequest, reply: Reply, exchange: Exchange | None) -> web.StreamResponse:
+        try:
+            return await send(request, reply)
+        except (ConnectionError, asyncio.CancelledError):
+            raise
+        except Exception as err:
+            route = exchange.route.name if exchange else "none"
+            log.exception("unhandled error writing the answer on route %s", route)
+            if request.writer.output_size:
+                raise ConnectionResetError("the answer failed part way") from err
+            rid = exchange.ensure_request_id() if exchange else new_request_id()
+            return await send(request, Reply.error(500, "INTERNAL_ERROR", "the gateway failed to handle this request",
+                                                   rid))

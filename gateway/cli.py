@@ -16,10 +16,10 @@ from collections.abc import Callable, Sequence
 from aiohttp import web
 
 from . import __version__
+from .app import Gateway, load_config
+from .config import ConfigError, ListenAddress, LoadedConfig, parse_listen
 from .ops.admin import make_admin_app
-from .app import Gateway
 from .ops.workers import supervise
-from .config import ConfigError, ListenAddress, LoadedConfig, _parse_listen, load_config
 
 __all__ = ("main",)
 
@@ -29,7 +29,7 @@ log = logging.getLogger("gateway")
 
 def _listen(value: str) -> ListenAddress:
     try:
-        return _parse_listen(value)
+        return parse_listen(value)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 
@@ -149,7 +149,7 @@ def _usage(admin: str, top: int, raw: bool) -> int:
 
 
 def _rollout(config_path: str, at: str | None, host: str | None) -> int:
-    from .rollout import RolloutPlan, clock_from_config, describe, parse_instant
+    from .rollout import clock_from_config, describe, parse_instant
 
     try:
         config = load_config(config_path)
@@ -169,7 +169,7 @@ def _rollout(config_path: str, at: str | None, host: str | None) -> int:
             return 2
         names = [tenant.name]
     print(f"rollout at {now.isoformat()} ({config.source})")
-    print("\n".join(describe(RolloutPlan.from_config(config.model), now, names)))
+    print("\n".join(describe(config.rollout_plan(), now, names)))
     return 0
 
 

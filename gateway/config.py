@@ -1,4 +1,8 @@
-"""The configuration file: YAML, validated at start-up; every problem is reported at once with its path.
+"""The configuration file: YAML and its schema. Every problem is reported at once with its path.
+
+Schema only: a chain entry is a policy name and its raw options, and the rollout section's date flags are raw dates;
+the policy registry validates both against what the policies declare (``gateway.policies.check_config``), which is
+what ``gateway.app.load_config`` runs. This module imports no policy.
 
 Defaults that come from the service spec live here: a company created on or after 2026-05-21 has restricted file
 access and the forbid-legacy-uploads setting on, unless the config says otherwise; forbid without restricted
@@ -10,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -22,14 +26,18 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 from yarl import URL
 
-from .policies import POLICIES
-from .rollout import RolloutConfig, TenantRollout, rollout_problems
+from .core.spec import RESTRICTED_BY_DEFAULT_FROM, TEMPLATE_PARAM
 from .core.tenants import Tenant, TenantResolver, canonical_host
+from .proxy.options import UpstreamConfig
+from .rollout.behaviour import Behaviour
+from .rollout.config import RolloutConfig, TenantRollout
+from .rollout.plan import RolloutPlan
 
 __all__ = (
     "ChainEntry",
@@ -37,17 +45,18 @@ __all__ = (
     "GatewayConfig",
     "ListenAddress",
     "LoadedConfig",
-    "RESTRICTED_BY_DEFAULT_FROM",
-    "load_config",
-    "parse_config",
+    "RouteConfig",
+    "TenantConfig",
+    "loc",
+    "parse_listen",
+    "parse_model",
+    "pydantic_problems",
+    "read_yaml",
 )
-
-# Spec, "Versioning" 3: companies created on or after this date have both file settings on from the start.
-RESTRICTED_BY_DEFAULT_FROM = dt.date(2026, 5, 21)
 
 _NAME_RE = r"^[a-z][a-z0-9_\-]*$"
 _METHOD_RE = re.compile(r"^[A-Z][A-Z0-9\-_]*$")
-_TEMPLATE_RE = re.compile(r"^(/([A-Za-z0-9\-._~!$&'()*+,=:@]+|\{[A-Za-z_][A-Za-z0-9_]*\}))+$")
+_TEMPLATE_RE = re.compile(rf"^(/([A-Za-z0-9\-._~!$&'()*+,=:@]+|{TEMPLATE_PARAM}))+$")
 _HOST_RE = re.compile(r"^(\*\.)?([a-z0-9]([a-z0-9\-]*[a-z0-9])?)(\.[a-z0-9]([a-z0-9\-]*[a-z0-9])?)*$")
 
 
@@ -69,7 +78,7 @@ class ListenAddress:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
-def _parse_listen(value: Any) -> ListenAddress:
+def parse_listen(value: Any) -> ListenAddress:
     if isinstance(value, ListenAddress):
         return value
     if not isinstance(value, str):
@@ -88,7 +97,7 @@ def _parse_listen(value: Any) -> ListenAddress:
     return ListenAddress(host, int(port))
 
 
-Listen = Annotated[ListenAddress, BeforeValidator(_parse_listen)]
+Listen = Annotated[ListenAddress, BeforeValidator(parse_listen)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +108,7 @@ class ChainEntry:
     options: Mapping[str, Any]
 
 
-def _parse_chain_entry(value: Any) -> ChainEntry:
+def _parse_chain_entry(value: Any, info: ValidationInfo) -> ChainEntry:
     if isinstance(value, ChainEntry):
         return value
     options: Any
@@ -112,8 +121,13 @@ def _parse_chain_entry(value: Any) -> ChainEntry:
             raise ValueError(f"options of policy {name!r} must be a mapping")
     else:
         raise ValueError("a chain entry is a policy name, or a mapping of one policy name to its options")
-    if name not in POLICIES:
-        raise ValueError(f"unknown policy {name!r} (known: {', '.join(sorted(POLICIES))})")
+    if not isinstance(name, str):
+        raise ValueError("a policy name is a string")
+    # The names the registry knows, when the caller gives them (parse_model(..., policies=...)): an unknown one is
+    # reported with the other problems of the schema. Its options are the registry's to check.
+    known = (info.context or {}).get("policies")
+    if known is not None and name not in known:
+        raise ValueError(f"unknown policy {name!r} (known: {', '.join(sorted(known))})")
     return ChainEntry(name, options)
 
 
@@ -139,14 +153,6 @@ class ServerConfig(_Model):
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
     # Trust the client's X-Forwarded-Proto/Host (only behind a trusted load balancer).
     trust_forwarded_headers: bool = False
-
-
-class UpstreamConfig(_Model):
-    connect_timeout: float = Field(default=5.0, gt=0, le=300)
-    # Longest silence while waiting for the upstream's response head or its next body bytes.
-    read_timeout: float = Field(default=60.0, gt=0, le=3600)
-    pool_size: int = Field(default=1000, ge=1, le=100_000)
-    keepalive_timeout: float = Field(default=30.0, gt=0, le=3600)
 
 
 class AccessLogConfig(_Model):
@@ -302,11 +308,13 @@ class GatewayConfig(_Model):
 
 @dataclass(frozen=True, slots=True)
 class LoadedConfig:
-    """A validated config, with every chain entry's options parsed by its policy's model."""
+    """A config checked whole: the schema, and every chain entry's options parsed by its policy's model (built by
+    the policy registry, ``gateway.policies.check_config``)."""
 
     model: GatewayConfig
-    chains: Mapping[str, tuple[tuple[str, BaseModel], ...]]  # route name (and "catch_all") -> policies
+    chains: Mapping[str, tuple[tuple[str, BaseModel], ...]]  # route name (and "catch_all") -> policies and options
     source: str
+    behaviours: Mapping[str, Behaviour]  # the dated behaviours the policies declare, by name
 
     def tenants(self) -> list[Tenant]:
         return [t.resolve() for t in self.model.tenants]
@@ -317,8 +325,13 @@ class LoadedConfig:
         default = next((t for t in tenants if t.name == self.model.default_tenant), None)
         return TenantResolver(tenants, default)
 
+    def rollout_plan(self) -> RolloutPlan:
+        """Every tenant's schedule of every dated behaviour, from this config."""
+        tenants = [(t.resolve(), t.rollout) for t in self.model.tenants]
+        return RolloutPlan.build(self.model.rollout, tenants, self.behaviours)
 
-def _loc(parts: Sequence[int | str]) -> str:
+
+def loc(parts: Sequence[int | str]) -> str:
     out = ""
     for part in parts:
         if isinstance(part, int):
@@ -328,11 +341,11 @@ def _loc(parts: Sequence[int | str]) -> str:
     return out or "(top level)"
 
 
-def _pydantic_problems(err: ValidationError, prefix: Sequence[int | str] = ()) -> list[str]:
+def pydantic_problems(err: ValidationError, prefix: Sequence[int | str] = ()) -> list[str]:
     problems = []
     for item in err.errors(include_url=False):
         msg = item["msg"].removeprefix("Value error, ")
-        problems.append(f"{_loc([*prefix, *item['loc']])}: {msg}")
+        problems.append(f"{loc([*prefix, *item['loc']])}: {msg}")
     return problems
 
 
@@ -353,44 +366,19 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def parse_config(data: Any, source: str = "config") -> LoadedConfig:
+def parse_model(data: Any, source: str = "config", *, policies: Collection[str] | None = None) -> GatewayConfig:
+    """The schema's reading of parsed YAML (or a dict), or ConfigError with every problem. ``policies``: the policy
+    names a chain entry may use (the registry's), checked here so that they are reported with the rest."""
     if not isinstance(data, dict):
         raise ConfigError(["(top level): expected a mapping"], source)
     try:
-        model = GatewayConfig.model_validate(data)
+        return GatewayConfig.model_validate(data, context={"policies": policies} if policies is not None else None)
     except ValidationError as err:
-        raise ConfigError(_pydantic_problems(err), source) from None
-    problems: list[str] = []
-    chains: dict[str, tuple[tuple[str, BaseModel], ...]] = {}
-
-    global_names = [e.name for e in model.global_chain]
-
-    def options_of(
-        entries: Sequence[ChainEntry], where: list[int | str], outer: Sequence[str] = ()
-    ) -> tuple[tuple[str, BaseModel], ...]:
-        parsed = []
-        names = [*outer, *(e.name for e in entries)]
-        for j, entry in enumerate(entries):
-            if names.count(entry.name) > 1 and (entry.name in outer or names.index(entry.name) < len(outer) + j):
-                problems.append(f"{_loc([*where, j])}: policy {entry.name!r} is listed twice in this chain"
-                                + (" (it is in global_chain)" if entry.name in outer else ""))
-            try:
-                parsed.append((entry.name, POLICIES[entry.name].options.model_validate(entry.options)))
-            except ValidationError as err:
-                problems.extend(_pydantic_problems(err, [*where, j, entry.name]))
-        return tuple(parsed)
-
-    global_chain = options_of(model.global_chain, ["global_chain"])
-    for i, route in enumerate(model.routes):
-        chains[route.name] = global_chain + options_of(route.chain, ["routes", i, "chain"], global_names)
-    chains["catch_all"] = global_chain + options_of(model.catch_all.chain, ["catch_all", "chain"], global_names)
-    problems.extend(rollout_problems(model))
-    if problems:
-        raise ConfigError(problems, source)
-    return LoadedConfig(model, chains, source)
+        raise ConfigError(pydantic_problems(err), source) from None
 
 
-def load_config(path: str | Path) -> LoadedConfig:
+def read_yaml(path: str | Path) -> Any:
+    """The file's YAML (duplicated keys refused), or ConfigError."""
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -403,4 +391,4 @@ def load_config(path: str | Path) -> LoadedConfig:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(err, "problem", None) or str(err)
         raise ConfigError([f"{where}invalid YAML: {problem}"], source) from None
-    return parse_config(data, source)
+    return data

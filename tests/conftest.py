@@ -19,8 +19,8 @@ from aiohttp import web
 
 from gateway.ops.admin import make_admin_app
 from gateway.app import Gateway
-from gateway.config import parse_config
-from gateway.ops.observability import Metrics
+from gateway.app import parse_config
+from gateway.ops.metrics import Metrics
 from gateway.rollout import Clock
 
 BASE_CONFIG: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""board_cards alone: its options, its helpers, and the middleware with a mocked request and next handler."""
+"""board_cards alone: its options, its helpers, and the policy with a mocked request and a stand-in proxy core."""
 
 from __future__ import annotations
 
@@ -7,19 +7,15 @@ import datetime as dt
 from typing import Any
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import make_mocked_request
+from multidict import CIMultiDict
 
+from gateway.app import ConfigError, parse_config
+from gateway.core.exchange import Exchange, Policy, Reply
+from gateway.ops.metrics import Metrics
 from gateway.policies.board_cards import json_splice
-from gateway.rollout import RolloutPlan
-from gateway.config import ConfigError, parse_config
-from gateway.ops.observability import Metrics
-from gateway.policies import BuildContext
 from gateway.policies.board_cards import policy as board_cards
-from gateway.rollout import FixedClock
-from gateway.core.routing import Route
-from gateway.core.exchange import CTX, RequestContext
 from tests.conftest import BASE_CONFIG
+from tests.policy_testlib import Terminal, build_policy, exchange_for, mocked_request
 
 
 def loaded(options: dict[str, Any]) -> Any:
@@ -76,76 +72,84 @@ def test_memo_reuses_only_identical_bodies_within_its_budget() -> None:
     assert ("t", "/big") not in memo.entries
 
 
-def middleware(at: str, options: dict[str, Any] | None = None) -> tuple[Any, Metrics]:
+def test_memo_counts_the_outputs_it_keeps() -> None:
+    memo = board_cards._Memo(100)
+    body = b'{"cards":[1,2,3]}'
+    entry = board_cards._MemoEntry(body, json_splice.scan(body, "cards"))
+    memo.put(("t", "/b/1"), entry)
+    memo.render(("t", "/b/1"), entry, (1, False), (b"x" * 40, False))
+    assert memo.size == len(body) + 40 and entry.size == memo.size
+    memo.render(("t", "/b/1"), entry, (2, True), (b"y" * 50, True))
+    # Over the budget with its outputs: the entry goes, and the memo holds nothing it does not count.
+    assert ("t", "/b/1") not in memo.entries and memo.size == 0
+
+
+def policy(at: str, options: dict[str, Any] | None = None) -> tuple[Policy, Metrics, Any]:
     config = loaded(options or {})
     metrics = Metrics()
-    clock = FixedClock(dt.datetime.fromisoformat(at))
-    ctx = BuildContext(route_name="board", clock=clock, metrics=metrics, config=config.model,
-                       rollout=RolloutPlan.from_config(config.model))
-    return board_cards.build(config.chains["board"][-1][1], ctx), metrics
+    return build_policy(config, "board", "board_cards", at, metrics), metrics, config
 
 
-def request(method: str = "GET", headers: dict[str, str] | None = None) -> web.BaseRequest:
-    req = make_mocked_request(method, "/api/latest/boards/7", headers=headers or {})
-    tenant = parse_config(copy.deepcopy(BASE_CONFIG)).tenants()[0]
-    req[CTX] = RequestContext(0.0, tenant, Route.build("board", None, (), ()), {"board_id": "7"},
-                              "/api/latest/boards/7", "", method)
-    return req
+def exchange(config: Any, method: str = "GET", headers: dict[str, str] | None = None) -> Exchange:
+    request = mocked_request(method, "/api/latest/boards/7", headers or {})
+    return exchange_for(config, request, "board", {"board_id": "7"})
+
+
+def responses(metrics: Metrics, phase: str, action: str) -> float:
+    labels = {"phase": phase, "action": action}
+    return metrics.registry.get_sample_value("gateway_board_responses_total", labels) or 0.0
 
 
 async def test_before_the_cap_date_the_response_is_the_upstreams_with_signal_headers() -> None:
-    mw, metrics = middleware("2026-09-01T00:00:00+00:00")
-    seen: list[web.BaseRequest] = []
+    guard, metrics, config = policy("2026-09-01T00:00:00+00:00")
 
-    async def handler(req: web.BaseRequest) -> web.StreamResponse:
-        seen.append(req)
-        return web.Response(body=b'{"cards":[1]}', headers={"ETag": '"x"'})
+    async def upstream(exchange: Exchange) -> Reply:
+        return Reply(200, CIMultiDict({"ETag": '"x"'}), b'{"cards":[1]}')
 
-    req = request()
-    resp = await mw(req, handler)
-    assert resp.body == b'{"cards":[1]}' and resp.headers["ETag"] == '"x"'
-    assert resp.headers["Deprecation"] == f"@{int(dt.datetime(2026, 10, 1, tzinfo=dt.UTC).timestamp())}"
-    assert resp.headers["Link"] == '</api/latest/cards?board_id=7>; rel="successor-version"'
-    assert req[CTX].decisions["board_cards"] == "full:untouched"
-    assert req[CTX].upstream_headers == {}
-    assert metrics.board_responses.labels("full", "untouched")._value.get() == 1
+    ex = exchange(config)
+    reply = await guard(ex, Terminal(upstream))
+    assert await reply.read(1000) == b'{"cards":[1]}' and reply.headers["ETag"] == '"x"'
+    assert reply.headers["Deprecation"] == f"@{int(dt.datetime(2026, 10, 1, tzinfo=dt.UTC).timestamp())}"
+    assert reply.headers["Link"] == '</api/latest/cards?board_id=7>; rel="successor-version"'
+    assert ex.decisions["board_cards"] == "full:untouched"
+    assert ex.upstream_headers == {}
+    assert responses(metrics, "full", "untouched") == 1
 
 
 async def test_rewriting_phase_prepares_the_upstream_request_and_passes_gateway_errors() -> None:
-    mw, metrics = middleware("2026-11-02T00:00:00+00:00")
+    guard, metrics, config = policy("2026-11-02T00:00:00+00:00")
 
-    async def handler(req: web.BaseRequest) -> web.StreamResponse:
-        assert req.method == "GET" and req[CTX].method == "GET"  # a HEAD is forwarded as GET
-        return web.Response(status=502, text="upstream down")
+    async def upstream(exchange: Exchange) -> Reply:
+        assert exchange.method == "GET"  # a HEAD is forwarded as GET
+        return Reply.error(502, "UPSTREAM_RESET", "upstream down")
 
-    req = request("HEAD", {"If-None-Match": 'W/"abc", "zzz"', "Range": "bytes=0-1"})
-    resp = await mw(req, handler)
-    assert resp.status == 502
-    ctx = req[CTX]
-    assert ctx.method == "HEAD"
-    assert ctx.upstream_headers["Accept-Encoding"] == "identity"
-    assert ctx.upstream_headers["Range"] is None and ctx.upstream_headers["If-Modified-Since"] is None
-    assert ctx.upstream_headers["If-None-Match"] is None  # neither tag was issued by this phase
-    assert ctx.decisions["board_cards"] == "removed:not_ok"
-    assert metrics.board_responses.labels("removed", "not_ok")._value.get() == 1
+    ex = exchange(config, "HEAD", {"If-None-Match": 'W/"abc", "zzz"', "Range": "bytes=0-1"})
+    reply = await guard(ex, Terminal(upstream))
+    assert reply.status == 502
+    assert ex.method == "HEAD"
+    assert ex.upstream_headers["Accept-Encoding"] == "identity"
+    assert ex.upstream_headers["Range"] is None and ex.upstream_headers["If-Modified-Since"] is None
+    assert ex.upstream_headers["If-None-Match"] is None  # neither tag was issued by this phase
+    assert ex.decisions["board_cards"] == "removed:not_ok"
+    assert responses(metrics, "removed", "not_ok") == 1
 
 
 async def test_signal_headers_can_be_turned_off() -> None:
-    mw, _ = middleware("2026-09-01T00:00:00+00:00", {"signal": False})
+    guard, _, config = policy("2026-09-01T00:00:00+00:00", {"signal": False})
 
-    async def handler(req: web.BaseRequest) -> web.StreamResponse:
-        return web.Response(body=b"{}")
+    async def upstream(exchange: Exchange) -> Reply:
+        return Reply(200, body=b"{}")
 
-    resp = await mw(request(), handler)
-    assert "Deprecation" not in resp.headers and "Link" not in resp.headers
+    reply = await guard(exchange(config), Terminal(upstream))
+    assert "Deprecation" not in reply.headers and "Link" not in reply.headers
 
 
 def test_a_missing_c_scanner_is_logged_once_per_build(monkeypatch: pytest.MonkeyPatch,
                                                        caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level("WARNING", logger="gateway.board_cards"):
-        middleware("2026-11-15T00:00:00+00:00")
+        policy("2026-11-15T00:00:00+00:00")
     assert json_splice.NATIVE and not caplog.records  # built here (CI builds it)
     monkeypatch.setattr(json_splice, "NATIVE", False)
     with caplog.at_level("WARNING", logger="gateway.board_cards"):
-        middleware("2026-11-15T00:00:00+00:00")
+        policy("2026-11-15T00:00:00+00:00")
     assert [r.getMessage() for r in caplog.records if "gateway.policies.board_cards._jsonscan" in r.getMessage()] and len(caplog.records) == 1

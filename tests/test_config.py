@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gateway.config import ConfigError, load_config, parse_config
+from gateway.app import ConfigError, load_config, parse_config
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -3,19 +3,14 @@ request and a recording next handler (no sockets)."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
+import json
 import random
-from collections.abc import AsyncIterable
 from typing import Any
-from unittest import mock
 
 import pytest
-from aiohttp import StreamReader, web
-from aiohttp.test_utils import make_mocked_request
 
-from gateway.rollout import RolloutPlan
-from gateway.config import ConfigError, parse_config
+from gateway.app import ConfigError, parse_config
 from gateway.policies.legacy_upload_guard.multipart_sniffer import (
     Ambiguous,
     Boundary,
@@ -25,14 +20,12 @@ from gateway.policies.legacy_upload_guard.multipart_sniffer import (
     form_data_boundary,
     parse_media_type,
 )
-from gateway.ops.observability import Metrics
-from gateway.policies import POLICIES, BuildContext
-from gateway.policies.legacy_upload_guard import DISABLED_CODE, NAME, Options, build, forbid_in_force
-from gateway.rollout import FixedClock
-from gateway.core.routing import Route
-from gateway.core.tenants import Tenant
-from gateway.core.exchange import CTX, RequestContext
+from gateway.core.exchange import Exchange
+from gateway.ops.metrics import Metrics
+from gateway.policies import POLICIES
+from gateway.policies.legacy_upload_guard import DISABLED_CODE, NAME, Options
 from tests.conftest import make_config, multipart_body
+from tests.policy_testlib import Terminal, build_policy, config_of, exchange_for, mocked_request
 
 B = "sniff-B0undary"
 TEXT = (['Content-Disposition: form-data; name="text"'], b"hello")
@@ -223,115 +216,63 @@ def test_good_options_and_defaults() -> None:
     assert POLICIES[NAME].options is Options
 
 
-def test_forbid_in_force_follows_the_tenant_setting() -> None:
-    now = dt.datetime(2026, 6, 1, tzinfo=dt.UTC)
-    assert forbid_in_force(_tenant(True), now, {}) is True
-    assert forbid_in_force(_tenant(False), now, {}) is False
-
-
-# --- the middleware alone -----------------------------------------------------------------------------------------
-
-
-def _tenant(forbid: bool) -> Tenant:
-    from yarl import URL
-
-    return Tenant("t", ("t.test",), URL("http://up"), dt.date(2026, 6, 1), True, forbid, False)
-
-
-class Next:
-    """A recording next handler: what reached it, and the body it would have forwarded."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.body: bytes | None = None
-
-    async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
-        self.calls += 1
-        ctx = request[CTX]
-        source: AsyncIterable[bytes] | None = ctx.body
-        tap = None
-        if source is None and request.body_exists:
-            source = request.content.iter_any()
-            tap = ctx.body_tap  # as the proxy core does: each piece shown to a watching policy, then b"" at the end
-        if source is not None:
-            chunks = []
-            async for chunk in source:
-                if tap is not None:
-                    tap(chunk)
-                chunks.append(chunk)
-            if tap is not None:
-                tap(b"")
-            self.body = b"".join(chunks)
-        return web.Response(text="upstream")
+# --- the policy alone ------------------------------------------------------------------------------------------
 
 
 def _guard(metrics: Metrics, route: str = "legacy_comment_update", **options: Any) -> Any:
     options = {"detect": "file_parts", "successor": "/api/v1/cards/{card_id}/comments/{comment_id}/files", **options}
-    config = parse_config(make_config("http://127.0.0.1:1", routes=[
-        {"name": route, "methods": ["PATCH", "PUT"], "paths": ["/cards/{card_id}/comments/{comment_id}"]}]), "test")  # fmt: skip
-    ctx = BuildContext(route, FixedClock(dt.datetime(2026, 7, 1, tzinfo=dt.UTC)), metrics, config.model,
-                       RolloutPlan.from_config(config.model))
-    return build(Options.model_validate(options), ctx)
+    config = config_of(make_config("http://127.0.0.1:1", routes=[
+        {"name": route, "methods": ["PATCH", "PUT"], "paths": ["/cards/{card_id}/comments/{comment_id}"],
+         "chain": [{"legacy_upload_guard": options}]}]))  # fmt: skip
+    return build_policy(config, route, NAME, "2026-07-01T00:00:00+00:00", metrics), config
 
 
-def _request(
-    body: bytes | None, headers: list[tuple[str, str]], *, forbid: bool = True, method: str = "PATCH", eof: bool = True
-) -> web.BaseRequest:
-    loop = asyncio.get_running_loop()
-    protocol = mock.Mock(_reading_paused=False)
-    payload: Any
-    if body is None:
-        from aiohttp.streams import EMPTY_PAYLOAD
+def _exchange(config: Any, body: bytes | None, headers: list[tuple[str, str]], *, forbid: bool = True,
+              method: str = "PATCH", eof: bool = True) -> Exchange:
+    # acme (created 2026-06-01) has the forbid setting on from the start; oldco (2025) has it off: the rollout plan's
+    # production decision, not a stand-in.
+    request = mocked_request(method, "/api/v1/cards/7/comments/9", headers, body, eof=eof)
+    return exchange_for(config, request, "legacy_comment_update", {"card_id": "7", "comment_id": "9"},
+                        tenant="acme" if forbid else "oldco", request_id="rid-1")
 
-        payload = EMPTY_PAYLOAD
-    else:
-        payload = StreamReader(protocol, 2**16, loop=loop)
-        payload.feed_data(body)
-        if eof:
-            payload.feed_eof()
-    writer = mock.Mock()
-    writer.write = mock.AsyncMock()
-    request = make_mocked_request(method, "/api/v1/cards/7/comments/9", headers, payload=payload, writer=writer)
-    route = Route.build("legacy_comment_update", ["PATCH"], ["/cards/{card_id}/comments/{comment_id}"], ["/api/v1"])
-    request[CTX] = RequestContext(0.0, _tenant(forbid), route, {"card_id": "7", "comment_id": "9"},
-                                  "/api/v1/cards/7/comments/9", "", method, request_id="rid-1")  # fmt: skip
-    return request
+
+def _uploads(metrics: Metrics, decision: str) -> float:
+    labels = {"route": "legacy_comment_update", "decision": decision}
+    return metrics.registry.get_sample_value("gateway_legacy_uploads_total", labels) or 0.0
 
 
 MP = [("Content-Type", f"multipart/form-data; boundary={B}")]
 
 
-async def test_file_part_is_blocked_and_never_reaches_the_next_handler() -> None:
+async def test_file_part_is_blocked_and_never_forwarded() -> None:
     metrics = Metrics()
-    guard, nxt = _guard(metrics), Next()
-    request = _request(multipart_body([TEXT, FILE], B), MP)
-    response = await guard(request, nxt)
-    assert nxt.calls == 0
-    assert response.status == 403
-    assert response.content_type == "application/json"
-    import json
-
-    assert json.loads(response.body) == {
+    (guard, config), core = _guard(metrics), Terminal()
+    exchange = _exchange(config, multipart_body([TEXT, FILE], B), MP)
+    reply = await guard(exchange, core)
+    assert core.forwarded == 0
+    assert reply.status == 403
+    assert reply.headers["Content-Type"].startswith("application/json")
+    assert json.loads(await reply.read(1 << 20)) == {
         "code": DISABLED_CODE,
         "message": "Uploading files outside restricted file access is disabled for the public API by company settings.",
         "request_id": "rid-1",
         "replacement": "POST /api/v1/cards/7/comments/9/files",
     }
-    assert response.headers["Deprecation"] == "@1779321600"
-    assert response.headers["Link"] == '</api/v1/cards/7/comments/9/files>; rel="successor-version"'
-    assert request[CTX].decisions == {NAME: "blocked"}
-    assert metrics.legacy_uploads.labels("legacy_comment_update", "blocked")._value.get() == 1
+    assert reply.headers["Deprecation"] == "@1779321600"
+    assert reply.headers["Link"] == '</api/v1/cards/7/comments/9/files>; rel="successor-version"'
+    assert exchange.decisions == {NAME: "blocked"}
+    assert _uploads(metrics, "blocked") == 1
 
 
-async def test_text_only_body_is_replayed_exactly() -> None:
-    guard, nxt = _guard(Metrics()), Next()
+async def test_text_only_body_is_forwarded_exactly() -> None:
+    (guard, config), core = _guard(Metrics()), Terminal()
     body = multipart_body([TEXT, TEXT], B)
-    request = _request(body, MP)
-    response = await guard(request, nxt)
-    assert response.status == 200 and nxt.calls == 1
-    assert nxt.body == body
-    assert request[CTX].decisions == {NAME: "passed"}
-    assert "Deprecation" not in response.headers
+    exchange = _exchange(config, body, MP)
+    reply = await guard(exchange, core)
+    assert reply.status == 200 and core.forwarded == 1
+    assert core.body == body
+    assert exchange.decisions == {NAME: "passed"}
+    assert "Deprecation" not in reply.headers
 
 
 @pytest.mark.parametrize(
@@ -339,80 +280,80 @@ async def test_text_only_body_is_replayed_exactly() -> None:
     [[("Content-Type", "application/json")], [], [("Content-Type", "application/json"), ("Content-Encoding", "gzip")]],
 )
 async def test_non_multipart_bodies_are_not_read(headers: list[tuple[str, str]]) -> None:
-    guard, nxt = _guard(Metrics()), Next()
-    request = _request(b'{"text": "x"}', headers)
-    await guard(request, nxt)
-    assert nxt.calls == 1 and request[CTX].body is None and nxt.body == b'{"text": "x"}'
+    (guard, config), core = _guard(Metrics()), Terminal()
+    exchange = _exchange(config, b'{"text": "x"}', headers)
+    await guard(exchange, core)
+    assert core.forwarded == 1 and exchange.request_filters == [] and core.body == b'{"text": "x"}'
 
 
 async def test_ambiguous_body_is_refused() -> None:
     metrics = Metrics()
-    guard, nxt = _guard(metrics), Next()
-    request = _request(multipart_body([TEXT], B).replace(b"\r\n", b"\n"), MP)
-    response = await guard(request, nxt)
-    assert nxt.calls == 0 and response.status == 400
-    assert request[CTX].decisions == {NAME: "refused"}
-    assert request[CTX].extra[f"{NAME}.rule"] == "line_endings"
-    assert metrics.legacy_uploads.labels("legacy_comment_update", "refused")._value.get() == 1
+    (guard, config), core = _guard(metrics), Terminal()
+    exchange = _exchange(config, multipart_body([TEXT], B).replace(b"\r\n", b"\n"), MP)
+    reply = await guard(exchange, core)
+    assert core.forwarded == 0 and reply.status == 400
+    assert exchange.decisions == {NAME: "refused"}
+    assert exchange.notes[f"{NAME}.rule"] == "line_endings"
+    assert _uploads(metrics, "refused") == 1
 
 
 async def test_look_ahead_bound_is_enforced() -> None:
-    guard, nxt = _guard(Metrics(), look_ahead_bytes=65536, max_part_header_bytes=1024), Next()
+    (guard, config), core = _guard(Metrics(), look_ahead_bytes=65536, max_part_header_bytes=1024), Terminal()
     body = multipart_body([(TEXT[0], b"t" * 100_000), FILE], B)
-    request = _request(body, MP)
-    response = await guard(request, nxt)
-    assert nxt.calls == 0 and response.status == 413
+    exchange = _exchange(config, body, MP)
+    reply = await guard(exchange, core)
+    assert core.forwarded == 0 and reply.status == 413
 
 
 async def test_expect_continue_is_sent_before_reading_part_headers() -> None:
-    guard, nxt = _guard(Metrics()), Next()
-    request = _request(multipart_body([TEXT], B), [*MP, ("Expect", "100-continue")])
-    await guard(request, nxt)
-    request.writer.write.assert_awaited_once_with(b"HTTP/1.1 100 Continue\r\n\r\n")  # type: ignore[attr-defined]
+    (guard, config), core = _guard(Metrics()), Terminal()
+    exchange = _exchange(config, multipart_body([TEXT], B), [*MP, ("Expect", "100-continue")])
+    await guard(exchange, core)
+    exchange.request.writer.write.assert_awaited_once_with(b"HTTP/1.1 100 Continue\r\n\r\n")  # type: ignore[attr-defined]
 
 
 async def test_route_detection_never_sends_continue_nor_reads() -> None:
-    guard, nxt = _guard(Metrics(), detect="route"), Next()
-    request = _request(b"x" * 1000, [*MP, ("Expect", "100-continue")], method="PUT", eof=False)
-    response = await guard(request, nxt)
-    assert response.status == 403 and nxt.calls == 0
-    request.writer.write.assert_not_awaited()  # type: ignore[attr-defined]
-    assert request.content._size == 1000  # not a byte read
-    assert response.keep_alive is False  # the body is still coming: the connection will be closed
+    (guard, config), core = _guard(Metrics(), detect="route"), Terminal()
+    exchange = _exchange(config, b"x" * 1000, [*MP, ("Expect", "100-continue")], method="PUT", eof=False)
+    reply = await guard(exchange, core)
+    assert reply.status == 403 and core.calls == 0
+    exchange.request.writer.write.assert_not_awaited()  # type: ignore[attr-defined]
+    assert exchange.request.content.read_nowait() == b"x" * 1000  # not a byte was read
+    assert reply.linger is not None  # the body is still coming: the core lingers, then closes the connection
 
 
 async def test_route_detection_passes_a_bodyless_request() -> None:
-    guard, nxt = _guard(Metrics(), detect="route"), Next()
-    request = _request(None, [], method="PUT")
-    response = await guard(request, nxt)
-    assert response.status == 200 and request[CTX].decisions == {NAME: "passed"}
+    (guard, config), core = _guard(Metrics(), detect="route"), Terminal()
+    exchange = _exchange(config, None, [], method="PUT")
+    reply = await guard(exchange, core)
+    assert reply.status == 200 and exchange.decisions == {NAME: "passed"}
 
 
 async def test_forbid_off_passes_uploads_and_marks_them_deprecated() -> None:
     metrics = Metrics()
-    guard, nxt = _guard(metrics, deprecated_since="2027-01-01T12:00:00+01:00"), Next()
+    (guard, config), core = _guard(metrics, deprecated_since="2027-01-01T12:00:00+01:00"), Terminal()
     body = multipart_body([TEXT, FILE], B)
-    request = _request(body, MP, forbid=False)
-    response = await guard(request, nxt)
-    assert response.status == 200 and nxt.body == body
-    assert response.headers["Deprecation"] == f"@{int(dt.datetime(2027, 1, 1, 11, tzinfo=dt.UTC).timestamp())}"
-    assert request[CTX].decisions == {NAME: "allowed"}
-    assert metrics.legacy_uploads.labels("legacy_comment_update", "allowed")._value.get() == 1
+    exchange = _exchange(config, body, MP, forbid=False)
+    reply = await guard(exchange, core)
+    assert reply.status == 200 and core.body == body
+    assert reply.headers["Deprecation"] == f"@{int(dt.datetime(2027, 1, 1, 11, tzinfo=dt.UTC).timestamp())}"
+    assert exchange.decisions == {NAME: "allowed"}
+    assert _uploads(metrics, "allowed") == 1
 
 
 async def test_forbid_off_text_comment_is_not_counted() -> None:
     metrics = Metrics()
-    guard, nxt = _guard(metrics), Next()
-    request = _request(multipart_body([TEXT], B), MP, forbid=False)
-    response = await guard(request, nxt)
-    assert "Deprecation" not in response.headers
-    assert request[CTX].decisions == {NAME: "passed"}
-    assert metrics.legacy_uploads.labels("legacy_comment_update", "allowed")._value.get() == 0
+    (guard, config), core = _guard(metrics), Terminal()
+    exchange = _exchange(config, multipart_body([TEXT], B), MP, forbid=False)
+    reply = await guard(exchange, core)
+    assert "Deprecation" not in reply.headers
+    assert exchange.decisions == {NAME: "passed"}
+    assert _uploads(metrics, "allowed") == 0
 
 
 async def test_a_stalled_body_is_refused_after_the_read_timeout() -> None:
-    guard, nxt = _guard(Metrics(), body_read_timeout=0.05), Next()
-    request = _request(multipart_body([TEXT], B)[:20], MP, eof=False)
-    response = await guard(request, nxt)
-    assert nxt.calls == 0 and response.status == 408
-    assert request[CTX].extra[f"{NAME}.rule"] == "body_timeout"
+    (guard, config), core = _guard(Metrics(), body_read_timeout=0.05), Terminal()
+    exchange = _exchange(config, multipart_body([TEXT], B)[:20], MP, eof=False)
+    reply = await guard(exchange, core)
+    assert core.forwarded == 0 and reply.status == 408
+    assert exchange.notes[f"{NAME}.rule"] == "body_timeout"

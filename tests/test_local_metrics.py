@@ -8,7 +8,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client import metrics as prometheus_metrics
 
-from gateway.ops.observability import Metrics
+from gateway.ops.metrics import Metrics
 
 
 def _exposition(metrics: Metrics) -> str:

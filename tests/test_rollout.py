@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from gateway.config import ConfigError, parse_config
-from gateway.ops.observability import Metrics, token_fingerprint
+from gateway.app import ConfigError, parse_config
+from gateway.core.http import token_fingerprint
+from gateway.ops.metrics import Metrics
 from gateway.rollout import (
     FixedClock,
     RolloutConfig,
@@ -43,7 +44,11 @@ def config(rollout: dict[str, Any] | None = None, **tenant_rollouts: dict[str, A
 
 
 def plan_of(data: dict[str, Any]) -> RolloutPlan:
-    return RolloutPlan.from_config(parse_config(data).model)
+    return parse_config(data).rollout_plan()
+
+
+def forbids(plan: RolloutPlan, tenant: str, when: dt.datetime, headers: dict[str, str] | None = None) -> bool:
+    return plan.decide(tenant, "legacy_uploads", when, headers).phase == "forbidden"
 
 
 def at(text: str, tz: str = "UTC") -> dt.datetime:
@@ -112,10 +117,10 @@ def test_exemptions_by_fingerprint_and_header_until_their_date() -> None:
 def test_forbid_legacy_uploads_by_setting_and_by_date() -> None:
     plan = plan_of(config())
     now = at("2026-11-30T23:59:59")
-    assert plan.forbids_legacy_uploads("acme", now)  # created after 2026-05-21: on from the start
-    assert not plan.forbids_legacy_uploads("oldco", now)  # restricted access off: can't be forbidden
-    assert not plan.forbids_legacy_uploads("staged", now)
-    assert plan.forbids_legacy_uploads("staged", at("2026-12-01T00:00:00"))
+    assert forbids(plan, "acme", now)  # created after 2026-05-21: on from the start
+    assert not forbids(plan, "oldco", now)  # restricted access off: can't be forbidden
+    assert not forbids(plan, "staged", now)
+    assert forbids(plan, "staged", at("2026-12-01T00:00:00"))
     decision = plan.decide("oldco", "legacy_uploads", now)
     assert decision.kind == "setting" and "restricted file access is off" in decision.why
 
@@ -127,9 +132,9 @@ def test_forbid_brownout_and_fingerprint_exemption() -> None:
                    "exemptions": [{"name": "integrator", "behaviour": "legacy_uploads", "until": "2027-01-01",
                                    "token_fingerprint": token_fingerprint(token)}]})
     plan = plan_of(data)
-    assert plan.forbids_legacy_uploads("staged", at("2026-11-10T10:30:00"))
-    assert not plan.forbids_legacy_uploads("staged", at("2026-11-10T11:00:00"))
-    assert not plan.forbids_legacy_uploads("staged", at("2026-12-05T00:00:00"), {"Authorization": token})
+    assert forbids(plan, "staged", at("2026-11-10T10:30:00"))
+    assert not forbids(plan, "staged", at("2026-11-10T11:00:00"))
+    assert not forbids(plan, "staged", at("2026-12-05T00:00:00"), {"Authorization": token})
 
 
 def test_next_change_and_description() -> None:
@@ -149,9 +154,10 @@ def test_next_change_and_description() -> None:
 def test_publish_sets_one_phase_per_behaviour() -> None:
     plan = plan_of(config())
     metrics = Metrics()
-    plan.publish(metrics, at("2026-10-15T00:00:00").timestamp())
-    gauge = metrics.rollout_phase
-    assert [gauge.labels("acme", "board_cards", p)._value.get() for p in ("full", "capped", "removed")] == [0, 1, 0]
+    plan.publish(metrics.rollout_phase, at("2026-10-15T00:00:00").timestamp())
+    values = [metrics.registry.get_sample_value("gateway_rollout_phase", {"tenant": "acme", "behaviour": "board_cards",
+                                                                          "phase": p}) for p in ("full", "capped", "removed")]
+    assert values == [0, 1, 0]
 
 
 @pytest.mark.parametrize(

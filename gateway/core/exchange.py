@@ -1,59 +1,397 @@
-"""Type aliases and the per-request context shared by the app, the chains and the proxy core."""
+"""One exchange: a classified request on its way through its route's chain, and the reply that comes back.
+
+This is the whole interface a policy works with. A policy is ``async def policy(exchange, next) -> Reply``:
+
+- **request head**: it reads ``exchange`` (tenant, route, path parameters, effective method, the client's headers),
+  may change what the upstream is sent (``upstream_headers``, ``method``, ``path``), or answer at once by returning a
+  ``Reply`` without calling ``next``;
+- **request body**: it may add a ``RequestBodyFilter`` to ``exchange.request_filters``; the proxy core reads the body
+  and runs each chunk through the filters in chain order: a filter passes bytes (as they are or transformed), holds
+  them until it decides (up to its ``hold_limit``), or refuses with a reply (``raise Refuse(reply)``);
+- **response head**: what ``next`` returns is a ``Reply`` whose head has not been sent: the policy edits
+  ``reply.headers`` (and status) before returning it; the chain unwinds innermost first;
+- **response body**: it may add a ``ResponseBodyFilter`` (``reply.add_filter``), which sees each chunk as it is
+  written, or ask for the whole body up to a bound (``await reply.read(cap)``) and replace it (``reply.set_body``).
+
+Only the proxy core prepares a response and writes to the client, after the outermost policy has returned: a
+header that any policy adds on any path (an early answer, an upstream error, a body over a cap, a HEAD) is sent.
+The order rule of the chain holds for every phase: the first listed policy sees the request (and its body) first
+and the response (and its body) last.
+"""
 
 from __future__ import annotations
 
+import abc
 import dataclasses
-from collections.abc import AsyncIterable, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+import enum
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from multidict import CIMultiDict, CIMultiDictProxy
 
-from .http import new_request_id
+from .http import new_request_id, token_fingerprint
 
 if TYPE_CHECKING:
     from .routing import Route
     from .tenants import Tenant
 
-__all__ = ("CTX", "Handler", "Middleware", "REFUSAL", "RequestContext")
+__all__ = (
+    "Body",
+    "BodyBroken",
+    "BodyNotRead",
+    "BodyTooLarge",
+    "BodyUnavailable",
+    "Exchange",
+    "Flow",
+    "Next",
+    "Policy",
+    "Refuse",
+    "Reply",
+    "RequestBodyFilter",
+    "ResponseBodyFilter",
+)
 
-Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
-Middleware = Callable[[web.BaseRequest, Handler], Awaitable[web.StreamResponse]]
+
+# --- the request body -------------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(slots=True)
-class RequestContext:
-    """What the gateway learned about one request; lives in the request under ``CTX``."""
+class Flow(enum.Enum):
+    """What a request-body filter does with a chunk (besides returning replacement bytes, or raising Refuse)."""
 
-    start: float
+    CONTINUE = "continue"  # pass on what this filter holds, then this chunk, as they are
+    HOLD = "hold"  # keep this chunk back (the proxy core holds it, up to the filter's hold_limit) until it decides
+
+
+class RequestBodyFilter:
+    """One policy's view of one request's body, called by the proxy core as the body streams.
+
+    ``on_data`` gets each chunk that the filters before it let through and answers ``Flow.CONTINUE``, ``Flow.HOLD``,
+    or bytes: what to pass on instead of what it holds and this chunk (a transform). ``on_end`` is called once when
+    the body has ended, with the same answers. ``raise Refuse(reply)`` from any of them refuses the request.
+
+    Nothing reaches the upstream, not even the request head, before every filter has let its first byte through
+    (or the body has ended): a filter that holds from the first chunk and then refuses leaves the upstream
+    untouched. A filter that refuses after bytes have left makes the core abandon the upstream request mid-body (the
+    upstream never receives a complete request).
+    """
+
+    # Most bytes held for this filter before it must decide; over it, the core calls on_hold_limit.
+    hold_limit: int = 0
+    # True for a filter that transforms: the upstream is then sent the body chunked, without the client's length.
+    changes_length: bool = False
+    # Before anything is sent upstream (while the filters hold the body): the longest silence from the client before
+    # on_idle_timeout is called. None: server.client_body_timeout applies (408 CLIENT_BODY_TIMEOUT).
+    idle_timeout: float | None = None
+
+    def on_data(self, chunk: bytes) -> Flow | bytes:
+        return Flow.CONTINUE
+
+    def on_end(self) -> Flow | bytes:
+        return Flow.CONTINUE
+
+    def on_hold_limit(self) -> Flow | bytes:
+        """The held bytes went over ``hold_limit``: decide now (HOLD is not an answer here)."""
+        raise Refuse(
+            Reply.error(413, "REQUEST_BODY_UNDECIDED", "a policy could not decide on the request body within its bound")
+        )
+
+    def on_idle_timeout(self) -> None:
+        """No byte for ``idle_timeout`` while the body is held: raise Refuse with the answer (the default is the
+        proxy core's 408)."""
+
+
+class Refuse(Exception):
+    """Raised by a request-body filter: the request is answered with ``reply`` and not forwarded (or no further)."""
+
+    def __init__(self, reply: Reply) -> None:
+        super().__init__(reply.status)
+        self.reply = reply
+
+
+# --- the response body ------------------------------------------------------------------------------------------
+
+
+class ResponseBodyFilter:
+    """One policy's view of one response's body as the proxy core writes it: each chunk in, the bytes to send out.
+
+    Filters added by inner policies run first (they were added first, as the chain unwinds). A response with a filter
+    is sent without a Content-Length (chunked), since the filter may change its size.
+    """
+
+    def on_data(self, chunk: bytes) -> bytes:
+        return chunk
+
+    def on_end(self) -> bytes:
+        return b""
+
+
+class Body(abc.ABC):
+    """A body that streams (the upstream's, as the proxy core supplies it). Read once, or closed unread."""
+
+    # Bytes it will yield, when known (the upstream's Content-Length); None otherwise.
+    length: int | None = None
+
+    @abc.abstractmethod
+    def chunks(self, *, as_they_come: bool = False) -> AsyncIterator[bytes]:
+        """The body's bytes; ``BodyBroken`` if its source fails part way. ``as_they_come``: hand over the source's
+        pieces without joining what is buffered (for a reader that joins them itself)."""
+
+    def close(self) -> None:
+        """Let the source go without reading (the rest of) it."""
+
+
+class BodyBroken(Exception):
+    """The source of a streamed body failed part way; ``reply`` is the proxy core's answer for that failure."""
+
+    def __init__(self, reply: Reply) -> None:
+        super().__init__(reply.status)
+        self.reply = reply
+
+
+class BodyNotRead(Exception):
+    """``Reply.read`` could not give the whole body; the reply stays as it should be sent. Return it as it is."""
+
+
+class BodyTooLarge(BodyNotRead):
+    """The body is over the cap: the reply keeps all of it (what was read and the rest, still streaming)."""
+
+
+class BodyUnavailable(BodyNotRead):
+    """The body's source failed part way: the reply is now the proxy core's error answer (502 or 504)."""
+
+
+class _Filtered(Body):
+    """A body seen through response filters, in order."""
+
+    def __init__(self, source: Body | bytes, filters: list[ResponseBodyFilter]) -> None:
+        self._source = source
+        self._filters = filters
+
+    async def chunks(self, *, as_they_come: bool = False) -> AsyncIterator[bytes]:
+        source = self._source
+        filters = self._filters
+        if isinstance(source, bytes):
+            pieces: AsyncIterator[bytes] = _one(source)
+        else:
+            pieces = source.chunks(as_they_come=as_they_come)
+        async for piece in pieces:
+            for f in filters:
+                piece = f.on_data(piece)
+                if not piece:
+                    break
+            if piece:
+                yield piece
+        tail = b""
+        for f in filters:
+            tail = f.on_data(tail) if tail else tail
+            tail += f.on_end()
+        if tail:
+            yield tail
+
+    def close(self) -> None:
+        if not isinstance(self._source, bytes):
+            self._source.close()
+
+
+class _Prefixed(Body):
+    """What was read of a body, then the rest of it still streaming."""
+
+    def __init__(self, prefix: list[bytes], rest: AsyncIterator[bytes], source: Body, length: int | None) -> None:
+        self._prefix = prefix
+        self._rest = rest
+        self._source = source
+        self.length = length
+
+    async def chunks(self, *, as_they_come: bool = False) -> AsyncIterator[bytes]:
+        for piece in self._prefix:
+            yield piece
+        self._prefix = []
+        async for piece in self._rest:
+            yield piece
+
+    def close(self) -> None:
+        self._source.close()
+
+
+async def _one(data: bytes) -> AsyncIterator[bytes]:
+    if data:
+        yield data
+
+
+# --- the reply --------------------------------------------------------------------------------------------------
+
+
+class Reply:
+    """A response whose head has not been sent: status, headers and a body (bytes, or a stream still arriving).
+
+    The proxy core sets the framing when it writes it (Content-Length from the body, or chunked): a Content-Length in
+    ``headers`` is not sent. For a HEAD request it sends the head only, with the length the body would have.
+    """
+
+    __slots__ = ("status", "reason", "headers", "_body", "_filters", "linger", "close_connection")
+
+    def __init__(
+        self,
+        status: int,
+        headers: CIMultiDict[str] | None = None,
+        body: bytes | Body = b"",
+        *,
+        reason: str | None = None,
+    ) -> None:
+        self.status = status
+        self.reason = reason
+        self.headers: CIMultiDict[str] = headers if headers is not None else CIMultiDict()
+        self._body = body
+        self._filters: list[ResponseBodyFilter] = []
+        # An answer sent before the request body was read: (bytes, seconds) of the rest of it to read and drop after
+        # the answer, so that the client can read the answer before the connection is closed.
+        self.linger: tuple[int, float] | None = None
+        # Answer with Connection: close (the connection cannot carry another request).
+        self.close_connection = False
+
+    @classmethod
+    def json(cls, status: int, payload: Mapping[str, object]) -> Reply:
+        headers = CIMultiDict({hdrs.CONTENT_TYPE: "application/json"})
+        return cls(status, headers, json.dumps(payload).encode())
+
+    @classmethod
+    def error(
+        cls, status: int, code: str, message: str, request_id: str | None = None, **extra: str
+    ) -> Reply:
+        """The gateway's error answer: JSON ``{"code", "message"[, "request_id"], ...extra}``."""
+        payload: dict[str, str] = {"code": code, "message": message}
+        if request_id:
+            payload["request_id"] = request_id
+        payload.update(extra)
+        return cls.json(status, payload)
+
+    @property
+    def length(self) -> int | None:
+        """The body's size when known before it is sent (None for a stream of unknown length, or a filtered one)."""
+        if self._filters:
+            return None
+        body = self._body
+        return len(body) if isinstance(body, bytes) else body.length
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the body is still to be read from its source (False: it is in hand, ``read`` costs nothing)."""
+        return not isinstance(self._body, bytes)
+
+    def add_filter(self, response_filter: ResponseBodyFilter) -> None:
+        self._filters.append(response_filter)
+
+    async def read(self, cap: int) -> bytes:
+        """The whole body (through the filters added so far), at most ``cap`` bytes; it becomes the reply's body.
+
+        Over the cap: ``BodyTooLarge``, and the reply still sends all of it. A source that fails part way:
+        ``BodyUnavailable``, and the reply is now the proxy core's answer for that failure.
+        """
+        body = self._body
+        if isinstance(body, bytes) and not self._filters:
+            if len(body) > cap:
+                raise BodyTooLarge()
+            return body
+        source = self.take_body()
+        assert not isinstance(source, bytes)
+        pieces = source.chunks(as_they_come=True)
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async for piece in pieces:
+                chunks.append(piece)
+                size += len(piece)
+                if size > cap:
+                    self._body = _Prefixed(chunks, pieces, source, source.length)
+                    raise BodyTooLarge()
+        except BodyBroken as broken:
+            self._become(broken.reply)
+            raise BodyUnavailable() from broken
+        data = b"".join(chunks)
+        self._body = data
+        return data
+
+    def set_body(self, data: bytes) -> None:
+        """Replace the body (a stream that was not read is let go). Filters added before no longer apply."""
+        self._close_stream()
+        self._body = data
+        self._filters = []
+
+    def take_body(self) -> bytes | Body:
+        """The body with its filters applied, handed over once (to ``read``, or to the proxy core to send)."""
+        body = self._body
+        filters = self._filters
+        if filters:
+            self._filters = []
+            return _Filtered(body, filters)
+        return body
+
+    def _close_stream(self) -> None:
+        if not isinstance(self._body, bytes):
+            self._body.close()
+
+    def _become(self, other: Reply) -> None:
+        self.status, self.reason, self.headers = other.status, other.reason, other.headers
+        self._body, self._filters = other._body, other._filters
+        self.close_connection = other.close_connection
+
+
+# --- the exchange -----------------------------------------------------------------------------------------------
+
+Next = Callable[["Exchange"], Awaitable[Reply]]
+Policy = Callable[["Exchange", Next], Awaitable[Reply]]
+
+_UNSET = object()
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class Exchange:
+    """What the gateway knows about one request while it is being served; made once it is classified."""
+
+    request: web.BaseRequest  # the client's request: the proxy core reads its body; policies read the fields below
+    start: float  # time.monotonic() when it was classified
     tenant: Tenant
     route: Route
-    params: dict[str, str]
+    params: dict[str, str]  # the route template's path parameters
     path: str  # canonical path: what was classified and what the upstream receives
     query: str  # raw query string, without '?'
-    method: str  # effective method (method-override headers and ``_method`` included)
+    method: str  # effective method (method-override headers and ``_method`` included); what the upstream receives
     request_id: str | None = None
     # Headers the upstream request gets on top of (value) or without (None) the client's.
     upstream_headers: dict[str, str | None] = dataclasses.field(default_factory=dict)
-    # A policy that consumed part of the body hands the proxy core the body to send instead.
-    body: AsyncIterable[bytes] | None = None
-    # A policy that only watches the body: called with each piece the proxy core streams upstream, then with b"" at
-    # its end (the core keeps the body timeout and the client-abort bookkeeping).
-    body_tap: Callable[[bytes], None] | None = None
-    # policy name -> decision label, for the access log and metrics.
+    # Request-body filters, in chain order (outermost policy first).
+    request_filters: list[RequestBodyFilter] = dataclasses.field(default_factory=list)
+    # Policy name -> decision label, for the access log, the metrics and the usage report.
     decisions: dict[str, str] = dataclasses.field(default_factory=dict)
-    upstream_seconds: float | None = None
-    upstream_error: str | None = None
-    client_aborted: bool = False
-    body_timed_out: bool = False  # the request body stopped arriving (server.client_body_timeout)
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # More fields for the access-log line ("legacy_upload_guard.rule": the rule behind a refusal).
+    notes: dict[str, str] = dataclasses.field(default_factory=dict)
+    # What the proxy core saw (the access log and the metrics read them):
+    upstream_seconds: float | None = None  # from sending upstream to its response head
+    upstream_error: str | None = None  # "<kind>: <error>", or "body_reset" / "body_timeout" mid-body
+    upstream_error_kind: str | None = None  # connect | timeout | reset | other
+    body_error: str | None = None  # the request body: "aborted" (client gone), "timeout", "malformed"
+    _client: object = dataclasses.field(default=_UNSET, init=False, repr=False)
+
+    @property
+    def headers(self) -> CIMultiDictProxy[str]:
+        """The client's request headers, as received."""
+        return self.request.headers
+
+    @property
+    def has_body(self) -> bool:
+        return self.request.body_exists
+
+    @property
+    def client(self) -> str | None:
+        """The client's token fingerprint (``core.http.token_fingerprint``), worked out once per request."""
+        if self._client is _UNSET:
+            self._client = token_fingerprint(self.request.headers.get(hdrs.AUTHORIZATION))
+        return self._client  # type: ignore[return-value]
 
     def ensure_request_id(self) -> str:
         """This request's id; one is made now if no ``request_id`` policy made one (an error answer names it)."""
         if self.request_id is None:
             self.request_id = new_request_id()
         return self.request_id
-
-
-CTX: web.RequestKey[RequestContext] = web.RequestKey("gateway_ctx", RequestContext)
-# (code, request id) of a request refused before routing, for the access log.
-REFUSAL: web.RequestKey[tuple[str, str]] = web.RequestKey("gateway_refusal", tuple)

@@ -1,15 +1,15 @@
-"""Small HTTP helpers shared by the app, the policies and the proxy core."""
+"""Small HTTP helpers shared by every part: hop-by-hop headers, request ids, and the client's token fingerprint."""
 
 from __future__ import annotations
 
-import json
+import hashlib
 import os
-from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from aiohttp import hdrs, web
-from multidict import CIMultiDictProxy
+if TYPE_CHECKING:
+    from multidict import CIMultiDictProxy
 
-__all__ = ("HOP_BY_HOP", "connection_tokens", "ensure_continue", "json_error", "new_request_id")
+__all__ = ("HOP_BY_HOP", "connection_tokens", "new_request_id", "token_fingerprint")
 
 # RFC 9110 7.6.1 (and the de facto Keep-Alive and Proxy-Connection): never forwarded by a proxy.
 HOP_BY_HOP = frozenset(
@@ -28,32 +28,16 @@ HOP_BY_HOP = frozenset(
 
 _PLAIN_CONNECTION = frozenset({"keep-alive", "close"})
 _NO_TOKENS: frozenset[str] = frozenset()
-_CONTINUE_SENT = web.RequestKey("gateway_continue_sent", bool)
 
 
 def connection_tokens(headers: CIMultiDictProxy[str]) -> frozenset[str]:
     """Header names listed in Connection: hop-by-hop for this message only."""
-    values = headers.getall(hdrs.CONNECTION, ())
+    values = headers.getall("Connection", ())
     if not values:
         return _NO_TOKENS
     if len(values) == 1 and values[0].strip().lower() in _PLAIN_CONNECTION:
         return _NO_TOKENS  # the common case: names no header
     return frozenset(t.strip().lower() for v in values for t in v.split(",") if t.strip())
-
-
-async def ensure_continue(request: web.BaseRequest) -> None:
-    """Send ``100 Continue`` once, just before the body is first read, if the client asked for it.
-
-    The gateway never answers ``Expect`` up front: a request refused on its headers gets its final answer
-    without the client having been invited to send the body.
-    """
-    if request.get(_CONTINUE_SENT) or request.version < (1, 1):
-        return
-    if request.headers.get("Expect", "").lower() != "100-continue":
-        return
-    request[_CONTINUE_SENT] = True
-    writer = request.writer
-    await writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
 
 class _RequestIds:
@@ -83,16 +67,12 @@ new_request_id = _RequestIds()
 os.register_at_fork(after_in_child=new_request_id.forget)
 
 
-def json_error(
-    status: int, code: str, message: str, request_id: str | None = None, extra: Iterable[tuple[str, str]] = ()
-) -> web.Response:
-    body: dict[str, str] = {"code": code, "message": message}
-    if request_id:
-        body["request_id"] = request_id
-    body.update(extra)
-    response = web.Response(
-        status=status,
-        body=json.dumps(body).encode(),
-        content_type="application/json",
-    )
-    return response
+def token_fingerprint(authorization: str | None) -> str | None:
+    """A short, stable, non-reversible name for the client's credentials; never the token itself.
+
+    The first 12 hex digits of the SHA-256 of the whole ``Authorization`` value: what the access log shows as
+    ``client``, what the usage report counts, and what rollout exemptions name.
+    """
+    if not authorization:
+        return None
+    return hashlib.sha256(authorization.encode("utf-8", "surrogateescape")).hexdigest()[:12]

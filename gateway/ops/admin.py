@@ -2,26 +2,51 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from ..rollout import report
+from ..rollout import Clock, RolloutPlan, report
+from .metrics import Metrics
+from .usage import UsageTracker
 
 if TYPE_CHECKING:
-    from ..app import Gateway
+    from ..config import GatewayConfig, LoadedConfig
+    from ..core.routing import RouteTable
 
-__all__ = ("make_admin_app",)
+__all__ = ("Served", "make_admin_app")
 
-_GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway")
+
+class ServedState(Protocol):
+    @property
+    def config(self) -> LoadedConfig: ...
+    @property
+    def routes(self) -> RouteTable: ...
+    @property
+    def rollout(self) -> RolloutPlan: ...
+
+
+class Served(Protocol):
+    """What the admin listener reads of the gateway it serves (``gateway.app.Gateway``)."""
+
+    metrics: Metrics
+    clock: Clock
+    usage: UsageTracker
+    ready: bool
+
+    @property
+    def state(self) -> ServedState: ...
+
+
+_GATEWAY: web.AppKey[Served] = web.AppKey("gateway")
 
 
 async def _metrics(request: web.Request) -> web.Response:
     gateway = request.app[_GATEWAY]
     # The phase gauge is right at every scrape, even when no board request has come in since a date passed.
-    gateway.state.rollout.publish(gateway.metrics, gateway.clock.now().timestamp())
+    gateway.state.rollout.publish(gateway.metrics.rollout_phase, gateway.clock.now().timestamp())
     if gateway.metrics.multiprocess:
         # Several workers: every worker's values, read from the shared directory (any worker may answer).
         registry = CollectorRegistry()
@@ -41,9 +66,16 @@ async def _readyz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ready" if ready else "not ready"}, status=200 if ready else 503)
 
 
-def _redacted(model: Any) -> Any:
-    # The config holds no credentials today; upstream URLs may carry userinfo, which is masked.
-    data = model.model_dump(mode="json")
+def _redacted(config: LoadedConfig) -> dict[str, Any]:
+    """The config as loaded (upstream credentials masked), with the rollout section's dates in force."""
+    model: GatewayConfig = config.model
+    data: dict[str, Any] = model.model_dump(mode="json")
+    rollout = data.setdefault("rollout", {})
+    for behaviour in config.behaviours.values():
+        for flag in behaviour.all_flags():
+            if flag.name not in rollout:
+                value = model.rollout.dates().get(flag.name, flag.default)
+                rollout[flag.name] = None if value is None else value.isoformat()
     for tenant in data.get("tenants", []):
         upstream = tenant.get("upstream", "")
         if "@" in upstream:
@@ -58,7 +90,7 @@ async def _config(request: web.Request) -> web.Response:
         {"name": r.name, "methods": sorted(r.methods) if r.methods else None, "paths": list(r.templates), "chain": list(r.policies)}
         for r in [*state.routes.routes, state.routes.catch_all]
     ]
-    return web.json_response({"source": state.config.source, "config": _redacted(state.config.model), "routes": routes})
+    return web.json_response({"source": state.config.source, "config": _redacted(state.config), "routes": routes})
 
 
 async def _rollout(request: web.Request) -> web.Response:
@@ -76,7 +108,7 @@ async def _deprecations(request: web.Request) -> web.Response:
     return web.json_response(request.app[_GATEWAY].usage.report(top))
 
 
-def make_admin_app(gateway: Gateway) -> web.Application:
+def make_admin_app(gateway: Served) -> web.Application:
     app = web.Application()
     app[_GATEWAY] = gateway
     app.router.add_get("/metrics", _metrics)

@@ -1,53 +1,73 @@
-"""The registry of route policies: config name -> (options model, builder).
+"""The registry of route policies: config name -> ``PolicySpec``, and the config step that checks against it.
 
-A policy module exports ``NAME``, a frozen pydantic ``Options`` model and ``build(options, ctx) -> Middleware``.
-The builder does all parsing once; the middleware it returns only acts. Chains fold first-listed-outermost.
+An explicit mapping, no import-time discovery: adding a policy is its module (or folder), one line here, its docs
+and its tests (docs/architecture.md, "Adding a policy"). Chains fold first-listed-outermost.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from ..core.exchange import Middleware
+from ..config import ChainEntry, ConfigError, GatewayConfig, LoadedConfig, loc, pydantic_problems
+from ..rollout.behaviour import Behaviour
+from ..rollout.checks import rollout_problems
 from . import board_cards, legacy_upload_guard, request_id
+from .base import BuildContext, Families, PolicySpec
 
-if TYPE_CHECKING:
-    from ..ops.observability import Metrics
-    from ..rollout import Clock, RolloutPlan
+__all__ = ("BEHAVIOURS", "POLICIES", "BuildContext", "Families", "PolicySpec", "check_config")
 
-__all__ = ("BuildContext", "POLICIES", "PolicySpec")
-
-
-@dataclass(frozen=True, slots=True)
-class BuildContext:
-    """What a builder may use: the route it is built for and the injected clock and metrics."""
-
-    route_name: str
-    clock: Clock
-    metrics: Metrics
-    config: Any  # the whole GatewayConfig, for policies that need app-wide settings (rollout dates, tenants)
-    rollout: RolloutPlan  # built once per config from ``config``: every policy asks this one for phases
-
-
-@dataclass(frozen=True, slots=True)
-class PolicySpec:
-    name: str
-    options: type[BaseModel]
-    build: Callable[[Any, BuildContext], Middleware]
-
-
-POLICIES: Mapping[str, PolicySpec] = MappingProxyType(
+POLICIES: Mapping[str, PolicySpec[Any]] = MappingProxyType(
     {
         spec.name: spec
         for spec in (
-            PolicySpec(request_id.NAME, request_id.Options, request_id.build),
-            PolicySpec(legacy_upload_guard.NAME, legacy_upload_guard.Options, legacy_upload_guard.build),
-            PolicySpec(board_cards.NAME, board_cards.Options, board_cards.build),
+            request_id.SPEC,
+            legacy_upload_guard.SPEC,
+            board_cards.SPEC,
         )
     }
 )
+# Every dated behaviour, from the policies that own them.
+BEHAVIOURS: Mapping[str, Behaviour] = MappingProxyType(
+    {behaviour.name: behaviour for spec in POLICIES.values() for behaviour in spec.behaviours}
+)
+
+
+def check_config(model: GatewayConfig, source: str = "config") -> LoadedConfig:
+    """The registry's step of loading a config: every chain entry's policy and options, and the rollout sections
+    against the declared behaviours. Raises ConfigError with every problem, each with its path."""
+    problems: list[str] = []
+    chains: dict[str, tuple[tuple[str, BaseModel], ...]] = {}
+    global_names = [e.name for e in model.global_chain]
+
+    def options_of(
+        entries: Sequence[ChainEntry], where: list[int | str], outer: Sequence[str] = ()
+    ) -> tuple[tuple[str, BaseModel], ...]:
+        parsed = []
+        names = [*outer, *(e.name for e in entries)]
+        for j, entry in enumerate(entries):
+            spec = POLICIES.get(entry.name)
+            if spec is None:
+                problems.append(f"{loc([*where, j])}: unknown policy {entry.name!r} (known: {', '.join(sorted(POLICIES))})")
+                continue
+            if names.count(entry.name) > 1 and (entry.name in outer or names.index(entry.name) < len(outer) + j):
+                problems.append(f"{loc([*where, j])}: policy {entry.name!r} is listed twice in this chain"
+                                + (" (it is in global_chain)" if entry.name in outer else ""))
+            try:
+                parsed.append((entry.name, spec.options.model_validate(entry.options)))
+            except ValidationError as err:
+                problems.extend(pydantic_problems(err, [*where, j, entry.name]))
+        return tuple(parsed)
+
+    global_chain = options_of(model.global_chain, ["global_chain"])
+    for i, route in enumerate(model.routes):
+        chains[route.name] = global_chain + options_of(route.chain, ["routes", i, "chain"], global_names)
+    chains["catch_all"] = global_chain + options_of(model.catch_all.chain, ["catch_all", "chain"], global_names)
+    tenants = [(t.resolve(), t.rollout) for t in model.tenants]
+    problems.extend(rollout_problems(model.rollout, tenants, BEHAVIOURS))
+    if problems:
+        raise ConfigError(problems, source)
+    return LoadedConfig(model, chains, source, BEHAVIOURS)

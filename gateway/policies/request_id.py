@@ -1,21 +1,17 @@
-"""request_id: keep the client's request id or make one, forward it upstream and echo it on the response."""
+"""request_id: keep the client's request id or make one, forward it upstream and echo it on every answer."""
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
-from aiohttp import web
 from multidict import istr
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..core.exchange import Exchange, Next, Policy, Reply
 from ..core.http import new_request_id
-from ..core.exchange import CTX, Handler, Middleware
+from .base import BuildContext, PolicySpec
 
-if TYPE_CHECKING:
-    from . import BuildContext
-
-__all__ = ("NAME", "Options", "build")
+__all__ = ("NAME", "Options", "SPEC", "build")
 
 NAME = "request_id"
 
@@ -32,22 +28,24 @@ class Options(BaseModel):
 _SAFE_ID = re.compile(r"[A-Za-z0-9._:@/+=\-]+")
 
 
-def build(options: Options, ctx: BuildContext) -> Middleware:
+def build(options: Options, ctx: BuildContext) -> Policy:
     header = istr(options.header)  # found without folding its case on every request
     trust = options.trust_incoming
     max_length = options.max_length
 
-    async def request_id(request: web.BaseRequest, handler: Handler) -> web.StreamResponse:
-        incoming = request.headers.get(header) if trust else None
+    async def request_id(exchange: Exchange, next: Next) -> Reply:
+        incoming = exchange.headers.get(header) if trust else None
         if incoming and len(incoming) <= max_length and _SAFE_ID.fullmatch(incoming):
             rid = incoming
         else:
             rid = new_request_id()
-        state = request[CTX]
-        state.request_id = rid
-        state.upstream_headers[header] = rid
-        response = await handler(request)
-        response.headers[header] = rid
-        return response
+        exchange.request_id = rid
+        exchange.upstream_headers[header] = rid
+        reply = await next(exchange)
+        reply.headers[header] = rid
+        return reply
 
     return request_id
+
+
+SPEC = PolicySpec(NAME, Options, build)

@@ -1,7 +1,9 @@
-"""The proxy core: the terminal handler of every chain. It forwards; it knows no policy and no route.
+"""The proxy core's forwarder: the terminal handler of every chain. It forwards; it knows no policy and no route.
 
-It returns an ``UpstreamResponse`` whose head is not yet sent and whose body is still the upstream's stream, so
-outer policies can adjust headers, or read the body up to a cap when they must rewrite it.
+It sends the exchange to its tenant's upstream (the request body through the route's request-body filters) and
+returns a ``Reply`` whose head is not yet sent and whose body is still the upstream's stream, so outer policies can
+adjust headers, filter the body, or read it up to a cap. Upstream failures become the gateway's JSON error replies,
+which the chain unwinds through like any other.
 """
 
 from __future__ import annotations
@@ -11,21 +13,24 @@ import time
 from collections.abc import AsyncIterable, AsyncIterator
 
 import aiohttp
-from aiohttp import hdrs, web
+from aiohttp import hdrs
 from multidict import CIMultiDict, CIMultiDictProxy, istr
 from yarl import URL
 
-from ..core.http import HOP_BY_HOP, connection_tokens, ensure_continue, json_error
-from ..ops.observability import Metrics
-from ..core.exchange import CTX, RequestContext
+from ..core.exchange import Body, BodyBroken, Exchange, Refuse, Reply
+from ..core.http import HOP_BY_HOP, connection_tokens
+from .request_body import RequestBody, client_chunks
 from .upstream import UpstreamClient
 
-__all__ = ("BodyTooLarge", "ProxyCore", "UpstreamResponse", "VIA")
+__all__ = ("ProxyCore", "VIA", "body_error_reply", "upstream_error_reply")
 
 VIA = "1.1 deprecation-gateway"
 # Dropped from the request on top of hop-by-hop headers: the gateway answers Expect itself (ensure_continue).
 _REQUEST_DROP = tuple(istr(name) for name in sorted(HOP_BY_HOP | {"expect", "host"}))
 _RESPONSE_DROP = tuple(istr(name) for name in sorted(HOP_BY_HOP | {"content-length"}))
+# Statuses and methods whose response has no body (RFC 9110 6.4.1).
+_NO_BODY_STATUS = frozenset({204, 304})
+_UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
 
 
 def _drop(headers: CIMultiDict[str], names: tuple[istr, ...], source: CIMultiDictProxy[str]) -> None:
@@ -37,100 +42,99 @@ def _drop(headers: CIMultiDict[str], names: tuple[istr, ...], source: CIMultiDic
         headers.popall(token, None)
 
 
-class BodyTooLarge(Exception):
-    """Raised by UpstreamResponse.read_body when the body exceeds the caller's cap; ``data`` is what was read."""
+def upstream_error_reply(exchange: Exchange, err: BaseException) -> Reply:
+    """The answer to an upstream that could not be reached or broke before its response head."""
+    if isinstance(err, asyncio.TimeoutError):
+        status, kind, code, message = 504, "timeout", "UPSTREAM_TIMEOUT", "the upstream service did not answer in time"
+    elif isinstance(err, aiohttp.ClientConnectorError):
+        status, kind, code, message = 502, "connect", "UPSTREAM_UNAVAILABLE", "the upstream service cannot be reached"
+    elif isinstance(err, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):
+        status, kind, code, message = 502, "reset", "UPSTREAM_RESET", "the upstream service closed the connection"
+    else:
+        status, kind, code, message = 502, "other", "UPSTREAM_ERROR", "the upstream service sent an invalid response"
+    exchange.upstream_error_kind = kind
+    exchange.upstream_error = f"{kind}: {type(err).__name__}"
+    return Reply.error(status, code, message, exchange.ensure_request_id())
 
-    def __init__(self, data: bytes) -> None:
-        super().__init__("the upstream body is over the cap")
-        self.data = data
+
+def body_error_reply(exchange: Exchange) -> Reply:
+    """The answer to a request whose body could not be read to its end (``exchange.body_error`` says why)."""
+    if exchange.body_error == "timeout":
+        reply = Reply.error(408, "CLIENT_BODY_TIMEOUT", "the request body stopped arriving", exchange.ensure_request_id())
+    else:
+        # "malformed": the client is still there; "aborted": nobody reads it (the access log says 499).
+        reply = Reply.error(400, "MALFORMED_BODY", "the request body is malformed or was cut off",
+                            exchange.ensure_request_id())
+    reply.close_connection = True  # the rest of the body is unread: the connection cannot carry another request
+    return reply
 
 
-class UpstreamResponse(web.StreamResponse):
-    """A response whose body is streamed from the upstream when aiohttp finishes it (``write_eof``)."""
+class UpstreamBody(Body):
+    """The upstream's response body, streamed as it arrives; a failure part way becomes ``BodyBroken``."""
 
-    def __init__(self, upstream: aiohttp.ClientResponse, ctx: RequestContext, metrics: Metrics) -> None:
-        raw = upstream.headers
-        super().__init__(status=upstream.status, reason=upstream.reason, headers=raw)
-        self.upstream = upstream
-        self._ctx = ctx
-        self._metrics = metrics
-        headers = self.headers
-        _drop(headers, _RESPONSE_DROP, raw)
-        headers.add(hdrs.VIA, VIA)
-        length = raw.get(hdrs.CONTENT_LENGTH)
-        if length is not None and hdrs.TRANSFER_ENCODING not in raw and length.isdigit():
-            headers[hdrs.CONTENT_LENGTH] = str(int(length))  # what the content_length setter writes
-        if upstream.content.is_eof():
-            # The whole body is here: the head waits to leave with it in one write (as web.Response's does). A body
-            # still arriving gets its head at once when prepared, so a slow or streaming upstream is seen to answer.
-            self._send_headers_immediately = False
+    def __init__(self, response: aiohttp.ClientResponse, exchange: Exchange, length: int | None) -> None:
+        self._response = response
+        self._exchange = exchange
+        self.length = length
 
-    async def read_body(self, cap: int) -> bytes:
-        """The whole upstream body; over ``cap`` bytes, BodyTooLarge with what was read so far (the rest unread)."""
-        chunks: list[bytes] = []
-        size = 0
-        content = self.upstream.content
-        # readchunk hands over the parser's chunks one by one, as they are; readany would first join what is buffered,
-        # one more copy of the body before the join below.
-        while True:
-            chunk, chunk_end = await content.readchunk()
-            if not chunk:
-                if chunk_end:
-                    continue  # the end of an HTTP chunk (chunked transfer coding), not of the body
-                break
-            size += len(chunk)
-            chunks.append(chunk)
-            if size > cap:
-                raise BodyTooLarge(b"".join(chunks))
-        return b"".join(chunks)
-
-    def release(self) -> None:
-        self.upstream.release()
-
-    async def write_eof(self, data: bytes = b"") -> None:
+    async def chunks(self, *, as_they_come: bool = False) -> AsyncIterator[bytes]:
+        content = self._response.content
         try:
-            content = self.upstream.content
-            try:
-                if content.is_eof():
-                    rest = content.read_nowait()
-                    data = rest + data if data else rest
-                else:
-                    while chunk := await content.readany():
-                        await self.write(chunk)
-            except (aiohttp.ClientError, asyncio.TimeoutError) as err:
-                # The head is sent (or, held back for a body that had arrived, can no longer be changed): all that is
-                # left is to cut the client's connection so it sees a short or no response.
-                # aiohttp treats a ConnectionError here as a lost connection: it closes it and still logs access.
-                kind = "timeout" if isinstance(err, asyncio.TimeoutError) else "reset"
-                self._ctx.upstream_error = f"body_{kind}"
-                self._metrics.upstream_errors.labels(kind).inc()
-                raise ConnectionResetError(f"upstream body {kind}") from err
-            await super().write_eof(data)
+            if as_they_come:
+                # readchunk hands over the parser's pieces as they are; readany would first join what is buffered.
+                while True:
+                    chunk, end_of_http_chunk = await content.readchunk()
+                    if chunk:
+                        yield chunk
+                    elif not end_of_http_chunk:
+                        break
+            else:
+                while chunk := await content.readany():
+                    yield chunk
+        except _UPSTREAM_ERRORS as err:
+            kind = "timeout" if isinstance(err, asyncio.TimeoutError) else "reset"
+            exchange = self._exchange
+            exchange.upstream_error_kind = kind
+            exchange.upstream_error = f"body_{kind}"
+            status, code = (504, "UPSTREAM_TIMEOUT") if kind == "timeout" else (502, "UPSTREAM_RESET")
+            raise BodyBroken(Reply.error(status, code, "the upstream service's response broke off part way",
+                                         exchange.ensure_request_id())) from err
         finally:
-            self.upstream.release()
+            # Back to the pool when read to its end; closed otherwise (aiohttp decides).
+            self._response.release()
+
+    def close(self) -> None:
+        self._response.close()
+
+
+class _Declared(Body):
+    """No body to send (a HEAD, a 204, a 304), with the length the upstream declared for the representation."""
+
+    def __init__(self, length: int | None) -> None:
+        self.length = length
+
+    async def chunks(self, *, as_they_come: bool = False) -> AsyncIterator[bytes]:
+        return
+        yield b""  # an async generator that yields nothing
+
+    def close(self) -> None:
+        return
 
 
 class ProxyCore:
     """Forwards a classified request to its tenant's upstream over the pooled connections of one client."""
 
-    def __init__(
-        self,
-        client: UpstreamClient,
-        metrics: Metrics,
-        *,
-        trust_forwarded: bool = False,
-        body_timeout: float = 60.0,
-    ) -> None:
+    def __init__(self, client: UpstreamClient, *, trust_forwarded: bool = False, body_timeout: float = 60.0) -> None:
         self.client = client
-        self.metrics = metrics
         self.trust_forwarded = trust_forwarded
         self.body_timeout = body_timeout
 
-    def upstream_headers(self, request: web.BaseRequest, ctx: RequestContext) -> CIMultiDict[str]:
+    def upstream_headers(self, exchange: Exchange) -> CIMultiDict[str]:
         """The client's headers without hop-by-hop ones, Host first (where aiohttp puts it), then X-Forwarded-*,
         Via, and what the policies asked for."""
+        request = exchange.request
         incoming = request.headers
-        tenant = ctx.tenant
+        tenant = exchange.tenant
         host = incoming.get(hdrs.HOST)
         forwarded = CIMultiDict(incoming)
         _drop(forwarded, _REQUEST_DROP, incoming)
@@ -145,79 +149,67 @@ class ProxyCore:
             headers[hdrs.X_FORWARDED_HOST] = host
         via = incoming.get(hdrs.VIA)
         headers[hdrs.VIA] = f"{via}, {VIA}" if via else VIA
-        for name, value in ctx.upstream_headers.items():
+        for name, value in exchange.upstream_headers.items():
             if value is None:
                 headers.popall(name, None)
             else:
                 headers[name] = value
         return headers
 
-    async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
-        ctx = request[CTX]
-        url = URL(ctx.tenant.upstream_prefix + ctx.path + ("?" + ctx.query if ctx.query else ""), encoded=True)
-        headers = self.upstream_headers(request, ctx)
-        body: AsyncIterable[bytes] | None
-        if ctx.body is not None:
-            body = ctx.body
-        elif request.body_exists:
-            body = _stream_body(request, ctx, self.body_timeout)
-        else:
-            body = None
+    async def __call__(self, exchange: Exchange) -> Reply:
+        headers = self.upstream_headers(exchange)
+        body: AsyncIterable[bytes] | None = None
+        filtered: RequestBody | None = None
+        if exchange.has_body:
+            if exchange.request_filters:
+                filtered = RequestBody(exchange, self.body_timeout)
+                try:
+                    # Nothing is sent upstream before every filter has let a first byte through.
+                    await filtered.prime()
+                except Refuse as refused:
+                    return refused.reply
+                except ConnectionError:
+                    return body_error_reply(exchange)
+                if any(f.changes_length for f in exchange.request_filters):
+                    headers.popall(hdrs.CONTENT_LENGTH, None)
+                body = filtered
+            else:
+                body = client_chunks(exchange, self.body_timeout)
+        url = URL(exchange.tenant.upstream_prefix + exchange.path + ("?" + exchange.query if exchange.query else ""),
+                  encoded=True)
         started = time.monotonic()
         try:
             # The classified (effective) method, not the request line's: an upstream that ignores a method override
             # must not act on a method whose route chain the request never went through.
-            upstream = await self.client.request(ctx.method, url, headers, body)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as err:
-            if ctx.body_timed_out:
-                timed_out = json_error(
-                    408, "CLIENT_BODY_TIMEOUT", "the request body stopped arriving", ctx.ensure_request_id()
-                )
-                timed_out.force_close()  # the rest of the body is unread: the connection cannot carry another request
-                return timed_out
-            if ctx.client_aborted:
-                return web.Response(status=400)  # nobody reads it; the access log says 499
-            return self._error(ctx, err)
-        ctx.upstream_seconds = time.monotonic() - started
-        return UpstreamResponse(upstream, ctx, self.metrics)
+            upstream = await self.client.request(exchange.method, url, headers, body)
+        except _UPSTREAM_ERRORS as err:
+            if filtered is not None and filtered.refused is not None:
+                return filtered.refused.reply
+            if exchange.body_error is not None:
+                return body_error_reply(exchange)
+            return upstream_error_reply(exchange, err)
+        exchange.upstream_seconds = time.monotonic() - started
+        return self._reply(upstream, exchange)
 
-    def _error(self, ctx: RequestContext, err: BaseException) -> web.Response:
-        if isinstance(err, asyncio.TimeoutError):
-            status, kind, code, message = 504, "timeout", "UPSTREAM_TIMEOUT", "the upstream service did not answer in time"
-        elif isinstance(err, aiohttp.ClientConnectorError):
-            status, kind, code, message = 502, "connect", "UPSTREAM_UNAVAILABLE", "the upstream service cannot be reached"
-        elif isinstance(err, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):
-            status, kind, code, message = 502, "reset", "UPSTREAM_RESET", "the upstream service closed the connection"
+    def _reply(self, upstream: aiohttp.ClientResponse, exchange: Exchange) -> Reply:
+        raw = upstream.headers
+        headers = CIMultiDict(raw)
+        _drop(headers, _RESPONSE_DROP, raw)
+        headers.add(hdrs.VIA, VIA)
+        length: int | None = None
+        declared = raw.get(hdrs.CONTENT_LENGTH)
+        if declared is not None and hdrs.TRANSFER_ENCODING not in raw and declared.isdigit():
+            length = int(declared)
+        status = upstream.status
+        content = upstream.content
+        result: bytes | Body
+        if exchange.method == "HEAD" or status in _NO_BODY_STATUS or status < 200:
+            upstream.release()
+            result = _Declared(length)
+        elif content.is_eof() and content.exception() is None:
+            # The whole body is here: it leaves with the head in one write.
+            result = content.read_nowait()
+            upstream.release()
         else:
-            status, kind, code, message = 502, "other", "UPSTREAM_ERROR", "the upstream service sent an invalid response"
-        self.metrics.upstream_errors.labels(kind).inc()
-        ctx.upstream_error = f"{kind}: {type(err).__name__}"
-        return json_error(status, code, message, ctx.ensure_request_id())
-
-
-async def _stream_body(request: web.BaseRequest, ctx: RequestContext, timeout: float) -> AsyncIterator[bytes]:
-    await ensure_continue(request)
-    content = request.content
-    loop = asyncio.get_running_loop()
-    tap = ctx.body_tap
-    try:
-        # One timer, re-armed before each read and disarmed while a piece is being sent upstream: a client that
-        # stalls (or whose framing broke: aiohttp then stops feeding the body without failing it) must not hold an
-        # upstream connection forever, and a slow upstream is not the client's fault.
-        async with asyncio.timeout(None) as deadline:
-            while True:
-                deadline.reschedule(loop.time() + timeout)
-                chunk = await content.readany()
-                deadline.reschedule(None)
-                if tap is not None:
-                    tap(chunk)
-                if not chunk:
-                    break
-                yield chunk
-    except TimeoutError:
-        ctx.body_timed_out = True
-        raise ConnectionResetError("request body timed out") from None
-    except (ConnectionError, aiohttp.ClientPayloadError, asyncio.CancelledError):
-        # The client went away or sent a broken body: the upstream request is abandoned with it.
-        ctx.client_aborted = True
-        raise
+            result = UpstreamBody(upstream, exchange, length)
+        return Reply(status, headers, result, reason=upstream.reason)

@@ -1,22 +1,22 @@
-"""The client side of the proxy: aiohttp's pooled connections to the upstreams, and a short road for bodyless requests.
+"""The client side of the proxy: one session's pooled connections to the upstreams, and one road for every request.
 
-``ClientSession.request`` runs generic machinery on every call (argument merging, redirects, cookies, proxies,
-traces, middlewares, a total timeout) that costs more CPU than the rest of a small proxied request. The session
-the gateway builds uses none of it, so a request without a body goes straight to the session's connector: a
-pooled connection, the request head written, the response head read, as ``ClientSession._request`` does it, with
-its one retry of an idempotent request whose connection the upstream closed, and its error types. A request with
-a body (aiohttp decides whether it can be replayed) and every request on a session handed in from outside go
-through ``ClientSession.request``.
+Every proxied request, with or without a body, is sent the same way: a pooled connection from the session's
+connector, the request head (and body, streamed) written by aiohttp's ``ClientRequest``, the response head read, as
+``ClientSession._request`` does it but without its per-call machinery (argument merging, redirects, cookies, proxies,
+traces, middlewares, a total timeout), which costs more CPU than the rest of a small proxied request, and without its
+header merging, which folds header lines that differ only in case. So the upstream is sent exactly the headers the
+proxy core built, whether or not the request has a body.
 
-It leans on aiohttp internals (``ClientRequest.send``, ``ClientResponse.start``, ``set_response_params``): pinned
-in requirements.lock, and covered by the proxy tests, which run every bodyless request through it.
+A request whose pooled connection breaks before the response head arrives (typically a kept-alive connection the
+upstream had just closed) is sent once more on a new connection when its method is idempotent and it has no body;
+never with a body, which has been (partly) consumed. The private aiohttp API this relies on is listed, and checked
+at import, in ``aiohttp_private``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, Awaitable, Iterable
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterable, Iterable
 
 import aiohttp
 from aiohttp.helpers import TimerNoop
@@ -24,21 +24,20 @@ from aiohttp.typedefs import LooseHeaders
 from multidict import CIMultiDict, istr
 from yarl import URL
 
-if TYPE_CHECKING:
-    from ..config import UpstreamConfig
+from . import aiohttp_private  # noqa: F401 - checks, at import, the private API used below
+from .options import UpstreamConfig
 
 __all__ = ("UpstreamClient",)
 
 # Only what the client sent goes upstream: no default User-Agent, Accept or Content-Type.
 _SKIP_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
 _READ_BUFSIZE = 256 * 1024
-# aiohttp's defaults, given explicitly so both roads use the same values.
 _MAX_LINE_SIZE = 8190
 _MAX_HEADERS = 128
 _TIMEOUT_CEIL_THRESHOLD = 5.0
-# What ClientSession retries once when a connection fails (aiohttp.client.IDEMPOTENT_METHODS).
+# What is sent once more when its pooled connection broke before the response head (aiohttp's idempotent methods).
 _IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
-# aiohttp.ClientSession._request does not retry these: the upstream could not be reached at all.
+# Failures to reach the upstream at all: nothing was sent, and a second try would fail alike.
 _NOT_RETRIED = (
     aiohttp.ConnectionTimeoutError,
     aiohttp.ClientConnectorError,
@@ -46,19 +45,19 @@ _NOT_RETRIED = (
     aiohttp.ClientConnectorSSLError,
 )
 _NO_TIMER = TimerNoop()
+# Methods whose response has no body to read (ClientSession: EMPTY_BODY_METHODS).
+_NO_RESPONSE_BODY = frozenset({"HEAD"})
 
 
-class _BodylessRequest(aiohttp.ClientRequest):
+class _ProxiedRequest(aiohttp.ClientRequest):
     """aiohttp's request, taking the proxy core's headers as they are.
 
     They come with their Host first, as aiohttp would put it; and every header aiohttp would add on its own is in
-    the session's skip list (checked below), so none is added.
+    the skip list (checked below), so none is added.
     """
 
     def update_headers(self, headers: LooseHeaders | None) -> None:
-        if not isinstance(headers, CIMultiDict) or "Host" not in headers:
-            super().update_headers(headers)
-            return
+        assert isinstance(headers, CIMultiDict) and "Host" in headers
         self.headers = CIMultiDict(headers)
 
     def update_auto_headers(self, skip_auto_headers: Iterable[str] | None) -> None:
@@ -67,16 +66,14 @@ class _BodylessRequest(aiohttp.ClientRequest):
 
 _SKIPPED: CIMultiDict[None] = CIMultiDict((name, None) for name in sorted(istr(n) for n in _SKIP_AUTO_HEADERS))
 if not {istr(name) for name in (*aiohttp.ClientRequest.DEFAULT_HEADERS, "User-Agent")} <= set(_SKIPPED):
-    raise RuntimeError("this aiohttp adds request headers the gateway does not skip: review gateway/upstream.py")
+    raise RuntimeError("this aiohttp adds request headers the gateway does not skip: review gateway/proxy/upstream.py")
 
 
 class UpstreamClient:
-    """Sends the proxied requests over one session; the short road only on a session it built (``open``)."""
+    """Sends the proxied requests over the pooled connections of one session."""
 
-    def __init__(self, session: aiohttp.ClientSession, *, max_field_size: int | None = None) -> None:
+    def __init__(self, session: aiohttp.ClientSession, *, max_field_size: int) -> None:
         self.session = session
-        # Given by ``open``: the session's max_field_size, which the short road hands to the response parser. None
-        # for a session from outside, whose settings the short road cannot know: all its requests take the long one.
         self._max_field_size = max_field_size
         self._version = aiohttp.HttpVersion(*session.version)
 
@@ -96,44 +93,30 @@ class UpstreamClient:
             auto_decompress=False,
             cookie_jar=aiohttp.DummyCookieJar(),
             skip_auto_headers=_SKIP_AUTO_HEADERS,
-            read_bufsize=_READ_BUFSIZE,
-            max_line_size=_MAX_LINE_SIZE,
-            max_field_size=max_field_size,
-            max_headers=_MAX_HEADERS,
         )
         return cls(session, max_field_size=max_field_size)
 
     async def close(self) -> None:
         await self.session.close()
 
-    def request(
+    async def request(
         self, method: str, url: URL, headers: CIMultiDict[str], body: AsyncIterable[bytes] | None
-    ) -> Awaitable[aiohttp.ClientResponse]:
-        """The upstream's response, its head read and its body still streaming; raises aiohttp's client errors."""
-        if body is None and self._max_field_size is not None:
-            return self._bodyless(method, url, headers, self._max_field_size)
-        return self.session.request(
-            method, url, headers=headers, data=body, allow_redirects=False, auto_decompress=False
-        )
-
-    async def _bodyless(
-        self, method: str, url: URL, headers: CIMultiDict[str], max_field_size: int
     ) -> aiohttp.ClientResponse:
-        """ClientSession._request with its _connect_and_send_request, for the gateway's own session: no traces,
-        no total timeout, no redirects, no cookies, no proxy."""
+        """The upstream's response, its head read and its body still streaming; raises aiohttp's client errors."""
         session = self.session
         if session.closed:
-            raise RuntimeError("Session is closed")
+            raise RuntimeError("the upstream session is closed")
         connector = session.connector
         assert connector is not None
         timeout = session.timeout
         loop = asyncio.get_running_loop()
-        retry = method in _IDEMPOTENT
+        retry = body is None and method in _IDEMPOTENT
         while True:
-            request = _BodylessRequest(
+            request = _ProxiedRequest(
                 method,
                 url,
                 headers=headers,
+                data=body,
                 loop=loop,
                 timer=_NO_TIMER,
                 session=session,
@@ -148,14 +131,14 @@ class UpstreamClient:
                 assert protocol is not None
                 protocol.set_response_params(
                     timer=_NO_TIMER,
-                    skip_payload=request.method == "HEAD",
+                    skip_payload=method in _NO_RESPONSE_BODY,
                     read_until_eof=True,
                     auto_decompress=False,
                     read_timeout=timeout.sock_read,
                     read_bufsize=_READ_BUFSIZE,
                     timeout_ceil_threshold=_TIMEOUT_CEIL_THRESHOLD,
                     max_line_size=_MAX_LINE_SIZE,
-                    max_field_size=max_field_size,
+                    max_field_size=self._max_field_size,
                     max_headers=_MAX_HEADERS,
                 )
                 try:
@@ -172,8 +155,6 @@ class UpstreamClient:
             except _NOT_RETRIED:
                 raise
             except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
-                # The connection broke before the response head, typically a kept-alive one the upstream had just
-                # closed: like ClientSession, send an idempotent request once more.
                 if not retry:
                     raise
                 retry = False

@@ -16,7 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gateway.config import load_config
+from gateway.app import load_config
 
 from .crd_schemas import SCHEMAS
 from .deploy_testlib import (

@@ -7,7 +7,7 @@ import json
 
 import aiohttp
 
-from gateway.ops.observability import AccessLogWriter
+from gateway.ops.access_log import AccessLogWriter
 from tests.conftest import GatewayFactory, LineCollector, RecordingUpstream, make_config, raw_exchange
 
 
@@ -38,7 +38,7 @@ async def test_access_log_lines_and_redaction(upstream: RecordingUpstream, start
     assert gw.metrics.registry.get_sample_value(
         "gateway_requests_total", {"route": "board", "method": "GET", "status_class": "2xx"}
     ) == 1  # the effective method
-    assert gw.metrics.refused.labels("BAD_PATH")._value.get() == 1
+    assert gw.metrics.registry.get_sample_value("gateway_refused_requests_total", {"code": "BAD_PATH"}) == 1
     assert gw.metrics.registry.get_sample_value("gateway_requests_in_flight") == 0
 
 

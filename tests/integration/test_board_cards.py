@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway.ops.observability import token_fingerprint
+from gateway.core.http import token_fingerprint
 from gateway.rollout import FixedClock, parse_instant
 from tests.board_fixtures import BIG_INT, board_bytes
 from tests.conftest import GatewayFactory, Received, RecordingUpstream, make_config, parse_responses, raw_exchange
@@ -61,7 +61,7 @@ async def start(start_gateway: GatewayFactory, upstream: RecordingUpstream, at: 
 
 
 def counter(gw: Any, phase: str, action: str) -> float:
-    return gw.metrics.board_responses.labels(phase, action)._value.get()
+    return gw.metrics.registry.get_sample_value("gateway_board_responses_total", {"phase": phase, "action": action}) or 0.0
 
 
 # --- Phases --------------------------------------------------------------------------------------------------------
@@ -153,7 +153,7 @@ async def test_board_sizes_in_the_cap_phase(upstream, start_gateway, client, cou
     cut = got.index(b',"cards_deprecation_message"')
     assert body.startswith(got[: cut - 1])
     assert body.endswith(got[got.index(b'"card_properties"') - 1 :])
-    assert gw.metrics.board_cards_removed._value.get() == count - 100
+    assert gw.metrics.registry.get_sample_value("gateway_board_cards_removed_total") == count - 100
 
 
 @pytest.mark.parametrize("count", [0, 100, 101, 10_000])
@@ -169,7 +169,7 @@ async def test_board_sizes_in_the_removal_phase(upstream, start_gateway, client,
     before, after = body.split(b'"cards":', 1)
     assert got.startswith(before)
     assert got.endswith(after[after.index(b',"card_properties"'):])
-    assert gw.metrics.board_cards_removed._value.get() == count
+    assert gw.metrics.registry.get_sample_value("gateway_board_cards_removed_total") == count
 
 
 async def test_unicode_big_integers_and_floats_are_kept_as_written(upstream, start_gateway, client) -> None:
@@ -479,10 +479,13 @@ async def test_decision_in_context_and_phase_gauge(upstream, start_gateway, clie
     gw = await start(start_gateway, upstream, CAPPED)
     async with client.get(gw.url + "/api/latest/boards/1") as resp:
         await resp.read()
-    gauge = gw.metrics.rollout_phase
-    assert gauge.labels("acme", "board_cards", "capped")._value.get() == 1
-    assert gauge.labels("acme", "board_cards", "full")._value.get() == 0
-    assert gauge.labels("acme", "legacy_uploads", "forbidden")._value.get() == 1
+    def phase(behaviour: str, name: str) -> float | None:
+        labels = {"tenant": "acme", "behaviour": behaviour, "phase": name}
+        return gw.metrics.registry.get_sample_value("gateway_rollout_phase", labels)
+
+    assert phase("board_cards", "capped") == 1
+    assert phase("board_cards", "full") == 0
+    assert phase("legacy_uploads", "forbidden") == 1
 
 
 async def test_memo_is_only_used_for_identical_bodies(upstream, start_gateway, client) -> None:
@@ -500,7 +503,7 @@ async def test_memo_is_only_used_for_identical_bodies(upstream, start_gateway, c
         async with client.get(gw.url + "/api/latest/boards/1") as resp:
             doc = json.loads(await resp.read())
         assert f"of {150 if i % 2 == 0 else 160} cards" in doc["cards_deprecation_message"]
-    assert gw.metrics.board_cards_removed._value.get() == 50 + 60 + 50 + 60
+    assert gw.metrics.registry.get_sample_value("gateway_board_cards_removed_total") == 50 + 60 + 50 + 60
 
 
 # --- Against the sandbox -----------------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ async def ggw(counting_upstream: CountingUpstream, start_gateway: GatewayFactory
 
 
 def _counter(gw: RunningGateway, route: str, decision: str) -> float:
-    return float(gw.metrics.legacy_uploads.labels(route, decision)._value.get())
+    return gw.metrics.registry.get_sample_value("gateway_legacy_uploads_total", {"route": route, "decision": decision}) or 0.0
 
 
 async def test_blocked_put_gets_the_spec_403(

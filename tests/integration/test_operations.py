@@ -229,19 +229,18 @@ async def test_workers_stop_when_the_supervisor_is_killed(upstream: RecordingUps
 async def test_deprecations_endpoint_and_usage_command(upstream: RecordingUpstream, start_gateway,
                                                        start_admin) -> None:
     from tests.conftest import make_config
-    from gateway.core.exchange import CTX
 
     gw = await start_gateway(make_config(upstream.url))
     admin = await start_admin(gw)
 
     # Stand-in for a deprecation policy: record a decision the way policies do.
-    async def decide(request, handler):
-        request[CTX].decisions["some_deprecation"] = "allowed"
-        return await handler(request)
+    async def decide(exchange, next):
+        exchange.decisions["some_deprecation"] = "allowed"
+        return await next(exchange)
 
     state = gw.gateway.state
     inner = state.handlers["catch_all"]
-    state.handlers["catch_all"] = lambda request: decide(request, inner)
+    state.handlers["catch_all"] = lambda exchange: decide(exchange, inner)
     async with aiohttp.ClientSession() as client:
         for token in ("tok-a", "tok-a", "tok-b"):
             async with client.get(gw.url + "/x", headers={"Authorization": f"Bearer {token}",

@@ -11,6 +11,7 @@ See docs/policies/board_cards.md for the choices on compression and validators.
 
 from __future__ import annotations
 
+import datetime as dt
 import gzip
 import hashlib
 import json
@@ -19,21 +20,20 @@ import re
 import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Literal
 
-from aiohttp import web
 from multidict import CIMultiDict
+from prometheus_client import CollectorRegistry, Counter
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 
+from ...core.exchange import BodyTooLarge, BodyUnavailable, Exchange, Next, Policy, Reply
+from ...core.spec import deprecation_link, deprecation_value, successor_link
+from ...rollout.behaviour import Behaviour, DateFlag
+from ...rollout.plan import Schedule
+from ..base import BuildContext, PolicySpec
 from . import json_splice
-from ...proxy.core import BodyTooLarge, UpstreamResponse
-from ...rollout.engine import BOARD_CARDS, Schedule
-from ...core.exchange import CTX, Handler, Middleware
 
-if TYPE_CHECKING:
-    from .. import BuildContext
-
-__all__ = ("NAME", "Options", "build")
+__all__ = ("BOARD_CARDS", "Families", "NAME", "Options", "SPEC", "build")
 
 NAME = "board_cards"
 log = logging.getLogger("gateway.board_cards")
@@ -43,6 +43,30 @@ SUCCESSOR = "/api/latest/cards"
 MiB = 1 << 20
 # Bumped whenever the rewrite's output changes for the same input: part of every ETag the policy derives.
 _REWRITE_VERSION = "1"
+
+
+# Spec, "Limits" 2-3: at most 100 cards from 2026-10-01, none from 2026-11-01.
+BOARD_CARDS = Behaviour(
+    "board_cards",
+    ("full", "capped", "removed"),
+    (DateFlag("board_cards_cap", dt.date(2026, 10, 1)), DateFlag("board_cards_removal", dt.date(2026, 11, 1))),
+    signals=(DateFlag("board_cards_announcement", label="Deprecation and Link headers",
+                      unset="on every board response"),),
+)
+_ACTIONS = ("untouched", "capped", "removed", "passed_through_unparsed", "too_large", "not_ok", "not_modified")
+
+
+class Families:
+    """This policy's metric families."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.responses = Counter(
+            "gateway_board_responses", "Board responses, by phase and action (untouched, capped, removed, "
+            "passed_through_unparsed, too_large, not_ok).", ("phase", "action"), registry=registry,
+        )
+        self.cards_removed = Counter(
+            "gateway_board_cards_removed", "Cards withheld from board responses.", registry=registry,
+        )
 
 
 class Options(BaseModel):
@@ -120,10 +144,15 @@ class _MemoEntry:
     body: bytes
     layout: json_splice.Layout
     rendered: dict[tuple[int, bool], tuple[bytes, bool]] = field(default_factory=dict)  # -> (body, gzipped)
+    size: int = 0  # the body and every rendered output
+
+    def __post_init__(self) -> None:
+        self.size = len(self.body)
 
 
 class _Memo:
-    """Scans of recent upstream bodies, reused only for a body equal byte for byte; bounded by total size."""
+    """Scans of recent upstream bodies, reused only for a body equal byte for byte; bounded by the total size of the
+    bodies kept and of the outputs rendered from them."""
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
@@ -138,16 +167,27 @@ class _Memo:
         return entry
 
     def put(self, key: tuple[str, str], entry: _MemoEntry) -> None:
-        if len(entry.body) > self.budget:
-            return
         old = self.entries.pop(key, None)
         if old is not None:
-            self.size -= len(old.body)
+            self.size -= old.size
+        if entry.size > self.budget:
+            return
         self.entries[key] = entry
-        self.size += len(entry.body)
-        while self.size > self.budget:
+        self.size += entry.size
+        self._evict()
+
+    def render(self, key: tuple[str, str], entry: _MemoEntry, which: tuple[int, bool], output: tuple[bytes, bool]) -> None:
+        """Keep an output rendered from ``entry``; the memo is charged for it while it keeps the entry."""
+        entry.rendered[which] = output
+        entry.size += len(output[0])
+        if self.entries.get(key) is entry:
+            self.size += len(output[0])
+            self._evict()
+
+    def _evict(self) -> None:
+        while self.size > self.budget and self.entries:
             _, evicted = self.entries.popitem(last=False)
-            self.size -= len(evicted.body)
+            self.size -= evicted.size
 
 
 class _PassThrough(Exception):
@@ -157,50 +197,46 @@ class _PassThrough(Exception):
         self.reason = reason
 
 
-def build(options: Options, ctx: BuildContext) -> Middleware:
+def build(options: Options, ctx: BuildContext) -> Policy:
     if not json_splice.NATIVE:
         log.warning(
-            "board_cards: the C JSON scanner (gateway.policies.board_cards._jsonscan) is not built (no C compiler at install); large boards "
-            "are read by the Python paths, about 6 times more slowly; reinstall with gcc to build it"
+            "board_cards: the C JSON scanner (gateway.policies.board_cards._jsonscan) is not built (no C compiler at "
+            "install); large boards are read by the Python paths, about 6 times more slowly; reinstall with gcc to "
+            "build it"
         )
-    plan = ctx.rollout
-    schedules: dict[str, Schedule] = {tenant: per[BOARD_CARDS.name] for tenant, per in plan.schedules.items()}
+    schedules: dict[str, Schedule] = {tenant: per[BOARD_CARDS.name] for tenant, per in ctx.rollout.schedules.items()}
     clock = ctx.clock
-    metrics = ctx.metrics
+    families = ctx.families(Families)
     phases = BOARD_CARDS.phases
     cap = options.cap
     page_limit = options.page_limit or cap
     empty_array = options.removal == "empty_array"
     max_body = options.max_body_bytes
     memo = _Memo(options.memo_bytes) if options.memo_bytes else None
-    doc_link = f'<{options.deprecation_link}>; rel="deprecation"; type="text/html"' if options.deprecation_link else None
+    doc_link = deprecation_link(str(options.deprecation_link)) if options.deprecation_link else None
     # One ETag suffix per rewriting phase: it changes whenever what the phase does to a body changes.
     fingerprint = hashlib.sha256(
         (options.model_dump_json() + _REWRITE_VERSION).encode()
     ).hexdigest()[:8]
     suffixes = {i: f".cards-{phases[i]}-{fingerprint}" for i in (1, 2)}
-    counters: dict[tuple[str, str], Any] = {
-        (phase, action): metrics.board_responses.labels(phase, action)
-        for phase in phases
-        for action in ("untouched", "capped", "removed", "passed_through_unparsed", "too_large", "not_ok",
-                       "not_modified")
-    }
-    removed_counter = metrics.board_cards_removed
-    signal_flag = {tenant: flags.get("board_cards_announcement") for tenant, flags in plan.signals.items()}
-    # Per tenant, once: the Deprecation header (the cap date) and what a rewritten response varies on.
-    deprecation = {tenant: _structured_date(s.flag_instant("board_cards_cap")) for tenant, s in schedules.items()}
+    counters = {(phase, action): families.responses.labels(phase, action) for phase in phases for action in _ACTIONS}
+    removed_counter = families.cards_removed
+    # Per tenant, once: when the signal headers start, the Deprecation header (the cap date), and what a rewritten
+    # response varies on.
+    signal_from = {tenant: s.signals["board_cards_announcement"] for tenant, s in schedules.items()}
+    deprecation = {tenant: _deprecation(s.flag_instant("board_cards_cap")) for tenant, s in schedules.items()}
     rewritten_vary = {tenant: ("Accept-Encoding", *s.vary) for tenant, s in schedules.items()}
 
     def signal_headers(headers: CIMultiDict[str], tenant: str, board: str, now: float) -> None:
         if not options.signal:
             return
-        start = signal_flag.get(tenant)
+        start = signal_from.get(tenant)
         if start is not None and now < start:
             return
         value = deprecation[tenant]
         if value is not None:
             headers["Deprecation"] = value
-        headers.add("Link", f'<{SUCCESSOR}?board_id={board}>; rel="successor-version"')
+        headers.add("Link", successor_link(f"{SUCCESSOR}?board_id={board}"))
         if doc_link is not None:
             headers.add("Link", doc_link)
 
@@ -274,107 +310,89 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
             raise _PassThrough("passed_through_unparsed", "the compressed body is truncated or has trailing data")
         return out
 
-    async def board_cards(request: web.BaseRequest, handler: Handler) -> web.StreamResponse:
-        state = request[CTX]
-        tenant = state.tenant.name
+    async def board_cards(exchange: Exchange, next: Next) -> Reply:
+        tenant = exchange.tenant.name
         schedule = schedules[tenant]
         now = clock.now().timestamp()
-        index, kind = schedule.phase_and_kind(now, request.headers)
+        index, kind = schedule.phase_and_kind(now, exchange.headers)
         phase = phases[index]
-        board = state.params.get("board_id", "")
+        board = exchange.params.get("board_id", "")
         label = phase if kind not in ("brownout", "exemption") else f"{phase}({kind})"
-
-        if index == 0:
-            response = await handler(request)
-            action = "not_ok"
-            if response.status in (200, 304):
-                action = "untouched"
-                signal_headers(response.headers, tenant, board, now)
-                vary(response.headers, schedule.vary)
-            counters[(phase, action)].inc()
-            state.decisions[NAME] = f"{label}:{action}"
-            return response
-
-        # A rewriting phase: ask for bytes the policy can read and for validators it can translate.
-        head = state.method == "HEAD"
-        upstream_headers = state.upstream_headers
-        upstream_headers["Accept-Encoding"] = "identity"
-        for name in _CONDITIONAL_DROP:
-            upstream_headers[name] = None
-        if_none_match = request.headers.get("If-None-Match")
-        if if_none_match is not None:
-            upstream_headers["If-None-Match"] = translate_if_none_match(if_none_match, index)
-        forwarded = request
-        if head:
-            # HEAD answers with GET's headers, so the upstream is asked for the body that GET would rewrite.
-            state.method = "GET"
-            forwarded = request.clone(method="GET")
-        try:
-            response = await handler(forwarded)
-        finally:
-            if head:
-                state.method = "HEAD"
 
         def finish(action: str, reason: str | None = None) -> None:
             counters[(phase, action)].inc()
-            state.decisions[NAME] = f"{label}:{action}"
+            exchange.decisions[NAME] = f"{label}:{action}"
             if reason is not None:
                 log.warning(
                     "board_cards: response passed through untouched (%s: %s); tenant %s, route %s, request id %s",
-                    action, reason, tenant, state.route.name, state.request_id,
+                    action, reason, tenant, exchange.route.name, exchange.request_id,
                 )
 
-        if not isinstance(response, UpstreamResponse):
-            finish("not_ok")
-            return response
-        status = response.status
+        if index == 0:
+            reply = await next(exchange)
+            if reply.status in (200, 304):
+                signal_headers(reply.headers, tenant, board, now)
+                vary(reply.headers, schedule.vary)
+                finish("untouched")
+            else:
+                finish("not_ok")
+            return reply
+
+        # A rewriting phase: ask for bytes the policy can read and for validators it can translate.
+        upstream_headers = exchange.upstream_headers
+        upstream_headers["Accept-Encoding"] = "identity"
+        for name in _CONDITIONAL_DROP:
+            upstream_headers[name] = None
+        if_none_match = exchange.headers.get("If-None-Match")
+        if if_none_match is not None:
+            upstream_headers["If-None-Match"] = translate_if_none_match(if_none_match, index)
+        head = exchange.method == "HEAD"
+        if head:
+            # HEAD answers with GET's headers, so the upstream is asked for the body that GET would rewrite (the
+            # proxy core sends the client the head only).
+            exchange.method = "GET"
+        try:
+            reply = await next(exchange)
+        finally:
+            if head:
+                exchange.method = "HEAD"
+        headers = reply.headers
+        status = reply.status
         if status == 304:
-            headers = CIMultiDict(response.headers)
-            etag = weak_etag(response.upstream.headers.get("ETag"), index)
+            etag = weak_etag(headers.get("ETag"), index)
             headers.popall("ETag", None)
             headers.popall("Last-Modified", None)
             if etag is not None:
                 headers["ETag"] = etag
             vary(headers, rewritten_vary[tenant])
             signal_headers(headers, tenant, board, now)
-            response.release()
             finish("not_modified")
-            return web.Response(status=304, reason=response.reason, headers=headers)
+            return reply
         if status != 200:
             finish("not_ok")
-            if head:
-                return await _bodyless(response)
-            return response
+            return reply
 
-        content_type = response.headers.get("Content-Type", "")
-        coding = response.headers.get("Content-Encoding", "").strip().lower()
-        length = response.upstream.content_length
+        coding = headers.get("Content-Encoding", "").strip().lower()
+        length = reply.length
         try:
-            if not _JSON_TYPE.match(content_type):
+            if not _JSON_TYPE.match(headers.get("Content-Type", "")):
                 raise _PassThrough("passed_through_unparsed", "not a JSON content type")
             if length is not None and length > max_body and coding in ("", "identity"):
                 raise _PassThrough("too_large", f"Content-Length {length} is over max_body_bytes")
+            raw = await reply.read(max_body)
         except _PassThrough as skip:
             finish(skip.action, skip.reason)
-            signal_headers(response.headers, tenant, board, now)
-            return await _bodyless(response) if head else response
-
-        try:
-            raw = await response.read_body(max_body)
-        except BodyTooLarge as partial:
+            signal_headers(headers, tenant, board, now)
+            return reply
+        except BodyTooLarge:
             finish("too_large", "the body is over max_body_bytes")
-            signal_headers(response.headers, tenant, board, now)
-            if head:
-                response.upstream.close()
-                return web.Response(status=200, reason=response.reason, headers=_head_headers(response))
-            await response.prepare(request)
-            await response.write(partial.data)
-            return response  # aiohttp's write_eof streams the rest from the upstream
-        response.release()
+            signal_headers(headers, tenant, board, now)
+            return reply  # the proxy core sends all of it: what was read, then the rest as it streams
+        except BodyUnavailable:
+            finish("not_ok")  # the upstream broke off part way: the reply is now the proxy core's error answer
+            return reply
 
-        headers = CIMultiDict(response.headers)
-        upstream_etag = response.upstream.headers.get("ETag")
-        key = (tenant, state.path)
+        key = (tenant, exchange.path)
         try:
             body = decode(raw, coding)
             entry = memo.get(key, body) if memo is not None else None
@@ -386,7 +404,7 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
                 entry = _MemoEntry(body, layout)
                 if memo is not None:
                     memo.put(key, entry)
-            gzip_ok = _accepts_gzip(request.headers.get("Accept-Encoding"))
+            gzip_ok = _accepts_gzip(exchange.headers.get("Accept-Encoding"))
             cached = entry.rendered.get((index, gzip_ok))
             if cached is None:
                 # The same scan, phase and encoding give the same output: it is kept with the scan.
@@ -394,15 +412,17 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
                 gzipped = gzip_ok and len(out) >= options.compress_min_bytes
                 if gzipped:
                     out = gzip.compress(out, compresslevel=options.compress_level, mtime=0)
-                entry.rendered[(index, gzip_ok)] = cached = (out, gzipped)
+                cached = (out, gzipped)
+                if memo is not None:
+                    memo.render(key, entry, (index, gzip_ok), cached)
             action, withheld = _action_of(entry.layout, index, cap)
         except _PassThrough as skip:
             finish(skip.action, skip.reason)
             signal_headers(headers, tenant, board, now)
-            headers.popall("Content-Length", None)  # headers is this response's own copy
-            return web.Response(status=200, reason=response.reason, body=raw, headers=headers)
+            return reply  # the upstream's bytes, as read
 
         rendered, gzipped = cached
+        upstream_etag = headers.get("ETag")
         for name in _REWRITE_DROP:
             # An untouched body keeps its Last-Modified: the bytes it dates are the upstream's.
             if action != "untouched" or name != "last-modified":
@@ -417,7 +437,8 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
         if withheld:
             removed_counter.inc(withheld)
         finish(action)
-        return web.Response(status=200, reason=response.reason, body=rendered, headers=headers)
+        reply.set_body(rendered)
+        return reply
 
     return board_cards
 
@@ -430,23 +451,8 @@ def _action_of(layout: json_splice.Layout, index: int, cap: int) -> tuple[str, i
     return "removed", layout.count
 
 
-def _structured_date(instant: float | None) -> str | None:
-    """An RFC 9651 Date (``@<epoch seconds>``), as RFC 9745's Deprecation header carries it."""
-    return None if instant is None else f"@{int(instant)}"
+def _deprecation(instant: float | None) -> str | None:
+    return None if instant is None else deprecation_value(instant)
 
 
-def _head_headers(response: UpstreamResponse) -> CIMultiDict[str]:
-    headers = CIMultiDict(response.headers)
-    length = response.upstream.headers.get("Content-Length")
-    if length is not None:
-        headers["Content-Length"] = length
-    return headers
-
-
-async def _bodyless(response: UpstreamResponse) -> web.Response:
-    """For a HEAD the policy forwarded as GET: the same head, no body (the upstream connection is not reused)."""
-    headers = _head_headers(response)
-    response.upstream.close()
-    return web.Response(status=response.status, reason=response.reason, headers=headers)
-
-
+SPEC = PolicySpec(NAME, Options, build, behaviours=(BOARD_CARDS,))

@@ -3,27 +3,33 @@
 Spec, "Deprecated upload routes and their replacements", "Errors" and "States and transitions": with the setting on,
 an upload through a deprecated route is answered 403 ``PUBLIC_API_LEGACY_FILE_UPLOAD_DISABLED`` and nothing of it
 reaches the upstream; with it off, the upload passes and the response says that the route is deprecated (RFC 9745).
-A security policy: a body it cannot read unambiguously is refused, never forwarded. docs/policies/legacy_upload_guard.md
-lists every rule.
+A security policy: a body it cannot read unambiguously is refused, never forwarded.
+docs/policies/legacy_upload_guard.md lists every rule.
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
-import json
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-import aiohttp
-from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDictProxy
+from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ...core.http import ensure_continue
+from ...core.exchange import Exchange, Flow, Next, Policy, Refuse, Reply, RequestBodyFilter
+from ...core.spec import (
+    RESTRICTED_BY_DEFAULT_FROM,
+    TEMPLATE_PARAM,
+    TEMPLATE_PARAM_RE,
+    deprecation_value,
+    epoch,
+    successor_link,
+)
+from ...rollout.behaviour import Base, Behaviour, DateFlag
+from ..base import BuildContext, PolicySpec
 from .multipart_sniffer import (
     Ambiguous,
     Boundary,
@@ -33,24 +39,20 @@ from .multipart_sniffer import (
     form_data_boundary,
     parse_media_type,
 )
-from ...core.exchange import CTX, Handler, Middleware, RequestContext
 
 if TYPE_CHECKING:
     from ...core.tenants import Tenant
-    from .. import BuildContext
+    from ...rollout.config import Brownout
 
-__all__ = ("DISABLED_CODE", "NAME", "Options", "build", "forbid_in_force")
+__all__ = ("DISABLED_CODE", "Families", "LEGACY_UPLOADS", "NAME", "Options", "SPEC", "build")
 
 NAME = "legacy_upload_guard"
 DISABLED_CODE = "PUBLIC_API_LEGACY_FILE_UPLOAD_DISABLED"
 DEFAULT_MESSAGE = (
     "Uploading files outside restricted file access is disabled for the public API by company settings."
 )
-# Spec, "Versioning" 3: the date from which new companies have the forbid setting on.
-DEFAULT_DEPRECATED_SINCE = dt.date(2026, 5, 21)
 
-_PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_SUCCESSOR_PATTERN = r"^/(?:[A-Za-z0-9\-._~!$&'()*+,=:@/]|%[0-9A-Fa-f]{2}|\{[A-Za-z_][A-Za-z0-9_]*\})*$"
+_SUCCESSOR_PATTERN = rf"^/(?:[A-Za-z0-9\-._~!$&'()*+,=:@/]|%[0-9A-Fa-f]{{2}}|{TEMPLATE_PARAM})*$"
 # A Content-Type that is not a clean multipart/form-data but that some parser could still take for one.
 _MENTIONS_MULTIPART_RE = re.compile(r"multipart|boundary|form-data", re.IGNORECASE)
 _STATUS_OF_RULE = {"content_encoding": 415, "look_ahead_exceeded": 413, "body_timeout": 408}
@@ -60,8 +62,59 @@ _CODE_OF_STATUS = {
     413: "LEGACY_UPLOAD_UNDECIDED",
     415: "LEGACY_UPLOAD_ENCODED",
 }
-# What reading a request body raises when the client goes away or breaks the framing mid-body.
-_BODY_ERRORS = (ConnectionError, aiohttp.ClientPayloadError, HttpProcessingError)
+
+
+# --- the dated behaviour: the forbid setting, by company and by date ---------------------------------------------
+
+
+def _base(tenant: Tenant) -> Base:
+    if tenant.forbid_legacy_uploads:
+        return Base(1, "setting", "company setting forbid_legacy_uploads is on", dated=False)
+    if not tenant.restricted_file_access:
+        return Base(0, "setting", "restricted file access is off, so uploads cannot be forbidden", dated=False)
+    return Base(0, "setting", "company setting forbid_legacy_uploads is off; ")
+
+
+def _check_tenant(
+    tenant: Tenant, own: Mapping[str, dt.date | None], brownouts: Sequence[Brownout], where: str
+) -> list[str]:
+    problems = []
+    if own.get("forbid_legacy_uploads") is not None:
+        if not tenant.restricted_file_access:
+            problems.append(f"{where}.forbid_legacy_uploads: needs restricted_file_access on for this company")
+        elif tenant.forbid_legacy_uploads:
+            problems.append(
+                f"{where}.forbid_legacy_uploads: the company's forbid_legacy_uploads setting is already on; set "
+                "forbid_legacy_uploads: false on the tenant to turn it on by date"
+            )
+    for j, brownout in enumerate(brownouts):
+        if brownout.behaviour == LEGACY_UPLOADS.name and not tenant.restricted_file_access:
+            problems.append(
+                f"{where}.brownouts[{j}]: legacy_uploads cannot be forbidden without restricted_file_access"
+            )
+    return problems
+
+
+# Spec, "States and transitions": the setting is on from the start for companies created on or after 2026-05-21;
+# ``rollout.forbid_legacy_uploads`` turns it on by date for a company whose setting is off (restricted access on).
+LEGACY_UPLOADS = Behaviour(
+    "legacy_uploads",
+    ("allowed", "forbidden"),
+    (DateFlag("forbid_legacy_uploads"),),
+    security=True,
+    base=_base,
+    check_tenant=_check_tenant,
+)
+
+
+class Families:
+    """This policy's metric families."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.uploads = Counter(
+            "gateway_legacy_uploads", "Uploads on deprecated routes, by route and decision (allowed, blocked, refused).",
+            ("route", "decision"), registry=registry,
+        )
 
 
 class Options(BaseModel):
@@ -74,7 +127,7 @@ class Options(BaseModel):
     successor: str = Field(pattern=_SUCCESSOR_PATTERN, max_length=500)
     successor_method: str = Field(default="POST", pattern=r"^[A-Z]+$")
     # The Deprecation header's date (a date is midnight in rollout.timezone).
-    deprecated_since: dt.datetime | dt.date = DEFAULT_DEPRECATED_SINCE
+    deprecated_since: dt.datetime | dt.date = RESTRICTED_BY_DEFAULT_FROM
     message: str = Field(default=DEFAULT_MESSAGE, min_length=1, max_length=500)
     # How much of a multipart body may be read (and held) before it must have shown a file part or its end.
     look_ahead_bytes: int = Field(default=1 << 20, ge=64 << 10, le=64 << 20)
@@ -105,14 +158,6 @@ class Options(BaseModel):
         return self
 
 
-def forbid_in_force(tenant: Tenant, now: dt.datetime, headers: Mapping[str, str]) -> bool:
-    """Whether uploads through deprecated routes are forbidden for this company, for this request, at ``now``.
-
-    The one place that decides it: a dated, per-tenant rollout of the setting replaces this function's body.
-    """
-    return tenant.forbid_legacy_uploads
-
-
 @dataclass(frozen=True, slots=True)
 class _Successor:
     """The replacement route, split once into literals and path parameters."""
@@ -124,7 +169,7 @@ class _Successor:
     def compile(cls, method: str, template: str, params: frozenset[str]) -> _Successor:
         pieces: list[tuple[str, bool]] = []
         pos = 0
-        for m in _PLACEHOLDER_RE.finditer(template):
+        for m in TEMPLATE_PARAM_RE.finditer(template):
             pieces.append((template[pos : m.start()], False))
             known = m.group(1) in params
             pieces.append((m.group(1) if known else m.group(0), known))
@@ -140,12 +185,13 @@ class _Successor:
 
 @dataclass(frozen=True, slots=True)
 class _Settings:
-    """Everything the middleware needs, built once: the options and what is derived from them."""
+    """Everything the policy needs, built once per route: the options and what is derived from them."""
 
     options: Options
+    route: str
     successor: _Successor
     deprecation: str  # the Deprecation header's value
-    counters: Mapping[str, Any]  # decision -> this route's counter
+    counters: Mapping[str, Counter]  # decision -> this route's counter
 
     def sniffer(self, boundary: Boundary) -> MultipartSniffer:
         options = self.options
@@ -154,49 +200,27 @@ class _Settings:
         )
 
 
-def _epoch(value: dt.datetime | dt.date, tz: dt.tzinfo) -> int:
-    if not isinstance(value, dt.datetime):
-        value = dt.datetime.combine(value, dt.time())
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=tz)
-    return int(value.timestamp())
-
-
-def _route_params(config: Any, route_name: str) -> frozenset[str]:
-    for route in getattr(config, "routes", ()):
-        if route.name == route_name:
-            return frozenset(p for path in route.paths for p in _PLACEHOLDER_RE.findall(path))
-    return frozenset()
-
-
-def build(options: Options, ctx: BuildContext) -> Middleware:
-    rollout = getattr(ctx.config, "rollout", None)
-    tz = rollout.tzinfo if rollout is not None else dt.UTC
+def build(options: Options, ctx: BuildContext) -> Policy:
+    counter = ctx.families(Families).uploads
     settings = _Settings(
         options=options,
-        successor=_Successor.compile(
-            options.successor_method, options.successor, _route_params(ctx.config, ctx.route_name)
-        ),
-        deprecation=f"@{_epoch(options.deprecated_since, tz)}",
-        counters={d: ctx.metrics.legacy_uploads.labels(ctx.route_name, d) for d in ("allowed", "blocked", "refused")},
+        route=ctx.route,
+        successor=_Successor.compile(options.successor_method, options.successor, ctx.params),
+        deprecation=deprecation_value(epoch(options.deprecated_since, ctx.timezone)),
+        counters={d: counter.labels(ctx.route, d) for d in ("allowed", "blocked", "refused")},
     )
     clock = ctx.clock
-    # The dated, per-tenant rollout of the forbid setting (rollout.forbid_legacy_uploads); a tenant the plan
-    # does not know (a policy exercised alone, with a hand-made tenant) falls back to the company setting.
-    plan = ctx.rollout
+    # The dated, per-tenant rollout of the forbid setting (the company setting, or rollout.forbid_legacy_uploads).
+    schedules = {tenant: per[LEGACY_UPLOADS.name] for tenant, per in ctx.rollout.schedules.items()}
+    file_parts = options.detect == "file_parts"
 
-    def forbidden(tenant: Tenant, now: dt.datetime, headers: Mapping[str, str]) -> bool:
-        if tenant.name in plan.schedules:
-            return plan.forbids_legacy_uploads(tenant.name, now, headers)
-        return forbid_in_force(tenant, now, headers)
-
-    async def legacy_upload_guard(request: web.BaseRequest, handler: Handler) -> web.StreamResponse:
-        state = request[CTX]
-        if forbidden(state.tenant, clock.now(), request.headers):
-            if settings.options.detect == "route":
-                return await _enforce_route(request, state, handler, settings)
-            return await _enforce_file_parts(request, state, handler, settings)
-        return await _observe(request, state, handler, settings)
+    async def legacy_upload_guard(exchange: Exchange, next: Next) -> Reply:
+        forbidden = schedules[exchange.tenant.name].phase_index(clock.now().timestamp(), exchange.headers) == 1
+        if forbidden:
+            if file_parts:
+                return await _enforce_file_parts(exchange, next, settings)
+            return await _enforce_route(exchange, next, settings)
+        return await _observe(exchange, next, settings)
 
     return legacy_upload_guard
 
@@ -204,66 +228,67 @@ def build(options: Options, ctx: BuildContext) -> Middleware:
 # --- the setting is on ------------------------------------------------------------------------------------------
 
 
-async def _enforce_route(
-    request: web.BaseRequest, state: RequestContext, handler: Handler, settings: _Settings
-) -> web.StreamResponse:
+async def _enforce_route(exchange: Exchange, next: Next, settings: _Settings) -> Reply:
     # Decided from the head alone: no 100 Continue is sent and no body byte is read before the answer.
-    if request.body_exists or _declares_multipart(request.headers):
-        return _block(request, state, settings)
-    return await _pass(request, state, handler)
+    if exchange.has_body or _declares_multipart(exchange.headers):
+        return _block(exchange, settings)
+    return await _pass(exchange, next)
 
 
-async def _enforce_file_parts(
-    request: web.BaseRequest, state: RequestContext, handler: Handler, settings: _Settings
-) -> web.StreamResponse:
+async def _enforce_file_parts(exchange: Exchange, next: Next, settings: _Settings) -> Reply:
     try:
-        boundary = _multipart_boundary(request.headers)
+        boundary = _multipart_boundary(exchange.headers)
     except Ambiguous as err:
-        return _refuse(request, state, settings, err)
+        return _refuse(exchange, settings, err)
     if boundary is None:
-        return await _pass(request, state, handler)
-    if not request.body_exists:
-        return _refuse(request, state, settings, Ambiguous("unterminated_body", "the multipart body is empty"))
-    sniffer = settings.sniffer(boundary)
-    look_ahead = settings.options.look_ahead_bytes
-    # The part headers are in the body: the client is invited to send it (Expect: 100-continue) only now.
-    await ensure_continue(request)
-    content = request.content
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        while True:
-            try:
-                async with asyncio.timeout(settings.options.body_read_timeout):
-                    chunk = await content.readany()
-            except TimeoutError:
-                raise Ambiguous("body_timeout", "the body stalled before its part headers could be read") from None
-            if not chunk:
-                verdict = sniffer.feed_eof()
-                break
-            # The sniffer sees no byte past the look-ahead, however the body happens to be chunked.
-            room = look_ahead - size
-            verdict = sniffer.feed(chunk if len(chunk) <= room else chunk[:room])
-            chunks.append(chunk)
-            size += len(chunk)
-            if verdict is Verdict.FILE:
-                break
-            if size > look_ahead:
-                raise Ambiguous(
-                    "look_ahead_exceeded",
-                    f"the multipart body shows neither a file part nor its end within {look_ahead} bytes",
-                )
-    except Ambiguous as err:
-        return _refuse(request, state, settings, err)
-    except _BODY_ERRORS:
-        state.client_aborted = True
-        return _refuse(request, state, settings, Ambiguous("incomplete_body", "the request body was cut off"))
-    if verdict is Verdict.FILE:
-        return _block(request, state, settings)
-    # No file part, and the whole body is in hand: the upstream gets exactly these bytes (and the client's
-    # Content-Length, which the proxy core forwards).
-    state.body = _replay(b"".join(chunks))
-    return await _pass(request, state, handler)
+        return await _pass(exchange, next)
+    if not exchange.has_body:
+        return _refuse(exchange, settings, Ambiguous("unterminated_body", "the multipart body is empty"))
+    # The proxy core reads the body (inviting it with 100 Continue only now) and shows it to the filter, which holds
+    # it until it decides: nothing reaches the upstream before, and nothing at all if it refuses.
+    exchange.request_filters.append(_FileParts(exchange, settings, settings.sniffer(boundary)))
+    return await _pass(exchange, next)
+
+
+class _FileParts(RequestBodyFilter):
+    """Holds a multipart body until its part headers show a file part (403), an ambiguity (4xx), or its end."""
+
+    def __init__(self, exchange: Exchange, settings: _Settings, sniffer: MultipartSniffer) -> None:
+        self._exchange = exchange
+        self._settings = settings
+        self._sniffer = sniffer
+        self.hold_limit = settings.options.look_ahead_bytes
+        self.idle_timeout = settings.options.body_read_timeout
+
+    def on_data(self, chunk: bytes) -> Flow:
+        # The sniffer sees no byte past the look-ahead, however the body happens to be chunked.
+        room = self.hold_limit - self._sniffer.bytes_fed
+        self._decide(lambda: self._sniffer.feed(chunk if len(chunk) <= room else chunk[:room]))
+        return Flow.HOLD
+
+    def on_end(self) -> Flow:
+        self._decide(self._sniffer.feed_eof)
+        # No file part, and the whole body is held: the upstream gets exactly these bytes (and the client's length).
+        return Flow.CONTINUE
+
+    def on_hold_limit(self) -> Flow:
+        look_ahead = self.hold_limit
+        raise Refuse(_refuse(self._exchange, self._settings, Ambiguous(
+            "look_ahead_exceeded", f"the multipart body shows neither a file part nor its end within {look_ahead} bytes"
+        )))
+
+    def on_idle_timeout(self) -> None:
+        raise Refuse(_refuse(self._exchange, self._settings, Ambiguous(
+            "body_timeout", "the body stalled before its part headers could be read"
+        )))
+
+    def _decide(self, step: Callable[[], Verdict]) -> None:
+        try:
+            verdict = step()
+        except Ambiguous as err:
+            raise Refuse(_refuse(self._exchange, self._settings, err)) from None
+        if verdict is Verdict.FILE:
+            raise Refuse(_block(self._exchange, self._settings))
 
 
 def _multipart_boundary(headers: CIMultiDictProxy[str]) -> Boundary | None:
@@ -297,105 +322,43 @@ def _declares_multipart(headers: CIMultiDictProxy[str]) -> bool:
     return any(_MENTIONS_MULTIPART_RE.search(v) for v in headers.getall("Content-Type", ()))
 
 
-async def _replay(body: bytes) -> AsyncIterator[bytes]:
-    if body:
-        yield body
-
-
-def _block(request: web.BaseRequest, state: RequestContext, settings: _Settings) -> web.StreamResponse:
-    state.decisions[NAME] = "blocked"
+def _block(exchange: Exchange, settings: _Settings) -> Reply:
+    exchange.decisions[NAME] = "blocked"
     settings.counters["blocked"].inc()
-    path, link = settings.successor.render(state.params)
-    response = _answer(
-        request,
-        settings,
-        403,
-        {
-            "code": DISABLED_CODE,
-            "message": settings.options.message,
-            "request_id": state.ensure_request_id(),
-            "replacement": f"{settings.successor.method} {path}",
-        },
-    )
-    _mark_deprecated(response, settings, link)
-    return response
+    path, link = settings.successor.render(exchange.params)
+    reply = _answer(settings, Reply.error(
+        403, DISABLED_CODE, settings.options.message, exchange.ensure_request_id(),
+        replacement=f"{settings.successor.method} {path}",
+    ))
+    _mark_deprecated(reply, settings, link)
+    return reply
 
 
-def _refuse(request: web.BaseRequest, state: RequestContext, settings: _Settings, err: Ambiguous) -> web.StreamResponse:
-    state.decisions[NAME] = "refused"
-    state.extra[f"{NAME}.rule"] = err.rule
+def _refuse(exchange: Exchange, settings: _Settings, err: Ambiguous) -> Reply:
+    exchange.decisions[NAME] = "refused"
+    exchange.notes[f"{NAME}.rule"] = err.rule
     settings.counters["refused"].inc()
     status = _STATUS_OF_RULE.get(err.rule, 400)
-    body = {
+    return _answer(settings, Reply.json(status, {
         "code": _CODE_OF_STATUS[status],
         "message": f"This upload route cannot accept the request: {err.message}.",
         "rule": err.rule,
-        "request_id": state.ensure_request_id(),
-    }
-    return _answer(request, settings, status, body)
+        "request_id": exchange.ensure_request_id(),
+    }))
 
 
-def _answer(request: web.BaseRequest, settings: _Settings, status: int, body: dict[str, str]) -> web.Response:
-    data = json.dumps(body).encode()
-    if request.content.is_eof():
-        # The whole body has already arrived: an ordinary answer, and the connection may be kept.
-        return web.Response(status=status, body=data, content_type="application/json")
-    return _EarlyAnswer(request, status, data, settings.options.linger_bytes, settings.options.linger_seconds)
-
-
-class _EarlyAnswer(web.Response):
-    """A final answer sent while the client may still be sending its body.
-
-    Closing a socket with unread data makes the kernel reset the connection, and a reset can destroy the answer
-    before the client reads it; reading the whole body instead (aiohttp's own lingering, 10 s) costs as much as
-    the upload. So: answer with ``Connection: close``, half-close (the client sees the end of the answer), read
-    and drop at most ``linger_bytes`` for at most ``linger_seconds``, then close.
-    """
-
-    def __init__(self, request: web.BaseRequest, status: int, body: bytes, linger_bytes: int, linger_seconds: float) -> None:
-        super().__init__(status=status, body=body, content_type="application/json")
-        self.force_close()
-        self._early_request: web.BaseRequest | None = request
-        self._linger_bytes = linger_bytes
-        self._linger_seconds = linger_seconds
-
-    async def write_eof(self, data: bytes = b"") -> None:
-        request, self._early_request = self._early_request, None
-        await super().write_eof(data)
-        if request is None:
-            return
-        transport = request.transport
-        if transport is not None and transport.can_write_eof():
-            transport.write_eof()
-        content = request.content
-        await _discard(content, self._linger_bytes, self._linger_seconds)
-        if not content.is_eof():
-            # Stop here instead of aiohttp's lingering, which would read the rest of the upload.
-            request.protocol.force_close()
-
-
-async def _discard(content: aiohttp.StreamReader, max_bytes: int, max_seconds: float) -> None:
-    if max_bytes <= 0 or max_seconds <= 0:
-        return
-    read = 0
-    try:
-        async with asyncio.timeout(max_seconds):
-            while read < max_bytes:
-                chunk = await content.readany()
-                if not chunk:
-                    return
-                read += len(chunk)
-    except (TimeoutError, *_BODY_ERRORS):
-        return
+def _answer(settings: _Settings, reply: Reply) -> Reply:
+    # Sent while the client may still be sending its body: the proxy core answers with Connection: close, then reads
+    # and drops a bounded amount of the rest so that the client can read the answer before the connection closes.
+    reply.linger = (settings.options.linger_bytes, settings.options.linger_seconds)
+    return reply
 
 
 # --- the setting is off -----------------------------------------------------------------------------------------
 
 
-class _Watch:
+class _Watch(RequestBodyFilter):
     """The part headers of a multipart body, read (up to ``budget`` bytes) as the proxy core streams it upstream."""
-
-    __slots__ = ("budget", "sniffer", "verdict", "watching")
 
     def __init__(self, sniffer: MultipartSniffer, budget: int) -> None:
         self.sniffer = sniffer
@@ -403,64 +366,67 @@ class _Watch:
         self.verdict = Verdict.NEED_MORE
         self.watching = True
 
-    def __call__(self, chunk: bytes) -> None:
-        """The proxy core's body tap: each piece, then b"" at the end of the body."""
-        if not self.watching:
-            return
-        try:
-            if not chunk:
-                self.watching = False
-                self.verdict = self.sniffer.feed_eof()
-                return
+    def on_data(self, chunk: bytes) -> Flow:
+        if self.watching:
             room = self.budget - self.sniffer.bytes_fed
-            self.verdict = self.sniffer.feed(chunk if len(chunk) <= room else chunk[:room])
-            self.watching = self.verdict is Verdict.NEED_MORE and len(chunk) <= room
-        except Ambiguous:
+            try:
+                self.verdict = self.sniffer.feed(chunk if len(chunk) <= room else chunk[:room])
+            except Ambiguous:
+                self.watching = False
+            else:
+                self.watching = self.verdict is Verdict.NEED_MORE and len(chunk) <= room
+        return Flow.CONTINUE
+
+    def on_end(self) -> Flow:
+        if self.watching:
             self.watching = False
+            try:
+                self.verdict = self.sniffer.feed_eof()
+            except Ambiguous:
+                pass
+        return Flow.CONTINUE
 
 
-async def _observe(
-    request: web.BaseRequest, state: RequestContext, handler: Handler, settings: _Settings
-) -> web.StreamResponse:
+async def _observe(exchange: Exchange, next: Next, settings: _Settings) -> Reply:
     """Uploads pass unchanged; they are counted and their responses say the route is deprecated."""
     if settings.options.detect == "route":
-        if not (request.body_exists or _declares_multipart(request.headers)):
-            return await _pass(request, state, handler)
-        response = await handler(request)
-        return _allowed(state, settings, response)
+        if not (exchange.has_body or _declares_multipart(exchange.headers)):
+            return await _pass(exchange, next)
+        return _allowed(exchange, settings, await next(exchange))
     try:
-        boundary = _multipart_boundary(request.headers)
+        boundary = _multipart_boundary(exchange.headers)
     except Ambiguous:
         # Nothing to enforce, and a file part cannot be ruled out: counted as an allowed upload.
-        response = await handler(request)
-        return _allowed(state, settings, response)
-    if boundary is None or not request.body_exists:
-        return await _pass(request, state, handler)
+        return _allowed(exchange, settings, await next(exchange))
+    if boundary is None or not exchange.has_body:
+        return await _pass(exchange, next)
     watch = _Watch(settings.sniffer(boundary), settings.options.look_ahead_bytes)
-    # The proxy core streams the body (with its timeout and abort handling) and shows each piece to the watch.
-    state.body_tap = watch
-    response = await handler(request)
+    exchange.request_filters.append(watch)
+    reply = await next(exchange)
     if watch.verdict is Verdict.NO_FILE:
-        state.decisions[NAME] = "passed"
-        return response
+        exchange.decisions[NAME] = "passed"
+        return reply
     # A file part, or a body that could not be read to a verdict (cut short, ambiguous, too long): an upload.
-    return _allowed(state, settings, response)
+    return _allowed(exchange, settings, reply)
 
 
-def _allowed(state: RequestContext, settings: _Settings, response: web.StreamResponse) -> web.StreamResponse:
-    state.decisions[NAME] = "allowed"
+def _allowed(exchange: Exchange, settings: _Settings, reply: Reply) -> Reply:
+    exchange.decisions[NAME] = "allowed"
     settings.counters["allowed"].inc()
-    _mark_deprecated(response, settings, settings.successor.render(state.params)[1])
-    return response
+    _mark_deprecated(reply, settings, settings.successor.render(exchange.params)[1])
+    return reply
 
 
-async def _pass(request: web.BaseRequest, state: RequestContext, handler: Handler) -> web.StreamResponse:
-    state.decisions[NAME] = "passed"
-    return await handler(request)
+async def _pass(exchange: Exchange, next: Next) -> Reply:
+    reply = await next(exchange)
+    # A refusal by this policy's filter has recorded its own decision.
+    exchange.decisions.setdefault(NAME, "passed")
+    return reply
 
 
-def _mark_deprecated(response: web.StreamResponse, settings: _Settings, link: str) -> None:
-    if response.prepared:
-        return
-    response.headers["Deprecation"] = settings.deprecation
-    response.headers.add("Link", f'<{link}>; rel="successor-version"')
+def _mark_deprecated(reply: Reply, settings: _Settings, link: str) -> None:
+    reply.headers["Deprecation"] = settings.deprecation
+    reply.headers.add("Link", successor_link(link))
+
+
+SPEC = PolicySpec(NAME, Options, build, behaviours=(LEGACY_UPLOADS,))

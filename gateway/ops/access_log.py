@@ -1,0 +1,172 @@
+"""One record per request: its metrics, its entry in the usage report, and one JSON access-log line.
+
+The edge calls ``Recorder.record`` once per request, from the ``finally`` around everything it does for it
+(classification, the chain, writing the answer), however the request ends: answered, refused before routing,
+rejected by the HTTP parser, cut off by the client or by the upstream. Nothing here depends on aiohttp calling an
+access logger.
+
+The path is logged without its query string (signed file links carry their signature there), and the client as a
+fingerprint of its ``Authorization`` header, never the token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import time
+from typing import Protocol, TextIO
+
+from aiohttp import hdrs, web
+
+from ..core.exchange import Exchange
+from ..core.http import token_fingerprint
+from .metrics import Metrics
+from .usage import UsageTracker
+
+__all__ = ("AccessLogWriter", "LineSink", "Recorder")
+
+
+class LineSink(Protocol):
+    def write(self, line: str) -> None: ...
+
+
+class Recorder:
+    """Turns a finished request into its metrics, its usage entry and its access-log line."""
+
+    def __init__(self, metrics: Metrics, usage: UsageTracker | None, sink: LineSink | None, *, observe: bool = True):
+        self.metrics = metrics
+        self.usage = usage
+        self.sink = sink  # None: no lines, metrics only
+        self.observe = observe  # False: no per-request metric updates (config metrics.enabled)
+
+    def record(
+        self,
+        request: web.BaseRequest,
+        exchange: Exchange | None,
+        status: int,
+        started: float,
+        *,
+        refused: str | None = None,
+        request_id: str | None = None,
+    ) -> None:
+        """``status``: what the client was answered (499 when it went away first); ``refused``: the code of a request
+        refused before routing (``request_id`` its id)."""
+        duration = time.monotonic() - started
+        metrics = self.metrics
+        if exchange is None:
+            tenant, route, method, path, upstream, rid = None, "none", request.method, None, None, request_id
+            client = token_fingerprint(request.headers.get(hdrs.AUTHORIZATION))
+        else:
+            tenant, route, method, path = exchange.tenant.name, exchange.route.name, exchange.method, exchange.path
+            upstream, rid, client = exchange.upstream_seconds, exchange.request_id, exchange.client
+            if exchange.upstream_error_kind is not None:
+                metrics.upstream_errors.labels(exchange.upstream_error_kind).inc()
+            if exchange.decisions and self.usage is not None:
+                self.usage.record(exchange.decisions, client, request.headers.get(hdrs.USER_AGENT))
+        if refused is not None:
+            metrics.refused.labels(refused).inc()
+        if self.observe:
+            metrics.observe_request(route, method, status, duration, upstream)
+        sink = self.sink
+        if sink is None:
+            return
+        # The line json.dumps(record, separators=(",", ":"), ensure_ascii=False) would write for the record
+        # {time, request_id, tenant, route, method, path, status, bytes_in, bytes_out, duration, upstream_duration,
+        # client[, refused][, effective_method][, decisions][, notes][, upstream_error][, body_error]}, without
+        # building the dict and running the encoder's generic machinery: strings go through the encoder's escaping.
+        bytes_in = request.content_length
+        bytes_out = request.writer.output_size
+        line = (
+            f'{{"time":{_timestamp(time.time())},"request_id":{"null" if rid is None else _json_string(rid)},'
+            f'"tenant":{"null" if tenant is None else _json_string(tenant)},"route":{_json_string(route)},'
+            f'"method":{_json_string(request.method)},"path":{"null" if path is None else _json_string(path)},'
+            f'"status":{int(status)},"bytes_in":{"null" if bytes_in is None else int(bytes_in)},'
+            f'"bytes_out":{int(bytes_out)},"duration":{_seconds(duration)},'
+            f'"upstream_duration":{"null" if upstream is None else _seconds(upstream)},'
+            f'"client":{"null" if client is None else _json_string(client)}'
+        )
+        if refused is not None:
+            line += f',"refused":{_json_string(refused)}'
+        if exchange is not None:
+            if exchange.method != request.method:
+                line += f',"effective_method":{_json_string(exchange.method)}'
+            if exchange.decisions:
+                line += f',"decisions":{_json_encode(exchange.decisions)}'
+            if exchange.notes:
+                line += f',"notes":{_json_encode(exchange.notes)}'
+            if exchange.upstream_error:
+                line += f',"upstream_error":{_json_string(exchange.upstream_error)}'
+            if exchange.body_error:
+                line += f',"body_error":{_json_string(exchange.body_error)}'
+        sink.write(line + "}")
+
+
+_json_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_json_string = json.encoder.encode_basestring  # what that encoder does to a str (C implementation)
+
+
+def _seconds(value: float) -> str:
+    """``repr(round(value, 6))``, as json.dumps writes it, without making the rounded float and its repr.
+
+    A decimal of at most 15 significant digits is the shortest text of the float nearest to it, which is its repr;
+    repr writes an exponent below 1e-4, and past 15 digits it needs the float itself.
+    """
+    return _fixed(value, 6, 1e9)
+
+
+def _timestamp(value: float) -> str:
+    """``repr(round(value, 3))``, as json.dumps writes it (see ``_seconds``)."""
+    return _fixed(value, 3, 1e12)
+
+
+def _fixed(value: float, digits: int, upper: float) -> str:
+    """``repr(round(value, digits))``; by ``f"{value:.{digits}f}"`` (faster) where that is the same text."""
+    if not 1e-4 <= value < upper:
+        return repr(round(value, digits))
+    text = f"{value:.{digits}f}".rstrip("0")
+    return text + "0" if text[-1] == "." else text
+
+
+class AccessLogWriter:
+    """Writes access-log lines to a stream in batches: at most every ``interval`` seconds or ``limit`` bytes.
+
+    One ``write(2)`` per line (what ``logging`` does, with its record, lock and formatter) costs more than the rest
+    of a small request's logging; a line is at most ``interval`` late. ``flush()`` runs on shutdown.
+    """
+
+    def __init__(self, stream: TextIO | None = None, interval: float = 0.2, limit: int = 64 * 1024) -> None:
+        self._stream = stream
+        self._interval = interval
+        self._limit = limit
+        self._lines: list[str] = []
+        self._size = 0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def write(self, line: str) -> None:
+        self._lines.append(line)
+        self._size += len(line)
+        if self._size >= self._limit:
+            self.flush()
+        elif self._timer is None:
+            try:
+                self._timer = asyncio.get_running_loop().call_later(self._interval, self.flush)
+            except RuntimeError:
+                self.flush()
+
+    def flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._lines:
+            return
+        text = "\n".join(self._lines) + "\n"
+        self._lines.clear()
+        self._size = 0
+        stream = self._stream or sys.stdout
+        try:
+            stream.write(text)
+            stream.flush()
+        except (OSError, ValueError):
+            logging.getLogger("gateway").warning("access log: cannot write to stdout", exc_info=True)

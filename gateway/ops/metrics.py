@@ -1,0 +1,117 @@
+"""The gateway's own metric families, on a registry owned by the app; policies add theirs through ``families``.
+
+Labels are route names, methods, status classes, decisions and phases: never raw paths, ids, hosts or tokens.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from .. import __version__
+from .local_metrics import LocalCounter, LocalGauge, LocalHistogram
+
+__all__ = ("Metrics",)
+
+F = TypeVar("F")
+
+_KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_STATUS_CLASSES = ("0xx", "1xx", "2xx", "3xx", "4xx", "5xx")
+_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+class Metrics:
+    """Every metric family of the gateway, created once on the given registry.
+
+    The families updated on every request (requests, the two durations, in flight) are plain numbers read at scrape
+    time (``local_metrics``) in one process; with ``--workers N`` (prometheus-client's multiprocess mode) they are
+    prometheus-client's own, which write every update to the shared directory the scraped worker reads.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None, *, multiprocess: bool | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        if multiprocess is None:
+            multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        self.multiprocess = multiprocess
+        requests = ("gateway_requests", "Requests answered, by route, method and status class.")
+        duration = ("gateway_request_duration_seconds", "Time from request head to the last response byte, by route.")
+        upstream = ("gateway_upstream_duration_seconds", "Time from sending upstream to its response head, by route.")
+        in_flight = ("gateway_requests_in_flight", "Requests being handled now.")
+        self.requests: Counter | LocalCounter
+        self.request_duration: Histogram | LocalHistogram
+        self.upstream_duration: Histogram | LocalHistogram
+        self.in_flight: Gauge | LocalGauge
+        if multiprocess:
+            self.requests = Counter(*requests, ("route", "method", "status_class"), registry=r)
+            self.request_duration = Histogram(*duration, ("route",), buckets=_BUCKETS, registry=r)
+            self.upstream_duration = Histogram(*upstream, ("route",), buckets=_BUCKETS, registry=r)
+        else:
+            self.requests = LocalCounter(*requests, ("route", "method", "status_class"), registry=r)
+            self.request_duration = LocalHistogram(*duration, ("route",), _BUCKETS, registry=r)
+            self.upstream_duration = LocalHistogram(*upstream, ("route",), _BUCKETS, registry=r)
+        self.upstream_errors = Counter(
+            "gateway_upstream_errors", "Upstream failures, by kind (connect, timeout, reset, other).",
+            ("kind",), registry=r,
+        )
+        if multiprocess:
+            self.in_flight = Gauge(*in_flight, registry=r, multiprocess_mode="livesum")
+        else:
+            self.in_flight = LocalGauge(*in_flight, registry=r)
+        self.refused = Counter(
+            "gateway_refused_requests", "Requests refused before routing, by reason code.", ("code",), registry=r,
+        )
+        self.rollout_phase = Gauge(
+            "gateway_rollout_phase", "1 for the phase in force now per tenant and dated behaviour, 0 for the others.",
+            # With --workers: each sample from the worker that wrote it last (every scrape rewrites them all), so a
+            # worker that has not answered a scrape since a date passed cannot keep an old phase at 1.
+            ("tenant", "behaviour", "phase"), registry=r, multiprocess_mode="livemostrecent",
+        )
+        self.config_reloads = Counter(
+            "gateway_config_reloads", "Configuration reloads (SIGHUP), by result (success, failure).", ("result",),
+            registry=r,
+        )
+        self.config_last_reload = Gauge(
+            "gateway_config_last_reload_success_timestamp_seconds",
+            "When the configuration was last loaded successfully (start-up or reload).", registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.config_last_reload.set_to_current_time()
+        # A gauge rather than an Info: it also works in prometheus-client's multiprocess mode.
+        self.build_info = Gauge(
+            "gateway_build_info", "Always 1; the version is a label.", ("version",), registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.build_info.labels(__version__).set(1)
+        self._families: dict[Callable[[CollectorRegistry], Any], Any] = {}
+        self._request_children: dict[tuple[str, str, str], Any] = {}
+        self._duration_children: dict[str, Any] = {}
+        self._upstream_children: dict[str, Any] = {}
+
+    def observe_request(self, route: str, method: str, status: int, seconds: float, upstream: float | None) -> None:
+        # Children are cached: labels() builds a label tuple (and takes a lock in prometheus-client) per call.
+        key = (route, method if method in _KNOWN_METHODS else "OTHER", _STATUS_CLASSES[min(status // 100, 5)])
+        child = self._request_children.get(key)
+        if child is None:
+            child = self._request_children[key] = self.requests.labels(*key)
+        child.inc()
+        duration = self._duration_children.get(route)
+        if duration is None:
+            duration = self._duration_children[route] = self.request_duration.labels(route)
+        duration.observe(seconds)
+        if upstream is not None:
+            up = self._upstream_children.get(route)
+            if up is None:
+                up = self._upstream_children[route] = self.upstream_duration.labels(route)
+            up.observe(upstream)
+
+    def families(self, make: Callable[[CollectorRegistry], F]) -> F:
+        """A policy's metric families: ``make(registry)`` the first time, the same object afterwards (a reload that
+        builds the chains again must not register them twice)."""
+        found = self._families.get(make)
+        if found is None:
+            found = self._families[make] = make(self.registry)
+        return cast(F, found)

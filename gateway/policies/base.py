@@ -1,0 +1,67 @@
+"""What a policy module provides (``PolicySpec``) and what its builder is given (``BuildContext``).
+
+In a module of its own so that the policies can import it while the registry (``gateway.policies``) imports them.
+A policy module exports ``SPEC = PolicySpec(NAME, Options, build, behaviours=...)``:
+
+- ``Options``: a frozen pydantic model of its options (defaults, ranges, cross-field checks);
+- ``build(options, ctx) -> Policy``: does all parsing once; the policy it returns only acts
+  (``core.exchange`` describes the phases a policy can act in);
+- its metric families: a class taking the registry, asked for with ``ctx.families(ThatClass)`` (made once per
+  registry, so a reload does not register them again);
+- ``behaviours``: the dated behaviours it owns (phases, date flags and their defaults), which the rollout engine and
+  the config checks read through the registry.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from prometheus_client import CollectorRegistry
+from pydantic import BaseModel
+
+from ..core.exchange import Policy
+from ..rollout.behaviour import Behaviour
+from ..rollout.clock import Clock
+from ..rollout.plan import RolloutPlan
+
+__all__ = ("BuildContext", "Families", "PolicySpec")
+
+F = TypeVar("F")
+O = TypeVar("O", bound=BaseModel)
+
+
+class Families(Protocol):
+    """Gives a policy its metric families: ``make(registry)`` the first time, the same object afterwards."""
+
+    def __call__(self, make: Callable[[CollectorRegistry], F]) -> F: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BuildContext:
+    """What a builder may use: the route it is built for, and the injected clock, rollout plan and metrics."""
+
+    route: str  # the route's name ("catch_all" for the catch-all)
+    params: frozenset[str]  # the path parameters of the route's templates
+    clock: Clock
+    timezone: dt.tzinfo  # rollout.timezone: the zone in which configured dates begin
+    rollout: RolloutPlan  # built once per config: every policy asks this one for phases
+    families: Families
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySpec(Generic[O]):
+    """A policy as the registry knows it: its config name, options model, builder and dated behaviours."""
+
+    name: str
+    options: type[O]
+    build: Callable[[O, BuildContext], Policy]
+    behaviours: tuple[Behaviour, ...] = ()
+
+    def make(self, options: BaseModel, ctx: BuildContext) -> Policy:
+        """Build from options parsed by this spec's model."""
+        if not isinstance(options, self.options):
+            raise TypeError(f"{self.name}: options of type {type(options).__name__}, not {self.options.__name__}")
+        return self.build(options, ctx)

@@ -1,0 +1,90 @@
+"""Writing a reply to the client: the only code that prepares a response or sends its bytes.
+
+The framing comes from the body, never from a policy: ``Content-Length`` for a body in hand (or a stream of known
+length with no filter), chunked otherwise. A HEAD request is answered with the head only, carrying the length the
+body would have. An answer sent before the request body was read (``Reply.linger``) closes the connection once the
+client has had a bounded chance to read it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+from aiohttp import hdrs, web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from ..core.exchange import BodyBroken, Reply
+
+__all__ = ("send",)
+
+_BODY_ERRORS = (ConnectionError, aiohttp.ClientPayloadError, HttpProcessingError)
+
+
+async def send(request: web.BaseRequest, reply: Reply) -> web.StreamResponse:
+    """Write ``reply`` whole; raises ConnectionError when the client or the upstream's body went away part way
+    (the connection is then closed, so the client sees a short response, never a complete-looking one)."""
+    body = reply.take_body()
+    headers = reply.headers
+    if hdrs.CONTENT_LENGTH in headers:
+        del headers[hdrs.CONTENT_LENGTH]
+    linger = reply.linger if reply.linger is not None and not request.content.is_eof() else None
+    if isinstance(body, bytes):
+        # The head leaves with the body in one write.
+        response: web.StreamResponse = web.Response(status=reply.status, reason=reply.reason, headers=headers,
+                                                    body=body)
+        if reply.close_connection or linger is not None:
+            response.force_close()
+        await response.prepare(request)
+        await response.write_eof()
+    else:
+        response = web.StreamResponse(status=reply.status, reason=reply.reason, headers=headers)
+        if body.length is not None:
+            response.content_length = body.length
+        if reply.close_connection or linger is not None:
+            response.force_close()
+        await response.prepare(request)
+        if request.method == "HEAD":
+            body.close()
+        else:
+            try:
+                async for chunk in body.chunks():
+                    await response.write(chunk)
+            except BodyBroken:
+                # The head is sent: all that is left is to cut the connection so the client sees a short response.
+                raise ConnectionResetError("the upstream's body broke off") from None
+            except BaseException:
+                body.close()
+                raise
+        await response.write_eof()
+    if linger is not None:
+        await _linger(request, *linger)
+    return response
+
+
+async def _linger(request: web.BaseRequest, max_bytes: int, max_seconds: float) -> None:
+    """After an answer sent while the client may still be sending its body.
+
+    Closing a socket with unread data makes the kernel reset the connection, and a reset can destroy the answer
+    before the client reads it; reading the whole body instead (aiohttp's own lingering) costs as much as the upload.
+    So: the answer went with ``Connection: close``; half-close (the client sees the end of the answer), read and
+    drop at most ``max_bytes`` for at most ``max_seconds``, then close.
+    """
+    transport = request.transport
+    if transport is not None and transport.can_write_eof():
+        transport.write_eof()
+    content = request.content
+    if max_bytes > 0 and max_seconds > 0:
+        read = 0
+        try:
+            async with asyncio.timeout(max_seconds):
+                while read < max_bytes:
+                    chunk = await content.readany()
+                    if not chunk:
+                        break
+                    read += len(chunk)
+        except (TimeoutError, *_BODY_ERRORS):
+            pass
+    if not content.is_eof():
+        # Stop here instead of aiohttp's lingering, which would read the rest of the upload.
+        request.protocol.force_close()

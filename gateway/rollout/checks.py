@@ -1,0 +1,109 @@
+"""Config checks of the rollout sections against the behaviours the policies declare, each problem with its path."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from .behaviour import Behaviour
+from .config import RolloutConfig, TenantRollout
+from .plan import effective_date
+
+if TYPE_CHECKING:
+    from ..core.tenants import Tenant
+
+__all__ = ("rollout_problems",)
+
+
+def _phase_problem(behaviours: Mapping[str, Behaviour], name: str, phase: str | None, *, brownout: bool) -> str | None:
+    known = behaviours.get(name)
+    if known is None:
+        return f"unknown behaviour {name!r} (known: {', '.join(behaviours)})"
+    if phase is None:
+        return None
+    if phase not in known.phases:
+        return f"unknown phase {phase!r} of {name} (phases: {', '.join(known.phases)})"
+    if brownout and phase == known.phases[0]:
+        return f"phase {phase!r} is the first one of {name}: a brownout applies a later phase"
+    if not brownout and phase == known.phases[-1]:
+        return f"phase {phase!r} is the last one of {name}: nothing to keep"
+    return None
+
+
+def _section_problems(section: RolloutConfig | TenantRollout, where: str, behaviours: Mapping[str, Behaviour],
+                      flags: Mapping[str, dt.date | None], *, is_global: bool) -> list[str]:
+    problems: list[str] = []
+    for key, value in section.dates().items():
+        if key not in flags:
+            problems.append(f"{where}.{key}: Extra inputs are not permitted")
+        elif is_global and value is None and flags[key] is not None:
+            problems.append(f"{where}.{key}: Input should be a valid date (the default is {flags[key]})")
+    for j, brownout in enumerate(section.brownouts or ()):
+        problem = _phase_problem(behaviours, brownout.behaviour, brownout.phase, brownout=True)
+        if problem:
+            problems.append(f"{where}.brownouts[{j}]: {problem}")
+    for j, exemption in enumerate(section.exemptions):
+        problem = _phase_problem(behaviours, exemption.behaviour, exemption.phase, brownout=False)
+        known = behaviours.get(exemption.behaviour)
+        if problem is None and known is not None and known.security and exemption.header is not None:
+            problem = (f"{known.name} is a security setting: exempt a client by token_fingerprint only (any client "
+                       "can send a header)")
+        if problem:
+            problems.append(f"{where}.exemptions[{j}]: {problem}")
+    return problems
+
+
+def rollout_problems(
+    rollout: RolloutConfig,
+    tenants: Sequence[tuple[Tenant, TenantRollout]],
+    behaviours: Mapping[str, Behaviour],
+) -> list[str]:
+    """Known flags and phases, the order of the effective dates per tenant, and what each behaviour requires of a
+    tenant; each with its path."""
+    flags = {flag.name: flag.default for b in behaviours.values() for flag in b.all_flags()}
+    by_name = {flag.name: flag for b in behaviours.values() for flag in b.all_flags()}
+    problems = _section_problems(rollout, "rollout", behaviours, flags, is_global=True)
+    # (earlier flag, later flag, strictly later)
+    pairs = [
+        pair
+        for b in behaviours.values()
+        for pair in (
+            *((signal, b.flags[0], False) for signal in b.signals),
+            *((b.flags[i], b.flags[i + 1], True) for i in range(len(b.flags) - 1)),
+        )
+    ]
+    dates = rollout.dates()
+
+    def in_order(a: dt.date | None, b: dt.date | None, strict: bool) -> bool:
+        return a is None or b is None or (a < b if strict else a <= b)
+
+    def after(strict: bool) -> str:
+        return "after" if strict else "on or after"
+
+    for early, late, strict in pairs:
+        a, b = dates.get(early.name, early.default), dates.get(late.name, late.default)
+        if not in_order(a, b, strict):
+            problems.append(f"rollout.{late.name}: {b} must be {after(strict)} {early.name} ({a})")
+    for i, (tenant, own) in enumerate(tenants):
+        where = f"tenants[{i}].rollout"
+        problems += _section_problems(own, where, behaviours, flags, is_global=False)
+        own_dates = own.dates()
+        for early, late, strict in pairs:
+            a_own, b_own = own_dates.get(early.name), own_dates.get(late.name)
+            a, b = effective_date(own, rollout, early)[0], effective_date(own, rollout, late)[0]
+            if in_order(a, b, strict) or (a_own is None and b_own is None):
+                continue
+            if b_own is not None:
+                origin = "" if a_own is not None else ", from rollout"
+                problems.append(f"{where}.{late.name}: {b} must be {after(strict)} {early.name} ({a}{origin})")
+            else:
+                before = "before" if strict else "on or before"
+                problems.append(f"{where}.{early.name}: {a} must be {before} {late.name} ({b}, from rollout)")
+        for behaviour in behaviours.values():
+            if behaviour.check_tenant is None:
+                continue
+            own_flags = {name: own_dates[name] for name in own_dates if name in by_name
+                         and by_name[name] in behaviour.all_flags()}
+            problems += behaviour.check_tenant(tenant, own_flags, list(own.brownouts or ()), where)
+    return problems

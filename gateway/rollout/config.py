@@ -1,0 +1,125 @@
+"""The ``rollout`` section of the config and each tenant's ``rollout`` overrides: schema only.
+
+Date flags are the section's other keys (``board_cards_cap: 2026-10-01``): any key not named below must be a date
+(or null); which keys exist, which behaviours and phases brownouts and exemptions may name, and how dates must be
+ordered is checked against the behaviours the policies declare (``checks.rollout_problems``), not here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import zoneinfo
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = ("Brownout", "Exemption", "HeaderMatch", "RolloutConfig", "TenantRollout")
+
+# A brownout or exemption that names no behaviour is about the board route's cards (the first dated behaviour).
+DEFAULT_BEHAVIOUR = "board_cards"
+
+
+def _check_timezone(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown timezone {value!r}") from None
+    return value
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _WithDates(BaseModel):
+    """A section whose other keys are date flags."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    __pydantic_extra__: dict[str, dt.date | None] = Field(init=False)
+
+    def dates(self) -> dict[str, dt.date | None]:
+        """The date flags this section sets (null included: a tenant's null means "the rollout section's date")."""
+        return dict(self.__pydantic_extra__ or {})
+
+
+class Brownout(_Model):
+    """A window during which a later phase of a behaviour already applies. Times without an offset are local."""
+
+    behaviour: str = DEFAULT_BEHAVIOUR
+    phase: str | None = None  # default: the behaviour's last phase
+    start: dt.datetime
+    end: dt.datetime
+
+    @model_validator(mode="after")
+    def _valid(self) -> Brownout:
+        if (self.start.tzinfo is None) != (self.end.tzinfo is None):
+            raise ValueError("start and end must both have an offset, or both have none")
+        if self.end <= self.start:
+            raise ValueError(f"the window ends ({self.end.isoformat()}) before it starts ({self.start.isoformat()})")
+        return self
+
+
+class HeaderMatch(_Model):
+    name: str = Field(pattern=r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+    value: str | None = None  # the whole value, exactly
+    prefix: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _one(self) -> HeaderMatch:
+        if (self.value is None) == (self.prefix is None):
+            raise ValueError("give exactly one of value or prefix")
+        return self
+
+    def matches(self, value: str | None) -> bool:
+        if value is None:
+            return False
+        return value == self.value if self.prefix is None else value.startswith(self.prefix)
+
+
+class Exemption(_Model):
+    """A client that keeps an earlier phase of a behaviour until a date."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$", max_length=64)
+    behaviour: str = DEFAULT_BEHAVIOUR
+    phase: str | None = None  # default: the behaviour's first phase
+    until: dt.date
+    # What the access log shows as "client": the first 12 hex digits of SHA-256 of the Authorization header.
+    token_fingerprint: str | None = Field(default=None, pattern=r"^[0-9a-f]{12}$")
+    header: HeaderMatch | None = None
+
+    @model_validator(mode="after")
+    def _valid(self) -> Exemption:
+        if self.token_fingerprint is None and self.header is None:
+            raise ValueError("an exemption names its client: token_fingerprint, header, or both")
+        return self
+
+
+class TenantRollout(_WithDates):
+    """Per-tenant overrides: any date flag, the timezone, brownouts (replacing the global ones), extra exemptions."""
+
+    timezone: str | None = None
+    brownouts: list[Brownout] | None = None  # None: the global list; [] : none for this tenant
+    exemptions: list[Exemption] = []
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_timezone(cls, value: str | None) -> str | None:
+        return _check_timezone(value)
+
+
+class RolloutConfig(_WithDates):
+    timezone: str = "UTC"
+    now: dt.datetime | None = None
+    brownouts: list[Brownout] = []
+    exemptions: list[Exemption] = []
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        _check_timezone(value)
+        return value
+
+    @property
+    def tzinfo(self) -> dt.tzinfo:
+        return zoneinfo.ZoneInfo(self.timezone)

@@ -1,0 +1,73 @@
+"""The plan explained: lines for ``gateway rollout`` and JSON for the admin ``/rollout``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import zoneinfo
+from collections.abc import Iterable
+from typing import Any
+
+from .plan import RolloutPlan
+
+__all__ = ("describe", "report")
+
+
+def _fmt(ts: float, tz: dt.tzinfo) -> str:
+    return dt.datetime.fromtimestamp(ts, tz).isoformat()
+
+
+def describe(plan: RolloutPlan, now: dt.datetime, tenants: Iterable[str] | None = None) -> list[str]:
+    """Human-readable lines: per tenant and behaviour, the phase at ``now``, why, and the next change."""
+    lines: list[str] = []
+    stamp = now.timestamp()
+    for tenant in tenants if tenants is not None else plan.schedules:
+        tz_name = plan.timezones[tenant]
+        tz = zoneinfo.ZoneInfo(tz_name)
+        lines.append(f"tenant {tenant} (timezone {tz_name}, local time {now.astimezone(tz).isoformat()})")
+        for name, schedule in plan.schedules[tenant].items():
+            decision = schedule.decide(stamp)
+            lines.append(f"  {name}: {decision.phase} [{decision.kind}] {decision.why}")
+            upcoming = schedule.next_change(stamp)
+            if upcoming is None:
+                lines.append("    next change: none scheduled")
+            else:
+                at, later = upcoming
+                lines.append(f"    next change: {later.phase} at {_fmt(at, tz)} ({later.why})")
+            for window in schedule.windows:
+                if window.end > stamp:
+                    state = "now" if window.start <= stamp else "scheduled"
+                    lines.append(f"    brownout ({state}): {schedule.behaviour.phases[window.index]} "
+                                 f"from {_fmt(window.start, tz)} to {_fmt(window.end, tz)}")
+            for exempt in schedule.exemptions:
+                state = "active" if stamp < exempt.until else "expired"
+                lines.append(f"    exemption {exempt.name!r} ({state}): {exempt.client} keeps at most "
+                             f"{schedule.behaviour.phases[exempt.index]} until {_fmt(exempt.until, tz)}")
+            for flag in schedule.behaviour.signals:
+                start = schedule.signals[flag.name]
+                if start is None:
+                    lines.append(f"    {flag.label}: {flag.unset}")
+                else:
+                    state = "since" if start <= stamp else "from"
+                    lines.append(f"    {flag.label}: {state} {_fmt(start, tz)} ({flag.name})")
+    return lines
+
+
+def report(plan: RolloutPlan, now: dt.datetime) -> dict[str, Any]:
+    """The phases in force at ``now`` as JSON-ready data (admin ``/rollout``): per tenant and behaviour."""
+    stamp = now.timestamp()
+    out: dict[str, Any] = {"at": now.isoformat(), "tenants": {}}
+    for tenant, schedules in plan.schedules.items():
+        behaviours: dict[str, Any] = {}
+        for name, schedule in schedules.items():
+            decision = schedule.decide(stamp)
+            upcoming = schedule.next_change(stamp)
+            behaviours[name] = {
+                "phase": decision.phase,
+                "kind": decision.kind,
+                "why": decision.why,
+                "next_change": None
+                if upcoming is None
+                else {"at": dt.datetime.fromtimestamp(upcoming[0], dt.UTC).isoformat(), "phase": upcoming[1].phase},
+            }
+        out["tenants"][tenant] = {"timezone": plan.timezones[tenant], "behaviours": behaviours}
+    return out

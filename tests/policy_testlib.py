@@ -1,0 +1,112 @@
+"""Unit-test helpers for a policy alone: a mocked request, its exchange, the policy built from a config, and a stand-in
+for the proxy core that runs the exchange's request-body filters with the core's own pipeline and records what it
+would have forwarded. No sockets (the integration tests have those)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from collections.abc import Awaitable, Callable
+from typing import Any
+from unittest import mock
+
+from aiohttp import StreamReader, web
+from aiohttp.streams import EMPTY_PAYLOAD
+from aiohttp.test_utils import make_mocked_request
+
+from gateway.app import parse_config
+from gateway.config import LoadedConfig
+from gateway.core.exchange import Exchange, Policy, Refuse, Reply
+from gateway.core.routing import Route
+from gateway.core.spec import template_params
+from gateway.ops.metrics import Metrics
+from gateway.policies import POLICIES, BuildContext
+from gateway.proxy.core import body_error_reply
+from gateway.proxy.request_body import RequestBody
+from gateway.rollout import FixedClock
+
+
+def mocked_request(
+    method: str, path: str, headers: list[tuple[str, str]] | dict[str, str] | None = None, body: bytes | None = None,
+    *, eof: bool = True,
+) -> web.BaseRequest:
+    """A request whose body (if any) is already in its stream; ``eof`` False: more of it could still come."""
+    payload: Any
+    if body is None:
+        payload = EMPTY_PAYLOAD
+    else:
+        payload = StreamReader(mock.Mock(_reading_paused=False), 2**16, loop=asyncio.get_running_loop())
+        payload.feed_data(body)
+        if eof:
+            payload.feed_eof()
+    writer = mock.Mock()
+    writer.write = mock.AsyncMock()
+    pairs = list(headers.items()) if isinstance(headers, dict) else list(headers or [])
+    return make_mocked_request(method, path, pairs, payload=payload, writer=writer)
+
+
+def exchange_for(config: LoadedConfig, request: web.BaseRequest, route: str, params: dict[str, str],
+                 tenant: str = "acme", request_id: str | None = None) -> Exchange:
+    """The exchange the edge would make for ``request`` on ``route`` of ``config``, for a tenant it knows."""
+    found = next(t for t in config.tenants() if t.name == tenant)
+    path = request.raw_path.partition("?")[0]
+    exchange = Exchange(request, 0.0, found, Route.build(route, None, (), ()), params, path, "", request.method)
+    exchange.request_id = request_id
+    return exchange
+
+
+def build_policy(config: LoadedConfig, route: str, name: str, at: str, metrics: Metrics | None = None) -> Policy:
+    """The policy ``name`` of ``route``'s chain, built as the gateway builds it, with the clock fixed at ``at``."""
+    metrics = metrics or Metrics()
+    options = dict(config.chains[route])[name]
+    params = frozenset(p for r in config.model.routes if r.name == route for path in r.paths
+                       for p in template_params(path))
+    ctx = BuildContext(route=route, params=params, clock=FixedClock(dt.datetime.fromisoformat(at)),
+                       timezone=config.model.rollout.tzinfo, rollout=config.rollout_plan(), families=metrics.families)
+    return POLICIES[name].make(options, ctx)
+
+
+def config_of(data: dict[str, Any]) -> LoadedConfig:
+    return parse_config(data, "test")
+
+
+Responder = Callable[[Exchange], Awaitable[Reply]]
+
+
+async def _ok(exchange: Exchange) -> Reply:
+    return Reply(200, body=b"upstream")
+
+
+class Terminal:
+    """Stands in for the proxy core: runs the request filters as the core does (nothing forwarded before they let a
+    first byte through), records what it would have forwarded, and answers with ``responder``."""
+
+    def __init__(self, responder: Responder = _ok, timeout: float = 5.0) -> None:
+        self.responder = responder
+        self.timeout = timeout
+        self.calls = 0  # times the chain reached the proxy core
+        self.forwarded = 0  # times something would have been sent upstream
+        self.body: bytes | None = None
+        self.seen: list[Exchange] = []
+
+    async def __call__(self, exchange: Exchange) -> Reply:
+        self.calls += 1
+        self.seen.append(exchange)
+        if exchange.has_body:
+            if exchange.request_filters:
+                pipeline = RequestBody(exchange, self.timeout)
+                try:
+                    await pipeline.prime()
+                except Refuse as refused:
+                    return refused.reply
+                except ConnectionError:
+                    return body_error_reply(exchange)
+                self.forwarded += 1
+                chunks = [chunk async for chunk in pipeline]
+            else:
+                self.forwarded += 1
+                chunks = [chunk async for chunk in exchange.request.content.iter_any()]
+            self.body = b"".join(chunks)
+        else:
+            self.forwarded += 1
+        return await self.responder(exchange)

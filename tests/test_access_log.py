@@ -1,0 +1,155 @@
+"""One record per request: the access-log line is the one json.dumps would write for the record, its numbers are
+written as json writes them, and the metrics and the usage report get one entry."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
+from yarl import URL
+
+from gateway.core.exchange import Exchange
+from gateway.core.http import token_fingerprint
+from gateway.core.routing import Route
+from gateway.core.tenants import Tenant
+from gateway.ops.access_log import Recorder, _seconds, _timestamp
+from gateway.ops.metrics import Metrics
+from gateway.ops.usage import UsageTracker
+
+
+class Lines:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def write(self, line: str) -> None:
+        self.lines.append(line)
+
+
+@dataclass
+class Case:
+    request: web.BaseRequest
+    exchange: Exchange | None
+    refused: str | None = None
+    request_id: str | None = None
+
+
+def _expected(case: Case, status: int, taken: float, now: float) -> str:
+    """The record as the access log documents it, encoded by json.dumps."""
+    request, ex = case.request, case.exchange
+    upstream = ex.upstream_seconds if ex else None
+    record = {
+        "time": round(now, 3),
+        "request_id": ex.request_id if ex else case.request_id,
+        "tenant": ex.tenant.name if ex else None,
+        "route": ex.route.name if ex else "none",
+        "method": request.method,
+        "path": ex.path if ex else None,
+        "status": status,
+        "bytes_in": request.content_length,
+        "bytes_out": request.writer.output_size,
+        "duration": round(taken, 6),
+        "upstream_duration": round(upstream, 6) if upstream is not None else None,
+        "client": token_fingerprint(request.headers.get("Authorization")),
+    }
+    if case.refused is not None:
+        record["refused"] = case.refused
+    if ex is not None:
+        if ex.method != request.method:
+            record["effective_method"] = ex.method
+        if ex.decisions:
+            record["decisions"] = ex.decisions
+        if ex.notes:
+            record["notes"] = ex.notes
+        if ex.upstream_error:
+            record["upstream_error"] = ex.upstream_error
+        if ex.body_error:
+            record["body_error"] = ex.body_error
+    return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+
+
+def _request(headers: dict[str, str], written: int) -> web.BaseRequest:
+    request = make_mocked_request("GET", "/p?q=1", headers=headers)
+    request.writer.output_size = written  # what the proxy core wrote to the client
+    return request
+
+
+def _cases() -> list[Case]:
+    tenant = Tenant('a"cmé\n', ("h",), URL("http://up"), None, False, False, False)
+    route = Route.build("bo\\ard", None, (), ())
+    out = []
+    for headers in ({"Host": "x"}, {"Host": "x", "Authorization": "Bearer t", "Content-Length": "12"}):
+        out.append(Case(_request(headers, 0), None))
+        out.append(Case(_request(headers, 123), None, "BAD_PATH", "f" * 32))
+        for odd in (False, True):
+            request = _request(headers, 4567)
+            ex = Exchange(request, 0.0, tenant, route, {}, '/pä"th', "q=1", "POST" if odd else "GET")
+            ex.request_id = "abc" if odd else None
+            ex.upstream_seconds = 0.000123456789 if odd else 12.5
+            if odd:
+                ex.decisions = {"board_cards": "capped", 'x"': "é"}
+                ex.notes = {"legacy_upload_guard.rule": "line_endings"}
+                ex.upstream_error = "reset: X\u2028"
+                ex.upstream_error_kind = "reset"
+                ex.body_error = "aborted"
+            out.append(Case(request, ex))
+    return out
+
+
+@pytest.mark.parametrize("taken", [0.0012345678, 3.0, 1e-9, 0.00005, 12345.678901234])
+def test_the_line_is_what_json_dumps_writes(monkeypatch: pytest.MonkeyPatch, taken: float) -> None:
+    now = 1763747611.0005
+    monkeypatch.setattr(time, "time", lambda: now)
+    monkeypatch.setattr(time, "monotonic", lambda: taken)  # the duration: monotonic() - started (0)
+    sink = Lines()
+    recorder = Recorder(Metrics(multiprocess=False), None, sink)
+    for case in _cases():
+        for status in (200, 404, 499):
+            recorder.record(case.request, case.exchange, status, 0.0, refused=case.refused,
+                            request_id=case.request_id)
+            assert sink.lines[-1] == _expected(case, status, taken, now)
+
+
+def test_one_record_counts_once_in_each_family() -> None:
+    metrics = Metrics(multiprocess=False)
+    usage = UsageTracker()
+    recorder = Recorder(metrics, usage, None)
+    cases = _cases()
+    refused, odd = cases[5], cases[7]  # refused before routing; routed, with decisions and an upstream error
+    recorder.record(refused.request, None, 400, time.monotonic(), refused="BAD_PATH", request_id="r")
+    recorder.record(odd.request, odd.exchange, 502, time.monotonic())
+    sample = metrics.registry.get_sample_value
+    assert sample("gateway_refused_requests_total", {"code": "BAD_PATH"}) == 1
+    assert sample("gateway_upstream_errors_total", {"kind": "reset"}) == 1
+    assert sample("gateway_requests_total", {"route": "none", "method": "GET", "status_class": "4xx"}) == 1
+    assert sample("gateway_requests_total", {"route": "bo\\ard", "method": "POST", "status_class": "5xx"}) == 1
+    report = usage.report()
+    assert report["board_cards"]["requests"] == 1 and report['x"']["by_decision"] == {"é": 1}
+
+
+def test_a_request_is_timed_by_the_monotonic_clock() -> None:
+    """Not by the loop's clock, which ticks in milliseconds under uvloop (0.0 for most small requests), which would
+    also put them all in the first bucket of the duration histogram."""
+    sink = Lines()
+    recorder = Recorder(Metrics(multiprocess=False), None, sink)
+    case = _cases()[2]
+    recorder.record(case.request, case.exchange, 200, time.monotonic() - 0.0123)
+    duration = json.loads(sink.lines[-1])["duration"]
+    assert 0.0123 <= duration < 1.0
+
+
+def test_numbers_are_written_as_repr_of_the_rounded_float() -> None:
+    rng = random.Random(7)
+    values = [0.0, 1e-4, 9.99999e-5, 0.00010000049, 3.0, 1e9 - 1e-7, 999999999.9999995, 1e12 - 0.0005, 1e20,
+              2.5e-7, 0.0000015, 123.4564999999, 1763747611.0005]  # fmt: skip
+    for exponent in range(-9, 14):
+        values += [rng.random() * 10**exponent for _ in range(2000)]
+        values += [round(rng.random() * 10**exponent, rng.randint(0, 8)) for _ in range(500)]
+    values += [1763747611 + rng.random() * 1000 for _ in range(10000)]
+    for value in values:
+        assert _seconds(value) == repr(round(value, 6)), value
+        assert _timestamp(value) == repr(round(value, 3)), value
