@@ -54,8 +54,9 @@ LABELS = {
     "nginx64k": "nginx proxy, 64 KiB buffers",
     "minimal": "minimal aiohttp proxy",
     "gateway": "gateway",
+    "baseline": "gateway, baseline tree (--baseline)",
 }
-PROXIES = ("nginx", "nginx64k", "minimal", "gateway")
+PROXIES = ("nginx", "nginx64k", "minimal", "gateway", "baseline")
 
 
 class BenchError(Exception):
@@ -150,7 +151,8 @@ class ScenarioResult:
 class Proc:
     """A child process with its output in files; stopped with SIGTERM, then SIGKILL."""
 
-    def __init__(self, name: str, argv: list[str], workdir: Path, stdout_name: str | None = None) -> None:
+    def __init__(self, name: str, argv: list[str], workdir: Path, stdout_name: str | None = None,
+                 env: dict[str, str] | None = None, cwd: Path = ROOT) -> None:
         self.name = name
         self.argv = argv
         self.stdout_path = workdir / (stdout_name or f"{name}.out")
@@ -158,7 +160,7 @@ class Proc:
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             # Own session: a Ctrl-C in the terminal reaches only the harness, which stops its children in order.
             self.popen = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=ROOT, start_new_session=True
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=cwd, start_new_session=True, env=env
             )
 
     @property
@@ -369,7 +371,7 @@ def nginx_conf(tmp: Path, name: str, body: str) -> Path:
     return path
 
 
-def gateway_conf(tmp: Path, port: int, admin_port: int, upstream_port: int) -> Path:
+def gateway_conf(tmp: Path, port: int, admin_port: int, upstream_port: int, name: str = "gateway") -> Path:
     # JSON is YAML: the harness needs no YAML library.
     config = {
         "server": {"listen": f"{HOST}:{port}", "admin_listen": f"{HOST}:{admin_port}", "shutdown_timeout": 2},
@@ -377,7 +379,7 @@ def gateway_conf(tmp: Path, port: int, admin_port: int, upstream_port: int) -> P
         "tenants": [{"name": "bench", "hosts": [HOST, "localhost"], "upstream": f"http://{HOST}:{upstream_port}"}],
         "global_chain": ["request_id"],
     }
-    path = tmp / f"gateway-{upstream_port}.yaml"
+    path = tmp / f"{name}-{upstream_port}.yaml"
     path.write_text(json.dumps(config, indent=2) + "\n")
     return path
 
@@ -397,6 +399,11 @@ class Env:
     stack: Stack
     upstream: Proc | None = None
     sink: Proc | None = None
+    # Another checkout of the gateway (an earlier commit, its C module built), run beside this one as "baseline".
+    baseline: Path | None = None
+
+    def targets(self, scenario: Scenario) -> tuple[str, ...]:
+        return (*scenario.targets, "baseline") if self.baseline is not None else scenario.targets
 
     @property
     def docroot(self) -> Path:
@@ -450,6 +457,16 @@ class Env:
             gateway = [self.python, "-m", "gateway", "serve", "--config", str(config), "--log-level", "warning"]
             # stdout is the JSON access log: written to a file, as in production, and part of the measured cost.
             procs["gateway"] = self.stack.start(Proc(f"gateway-{tag}", gateway, self.tmp, f"gateway-{tag}-access.log"))
+            if self.baseline is not None:
+                config = gateway_conf(self.tmp, self.ports["baseline"], self.ports["baseline_admin"], upstream_port,
+                                      "baseline")
+                argv = [self.python, "-m", "gateway", "serve", "--config", str(config), "--log-level", "warning"]
+                procs["baseline"] = self.stack.start(Proc(
+                    f"baseline-{tag}", argv, self.tmp, f"baseline-{tag}-access.log",
+                    env={**os.environ, "PYTHONPATH": str(self.baseline)}, cwd=self.baseline,
+                ))
+                baseline_admin = f"http://{HOST}:{self.ports['baseline_admin']}/readyz"
+                wait_ready(procs["baseline"], lambda: http(baseline_admin)[0] == 200)
             for name in ("nginx", "nginx64k"):
                 wait_ready(procs[name], port_accepts(self.ports[name]))
             wait_ready(procs["minimal"], port_accepts(self.ports["minimal"]))
@@ -584,7 +601,7 @@ def run_scenario(
     result = ScenarioResult(scenario, size, rounds)
     upstream = env.sink if scenario.kind == "upload" else env.upstream
     upstream_port = env.ports["sink" if scenario.kind == "upload" else "direct"]
-    targets = scenario.targets
+    targets = env.targets(scenario)
     procs = env.start_proxies(upstream_port, scenario.key)
     try:
         everyone = {"direct": upstream, **procs}
@@ -690,7 +707,7 @@ def scenario_table(r: ScenarioResult) -> list[str]:
         cpu_col = "CPU s per GiB" if per_gib else "CPU per request"
         cols = f"| target | req/s | MiB/s | p50 | p99 | vs nginx | {cpu_col} | peak RSS |"
     lines = [head, "", cols, "|---" * (cols.count("|") - 1) + "|"]
-    for target in s.targets:
+    for target in [t for t in (*s.targets, "baseline") if r.of(t)]:
         label = LABELS[target]
         if target == "direct":
             label += " — sink" if s.kind == "upload" else " — nginx static"
@@ -716,6 +733,12 @@ def scenario_table(r: ScenarioResult) -> list[str]:
     cpu_g, cpu_m = r.cpu_per_unit("gateway"), r.cpu_per_unit("minimal")
     cpu_ratio = f"{cpu_g / cpu_m:.2f}×" if cpu_g and cpu_m else "–"
     lines += ["", f"Gateway vs minimal proxy: **{_fmt(gm, '.2f')}×** throughput, {cpu_ratio} the CPU per unit of work."]
+    if r.of("baseline"):
+        gb = r.paired_ratio("gateway", "baseline")
+        cpu_b = r.cpu_per_unit("baseline")
+        cpu_gb = f"{cpu_g / cpu_b:.2f}×" if cpu_g and cpu_b else "–"
+        lines += ["", f"Gateway vs the baseline tree: **{_fmt(gb, '.2f')}×** throughput, {cpu_gb} the CPU per unit of "
+                      "work (same round, same machine)."]
     if r.problems:
         lines += ["", "**Invalid measurements**: " + "; ".join(r.problems)]
     if r.notes:
@@ -801,6 +824,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--output", type=Path, default=RESULTS, help=f"Markdown report (default {RESULTS.relative_to(ROOT)})"
     )
     parser.add_argument("--keep-tmp", action="store_true", help="keep the temp dir (configs, logs, access log)")
+    parser.add_argument(
+        "--baseline", type=Path,
+        help="another checkout of the gateway (an earlier commit, with its C module built) measured beside this one",
+    )
     args = parser.parse_args(argv)
     args.scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     unknown = [s for s in args.scenarios if s not in SCENARIOS]
@@ -829,11 +856,12 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     try:
         with Stack() as stack:
-            names = ("gateway", "direct", "minimal", "nginx", "sink", "admin", "nginx64k")
+            names = ("gateway", "direct", "minimal", "nginx", "sink", "admin", "nginx64k", "baseline", "baseline_admin")
             ports = dict(zip(names, pick_ports(args.port_base, len(names)), strict=True))
             env = Env(
                 tmp=tmp, python=_python(), nginx=_tool("nginx"), wrk=_tool("wrk"), curl=_tool("curl"),
                 ports=ports, big_size=args.big_size, stack=stack,
+                baseline=args.baseline.resolve() if args.baseline else None,
             )  # fmt: skip
             info = {
                 "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -844,6 +872,8 @@ def main(argv: list[str] | None = None) -> int:
                 "versions": _versions(env),
                 "commit": _commit(),
             }
+            if env.baseline is not None:
+                info["commit"] += f"; baseline {_commit(env.baseline)} at {env.baseline}"
             log(f"temp dir {tmp}; ports {env.ports}")
             env.make_files()
             env.start_upstreams()
@@ -876,9 +906,9 @@ def main(argv: list[str] | None = None) -> int:
     return status
 
 
-def _commit() -> str:
+def _commit(tree: Path = ROOT) -> str:
     """HEAD, and whether gateway/ differs from it (read-only: no index refresh)."""
-    git = ["git", "--no-optional-locks", "-C", str(ROOT)]
+    git = ["git", "--no-optional-locks", "-C", str(tree)]
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5)
         if head.returncode == 0:

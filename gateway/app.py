@@ -97,6 +97,17 @@ def parser_error_text(exc: BaseException | None) -> str:
     return next((text for kind, text in _PARSER_TEXTS if isinstance(exc, kind)), "the request is not valid HTTP/1.1")
 
 
+def _utf8_values(request: web.BaseRequest) -> bool:
+    """Whether every header value is UTF-8. aiohttp reads other bytes (obs-text, RFC 9110 5.5) into strings it can
+    only write back without them, so such a request would reach the upstream altered."""
+    try:
+        for _, value in request.raw_headers:
+            value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 @dataclass(slots=True)
 class _Refusal:
     """A request answered before routing: its answer, its code and its request id (for the record)."""
@@ -254,6 +265,8 @@ class Gateway:
         if len(hosts) > 1:
             return _Refusal.of(400, "BAD_HOST", "the request has more than one Host header")
         host = hosts[0] if hosts else None
+        if not all(value.isascii() for _, value in request.raw_headers) and not _utf8_values(request):
+            return _Refusal.of(400, "BAD_HEADER", "a header value is not UTF-8: it cannot be forwarded as it was sent")
         try:
             target = normalise_target(request.raw_path)
             if target.authority is not None and (host is None or canonical_host(target.authority) != canonical_host(host)):

@@ -172,8 +172,7 @@ def test_splice_refuses_overlaps() -> None:
         json_splice.splice(b"abcdef", [(0, 3, b""), (2, 4, b"")])
 
 
-# The bulk path for the rest of a large array (``_rest_of_array``): forced on small texts by lowering the size from
-# which it is tried, and compared with the exact element-by-element path on the same text.
+# The native path (the compiled scanner) against the exact element-by-element path on the same text.
 
 
 def _layout_fields(layout: json_splice.Layout) -> tuple[Any, ...]:
@@ -182,16 +181,12 @@ def _layout_fields(layout: json_splice.Layout) -> tuple[Any, ...]:
 
 
 def _scan_paths(
-    monkeypatch: pytest.MonkeyPatch, body: bytes, keep: int, path: str, extra_key: str | None = MESSAGE[0]
+    monkeypatch: pytest.MonkeyPatch, body: bytes, keep: int, extra_key: str | None = MESSAGE[0]
 ) -> tuple[Any, Any, bool]:
-    """(exact result, result with ``path`` tried, whether it vouched); a result is a Layout's fields or 'NotJSON'.
-
-    ``path`` is "bulk" (``_rest_of_array``) or "native" (``_native_array``); the other one is off in both runs.
-    The exact run has both off.
-    """
-    name = "_rest_of_array" if path == "bulk" else "_native_array"
+    """(exact result, result with the native scanner, whether it vouched); a result is a Layout's fields or
+    'NotJSON'. The exact run has the native scanner off."""
     used: list[bool] = []
-    original = getattr(json_splice, name)
+    original = json_splice._native_array
 
     def spy(*args: Any) -> Any:
         out = original(*args)
@@ -206,35 +201,15 @@ def _scan_paths(
 
     with monkeypatch.context() as m:
         m.setattr(json_splice, "_native_scan", None)
-        m.setattr(json_splice, "_FAST_MIN_BYTES", 1 << 60)
         exact = run()
     with monkeypatch.context() as m:
-        if path != "native":
-            m.setattr(json_splice, "_native_scan", None)
-        m.setattr(json_splice, "_FAST_MIN_BYTES", 0 if path == "bulk" else 1 << 60)
-        m.setattr(json_splice, name, spy)
+        m.setattr(json_splice, "_native_array", spy)
         other = run()
     return exact, other, any(used)
 
 
-def _scan_both(monkeypatch: pytest.MonkeyPatch, body: bytes, keep: int) -> tuple[Any, Any, bool]:
-    return _scan_paths(monkeypatch, body, keep, "bulk")
-
-
-@pytest.mark.parametrize("seed", range(300))
-def test_bulk_path_equals_the_exact_path_on_random_documents(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
-    rng = random.Random(3000 + seed)
-    writer = Writer(rng, pretty=seed % 2 == 1)
-    count = rng.choice([2, 3, 5, 8, 13])
-    body = writer.document(count, rng.randrange(0, 6))
-    keep = rng.randrange(0, 4)
-    exact, bulk, _ = _scan_both(monkeypatch, body, keep)
-    assert exact == bulk
-    assert exact != "NotJSON"
-
-
 def _card_array_document(rng: random.Random, writer: Writer, cards: int, position: int) -> bytes:
-    """Like Writer.document, but every card an object or array (what the bulk path reads)."""
+    """Like Writer.document, but every card an object or array."""
     suffixes = ["", "é", "[", '"', "]", "]}", "],"]
     keys = [json.dumps(f"k{i}" + rng.choice(suffixes)) for i in range(rng.randrange(0, 5))]
     members = [f"{k}{writer.ws()}:{writer.ws()}{writer.value(1)}" for k in keys]
@@ -248,93 +223,18 @@ def _card_array_document(rng: random.Random, writer: Writer, cards: int, positio
 
 
 @pytest.mark.parametrize("seed", range(300))
-def test_bulk_path_reads_arrays_of_containers(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+def test_native_path_reads_arrays_of_containers(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
     rng = random.Random(4000 + seed)
     writer = Writer(rng, pretty=seed % 3 == 1)
     body = _card_array_document(rng, writer, rng.choice([2, 3, 6, 20]), rng.randrange(0, 6))
     keep = rng.randrange(0, 3)
-    exact, bulk, used = _scan_both(monkeypatch, body, keep)
+    exact, native, used = _scan_paths(monkeypatch, body, keep)
     assert exact != "NotJSON"
-    assert bulk == exact
-    # It vouches whenever elements are left after the first max(keep, 1), unless one is nested too deep for it.
-    assert used or exact[3] <= max(keep, 1) or _deep(body)
+    assert native == exact and used
     layout = scan(body, "cards", keep=keep, extra_key=MESSAGE[0])
     original = pairs(body)
     assert pairs(truncate(body, layout, keep)) == [(k, v[:keep] if k == "cards" else v) for k, v in original]
     assert pairs(drop(body, layout)) == [(k, v) for k, v in original if k != "cards"]
-
-
-def _deep(body: bytes) -> bool:
-    value = json.loads(body)
-
-    def depth(v: Any) -> int:
-        if isinstance(v, dict):
-            return 1 + max((depth(x) for x in v.values()), default=0)
-        if isinstance(v, list):
-            return 1 + max((depth(x) for x in v), default=0)
-        return 0
-
-    return any(depth(card) > json_splice._SKEL_DEPTH for card in value["cards"])
-
-
-_MUTATIONS = [b'"', b"\\", b"[", b"]", b"{", b"}", b",", b":", b"x", b"1", b" ", b"\n", b"\x01", b"\x00", b"\\u12",
-              b"\\x", b'\\"', b"\\\\"]
-
-
-@pytest.mark.parametrize("seed", range(600))
-def test_bulk_path_on_damaged_documents(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
-    """A damaged text: refused by both paths, or read alike; or accepted by the bulk path alone, and then only for
-    something in the elements it skipped: without them, the exact path accepts the text."""
-    rng = random.Random(5000 + seed)
-    data = _damaged(rng, seed % 2 == 1)
-    keep = rng.randrange(1, 3)
-    exact, bulk, _ = _scan_both(monkeypatch, data, keep)
-    if exact != "NotJSON":
-        assert bulk == exact
-    elif bulk != "NotJSON":
-        _check_bulk_only(monkeypatch, data, json_splice.Layout(*bulk), keep)
-
-
-def _damaged(rng: random.Random, pretty: bool) -> bytes:
-    body = bytearray(_card_array_document(rng, Writer(rng, pretty), rng.choice([3, 5, 8]), rng.randrange(0, 6)))
-    for _ in range(rng.choice([1, 1, 2, 3])):
-        at = rng.randrange(0, len(body) + 1)
-        r = rng.random()
-        if r < 0.25 and at < len(body):
-            del body[at : at + rng.randrange(1, 3)]
-        elif r < 0.35 and at < len(body):
-            body[at] = rng.randrange(256)
-        else:
-            body[at:at] = rng.choice(_MUTATIONS)
-    return bytes(body)
-
-
-def _check_bulk_only(monkeypatch: pytest.MonkeyPatch, data: bytes, layout: json_splice.Layout, keep: int) -> None:
-    kept = data[: layout.element_ends[keep - 1]] + data[layout.last_element_end :]
-    exact, _, _ = _scan_both(monkeypatch, kept, keep)
-    assert exact != "NotJSON" and exact[3] == keep
-    assert [m.key for m in exact[1]] == [m.key for m in layout.members]
-    assert truncate(data, layout, keep) == kept
-
-
-def _large_board(cards: int, **fields: Any) -> bytes:
-    from tests.board_fixtures import board_dict
-
-    board = board_dict(cards, padding=200)
-    board.update(fields)
-    return json.dumps(board, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-def test_bulk_path_is_used_for_a_large_board(monkeypatch: pytest.MonkeyPatch) -> None:
-    body = _large_board(400)
-    assert len(body) > json_splice._FAST_MIN_BYTES
-    exact, bulk, used = _scan_both(monkeypatch, body, 100)
-    assert used and bulk == exact and bulk[3] == 400
-    # With the size it is tried from as shipped.
-    layout = scan(body, "cards", keep=100, extra_key=MESSAGE[0])
-    assert _layout_fields(layout) == exact
-    out = json.loads(truncate(body, layout, 100, MESSAGE))
-    assert out["cards"] == json.loads(body)["cards"][:100]
 
 
 @pytest.mark.parametrize(
@@ -349,11 +249,11 @@ def test_bulk_path_is_used_for_a_large_board(monkeypatch: pytest.MonkeyPatch) ->
         b',"s":"\\\\","t":"\\\\\\"]"}',
     ],
 )
-def test_bulk_path_finds_the_end_of_the_array(monkeypatch: pytest.MonkeyPatch, tail: bytes) -> None:
+def test_native_path_finds_the_end_of_the_array(monkeypatch: pytest.MonkeyPatch, tail: bytes) -> None:
     cards = b",".join(b'{"id":%d,"t":"a]b\\"],\\\\","x":[[1],{"y":"]"}]}' % i for i in range(6))
     body = b'{"before":["]"],"cards":[' + cards + b"]" + tail
-    exact, bulk, used = _scan_both(monkeypatch, body, 2)
-    assert used and bulk == exact and exact[3] == 6
+    exact, native, used = _scan_paths(monkeypatch, body, 2)
+    assert used and native == exact and exact[3] == 6
     layout = scan(body, "cards", keep=2)
     assert json.loads(drop(body, layout)) == {k: v for k, v in json.loads(body).items() if k != "cards"}
 
@@ -374,45 +274,15 @@ def test_bulk_path_finds_the_end_of_the_array(monkeypatch: pytest.MonkeyPatch, t
         b'{"cards":[{},{}],}', b'{"cards":[{},{}]"x":1}', b'{"cards":[{},{}],"cards":[]}',
         b'{"cards":[{},{}],"m":1,"m":2,"cards_deprecation_message":1,"cards_deprecation_message":2}',
         b'{"cards":[{},{}]} x', b'{"cards":[{},{}]}}', b'{"cards":[{},{}],"x":[1}',
+        # Stray scalar text next to an element, escape letters in elements after the first.
+        b'{"a":1,"cards":[{"k":1},{"k":2} x,{"k":3}],"z":2}', b'{"a":1,"cards":[{"k":1},{"k":2},"s"{"k":3}],"z":2}',
+        b'{"a":1,"cards":[{"k":1},{"k":"\\x"},{"k":"\\u12"}],"z":2}',
+        b'{"a":1,"cards":[{"k":1},{"k":"\\u12G4\\\\"},{"k":3}],"z":2}',
     ],
 )
-def test_bulk_path_refuses_what_the_exact_path_refuses(monkeypatch: pytest.MonkeyPatch, body: bytes) -> None:
-    exact, bulk, _ = _scan_both(monkeypatch, body, 1)
-    assert exact == bulk == "NotJSON"
-
-
-def test_bulk_path_leaves_to_the_exact_path_what_it_cannot_vouch_for(monkeypatch: pytest.MonkeyPatch) -> None:
-    deep = "[" * 20 + "1" + "]" * 20
-    for body in (
-        b'{"cards":[{},1,"x",{}]}',  # scalar elements
-        ('{"cards":[{},' + deep + "]}").encode(),  # nested deeper than the skeleton pattern
-        b'{"cards":[{},{"a":[1\x01]}]}',  # a control character outside strings: only the exact path decides
-        ('{"cards":[{},{}],"x":' + deep + "}").encode(),  # a deep member after the array
-    ):
-        exact, bulk, used = _scan_both(monkeypatch, body, 1)
-        assert not used and bulk == exact != "NotJSON"
-
-
-def test_bulk_path_does_not_check_escapes_or_scalars_it_skips(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The documented difference: stray scalar text next to an element it skips, and escape letters in the elements
-    it skips, are not checked; what is kept is, so a cut text is still JSON."""
-    for body in (b'{"a":1,"cards":[{"k":1},{"k":2} x,{"k":3}],"z":2}',
-                 b'{"a":1,"cards":[{"k":1},{"k":2},"s"{"k":3}],"z":2}',
-                 b'{"a":1,"cards":[{"k":1},{"k":"\\x"},{"k":"\\u12"}],"z":2}',
-                 b'{"a":1,"cards":[{"k":1},{"k":"\\u12G4\\\\"},{"k":3}],"z":2}'):
-        exact, bulk, used = _scan_both(monkeypatch, body, 1)
-        assert exact == "NotJSON" and used and bulk[3] == 3
-        layout = json_splice.Layout(*bulk)
-        assert json.loads(truncate(body, layout, 1, MESSAGE)) == {"a": 1, "cards": [{"k": 1}],
-                                                                  MESSAGE[0]: json.loads(MESSAGE[1]), "z": 2}
-        assert json.loads(drop(body, layout)) == {"a": 1, "z": 2}
-    # The elements it keeps, and the comma after the last of them, are still read token by token.
-    for body in (b'{"cards":[{"k":1} x,{"k":2},{"k":3}]}', b'{"cards":[{"k":1}x,{"k":2},{"k":3}]}',
-                 b'{"cards":[{"k":1}{"k":2},{"k":3}]}', b'{"cards":[{"k":1},,{"k":2},{"k":3}]}',
-                 b'{"cards":[{"k":"\\x"},{"k":2},{"k":3}]}', b'{"x":"\\u12","cards":[{},{"k":2},{"k":3}]}',
-                 b'{"cards":[{},{"k":2},{"k":3}],"x":"\\q"}'):
-        exact, bulk, _ = _scan_both(monkeypatch, body, 1)
-        assert exact == bulk == "NotJSON"
+def test_native_path_refuses_what_the_exact_path_refuses(monkeypatch: pytest.MonkeyPatch, body: bytes) -> None:
+    exact, native, _ = _scan_paths(monkeypatch, body, 1)
+    assert exact == native == "NotJSON"
 
 
 def test_a_member_name_that_is_not_utf8_is_still_a_name() -> None:
@@ -422,13 +292,39 @@ def test_a_member_name_that_is_not_utf8_is_still_a_name() -> None:
     assert layout.count == 2
 
 
-# The native path (``_native_array``: the compiled scanner, gateway/policies/board_cards/_jsonscan.c, reads the array): forced on small
-# texts, with the bulk path off so that whatever it does not vouch for goes to the exact path; its result must always
-# be the exact path's. tests/test_jsonscan.py checks the scanner's grammar on its own.
+# The native path (``_native_array``: the compiled scanner, gateway/policies/board_cards/_jsonscan.c, reads the
+# array): whatever it does not vouch for goes to the exact path; its result must always be the exact path's.
+# tests/test_jsonscan.py checks the scanner's grammar on its own.
 
 
 def _scan_native(monkeypatch: pytest.MonkeyPatch, body: bytes, keep: int) -> tuple[Any, Any, bool]:
-    return _scan_paths(monkeypatch, body, keep, "native")
+    return _scan_paths(monkeypatch, body, keep)
+
+
+_MUTATIONS = [b'"', b"\\", b"[", b"]", b"{", b"}", b",", b":", b"x", b"1", b" ", b"\n", b"\x01", b"\x00", b"\\u12",
+              b"\\x", b'\\"', b"\\\\"]
+
+
+def _damaged(rng: random.Random, pretty: bool) -> bytes:
+    body = bytearray(_card_array_document(rng, Writer(rng, pretty), rng.choice([3, 5, 8]), rng.randrange(0, 6)))
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        at = rng.randrange(0, len(body) + 1)
+        r = rng.random()
+        if r < 0.25 and at < len(body):
+            del body[at : at + rng.randrange(1, 3)]
+        elif r < 0.35 and at < len(body):
+            body[at] = rng.randrange(256)
+        else:
+            body[at:at] = rng.choice(_MUTATIONS)
+    return bytes(body)
+
+
+def _large_board(cards: int, **fields: Any) -> bytes:
+    from tests.board_fixtures import board_dict
+
+    board = board_dict(cards, padding=200)
+    board.update(fields)
+    return json.dumps(board, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 @pytest.mark.parametrize("seed", range(300))
@@ -485,9 +381,9 @@ def test_native_path_whitespace_and_offsets(monkeypatch: pytest.MonkeyPatch) -> 
         assert native_array(body, pos, 1) is None  # no '[' at pos
 
 
-def test_native_path_checks_what_the_bulk_path_skips(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_native_path_checks_every_element(monkeypatch: pytest.MonkeyPatch) -> None:
     """Escape letters and stray scalars in the elements after the first ones: the native path refuses them, so the
-    text goes to the exact path, which refuses it too (the bulk path would have vouched for these, see above)."""
+    text goes to the exact path, which refuses it too."""
     for body in (b'{"a":1,"cards":[{"k":1},{"k":2} x,{"k":3}],"z":2}',
                  b'{"a":1,"cards":[{"k":1},{"k":"\\x"},{"k":"\\u12"}],"z":2}'):
         exact, native, used = _scan_native(monkeypatch, body, 1)
@@ -499,18 +395,17 @@ def test_native_path_checks_what_the_bulk_path_skips(monkeypatch: pytest.MonkeyP
     assert native == exact != "NotJSON" and not used
 
 
-def test_a_body_the_native_path_refuses_is_never_cut_by_the_bulk_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A bad escape letter in a late card of a large board: with the native scanner built (as shipped), the body does
-    not parse and passes through; only where the scanner is not built does the bulk reading vouch for it (its
-    documented gap: the cut text is still JSON)."""
+def test_a_body_the_native_path_refuses_is_never_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bad escape letter in a late card of a large board: the body does not parse and passes through, with the
+    native scanner built or not (the exact path checks every element)."""
     body = _large_board(400)
     at = body.index(b'"title":"', len(body) // 2) + len(b'"title":"')
     body = body[:at] + b"\\x" + body[at:]
     with pytest.raises(NotJSON):
         scan(body, "cards", keep=100)
     monkeypatch.setattr(json_splice, "_native_scan", None)
-    layout = scan(body, "cards", keep=100)
-    assert layout.count == 400 and json.loads(drop(body, layout))
+    with pytest.raises(NotJSON):
+        scan(body, "cards", keep=100)
 
 
 def test_native_path_nesting(monkeypatch: pytest.MonkeyPatch) -> None:

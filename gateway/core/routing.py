@@ -14,6 +14,8 @@ from urllib.parse import parse_qsl
 
 from multidict import CIMultiDictProxy, istr
 
+from .spec import TEMPLATE_PARAM_RE
+
 __all__ = (
     "BadRequestTarget",
     "METHOD_OVERRIDE_HEADERS",
@@ -144,14 +146,11 @@ def effective_method(method: str, headers: CIMultiDictProxy[str], query: str) ->
     return override
 
 
-_PARAM_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
 def compile_template(template: str) -> str:
     """Turn ``/cards/{card_id}/files`` into a regex fragment; each parameter matches one path segment."""
     pos = 0
     parts: list[str] = []
-    for m in _PARAM_RE.finditer(template):
+    for m in TEMPLATE_PARAM_RE.finditer(template):
         parts.append(re.escape(template[pos : m.start()]))
         parts.append(f"(?P<{m.group(1)}>[^/]+)")
         pos = m.end()

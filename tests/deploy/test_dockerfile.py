@@ -178,6 +178,19 @@ def test_every_copied_path_exists_and_is_not_ignored(instructions: list[Instruct
             assert not ignored(source.rstrip("/")), f"COPY {source}: excluded by deploy/Dockerfile.dockerignore"
 
 
+def test_every_console_script_of_the_package_is_in_the_image(instructions: list[Instruction]) -> None:
+    """A script pyproject.toml installs must point into a package the image copies (a `sandbox` script once did not:
+    the sandbox stays out of the image)."""
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    copied = {source.rstrip("/") for ins in instructions if ins.cmd == "COPY" and not any(
+        f.startswith("--from=") for f in ins.flags) for source in ins.value[:-1]}  # fmt: skip
+    for name, target in scripts.items():
+        package = target.partition(":")[0].split(".")[0]
+        assert package in copied, f"script {name} -> {target}: the image does not copy {package}/"
+
+
 def _healthcheck_argv(instructions: list[Instruction], admin: str) -> list[str]:
     check = next(i for i in instructions if i.cmd == "HEALTHCHECK")
     argv = [a.replace("127.0.0.1:9090", admin) for a in check.value[1:]]

@@ -50,8 +50,12 @@ async def test_writer_batches_lines_and_flushes_on_time_and_size() -> None:
     writer.write('{"a":1}')
     writer.write('{"b":2}')
     assert stream.getvalue() == ""
-    await asyncio.sleep(0.1)
+    loop = asyncio.get_running_loop()
+    waited = loop.time()
+    while not stream.getvalue() and loop.time() - waited < 5:  # the timer flushes the lines after its interval
+        await asyncio.sleep(0.01)
     assert stream.getvalue() == '{"a":1}\n{"b":2}\n'
+    assert loop.time() - waited >= 0.04  # and not before it
     writer.write("x" * 150)
     assert stream.getvalue().endswith("x" * 150 + "\n")
     writer.write("tail")

@@ -114,8 +114,10 @@ async def test_sighup_reload_applies_a_valid_config_and_keeps_the_old_on_error(g
 async def test_sigterm_drains_then_finishes_in_flight_requests(gateway_process: Proc, upstream: RecordingUpstream) -> None:
     p = gateway_process
 
+    release = asyncio.Event()
+
     async def responder(request: web.BaseRequest, received) -> web.StreamResponse:
-        await asyncio.sleep(1.0)
+        await release.wait()  # held until the test has seen the gateway draining
         return web.Response(text="finished")
 
     upstream.responder = responder
@@ -123,9 +125,14 @@ async def test_sigterm_drains_then_finishes_in_flight_requests(gateway_process: 
         in_flight = asyncio.create_task(client.get(p.url + "/slow"))
         await asyncio.wait_for(upstream.started.wait(), 5)
         p.proc.send_signal(signal.SIGTERM)
-        await asyncio.sleep(0.2)
-        async with client.get(f"http://127.0.0.1:{p.admin}/readyz") as resp:
-            assert resp.status == 503
+
+        async def draining() -> bool:
+            async with client.get(f"http://127.0.0.1:{p.admin}/readyz") as resp:
+                return resp.status == 503
+
+        await _wait_for(draining)
+        assert p.proc.poll() is None and not in_flight.done()  # still serving the request in flight
+        release.set()
         resp = await in_flight
         assert resp.status == 200
         assert await resp.text() == "finished"
@@ -156,9 +163,14 @@ async def test_two_workers_share_the_port_and_aggregate_metrics(upstream: Record
                 return False
 
         await _wait_for(both_started, 20)
-        await asyncio.sleep(0.3)  # the second worker's listener and signal handlers follow its metrics
+
+        async def both_listening() -> bool:
+            # Each worker's listener (and its signal handlers, installed just before) follows its metrics.
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+            return len(children) == 2 and all(_listening(pid) for pid in children)
+
+        await _wait_for(both_listening, 10)
         children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
-        assert len(children) == 2
         async with aiohttp.ClientSession() as client:
             for _ in range(40):
                 # A new connection each time, so the kernel spreads them over both workers.

@@ -480,3 +480,56 @@ def test_parser_error_answers_never_quote_the_parser(exc: BaseException | None) 
     """Whatever the parser (C or pure Python) puts in its error, the answer's text is fixed by the kind of error."""
     text = parser_error_text(exc)
     assert text and "parser-secret" not in text and "sig=" not in text
+
+
+# Header lines as clients send them, odd ones included: repeated names, names that differ only in case, empty values,
+# inner spaces, long values, obs-text. Each is sent on a request with and without a body.
+HEADER_CORPUS: list[list[tuple[str, str]]] = [
+    [("X-A", "1"), ("x-a", "2")],
+    [("X-A", "1"), ("X-A", "2"), ("x-A", "3")],
+    [("Accept", "text/html"), ("ACCEPT", "application/json"), ("accept", "*/*")],
+    [("Cookie", "a=1"), ("cookie", "b=2")],
+    [("X-Empty", ""), ("X-Spaces", "a  b   c"), ("X-Tab", "a\tb")],
+    [("X-Long", "v" * 4000)],
+    [("User-Agent", "old-sdk/1.2"), ("user-agent", "other/2")],
+    [("X-Utf8", "caf\xc3\xa9")],
+    [("X-Obs", "caf\xe9")],  # not UTF-8: refused (400 BAD_HEADER) rather than forwarded altered
+    [("Authorization", "Bearer one"), ("authorization", "Bearer two")],
+    [("X-Forwarded-Proto", "https"), ("Via", "1.0 other-proxy"), ("Accept-Encoding", "gzip"), ("Content-Type", "x/y")],
+]
+
+
+@pytest.mark.parametrize("lines", HEADER_CORPUS, ids=[",".join(k for k, _ in c) for c in HEADER_CORPUS])
+async def test_headers_reach_the_upstream_alike_with_and_without_a_body(gw, upstream, lines) -> None:
+    """One road: the upstream is sent the same header lines, in the same order and spelling, whether or not the
+    request has a body (the framing headers aside); and every line the proxy core does not own arrives, in order,
+    with its value byte for byte (aiohttp's parser spells the names of headers it knows its own way)."""
+    seen = []
+    answers = set()
+    for method, body in (("GET", b""), ("POST", b"0123456789"), ("PUT", b"")):
+        head = f"{method} /corpus HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nX-Request-Id: corpus-1\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in lines)
+        if body or method == "PUT":
+            head += f"Content-Length: {len(body)}\r\n"
+        before = len(upstream.received)
+        data = await raw_exchange(gw.port, head.encode("latin-1") + b"\r\n" + body)
+        answers.add(data.split(b"\r\n", 1)[0])
+        if len(upstream.received) == before:
+            continue  # refused (a repeated Authorization, a value that is not UTF-8): alike for all three
+        received = upstream.received[-1]
+        seen.append([(k, v) for k, v in received.raw_headers if k.lower() not in (b"content-length", b"transfer-encoding")])
+        sent = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in lines]
+        owned = {b"x-forwarded-proto", b"via"}
+        names = {k for k, _ in sent}
+        forwarded = [(k.lower(), v) for k, v in seen[-1] if k.lower() in names and k.lower() not in owned]
+        assert forwarded == [kv for kv in sent if kv[0] not in owned]
+    assert len(answers) == 1, answers
+    assert len(seen) in (0, 3) and all(s == seen[0] for s in seen)
+
+
+async def test_a_header_value_that_is_not_utf8_is_refused_not_altered(gw, upstream) -> None:
+    before = len(upstream.received)
+    data = await raw_exchange(gw.port, b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Name: caf\xe9\r\nConnection: close\r\n\r\n")
+    ((status, _, payload),) = parse_responses(data)
+    assert status == 400 and json.loads(payload)["code"] == "BAD_HEADER"
+    assert len(upstream.received) == before

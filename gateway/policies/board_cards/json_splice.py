@@ -11,27 +11,14 @@ with valid escapes and no raw control characters, and that brackets balance with
 these checks raises ``NotJSON``; the caller passes it through untouched.
 
 Speed: the array is read natively first (``_native_array``): a small C module built with the package checks it
-by the whole JSON grammar and records the same offsets, at about 0.4 ns a byte (about 7 times faster than the
-bulk path below, 20 times the exact path). Whatever it cannot vouch for goes on to the paths below, which give the
-answer, so the result is the same either way; without the compiled module, they read every array.
+by the whole JSON grammar and records the same offsets, at about 0.4 ns a byte (about 20 times the Python path). It
+only vouches for JSON: whatever it cannot (a text that is not JSON, nesting deeper than it reads) goes to the exact
+path below, which gives the answer and the reason. Without the compiled module every array is read by the exact path:
+the same answers, more slowly.
 
-Otherwise nested values are skipped by one precompiled regular expression per value (nesting up to ``_FAST_DEPTH``
+The exact path skips nested values with one precompiled regular expression per value (nesting up to ``_FAST_DEPTH``
 levels in the pattern, deeper values by an explicit stack), so Python runs once per top-level member and once per
-array element, not once per token. The regex engine still visits every byte of every string (about 7 ns a byte), so
-where the native scanner is not built and at least ``_FAST_MIN_BYTES`` of the text follow the first ``keep``
-elements of the array (at least one), the rest of the array is read in bulk instead (``_rest_of_array``): whole-text
-byte operations reduce it to its skeleton outside strings, and one regex pass over that skeleton checks and counts
-the elements. Whatever that reading cannot vouch for (an element that is not an object or array, nesting deeper than
-``_SKEL_DEPTH``, a control character outside strings, a long tail after the array, anything malformed) sends the
-scan back to the exact path, which then gives the answer, so for valid JSON the result is the same either way.
-
-What the bulk reading does not check, in the elements it skips (after the first ``keep``, and its comma): escape
-letters (``"\\x"`` or ``"\\u12"`` there pass, ``\\"`` and ``\\\\`` are read exactly), and scalar text next to an
-element without a comma (``{} 1``, ``{} "s"``). The exact path refuses such a text. Nothing of that is kept: the
-members, the first ``keep`` elements and everything after the array are read exactly as before, so a cut text is
-JSON whenever its kept parts are. The native path checks all of it (it only vouches for JSON; a text it refuses goes
-to the exact path, never to the bulk reading), and reads nesting as deep as the exact path (``_MAX_DEPTH`` levels;
-deeper values it leaves to the exact path, whose answer stands).
+array element, not once per token; the regex engine visits every byte of every string (about 7 ns a byte).
 """
 
 from __future__ import annotations
@@ -229,7 +216,6 @@ def _scan_array(body: bytes, pos: int, keep: int) -> tuple[int, int, list[int], 
     if pos < n and body[pos] == 0x5D:
         return pos + 1, 0, ends, last_end
     count = 0
-    probe = max(keep, 1)  # after this element and its comma, the rest of a large array may be read in bulk
     skip = _skip_value
     ws = _WS.match
     while True:
@@ -242,155 +228,21 @@ def _scan_array(body: bytes, pos: int, keep: int) -> tuple[int, int, list[int], 
         c = body[pos] if pos < n else -1
         if c == 0x2C:
             pos = ws(body, pos + 1).end()  # type: ignore[union-attr]
-            # The bulk reading stands in for the native scanner where it is not built. Where it is, the text it
-            # refused is not JSON (or nests too deep): only the exact path, which checks what bulk skips, may answer.
-            if count == probe and n - pos >= _FAST_MIN_BYTES and _native_scan is None:
-                rest = _rest_of_array(body, pos)
-                if rest is not None:
-                    more, last_end, end = rest
-                    return end, count + more, ends, last_end
         elif c == 0x5D:
             return pos + 1, count, ends, last_end
         else:
             raise NotJSON(f"expected ',' or ']' at offset {pos}")
 
 
-# The array, natively: ``gateway.policies.board_cards._jsonscan.scan_array`` (C, built with the package; see its source) reads the whole
-# array strictly by the JSON grammar (escape letters, numbers, literals, nesting; not UTF-8, which the Python paths
+# The array, natively: ``_jsonscan.scan_array`` (C, built with the package; see its source) reads the whole array
+# strictly by the JSON grammar (escape letters, numbers, literals, nesting; not UTF-8, which the Python paths
 # do not check either) and returns the same tuple as ``_scan_array``, at about 0.4 ns a byte, making no object per
 # element. It vouches for JSON only: for anything else (or nesting deeper than ``_MAX_DEPTH``) it returns None and
-# the Python paths below read the array and give the answer, with the reason. Without the compiled module (no C
-# compiler where the package was installed) every array goes to the Python paths: the same answers, more slowly.
+# the exact path reads the array and gives the answer, with the reason. Without the compiled module (no C compiler
+# where the package was installed) every array goes to the exact path: the same answers, more slowly.
 def _native_array(body: bytes, pos: int, keep: int) -> tuple[int, int, list[int], int] | None:
     """The array starting at ``pos``, read by the compiled scanner; None when it cannot vouch for it."""
     return None if _native_scan is None else _native_scan(body, pos, keep)
-
-
-# The rest of a large array, in bulk. ``_skeleton`` reduces a text to what lies outside its strings, brackets and
-# commas, without a Python step per token: ``\\`` and ``\"`` become one backslash (so every quote left delimits a
-# string), ``translate`` keeps quotes, brackets, commas, backslashes and line breaks and turns other control
-# characters into NUL, ``replace`` drops adjacent quote pairs (the parity of every other quote is unchanged, and most
-# strings vanish: they hold no kept character), and the few quotes left split the text into outside and inside runs.
-# About 2-3 ns a byte in all (the escape substitution costs about 0.2 us per escaped quote or backslash).
-_FAST_MIN_BYTES = 256 * 1024
-_SKEL_DEPTH = 8  # nesting levels of one element checked by the skeleton pattern; deeper: the exact path
-_TAIL_TRIES = 64  # closing-bracket candidates tried for the end of the array, from the end of the text
-_TAIL_MAX = 64 * 1024  # and no further than this from the end (a longer tail: the exact path)
-_SKEL_CHUNK = 1 << 20  # bytes read per step (each step ends just after a quote, so no escape is split)
-_QUOTING_ESCAPES = re.compile(rb'\\[\\"]')
-_SKEL_KEEP = b'"[]{},\\\t\n\r'
-_SKEL_TABLE = bytes(0 if c < 0x20 and c not in b"\t\n\r" else c for c in range(256))
-_SKEL_DELETE = bytes(c for c in range(0x20, 256) if c not in _SKEL_KEEP)
-
-
-def _skeleton_value(depth: int) -> bytes:
-    inner = rb",*+"
-    for _ in range(depth - 1):
-        inner = rb",*+(?:(?:\[" + inner + rb"\]|\{" + inner + rb"\}),*+)*+"
-    return rb"\[" + inner + rb"\]|\{" + inner + rb"\}"
-
-
-_SKEL_VALUE = re.compile(_skeleton_value(_SKEL_DEPTH))
-
-
-def _skeleton(body: bytes, start: int) -> bytes | None:
-    """Brackets and commas outside strings in ``body[start:]`` (``start`` outside any string), in order.
-
-    None when a string is not closed or holds a raw control character, or when there is a control character (other
-    than whitespace) or a backslash outside strings. Escape letters are not checked. The text is read in steps of
-    about ``_SKEL_CHUNK`` bytes, each ending just after a quote (so no escape is split): smaller copies, in cache.
-    """
-    n = len(body)
-    kept: list[bytes] = []
-    view = memoryview(body)
-    pos = start
-    while pos < n:
-        end = body.find(b'"', pos + _SKEL_CHUNK) + 1 if pos + _SKEL_CHUNK < n else n
-        if end <= 0:
-            end = n
-        if body.find(b"\\", pos, end) >= 0:
-            chunk = _QUOTING_ESCAPES.sub(b"\\\\", view[pos:end])
-        else:
-            chunk = body[pos:end]
-        kept.append(chunk.translate(_SKEL_TABLE, _SKEL_DELETE).replace(b'""', b""))
-        pos = end
-    text = b"".join(kept)
-    if b"\x00" in text:
-        return None  # a control character (in a string, or outside one where only the exact path may allow it)
-    runs = text.split(b'"')
-    if not len(runs) % 2:
-        return None  # a string is not closed
-    inside = b"".join(runs[1::2])
-    if b"\n" in inside or b"\r" in inside or b"\t" in inside:
-        return None  # a raw line break or tab in a string
-    outside = b"".join(runs[0::2])
-    if b"\\" in outside:
-        return None  # a backslash outside a string
-    return outside.translate(None, b"\t\n\r")
-
-
-def _rest_of_array(body: bytes, pos: int) -> tuple[int, int, int] | None:
-    """From the element starting at ``pos``: (elements left, end of the last one, offset after the array's ']').
-
-    None when the bulk reading cannot vouch for the answer; the caller then goes on element by element. The
-    skeleton from ``pos`` must be ``E`` then ``,E`` for each further element, each an object or array (nested at
-    most ``_SKEL_DEPTH`` deep, brackets of matching kinds), then ``]``, then the skeleton of the members after the
-    array. The array's closing bracket is then found in the text from its end: the last ``]`` after which the rest
-    parses strictly as the end of the top-level object with exactly those members. A ``]`` inside a string cannot
-    be followed by that (an odd number of unescaped quotes would follow it), nor a ``]`` inside an element (the
-    text after it would close more than one level), nor one closing a later member's value (fewer members follow).
-    """
-    skeleton = _skeleton(body, pos)
-    if skeleton is None:
-        return None
-    rest, _ = _SKEL_VALUE.subn(b"o", skeleton)
-    j = rest.find(b"]")
-    if j < 1 or not j % 2 or rest[:j] != b"o" + b",o" * (j // 2):
-        return None
-    members = rest[j + 1 :]
-    n = len(body)
-    limit = n
-    for _ in range(_TAIL_TRIES):
-        close = body.rfind(b"]", pos, limit)
-        if close < 0 or n - close > _TAIL_MAX:
-            return None
-        if _tail_shape(body, close + 1) == members:
-            break
-        limit = close
-    else:
-        return None
-    last = close
-    while body[last - 1] in b" \t\r\n":
-        last -= 1
-    return j // 2 + 1, last, close + 1
-
-
-def _tail_shape(body: bytes, pos: int) -> bytes | None:
-    """The skeleton of ``(, member)* }`` and nothing after, parsed strictly from ``pos``; None when it does not parse.
-
-    ``,o`` for a member whose value is an object or array, ``,`` for a scalar, then ``}``.
-    """
-    n = len(body)
-    shape: list[bytes] = []
-    try:
-        pos = _skip_ws(body, pos)
-        while True:
-            c = body[pos] if pos < n else -1
-            if c == 0x7D:
-                return b"".join(shape) + b"}" if _skip_ws(body, pos + 1) == n else None
-            if c != 0x2C:
-                return None
-            m = _KEY.match(body, _skip_ws(body, pos + 1))
-            if m is None:
-                return None
-            pos = _skip_ws(body, m.end())
-            if pos >= n or body[pos] != 0x3A:
-                return None
-            pos = _skip_ws(body, pos + 1)
-            shape.append(b",o" if pos < n and body[pos] in (0x5B, 0x7B) else b",")
-            pos = _skip_ws(body, _skip_value(body, pos))
-    except NotJSON:
-        return None
 
 
 def splice(body: bytes, edits: Sequence[tuple[int, int, bytes]]) -> bytes:
