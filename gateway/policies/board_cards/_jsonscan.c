@@ -1,14 +1,14 @@
-/* gateway.policies.board_cards._jsonscan: one JSON array read in C, for gateway.json_splice.
+/* gateway.policies.board_cards._jsonscan: one JSON array read in C, for json_splice (beside it).
  *
  * scan_array(body, pos, keep) reads the array whose '[' is at body[pos] and checks it strictly by the JSON grammar
  * (RFC 8259): strings closed, no raw control character in them, escape letters valid (\uXXXX with four hex
  * digits), numbers as the grammar writes them, true/false/null, commas and colons where they belong, brackets of
- * matching kinds. Like the Python paths, it does not check UTF-8.
+ * matching kinds. Like the exact path, it does not check UTF-8.
  *
  * It returns what json_splice._scan_array returns: (offset after the ']', number of elements, a list of the offsets
  * just after each of the first ``keep`` elements, offset just after the last element, or of the ']' when the array
  * is empty). It returns None when the text is not such an array or when it nests deeper than MAX_DEPTH: the caller
- * then reads the array by its Python paths, which give the answer (and the reason). So this module only ever
+ * then reads the array by its exact path, which gives the answer (and the reason). So this module only ever
  * vouches for JSON; it never decides that a text is not JSON.
  *
  * Speed: strings are skipped 16 bytes at a time with SSE2 (every x86-64 has it; elsewhere a byte loop); the rest is
@@ -24,7 +24,7 @@
 #define HAVE_SSE2 1
 #endif
 
-#define MAX_DEPTH 512 /* as json_splice._MAX_DEPTH: deeper values are left to the Python paths */
+#define MAX_DEPTH 512 /* as json_splice._MAX_DEPTH: deeper values are left to the exact path */
 
 /* 1 for the bytes a string cannot hold as they are: '"', '\\' and control characters. */
 static unsigned char string_stop[256];

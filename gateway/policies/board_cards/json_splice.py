@@ -32,7 +32,7 @@ _ArrayScan = Callable[[bytes, int, int], "tuple[int, int, list[int], int] | None
 _native_scan: _ArrayScan | None
 try:
     from ._jsonscan import scan_array as _native_scan
-except ImportError:  # not built (no C compiler at install): the Python paths give the same answers, more slowly
+except ImportError:  # not built (no C compiler at install): the exact path gives the same answers, more slowly
     _native_scan = None
 NATIVE = _native_scan is not None  # whether the compiled scanner is there (board_cards warns when it is not)
 
@@ -235,8 +235,8 @@ def _scan_array(body: bytes, pos: int, keep: int) -> tuple[int, int, list[int], 
 
 
 # The array, natively: ``_jsonscan.scan_array`` (C, built with the package; see its source) reads the whole array
-# strictly by the JSON grammar (escape letters, numbers, literals, nesting; not UTF-8, which the Python paths
-# do not check either) and returns the same tuple as ``_scan_array``, at about 0.4 ns a byte, making no object per
+# strictly by the JSON grammar (escape letters, numbers, literals, nesting; not UTF-8, which the exact path
+# does not check either) and returns the same tuple as ``_scan_array``, at about 0.4 ns a byte, making no object per
 # element. It vouches for JSON only: for anything else (or nesting deeper than ``_MAX_DEPTH``) it returns None and
 # the exact path reads the array and gives the answer, with the reason. Without the compiled module (no C compiler
 # where the package was installed) every array goes to the exact path: the same answers, more slowly.

@@ -247,7 +247,14 @@ async def _enforce_file_parts(exchange: Exchange, next: Next, settings: _Setting
     # The proxy core reads the body (inviting it with 100 Continue only now) and shows it to the filter, which holds
     # it until it decides: nothing reaches the upstream before, and nothing at all if it refuses.
     exchange.request_filters.append(_FileParts(exchange, settings, settings.sniffer(boundary)))
-    return await _pass(exchange, next)
+    reply = await next(exchange)
+    if NAME not in exchange.decisions and exchange.body_error is not None:
+        # The body broke off or stalled before the filter could decide: refused (the proxy core answered it).
+        exchange.decisions[NAME] = "refused"
+        exchange.notes[f"{NAME}.rule"] = "incomplete_body" if exchange.body_error != "timeout" else "body_timeout"
+        settings.counters["refused"].inc()
+    exchange.decisions.setdefault(NAME, "passed")
+    return reply
 
 
 class _FileParts(RequestBodyFilter):
