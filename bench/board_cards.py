@@ -120,7 +120,7 @@ def time_rewrite(body: bytes, repeat: int = 5) -> dict[str, float]:
     layout = json_splice.scan(body, "cards", keep=100, extra_key=extra[0])
     copy = bytes(bytearray(body))
     native = json_splice._native_scan
-    json_splice._native_scan = None  # the scan by the Python paths alone, for comparison
+    json_splice._native_scan = None  # the scan by the exact path alone (as without the C module), for comparison
     try:
         scan_without_native = best(lambda: json_splice.scan(body, "cards", keep=100, extra_key=extra[0]))
     finally:
@@ -141,6 +141,8 @@ def main() -> int:
     parser.add_argument("--cards", type=int, default=5000)
     parser.add_argument("--padding", type=int, default=900, help="description characters per card (sets the size)")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--baseline", type=Path, help="another checkout of the gateway (an earlier commit, its C "
+                        "module built): every row is also measured on it, in the same rounds")
     args = parser.parse_args()
 
     body = board_bytes(args.cards, padding=args.padding)
@@ -150,29 +152,31 @@ def main() -> int:
     print(f"board: {args.cards} cards, {len(body) / 1e6:.1f} MB; wrk -c4 -t2 -d{args.duration}s per row, "
           f"{args.rounds} rounds (medians)", flush=True)
 
-    rows = [
-        ("pass-through", None, None),
-        ("full", "full", {}),
-        ("capped", "capped", {}),
-        ("removed", "removed", {}),
-        ("capped, cold", "capped", {"memo_bytes": 0}),
-        ("removed, cold", "removed", {"memo_bytes": 0}),
+    rows: list[tuple[str, str | None, dict[str, Any] | None, Path]] = [
+        ("pass-through", None, None, ROOT),
+        ("full", "full", {}, ROOT),
+        ("capped", "capped", {}, ROOT),
+        ("removed", "removed", {}, ROOT),
+        ("capped, cold", "capped", {"memo_bytes": 0}, ROOT),
+        ("removed, cold", "removed", {"memo_bytes": 0}, ROOT),
     ]
+    if args.baseline is not None:
+        rows += [(f"{name} [baseline]", phase, options, args.baseline.resolve()) for name, phase, options, _ in rows]
     procs: list[subprocess.Popen[bytes]] = []
     results: dict[str, Any] = {"board_bytes": len(body), "cards": args.cards, "rounds": args.rounds, "rows": {}}
-    samples: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in rows}
+    samples: dict[str, list[dict[str, float]]] = {name: [] for name, _, _, _ in rows}
     try:
         upstream_port = free_port()
         procs.append(subprocess.Popen([PYTHON, str(work / "upstream.py"), str(upstream_port), str(work / "board.json")]))
         wait_port(upstream_port)
         gateways: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
-        for name, phase, options in rows:
+        for name, phase, options, tree in rows:
             port = free_port()
             config = work / f"gateway-{port}.yaml"
             config.write_text(gateway_config(upstream_port, port, options))
-            env = {**os.environ, "GATEWAY_NOW": INSTANTS[phase or "full"]}
+            env = {**os.environ, "GATEWAY_NOW": INSTANTS[phase or "full"], "PYTHONPATH": str(tree)}
             proc = subprocess.Popen([PYTHON, "-m", "gateway", "serve", "--config", str(config), "--log-level",
-                                     "warning"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+                                     "warning"], cwd=tree, env=env, stdout=subprocess.DEVNULL)
             procs.append(proc)
             wait_port(port)
             url = f"http://127.0.0.1:{port}/api/latest/boards/1"
@@ -204,12 +208,14 @@ def main() -> int:
             "gateway_cpu_ms_per_request": sum(r["cpu_ms"] for r in runs) / max(requests, 1),
         }
     results["rewrite"] = time_rewrite(body)
-    base = results["rows"]["pass-through"]["rps"]
     print()
-    full = results["rows"]["full"]["rps"]
     print("| row | req/s | vs pass-through | vs full (untouched) | mean latency | p99 latency | gateway CPU per request |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name, row in results["rows"].items():
+        # A baseline row is compared with the baseline's own pass-through and full rows.
+        suffix = " [baseline]" if name.endswith(" [baseline]") else ""
+        base = results["rows"]["pass-through" + suffix]["rps"]
+        full = results["rows"]["full" + suffix]["rps"]
         print(f"| {name} | {row['rps']:.1f} | {row['rps'] / base:.2f}x | {row['rps'] / full:.2f}x | {row['mean_ms']:.1f} ms "
               f"| {row['p99_ms']:.1f} ms | {row['gateway_cpu_ms_per_request']:.1f} ms |")
     rw = results["rewrite"]

@@ -31,7 +31,7 @@ from .policies import POLICIES, BuildContext, check_config
 from .proxy.core import ProxyCore
 from .proxy.listener import Listener
 from .proxy.upstream import UpstreamClient
-from .proxy.writer import send
+from .proxy.writer import Delivery, send
 from .rollout import Clock, RolloutPlan, clock_from_config
 
 __all__ = ("ConfigError", "Gateway", "GatewayState", "build_state", "load_config", "parse_config", "parser_error_text")
@@ -206,6 +206,7 @@ class Gateway:
         state = self.state
         exchange: Exchange | None = None
         refusal: _Refusal | None = None
+        delivery = Delivery()
         status = 0
         client_gone = False
         self.metrics.in_flight.inc()
@@ -216,9 +217,20 @@ class Gateway:
                 reply = refusal.reply
             else:
                 exchange = classified
-                reply = await self._run(state, exchange)
+                try:
+                    reply = await state.handlers[exchange.route.name](exchange)
+                except Exception:
+                    log.exception("unhandled error on route %s (request id %s)", exchange.route.name,
+                                  exchange.request_id)
+                    reply = Reply.error(500, "INTERNAL_ERROR", "the gateway failed to handle this request",
+                                        exchange.ensure_request_id())
             status = reply.status
-            response = await self._send(request, reply, exchange)
+            try:
+                response = await send(request, reply, delivery)
+            except (ConnectionError, asyncio.CancelledError):
+                raise
+            except Exception as err:
+                response = await self._failed_to_send(request, exchange, delivery, err)
             status = response.status
             return response
         except asyncio.CancelledError:
@@ -231,8 +243,10 @@ class Gateway:
             raise
         finally:
             self.metrics.in_flight.dec()
+            # 499: the client left before it had the whole answer (leaving while the gateway lingers after it is fine).
+            gone_first = client_gone and not delivery.complete
             self.recorder.record(
-                request, exchange, 499 if client_gone else status, started,
+                request, exchange, 499 if gone_first else status, started,
                 refused=refusal.code if refusal else None, request_id=refusal.request_id if refusal else None,
             )
 
@@ -247,16 +261,13 @@ class Gateway:
             code, text = _PARSER_CODES.get(status, "BAD_REQUEST"), parser_error_text(exc)
         log.info("refused a request the HTTP parser rejected: %s %s", status, type(exc).__name__ if exc else "")
         refusal = _Refusal.of(status, code, text)
-        client_gone = False
+        delivery = Delivery()
         self.metrics.in_flight.inc()
         try:
-            return await send(request, refusal.reply)
-        except (asyncio.CancelledError, ConnectionError):
-            client_gone = True
-            raise
+            return await send(request, refusal.reply, delivery)
         finally:
             self.metrics.in_flight.dec()
-            self.recorder.record(request, None, 499 if client_gone else status, started, refused=code,
+            self.recorder.record(request, None, status if delivery.complete else 499, started, refused=code,
                                  request_id=refusal.request_id)
 
     def _classify(self, request: web.BaseRequest, state: GatewayState, started: float) -> Exchange | _Refusal:
@@ -280,24 +291,13 @@ class Gateway:
         route, params = state.routes.match(method, target.path)
         return Exchange(request, started, tenant, route, params, target.path, target.query, method)
 
-    async def _run(self, state: GatewayState, exchange: Exchange) -> Reply:
-        try:
-            return await state.handlers[exchange.route.name](exchange)
-        except Exception:
-            log.exception("unhandled error on route %s (request id %s)", exchange.route.name, exchange.request_id)
-            return Reply.error(500, "INTERNAL_ERROR", "the gateway failed to handle this request",
-                               exchange.ensure_request_id())
-
-    async def _send(self, request: web.BaseRequest, reply: Reply, exchange: Exchange | None) -> web.StreamResponse:
-        try:
-            return await send(request, reply)
-        except (ConnectionError, asyncio.CancelledError):
-            raise
-        except Exception as err:
-            route = exchange.route.name if exchange else "none"
-            log.exception("unhandled error writing the answer on route %s", route)
-            if request.writer.output_size:
-                raise ConnectionResetError("the answer failed part way") from err
-            rid = exchange.ensure_request_id() if exchange else new_request_id()
-            return await send(request, Reply.error(500, "INTERNAL_ERROR", "the gateway failed to handle this request",
-                                                   rid))
+    async def _failed_to_send(self, request: web.BaseRequest, exchange: Exchange | None, delivery: Delivery,
+                              err: Exception) -> web.StreamResponse:
+        """A bug while writing the answer: a 500 if nothing was sent yet, else the connection is cut."""
+        route = exchange.route.name if exchange else "none"
+        log.error("unhandled error writing the answer on route %s", route, exc_info=err)
+        if request.writer.output_size:
+            raise ConnectionResetError("the answer failed part way") from err
+        rid = exchange.ensure_request_id() if exchange else new_request_id()
+        failed = Reply.error(500, "INTERNAL_ERROR", "the gateway failed to handle this request", rid)
+        return await send(request, failed, delivery)

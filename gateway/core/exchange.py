@@ -22,7 +22,6 @@ and the response (and its body) last.
 from __future__ import annotations
 
 import abc
-import dataclasses
 import enum
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -343,36 +342,47 @@ class Reply:
 Next = Callable[["Exchange"], Awaitable[Reply]]
 Policy = Callable[["Exchange", Next], Awaitable[Reply]]
 
-_UNSET = object()
+
+class _Unset:
+    """Not worked out yet."""
 
 
-@dataclasses.dataclass(slots=True, eq=False)
+_UNSET = _Unset()
+
+
 class Exchange:
     """What the gateway knows about one request while it is being served; made once it is classified."""
 
-    request: web.BaseRequest  # the client's request: the proxy core reads its body; policies read the fields below
-    start: float  # time.monotonic() when it was classified
-    tenant: Tenant
-    route: Route
-    params: dict[str, str]  # the route template's path parameters
-    path: str  # canonical path: what was classified and what the upstream receives
-    query: str  # raw query string, without '?'
-    method: str  # effective method (method-override headers and ``_method`` included); what the upstream receives
-    request_id: str | None = None
-    # Headers the upstream request gets on top of (value) or without (None) the client's.
-    upstream_headers: dict[str, str | None] = dataclasses.field(default_factory=dict)
-    # Request-body filters, in chain order (outermost policy first).
-    request_filters: list[RequestBodyFilter] = dataclasses.field(default_factory=list)
-    # Policy name -> decision label, for the access log, the metrics and the usage report.
-    decisions: dict[str, str] = dataclasses.field(default_factory=dict)
-    # More fields for the access-log line ("legacy_upload_guard.rule": the rule behind a refusal).
-    notes: dict[str, str] = dataclasses.field(default_factory=dict)
-    # What the proxy core saw (the access log and the metrics read them):
-    upstream_seconds: float | None = None  # from sending upstream to its response head
-    upstream_error: str | None = None  # "<kind>: <error>", or "body_reset" / "body_timeout" mid-body
-    upstream_error_kind: str | None = None  # connect | timeout | reset | other
-    body_error: str | None = None  # the request body: "aborted" (client gone), "timeout", "malformed"
-    _client: object = dataclasses.field(default=_UNSET, init=False, repr=False)
+    __slots__ = ("request", "start", "tenant", "route", "params", "path", "query", "method", "request_id",
+                 "upstream_headers", "request_filters", "decisions", "notes", "upstream_seconds", "upstream_error",
+                 "upstream_error_kind", "body_error", "_client")
+
+    def __init__(self, request: web.BaseRequest, start: float, tenant: Tenant, route: Route,
+                 params: dict[str, str], path: str, query: str, method: str) -> None:
+        self.request = request  # the client's request: the proxy core reads its body; policies read the fields below
+        self.start = start  # time.monotonic() when it arrived
+        self.tenant = tenant
+        self.route = route
+        self.params = params  # the route template's path parameters
+        self.path = path  # canonical path: what was classified and what the upstream receives
+        self.query = query  # raw query string, without '?'
+        # Effective method (method-override headers and ``_method`` included): what the upstream receives.
+        self.method = method
+        self.request_id: str | None = None
+        # Headers the upstream request gets on top of (value) or without (None) the client's.
+        self.upstream_headers: dict[str, str | None] = {}
+        # Request-body filters, in chain order (outermost policy first).
+        self.request_filters: list[RequestBodyFilter] = []
+        # Policy name -> decision label, for the access log, the metrics and the usage report.
+        self.decisions: dict[str, str] = {}
+        # More fields for the access-log line ("legacy_upload_guard.rule": the rule behind a refusal).
+        self.notes: dict[str, str] = {}
+        # What the proxy core saw (the access log and the metrics read them):
+        self.upstream_seconds: float | None = None  # from sending upstream to its response head
+        self.upstream_error: str | None = None  # "<kind>: <error>", or "body_reset" / "body_timeout" mid-body
+        self.upstream_error_kind: str | None = None  # connect | timeout | reset | other
+        self.body_error: str | None = None  # the request body: "aborted" (client gone), "timeout", "malformed"
+        self._client: str | None | _Unset = _UNSET
 
     @property
     def headers(self) -> CIMultiDictProxy[str]:
@@ -386,9 +396,10 @@ class Exchange:
     @property
     def client(self) -> str | None:
         """The client's token fingerprint (``core.http.token_fingerprint``), worked out once per request."""
-        if self._client is _UNSET:
-            self._client = token_fingerprint(self.request.headers.get(hdrs.AUTHORIZATION))
-        return self._client  # type: ignore[return-value]
+        client = self._client
+        if isinstance(client, _Unset):
+            client = self._client = token_fingerprint(self.request.headers.get(hdrs.AUTHORIZATION))
+        return client
 
     def ensure_request_id(self) -> str:
         """This request's id; one is made now if no ``request_id`` policy made one (an error answer names it)."""

@@ -10,6 +10,7 @@ message naming it, instead of misbehaving at run time. Nothing else in the gatew
 | ``BaseConnector.connect(req, traces=, timeout=)``, ``ResponseHandler.set_response_params(...)`` | ``proxy/upstream.py`` | a pooled connection and the response parser's limits, as ``ClientSession._request`` sets them |
 | ``aiohttp.helpers.TimerNoop`` | ``proxy/upstream.py`` | no total timeout per request: the timeouts are per connect and per read |
 | ``web_protocol.RequestHandler`` (subclassed): ``_make_error_handler(err_info)``, ``_manager``; ``web.Server.__call__``, ``_loop``, ``_kwargs`` | ``proxy/listener.py`` | a request the HTTP parser rejects goes through the gateway's own edge like every other: a JSON answer whose text never quotes the request's bytes, and exactly one access-log record |
+| ``web.StreamResponse(_real_headers=)``, ``StreamResponse._send_headers_immediately`` (a class attribute overridden), ``aiohttp.helpers.must_be_empty_body`` | ``proxy/writer.py`` | the reply's headers handed over without a copy, and a body in hand sent with its head in one write (what ``web.Response`` does, without its per-response handling of text, charsets and compression): part of what keeps small requests as cheap as a minimal aiohttp proxy |
 """
 
 from __future__ import annotations
@@ -55,6 +56,12 @@ _CHECKS: tuple[tuple[str, Callable[[], bool]], ...] = (
     ("aiohttp.web_protocol.RequestHandler._manager", lambda: "_manager" in web_protocol.RequestHandler.__slots__),
     ("aiohttp.web_protocol._ErrInfo(status, exc, message)",
      lambda: {"status", "exc", "message"} <= set(getattr(getattr(web_protocol, "_ErrInfo", None), "__annotations__", ()))),
+    ("aiohttp.web.StreamResponse(_real_headers=)",
+     lambda: _has_parameters(web.StreamResponse.__init__, "_real_headers")),
+    ("aiohttp.web.StreamResponse._send_headers_immediately",
+     lambda: isinstance(getattr(web.StreamResponse, "_send_headers_immediately", None), bool)),
+    ("aiohttp.helpers.must_be_empty_body(method, code)",
+     lambda: _has_parameters(getattr(helpers, "must_be_empty_body", None), "method", "code")),
     ("aiohttp.web.Server._loop, ._kwargs, __call__() -> RequestHandler",
      lambda: "self._kwargs" in inspect.getsource(web_server.Server.__init__)
      and "self._loop" in inspect.getsource(web_server.Server.__init__)

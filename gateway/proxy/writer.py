@@ -12,39 +12,59 @@ import asyncio
 
 import aiohttp
 from aiohttp import hdrs, web
+from aiohttp.helpers import must_be_empty_body
 from aiohttp.http_exceptions import HttpProcessingError
+
+from . import aiohttp_private  # noqa: F401 - checks, at import, the private API used below
 
 from ..core.exchange import BodyBroken, Reply
 
-__all__ = ("send",)
+__all__ = ("Delivery", "send")
 
 _BODY_ERRORS = (ConnectionError, aiohttp.ClientPayloadError, HttpProcessingError)
 
 
-async def send(request: web.BaseRequest, reply: Reply) -> web.StreamResponse:
+class Delivery:
+    """What became of a reply: ``complete`` once its last byte was handed to the connection (lingering after it,
+    and a client that leaves then, does not change what it was answered)."""
+
+    __slots__ = ("complete",)
+
+    def __init__(self) -> None:
+        self.complete = False
+
+
+class _WholeBody(web.StreamResponse):
+    """A response whose body is in hand: its head waits to leave with the body, in one write (as ``web.Response``'s
+    does, without its handling of text, charsets and compression)."""
+
+    _send_headers_immediately = False
+
+
+async def send(request: web.BaseRequest, reply: Reply, delivery: Delivery | None = None) -> web.StreamResponse:
     """Write ``reply`` whole; raises ConnectionError when the client or the upstream's body went away part way
     (the connection is then closed, so the client sees a short response, never a complete-looking one)."""
     body = reply.take_body()
-    headers = reply.headers
+    headers = reply.headers  # handed over, not copied: the reply is done with once it is sent
     if hdrs.CONTENT_LENGTH in headers:
         del headers[hdrs.CONTENT_LENGTH]
     linger = reply.linger if reply.linger is not None and not request.content.is_eof() else None
+    empty = must_be_empty_body(request.method, reply.status)
     if isinstance(body, bytes):
-        # The head leaves with the body in one write.
-        response: web.StreamResponse = web.Response(status=reply.status, reason=reply.reason, headers=headers,
-                                                    body=body)
+        response: web.StreamResponse = _WholeBody(status=reply.status, reason=reply.reason, _real_headers=headers)
+        response.content_length = len(body)
         if reply.close_connection or linger is not None:
             response.force_close()
         await response.prepare(request)
-        await response.write_eof()
+        await response.write_eof(b"" if empty else body)
     else:
-        response = web.StreamResponse(status=reply.status, reason=reply.reason, headers=headers)
+        response = web.StreamResponse(status=reply.status, reason=reply.reason, _real_headers=headers)
         if body.length is not None:
             response.content_length = body.length
         if reply.close_connection or linger is not None:
             response.force_close()
         await response.prepare(request)
-        if request.method == "HEAD":
+        if empty:
             body.close()
         else:
             try:
@@ -57,6 +77,8 @@ async def send(request: web.BaseRequest, reply: Reply) -> web.StreamResponse:
                 body.close()
                 raise
         await response.write_eof()
+    if delivery is not None:
+        delivery.complete = True
     if linger is not None:
         await _linger(request, *linger)
     return response

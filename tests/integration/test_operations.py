@@ -16,69 +16,21 @@ import aiohttp
 import pytest
 import yaml
 from aiohttp import web
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import RecordingUpstream, free_port
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """A /metrics text as {(sample name, sorted labels): value}."""
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-class Proc:
-    def __init__(self, proc: subprocess.Popen[bytes], port: int, admin: int, config_path: Path, log: Path) -> None:
-        self.proc, self.port, self.admin, self.config_path, self.log = proc, port, admin, config_path, log
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        async with aiohttp.ClientSession() as client, client.get(f"http://127.0.0.1:{self.admin}/metrics") as resp:
-            text = await resp.text()
-        return _samples(text)
-
-
-def _config(upstream: str, port: int, admin: int, **server: Any) -> dict[str, Any]:
-    return {
-        "server": {"listen": f"127.0.0.1:{port}", "admin_listen": f"127.0.0.1:{admin}", **server},
-        "tenants": [{"name": "t", "hosts": ["127.0.0.1"], "upstream": upstream}],
-    }
+from tests.process_testlib import ROOT, Proc, start
+from tests.process_testlib import config as _config
+from tests.process_testlib import samples as _samples
+from tests.process_testlib import wait_for as _wait_for
 
 
 @pytest.fixture
 async def gateway_process(upstream: RecordingUpstream, tmp_path: Path) -> AsyncIterator[Proc]:
-    port, admin = free_port(), free_port()
-    path = tmp_path / "g.yaml"
-    path.write_text(yaml.safe_dump(_config(upstream.url, port, admin, drain_delay=0.5, shutdown_timeout=5)))
-    log = tmp_path / "g.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(path)], cwd=ROOT,
-                                stdout=out, stderr=subprocess.STDOUT)
-    item = Proc(proc, port, admin, path, log)
-    for _ in range(100):
-        try:
-            async with aiohttp.ClientSession() as c, c.get(f"http://127.0.0.1:{admin}/readyz") as r:
-                if r.status == 200:
-                    break
-        except aiohttp.ClientError:
-            await asyncio.sleep(0.1)
+    item = await start(_config(upstream.url, 0, 0, drain_delay=0.5, shutdown_timeout=5), tmp_path, name="g")
     yield item
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait(5)
-
-
-async def _wait_for(predicate, timeout: float = 5.0) -> None:
-    for _ in range(int(timeout / 0.05)):
-        if await predicate():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not met in time")
+    if item.proc.poll() is None:
+        item.proc.kill()
+        item.proc.wait(5)
 
 
 async def test_sighup_reload_applies_a_valid_config_and_keeps_the_old_on_error(gateway_process: Proc,

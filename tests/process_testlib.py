@@ -1,0 +1,112 @@
+"""A real gateway process for the tests that need one (signals, the access log on stdout, workers): started from a
+config dict, ready when its admin listener says so, stopped at the end whatever happens."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def samples(text: str) -> Samples:
+    """A /metrics text as {(sample name, sorted labels): value}."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+async def wait_for(predicate: Callable[[], Awaitable[bool]], timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        if await predicate():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+class Proc:
+    def __init__(self, proc: subprocess.Popen[bytes], port: int, admin: int, config_path: Path, log: Path) -> None:
+        self.proc, self.port, self.admin, self.config_path, self.log = proc, port, admin, config_path, log
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def metrics(self) -> Samples:
+        async with aiohttp.ClientSession() as client, client.get(f"http://127.0.0.1:{self.admin}/metrics") as resp:
+            text = await resp.text()
+        return samples(text)
+
+    async def get_json(self, path: str) -> Any:
+        async with aiohttp.ClientSession() as client, client.get(f"http://127.0.0.1:{self.admin}{path}") as resp:
+            return await resp.json()
+
+    def access_lines(self) -> list[dict[str, Any]]:
+        """The JSON access-log lines written so far (stdout and stderr share the log file)."""
+        out = []
+        for line in self.log.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                out.append(json.loads(line))
+        return out
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def config(upstream: str, port: int, admin: int, **server: Any) -> dict[str, Any]:
+    return {
+        "server": {"listen": f"127.0.0.1:{port}", "admin_listen": f"127.0.0.1:{admin}", **server},
+        "tenants": [{"name": "t", "hosts": ["127.0.0.1"], "upstream": upstream}],
+    }
+
+
+async def start(data: dict[str, Any], tmp_path: Path, *, env: dict[str, str] | None = None,
+                name: str = "gateway") -> Proc:
+    """A gateway process serving ``data`` (its listen addresses are set here); returns once it is ready."""
+    port, admin = free_port(), free_port()
+    data = {**data, "server": {**data.get("server", {}), "listen": f"127.0.0.1:{port}",
+                               "admin_listen": f"127.0.0.1:{admin}"}}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    log = tmp_path / f"{name}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(path)], cwd=ROOT,
+                                stdout=out, stderr=subprocess.STDOUT, env=env)
+    item = Proc(proc, port, admin, path, log)
+
+    async def ready() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"the gateway exited: {log.read_text()[-2000:]}")
+        try:
+            async with aiohttp.ClientSession() as c, c.get(f"http://127.0.0.1:{admin}/readyz") as r:
+                return r.status == 200
+        except aiohttp.ClientError:
+            return False
+
+    try:
+        await wait_for(ready, 15)
+    except BaseException:
+        item.stop()
+        raise
+    return item
