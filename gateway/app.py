@@ -144,6 +144,12 @@ class Gateway:
         self._config = config
         self._state: GatewayState | None = None
         self.ready = False
+        # Shutdown: while draining, every answer closes its connection; at the deadline what still runs is cut.
+        self.draining = False
+        self._cutting = False
+        self._running = 0  # requests between their arrival and their record
+        self._all_done = asyncio.Event()
+        self._all_done.set()
         model = config.model
         self.usage = UsageTracker(window_seconds=model.usage.window_seconds, max_clients=model.usage.max_clients)
         self.recorder = Recorder(self.metrics, self.usage, self.access_log if model.access_log.enabled else None,
@@ -182,6 +188,17 @@ class Gateway:
         if self._own_client and self._client is not None:
             await self._client.close()
 
+    async def drain(self, timeout: float) -> int:
+        """Let every request in flight finish (uploads still arriving, answers still leaving, bodies a policy holds),
+        each answered with ``Connection: close``, for at most ``timeout`` seconds. Returns how many are still running;
+        from then on they are recorded as cut by the shutdown."""
+        self.draining = True
+        try:
+            await asyncio.wait_for(self._all_done.wait(), timeout)
+        except TimeoutError:
+            self._cutting = True
+        return self._running
+
     def make_server(self) -> web.Server:
         server = self._config.model.server
         return Listener(
@@ -210,6 +227,8 @@ class Gateway:
         status = 0
         client_gone = False
         self.metrics.in_flight.inc()
+        self._running += 1
+        self._all_done.clear()
         try:
             classified = self._classify(request, state, started)
             if isinstance(classified, _Refusal):
@@ -224,7 +243,11 @@ class Gateway:
                                   exchange.request_id)
                     reply = Reply.error(500, "INTERNAL_ERROR", "the gateway failed to handle this request",
                                         exchange.ensure_request_id())
+            if self._cutting:
+                reply = self._cut(exchange)
             status = reply.status
+            if self.draining:
+                reply.close_connection = True
             try:
                 response = await send(request, reply, delivery)
             except (ConnectionError, asyncio.CancelledError):
@@ -243,10 +266,20 @@ class Gateway:
             raise
         finally:
             self.metrics.in_flight.dec()
-            # 499: the client left before it had the whole answer (leaving while the gateway lingers after it is fine).
-            gone_first = client_gone and not delivery.complete
+            self._running -= 1
+            if not self._running:
+                self._all_done.set()
+            if self._cutting and not delivery.complete:
+                # Still running at the shutdown deadline: cut. Its status is the one sent, or 503 if none was.
+                status = status if request.writer.output_size else 503
+                if exchange is not None:
+                    exchange.notes["cut"] = "shutdown"
+            elif client_gone and not delivery.complete:
+                # 499: the client left before it had the whole answer (leaving while the gateway lingers after the
+                # answer does not change what it was answered).
+                status = 499
             self.recorder.record(
-                request, exchange, 499 if gone_first else status, started,
+                request, exchange, status, started,
                 refused=refusal.code if refusal else None, request_id=refusal.request_id if refusal else None,
             )
 
@@ -263,10 +296,15 @@ class Gateway:
         refusal = _Refusal.of(status, code, text)
         delivery = Delivery()
         self.metrics.in_flight.inc()
+        self._running += 1
+        self._all_done.clear()
         try:
             return await send(request, refusal.reply, delivery)
         finally:
             self.metrics.in_flight.dec()
+            self._running -= 1
+            if not self._running:
+                self._all_done.set()
             self.recorder.record(request, None, status if delivery.complete else 499, started, refused=code,
                                  request_id=refusal.request_id)
 
@@ -290,6 +328,19 @@ class Gateway:
             return _Refusal.of(421, "UNKNOWN_HOST", "this gateway serves no company at the requested host")
         route, params = state.routes.match(method, target.path)
         return Exchange(request, started, tenant, route, params, target.path, target.query, method)
+
+    @staticmethod
+    def _cut(exchange: Exchange | None) -> Reply:
+        """The answer to a request the shutdown deadline cut: whatever the chain made of the cut (the upstream
+        request abandoned) is not the upstream's doing."""
+        rid = None
+        if exchange is not None:
+            exchange.notes["cut"] = "shutdown"
+            exchange.upstream_error = exchange.upstream_error_kind = None
+            rid = exchange.ensure_request_id()
+        reply = Reply.error(503, "SHUTTING_DOWN", "the gateway stopped before this request could finish", rid)
+        reply.close_connection = True
+        return reply
 
     async def _failed_to_send(self, request: web.BaseRequest, exchange: Exchange | None, delivery: Delivery,
                               err: Exception) -> web.StreamResponse:

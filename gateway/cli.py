@@ -85,12 +85,15 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
     gateway = Gateway(config)
     await gateway.start()
     server = config.model.server
-    runner = web.ServerRunner(gateway.make_server(), shutdown_timeout=server.shutdown_timeout)
+    # aiohttp's own shutdown closes connections and drops the rest of a body still arriving: it runs only after the
+    # gateway's drain (below), when nothing is left in flight but what the deadline cuts.
+    runner = web.ServerRunner(gateway.make_server(), shutdown_timeout=_CUT_GRACE)
     admin_runner = web.AppRunner(make_admin_app(gateway), access_log=None)
     await runner.setup()
     await admin_runner.setup()
     try:
-        await web.TCPSite(runner, listen.host, listen.port, reuse_address=True, reuse_port=reuse_port).start()
+        site = web.TCPSite(runner, listen.host, listen.port, reuse_address=True, reuse_port=reuse_port)
+        await site.start()
         await web.TCPSite(admin_runner, admin_listen.host, admin_listen.port, reuse_address=True,
                           reuse_port=reuse_port).start()
         stop = asyncio.Event()
@@ -105,10 +108,21 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
         log.info("stopping: draining for %ss, then finishing in-flight requests (up to %ss)",
                  server.drain_delay, server.shutdown_timeout)
         await asyncio.sleep(server.drain_delay)
+        # No new connections; every exchange in flight finishes (uploads still being sent, downloads still being
+        # received), each answered with Connection: close.
+        await site.stop()
+        left = await gateway.drain(server.shutdown_timeout)
+        if left:
+            log.warning("shutdown_timeout (%ss) reached: cutting %d request(s) still in flight",
+                        server.shutdown_timeout, left)
     finally:
         await runner.cleanup()
         await admin_runner.cleanup()
         await gateway.close()
+
+
+# After the drain: how long aiohttp's shutdown gives the requests the deadline cut to unwind (their records).
+_CUT_GRACE = 1.0
 
 
 def _reload(gateway: Gateway, config_path: str) -> None:
