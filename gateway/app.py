@@ -164,8 +164,10 @@ class Gateway:
         server = self._config.model.server
         if self._client is None:
             self._client = UpstreamClient.open(self._config.model.upstream, max_field_size=server.max_header_bytes)
+        upstream = self._config.model.upstream
         self.proxy = ProxyCore(
-            self._client, trust_forwarded=server.trust_forwarded_headers, body_timeout=server.client_body_timeout
+            self._client, trust_forwarded=server.trust_forwarded_headers, body_timeout=server.client_body_timeout,
+            max_concurrent_per_tenant=upstream.max_concurrent_per_tenant, queue_timeout=upstream.queue_timeout,
         )
         self._state = build_state(self._config, self.proxy, self.clock, self.metrics)
         self.ready = True
@@ -203,6 +205,10 @@ class Gateway:
         server = self._config.model.server
         return Listener(
             self,
+            header_timeout=server.client_header_timeout,
+            keepalive_timeout=server.client_keepalive_timeout,
+            max_connections=server.max_connections,
+            events=self._listener_event,
             max_line_size=server.max_header_bytes,
             max_field_size=server.max_header_bytes,
             # Bodies pass through as sent: a gzip request body must reach the upstream still gzipped.
@@ -216,6 +222,17 @@ class Gateway:
             # Every request is recorded by the edge itself (ops.access_log), never by aiohttp's access logger.
             access_log=None,
         )
+
+    def _listener_event(self, kind: str) -> None:
+        metrics = self.metrics
+        if kind == "connection_opened":
+            metrics.connections_open.inc()
+        elif kind == "connection_closed":
+            metrics.connections_open.dec()
+        elif kind == "connection_refused":
+            metrics.connections_refused.inc()
+        else:
+            metrics.client_timeouts.labels(kind.removesuffix("_timeout")).inc()
 
     async def serve(self, request: web.BaseRequest) -> web.StreamResponse:
         """The edge: classify, run the route's chain, write the reply; record the request once, however it ends."""
@@ -287,13 +304,23 @@ class Gateway:
         self, request: web.BaseRequest, status: int, exc: BaseException | None
     ) -> web.StreamResponse:
         """A request the HTTP parser rejected: a JSON answer naming the kind of error (never its text), recorded."""
-        started = time.monotonic()
         if status >= 500:
             code, text = "INTERNAL_ERROR", "the gateway failed to handle this request"
         else:
             code, text = _PARSER_CODES.get(status, "BAD_REQUEST"), parser_error_text(exc)
         log.info("refused a request the HTTP parser rejected: %s %s", status, type(exc).__name__ if exc else "")
-        refusal = _Refusal.of(status, code, text)
+        return await self._refuse(request, _Refusal.of(status, code, text))
+
+    async def serve_busy(self, request: web.BaseRequest) -> web.StreamResponse:
+        """The first request on a connection over server.max_connections: 503, and the connection closes."""
+        refusal = _Refusal.of(503, "TOO_MANY_CONNECTIONS",
+                              "the gateway has as many connections open as it accepts; retry shortly")
+        refusal.reply.headers["Retry-After"] = "1"
+        return await self._refuse(request, refusal)
+
+    async def _refuse(self, request: web.BaseRequest, refusal: _Refusal) -> web.StreamResponse:
+        started = time.monotonic()
+        status = refusal.reply.status
         delivery = Delivery()
         self.metrics.in_flight.inc()
         self._running += 1
@@ -305,7 +332,7 @@ class Gateway:
             self._running -= 1
             if not self._running:
                 self._all_done.set()
-            self.recorder.record(request, None, status if delivery.complete else 499, started, refused=code,
+            self.recorder.record(request, None, status if delivery.complete else 499, started, refused=refusal.code,
                                  request_id=refusal.request_id)
 
     def _classify(self, request: web.BaseRequest, state: GatewayState, started: float) -> Exchange | _Refusal:

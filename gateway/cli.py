@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import os
+import resource
 import signal
 import sys
 import urllib.error
@@ -80,8 +81,28 @@ def _describe(config: LoadedConfig) -> str:
     return "\n".join(lines)
 
 
+def _raise_file_limit(config: LoadedConfig) -> None:
+    """Raise the soft limit on open files to the hard one: each client connection holds a descriptor, and so does each
+    upstream connection (at most upstream.pool_size). Warn when even the hard limit is below that need."""
+    model = config.model
+    need = model.server.max_connections + model.upstream.pool_size + 64
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, need)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    if model.server.max_connections and soft < need:
+        log.warning("open-file limit %d is below what server.max_connections (%d) and upstream.pool_size (%d) may "
+                    "need (%d): raise the hard limit (ulimit -Hn, the container runtime's nofile) or lower them",
+                    soft, model.server.max_connections, model.upstream.pool_size, need)
+
+
 async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, admin_listen: ListenAddress,
                  *, reuse_port: bool = False) -> None:
+    _raise_file_limit(config)
     gateway = Gateway(config)
     await gateway.start()
     server = config.model.server
@@ -92,7 +113,8 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
     await runner.setup()
     await admin_runner.setup()
     try:
-        site = web.TCPSite(runner, listen.host, listen.port, reuse_address=True, reuse_port=reuse_port)
+        site = web.TCPSite(runner, listen.host, listen.port, reuse_address=True, reuse_port=reuse_port,
+                           backlog=server.backlog)
         await site.start()
         await web.TCPSite(admin_runner, admin_listen.host, admin_listen.port, reuse_address=True,
                           reuse_port=reuse_port).start()

@@ -149,6 +149,15 @@ class ServerConfig(_Model):
     shutdown_timeout: float = Field(default=30.0, gt=0, le=3600)
     # Longest wait for the next piece of a request body being forwarded; then 408 and the upstream request is dropped.
     client_body_timeout: float = Field(default=60.0, gt=0, le=3600)
+    # A request's head (line and headers) must arrive whole within this of the connection's opening or of the first
+    # byte of a later request on it; then the connection is closed (slowloris, silent connections).
+    client_header_timeout: float = Field(default=15.0, gt=0, le=3600)
+    # A kept-alive connection with no request for this long is closed.
+    client_keepalive_timeout: float = Field(default=60.0, gt=0, le=86400)
+    # Most client connections open at once; over it a new one is answered 503 (Retry-After) and closed. 0: no bound.
+    max_connections: int = Field(default=10_000, ge=0, le=1_000_000)
+    # The listening socket's backlog (connections the kernel queues before the gateway accepts them).
+    backlog: int = Field(default=1024, ge=16, le=65535)
     # The event loop: uvloop (libuv) when installed ("auto"), or Python's own ("asyncio").
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
     # Trust the client's X-Forwarded-Proto/Host (only behind a trusted load balancer).

@@ -67,6 +67,8 @@ def _expected(case: Case, status: int, taken: float, now: float) -> str:
             record["notes"] = ex.notes
         if ex.upstream_error:
             record["upstream_error"] = ex.upstream_error
+        if ex.upstream_retries:
+            record["upstream_retries"] = ex.upstream_retries
         if ex.body_error:
             record["body_error"] = ex.body_error
     return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
@@ -95,6 +97,7 @@ def _cases() -> list[Case]:
                 ex.notes = {"legacy_upload_guard.rule": "line_endings"}
                 ex.upstream_error = "reset: X\u2028"
                 ex.upstream_error_kind = "reset"
+                ex.upstream_retries = ["safe_method"]
                 ex.body_error = "aborted"
             out.append(Case(request, ex))
     return out

@@ -312,6 +312,12 @@ class Reply:
         self._body = data
         return data
 
+    def discard(self) -> None:
+        """Let a streamed body go unread: for a policy that answers with another reply than the one it got."""
+        self._close_stream()
+        self._body = b""
+        self._filters = []
+
     def set_body(self, data: bytes) -> None:
         """Replace the body (a stream that was not read is let go). Filters added before no longer apply."""
         self._close_stream()
@@ -355,7 +361,7 @@ class Exchange:
 
     __slots__ = ("request", "start", "tenant", "route", "params", "path", "query", "method", "request_id",
                  "upstream_headers", "request_filters", "decisions", "notes", "upstream_seconds", "upstream_error",
-                 "upstream_error_kind", "body_error", "_client")
+                 "upstream_error_kind", "upstream_retries", "body_error", "_client")
 
     def __init__(self, request: web.BaseRequest, start: float, tenant: Tenant, route: Route,
                  params: dict[str, str], path: str, query: str, method: str) -> None:
@@ -381,6 +387,7 @@ class Exchange:
         self.upstream_seconds: float | None = None  # from sending upstream to its response head
         self.upstream_error: str | None = None  # "<kind>: <error>", or "body_reset" / "body_timeout" mid-body
         self.upstream_error_kind: str | None = None  # connect | timeout | reset | other
+        self.upstream_retries: list[str] = []  # why the request was sent again ("unsent", "safe_method")
         self.body_error: str | None = None  # the request body: "aborted" (client gone), "timeout", "malformed"
         self._client: str | None | _Unset = _UNSET
 

@@ -63,6 +63,12 @@ class Recorder:
             upstream, rid, client = exchange.upstream_seconds, exchange.request_id, exchange.client
             if exchange.upstream_error_kind is not None:
                 metrics.upstream_errors.labels(exchange.upstream_error_kind).inc()
+            if exchange.body_error == "timeout":
+                metrics.client_timeouts.labels("body").inc()
+            for reason in exchange.upstream_retries:
+                metrics.upstream_retries.labels(reason).inc()
+            if exchange.notes.get("queue") == "full":
+                metrics.upstream_busy.inc()
             if exchange.decisions and self.usage is not None:
                 self.usage.record(exchange.decisions, client, request.headers.get(hdrs.USER_AGENT))
         if refused is not None:
@@ -74,7 +80,8 @@ class Recorder:
             return
         # The line json.dumps(record, separators=(",", ":"), ensure_ascii=False) would write for the record
         # {time, request_id, tenant, route, method, path, status, bytes_in, bytes_out, duration, upstream_duration,
-        # client[, refused][, effective_method][, decisions][, notes][, upstream_error][, body_error]}, without
+        # client[, refused][, effective_method][, decisions][, notes][, upstream_error][, upstream_retries]
+        # [, body_error]}, without
         # building the dict and running the encoder's generic machinery: strings go through the encoder's escaping.
         bytes_in = request.content_length
         bytes_out = request.writer.output_size
@@ -98,6 +105,8 @@ class Recorder:
                 line += f',"notes":{_json_encode(exchange.notes)}'
             if exchange.upstream_error:
                 line += f',"upstream_error":{_json_string(exchange.upstream_error)}'
+            if exchange.upstream_retries:
+                line += f',"upstream_retries":{_json_encode(exchange.upstream_retries)}'
             if exchange.body_error:
                 line += f',"body_error":{_json_string(exchange.body_error)}'
         sink.write(line + "}")

@@ -57,6 +57,17 @@ class Metrics:
             "gateway_upstream_errors", "Upstream failures, by kind (connect, timeout, reset, other).",
             ("kind",), registry=r,
         )
+        self.upstream_retries = Counter(
+            "gateway_upstream_retries", "Requests sent to the upstream a second time, by reason (unsent: the pooled "
+            "connection failed before the request left; safe_method: a bodyless GET, HEAD, OPTIONS or TRACE whose "
+            "connection broke before the response head).", ("reason",), registry=r,
+        )
+        for reason in ("unsent", "safe_method"):
+            self.upstream_retries.labels(reason)
+        self.upstream_busy = Counter(
+            "gateway_upstream_busy", "Requests answered 503 UPSTREAM_BUSY: their tenant had upstream.max_concurrent_"
+            "per_tenant requests in flight for all of upstream.queue_timeout.", registry=r,
+        )
         if multiprocess:
             self.in_flight = Gauge(*in_flight, registry=r, multiprocess_mode="livesum")
         else:
@@ -64,6 +75,23 @@ class Metrics:
         self.refused = Counter(
             "gateway_refused_requests", "Requests refused before routing, by reason code.", ("code",), registry=r,
         )
+        self.client_timeouts = Counter(
+            "gateway_client_timeouts", "Client connections or requests ended by a time limit, by kind (head: the "
+            "request head did not arrive in time; idle: a kept-alive connection stayed idle; body: the request body "
+            "stopped arriving).", ("kind",), registry=r,
+        )
+        for kind in ("head", "idle", "body"):
+            self.client_timeouts.labels(kind)  # every kind exported from the start, at 0
+        self.connections_refused = Counter(
+            "gateway_connections_refused", "Client connections answered 503 and closed: max_connections were open.",
+            registry=r,
+        )
+        self.connections_open: Gauge | LocalGauge
+        open_connections = ("gateway_connections_open", "Client connections open now.")
+        if multiprocess:
+            self.connections_open = Gauge(*open_connections, registry=r, multiprocess_mode="livesum")
+        else:
+            self.connections_open = LocalGauge(*open_connections, registry=r)
         self.rollout_phase = Gauge(
             "gateway_rollout_phase", "1 for the phase in force now per tenant and dated behaviour, 0 for the others.",
             # With --workers: each sample from the worker that wrote it last (every scrape rewrites them all), so a

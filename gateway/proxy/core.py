@@ -19,6 +19,7 @@ from yarl import URL
 
 from ..core.exchange import Body, BodyBroken, Exchange, Refuse, Reply
 from ..core.http import HOP_BY_HOP, connection_tokens
+from .gate import Gate
 from .request_body import RequestBody, client_chunks
 from .upstream import UpstreamClient
 
@@ -72,9 +73,11 @@ def body_error_reply(exchange: Exchange) -> Reply:
 class UpstreamBody(Body):
     """The upstream's response body, streamed as it arrives; a failure part way becomes ``BodyBroken``."""
 
-    def __init__(self, response: aiohttp.ClientResponse, exchange: Exchange, length: int | None) -> None:
+    def __init__(self, response: aiohttp.ClientResponse, exchange: Exchange, length: int | None,
+                 gate: Gate | None) -> None:
         self._response = response
         self._exchange = exchange
+        self._gate = gate  # the tenant's turn, given back once the body is read (or let go)
         self.length = length
 
     async def chunks(self, *, as_they_come: bool = False) -> AsyncIterator[bytes]:
@@ -102,9 +105,16 @@ class UpstreamBody(Body):
         finally:
             # Back to the pool when read to its end; closed otherwise (aiohttp decides).
             self._response.release()
+            self._leave()
 
     def close(self) -> None:
         self._response.close()
+        self._leave()
+
+    def _leave(self) -> None:
+        gate, self._gate = self._gate, None
+        if gate is not None:
+            gate.leave()
 
 
 class _Declared(Body):
@@ -124,10 +134,14 @@ class _Declared(Body):
 class ProxyCore:
     """Forwards a classified request to its tenant's upstream over the pooled connections of one client."""
 
-    def __init__(self, client: UpstreamClient, *, trust_forwarded: bool = False, body_timeout: float = 60.0) -> None:
+    def __init__(self, client: UpstreamClient, *, trust_forwarded: bool = False, body_timeout: float = 60.0,
+                 max_concurrent_per_tenant: int = 0, queue_timeout: float = 1.0) -> None:
         self.client = client
         self.trust_forwarded = trust_forwarded
         self.body_timeout = body_timeout
+        self.max_concurrent = max_concurrent_per_tenant  # 0: no bound but the pool's
+        self.queue_timeout = queue_timeout
+        self._gates: dict[str, Gate] = {}
 
     def upstream_headers(self, exchange: Exchange) -> CIMultiDict[str]:
         """The client's headers without hop-by-hop ones, Host first (where aiohttp puts it), then X-Forwarded-*,
@@ -177,21 +191,50 @@ class ProxyCore:
                 body = client_chunks(exchange, self.body_timeout)
         url = URL(exchange.tenant.upstream_prefix + exchange.path + ("?" + exchange.query if exchange.query else ""),
                   encoded=True)
+        gate: Gate | None = None
+        if self.max_concurrent:
+            gate = self._gate(exchange.tenant.name)
+            if not gate.try_enter() and not await gate.enter(self.queue_timeout):
+                exchange.notes["queue"] = "full"
+                busy = Reply.error(503, "UPSTREAM_BUSY", "this company's upstream has as many requests in flight as "
+                                   "the gateway sends it; retry shortly", exchange.ensure_request_id())
+                busy.headers["Retry-After"] = "1"
+                if exchange.has_body:
+                    busy.close_connection = True  # its body is unread
+                return busy
         started = time.monotonic()
         try:
             # The classified (effective) method, not the request line's: an upstream that ignores a method override
             # must not act on a method whose route chain the request never went through.
-            upstream = await self.client.request(exchange.method, url, headers, body)
-        except _UPSTREAM_ERRORS as err:
+            upstream = await self.client.request(exchange.method, url, headers, body, exchange.upstream_retries)
+        except BaseException as err:
+            if gate is not None:
+                gate.leave()
+            if not isinstance(err, _UPSTREAM_ERRORS):
+                raise
             if filtered is not None and filtered.refused is not None:
                 return filtered.refused.reply
             if exchange.body_error is not None:
                 return body_error_reply(exchange)
             return upstream_error_reply(exchange, err)
         exchange.upstream_seconds = time.monotonic() - started
-        return self._reply(upstream, exchange)
+        if not 100 <= upstream.status <= 599:
+            upstream.close()
+            if gate is not None:
+                gate.leave()
+            exchange.upstream_error_kind = "other"
+            exchange.upstream_error = f"other: status {upstream.status}"
+            return Reply.error(502, "UPSTREAM_ERROR", "the upstream service sent an invalid response",
+                               exchange.ensure_request_id())
+        return self._reply(upstream, exchange, gate)
 
-    def _reply(self, upstream: aiohttp.ClientResponse, exchange: Exchange) -> Reply:
+    def _gate(self, tenant: str) -> Gate:
+        gate = self._gates.get(tenant)
+        if gate is None:
+            gate = self._gates[tenant] = Gate(self.max_concurrent)
+        return gate
+
+    def _reply(self, upstream: aiohttp.ClientResponse, exchange: Exchange, gate: Gate | None) -> Reply:
         raw = upstream.headers
         headers = CIMultiDict(raw)
         _drop(headers, _RESPONSE_DROP, raw)
@@ -211,5 +254,7 @@ class ProxyCore:
             result = content.read_nowait()
             upstream.release()
         else:
-            result = UpstreamBody(upstream, exchange, length)
+            return Reply(status, headers, UpstreamBody(upstream, exchange, length, gate), reason=upstream.reason)
+        if gate is not None:
+            gate.leave()
         return Reply(status, headers, result, reason=upstream.reason)

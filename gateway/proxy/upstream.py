@@ -7,16 +7,23 @@ traces, middlewares, a total timeout), which costs more CPU than the rest of a s
 header merging, which folds header lines that differ only in case. So the upstream is sent exactly the headers the
 proxy core built, whether or not the request has a body.
 
-A request whose pooled connection breaks before the response head arrives (typically a kept-alive connection the
-upstream had just closed) is sent once more on a new connection when its method is idempotent and it has no body;
-never with a body, which has been (partly) consumed. The private aiohttp API this relies on is listed, and checked
-at import, in ``aiohttp_private``.
+One retry policy, at most one retry, each one reported to the caller (``retried``):
+
+- ``unsent``: the pooled connection failed before any byte of the request left the gateway (writing the head
+  failed at once, or a request with a body failed before its body was first read, which is when its head is
+  written). The upstream cannot have seen it: it is sent again on a new connection, whatever its method.
+- ``safe_method``: the connection broke after the request was written but before the response head (typically a
+  kept-alive connection the upstream closed as the gateway reused it). Whether the upstream acted on it cannot be
+  known: only a GET, HEAD, OPTIONS or TRACE without a body is sent again, and only with ``retry_safe_methods``.
+  Never a DELETE, PUT, POST or PATCH.
+
+The private aiohttp API this relies on is listed, and checked at import, in ``aiohttp_private``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
 
 import aiohttp
 from aiohttp.helpers import TimerNoop
@@ -35,8 +42,10 @@ _READ_BUFSIZE = 256 * 1024
 _MAX_LINE_SIZE = 8190
 _MAX_HEADERS = 128
 _TIMEOUT_CEIL_THRESHOLD = 5.0
-# What is sent once more when its pooled connection broke before the response head (aiohttp's idempotent methods).
-_IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
+# Sent once more when the connection broke after the request was written but before the response head (RFC 9110 9.2.1).
+_SAFE = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+# What writing to a connection the upstream had already closed raises.
+_UNSENT = (aiohttp.ClientConnectionResetError, ConnectionResetError, BrokenPipeError)
 # Failures to reach the upstream at all: nothing was sent, and a second try would fail alike.
 _NOT_RETRIED = (
     aiohttp.ConnectionTimeoutError,
@@ -69,12 +78,28 @@ if not {istr(name) for name in (*aiohttp.ClientRequest.DEFAULT_HEADERS, "User-Ag
     raise RuntimeError("this aiohttp adds request headers the gateway does not skip: review gateway/proxy/upstream.py")
 
 
+class _Tracked:
+    """A request body that knows whether it was first read (its head is written with its first bytes)."""
+
+    __slots__ = ("_body", "started")
+
+    def __init__(self, body: AsyncIterable[bytes]) -> None:
+        self._body = body
+        self.started = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        self.started = True
+        async for chunk in self._body:
+            yield chunk
+
+
 class UpstreamClient:
     """Sends the proxied requests over the pooled connections of one session."""
 
-    def __init__(self, session: aiohttp.ClientSession, *, max_field_size: int) -> None:
+    def __init__(self, session: aiohttp.ClientSession, *, max_field_size: int, retry_safe_methods: bool = True) -> None:
         self.session = session
         self._max_field_size = max_field_size
+        self._retry_safe_methods = retry_safe_methods
         self._version = aiohttp.HttpVersion(*session.version)
 
     @classmethod
@@ -94,15 +119,17 @@ class UpstreamClient:
             cookie_jar=aiohttp.DummyCookieJar(),
             skip_auto_headers=_SKIP_AUTO_HEADERS,
         )
-        return cls(session, max_field_size=max_field_size)
+        return cls(session, max_field_size=max_field_size, retry_safe_methods=config.retry_safe_methods)
 
     async def close(self) -> None:
         await self.session.close()
 
     async def request(
-        self, method: str, url: URL, headers: CIMultiDict[str], body: AsyncIterable[bytes] | None
+        self, method: str, url: URL, headers: CIMultiDict[str], body: AsyncIterable[bytes] | None,
+        retried: list[str] | None = None,
     ) -> aiohttp.ClientResponse:
-        """The upstream's response, its head read and its body still streaming; raises aiohttp's client errors."""
+        """The upstream's response, its head read and its body still streaming; raises aiohttp's client errors.
+        Each retry's reason is appended to ``retried``."""
         session = self.session
         if session.closed:
             raise RuntimeError("the upstream session is closed")
@@ -110,18 +137,21 @@ class UpstreamClient:
         assert connector is not None
         timeout = session.timeout
         loop = asyncio.get_running_loop()
-        retry = body is None and method in _IDEMPOTENT
+        tracked = _Tracked(body) if body is not None else None
+        retry_safe = self._retry_safe_methods and body is None and method in _SAFE
+        attempts = 0
         while True:
             request = _ProxiedRequest(
                 method,
                 url,
                 headers=headers,
-                data=body,
+                data=tracked,
                 loop=loop,
                 timer=_NO_TIMER,
                 session=session,
                 version=self._version,
             )
+            sent = False
             try:
                 try:
                     connection = await connector.connect(request, traces=[], timeout=timeout)
@@ -143,6 +173,7 @@ class UpstreamClient:
                 )
                 try:
                     response = await request.send(connection)
+                    sent = True
                     try:
                         await response.start(connection)
                     except BaseException:
@@ -154,10 +185,15 @@ class UpstreamClient:
                 return response
             except _NOT_RETRIED:
                 raise
-            except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
-                if not retry:
-                    raise
-                retry = False
+            except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError, *_UNSENT) as err:
+                unsent = not sent or (tracked is not None and not tracked.started)
+                if attempts or not (unsent or retry_safe):
+                    if isinstance(err, aiohttp.ClientError):
+                        raise
+                    raise aiohttp.ClientOSError(*err.args) from err
+                attempts += 1
+                if retried is not None:
+                    retried.append("unsent" if unsent else "safe_method")
             except aiohttp.ClientError:
                 raise
             except OSError as err:

@@ -533,3 +533,22 @@ async def test_a_header_value_that_is_not_utf8_is_refused_not_altered(gw, upstre
     ((status, _, payload),) = parse_responses(data)
     assert status == 400 and json.loads(payload)["code"] == "BAD_HEADER"
     assert len(upstream.received) == before
+
+
+@pytest.mark.parametrize("status_line", [b"HTTP/1.1 999 Odd", b"HTTP/1.1 099 Odd", b"HTTP/1.1 abc Odd", b"HTTP/1.1 2000 Odd"])
+async def test_an_upstream_status_outside_100_to_599_or_malformed_is_a_502(start_gateway, status_line: bytes) -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(status_line + b"\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        gw = await start_gateway(make_config(f"http://127.0.0.1:{port}"))
+        data = await raw_exchange(gw.port, b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        ((status, _, payload),) = parse_responses(data)
+        assert status == 502 and json.loads(payload)["code"] == "UPSTREAM_ERROR"
+    finally:
+        server.close()

@@ -1,5 +1,5 @@
-"""The upstream client's short road for bodyless requests: the same bytes on the wire as ClientSession.request,
-its retry of an idempotent request on a dropped connection, and its errors."""
+"""The upstream client's one road: the same bytes on the wire as ClientSession.request, its retry policy (a request
+that never left is sent again; otherwise only a bodyless GET/HEAD/OPTIONS/TRACE, at most once), and its errors."""
 
 from __future__ import annotations
 
@@ -128,7 +128,9 @@ async def test_an_idempotent_request_is_sent_again_once_when_its_connection_drop
 
 @pytest.mark.parametrize(
     ("method", "heads"),
-    [("POST", 1), ("GET", 2)],  # POST is not idempotent: never sent again; GET once more, and a second drop is final
+    # Only safe methods are sent again once the request has left (a DELETE or PUT the upstream may have handled
+    # must not run twice); a second drop is final.
+    [("POST", 1), ("PUT", 1), ("DELETE", 1), ("PATCH", 1), ("GET", 2), ("HEAD", 2), ("OPTIONS", 2)],
 )
 async def test_drops_before_the_head(client, raw_upstream, method: str, heads: int) -> None:
     async def answer(connection: int, head: bytes) -> bytes | None:
@@ -136,9 +138,83 @@ async def test_drops_before_the_head(client, raw_upstream, method: str, heads: i
 
     raw_upstream.answer = answer
     url = URL(f"http://127.0.0.1:{raw_upstream.port}/x")
+    retried: list[str] = []
     with pytest.raises(aiohttp.ServerDisconnectedError):
-        await client.request(method, url, _headers(raw_upstream.port), None)
+        await client.request(method, url, _headers(raw_upstream.port), None, retried)
     assert len(raw_upstream.heads) == heads
+    assert retried == ["safe_method"] * (heads - 1)
+
+
+async def test_safe_methods_are_not_sent_again_when_the_config_says_so(raw_upstream) -> None:
+    async def answer(connection: int, head: bytes) -> bytes | None:
+        return None
+
+    raw_upstream.answer = answer
+    upstream = UpstreamClient.open(UpstreamConfig(retry_safe_methods=False), max_field_size=8190)
+    try:
+        with pytest.raises(aiohttp.ServerDisconnectedError):
+            await upstream.request("GET", URL(f"http://127.0.0.1:{raw_upstream.port}/x"), _headers(raw_upstream.port),
+                                   None)
+    finally:
+        await upstream.close()
+    assert len(raw_upstream.heads) == 1
+
+
+async def test_a_request_that_never_left_is_sent_again_whatever_its_method(
+    client, raw_upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writing the head to a pooled connection the upstream had already closed fails at once: nothing left the
+    gateway, so even a POST is sent again (on a new connection), and the upstream sees it once."""
+    from gateway.proxy import upstream as module
+
+    send = module._ProxiedRequest.send
+    failures = [aiohttp.ClientConnectionResetError("Cannot write to closing transport")]
+
+    async def failing_once(self, conn):  # type: ignore[no-untyped-def]
+        if failures:
+            raise failures.pop()
+        return await send(self, conn)
+
+    monkeypatch.setattr(module._ProxiedRequest, "send", failing_once)
+    retried: list[str] = []
+    response = await client.request("POST", URL(f"http://127.0.0.1:{raw_upstream.port}/x"), _headers(raw_upstream.port),
+                                     None, retried)
+    assert response.status == 200
+    response.release()
+    assert retried == ["unsent"] and len(raw_upstream.heads) == 1
+
+
+async def test_a_request_whose_body_was_never_read_is_sent_again(client, raw_upstream) -> None:
+    """A request with a body writes its head with its first body bytes: failing before the body was first read, it
+    never left, and is sent again with its body whole."""
+    attempts: list[int] = []
+
+    async def answer(connection: int, head: bytes) -> bytes | None:
+        return _ok()
+
+    raw_upstream.answer = answer
+    from gateway.proxy import upstream as module
+
+    original = module._ProxiedRequest.send
+
+    async def first_send_fails(self, conn):  # type: ignore[no-untyped-def]
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise aiohttp.ServerDisconnectedError()
+        return await original(self, conn)
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"abc"
+        yield b"def"
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(module._ProxiedRequest, "send", first_send_fails)
+        retried: list[str] = []
+        response = await client.request("PUT", URL(f"http://127.0.0.1:{raw_upstream.port}/x"),
+                                        _headers(raw_upstream.port), body(), retried)
+    assert response.status == 200 and retried == ["unsent"]
+    response.release()
+    assert len(raw_upstream.heads) == 1 and b"Transfer-Encoding: chunked" in raw_upstream.heads[0]
 
 
 async def test_an_unreachable_upstream_is_a_connector_error_and_not_retried(client) -> None:
