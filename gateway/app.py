@@ -9,15 +9,18 @@ it ends: one access-log line, one count in the metrics, its usage entry, and the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aiohttp import hdrs, http_exceptions, web
 
-from .config import ConfigError, LoadedConfig, parse_model, read_yaml
+from .config import ConfigError, LoadedConfig, expand_references, parse_model, read_yaml
 from .core.chain import fold
 from .core.exchange import Exchange, Next, Reply
 from .core.http import new_request_id
@@ -39,13 +42,21 @@ __all__ = ("ConfigError", "Gateway", "GatewayState", "build_state", "load_config
 log = logging.getLogger("gateway")
 
 
-def parse_config(data: Any, source: str = "config") -> LoadedConfig:
-    """A config from parsed YAML (or a dict): the schema, then the policy registry's checks."""
-    return check_config(parse_model(data, source, policies=POLICIES), source)
+def parse_config(data: Any, source: str = "config", environ: Mapping[str, str] = os.environ) -> LoadedConfig:
+    """A config from parsed YAML (or a dict): ``${NAME}`` references from ``environ``, the schema, then the policy
+    registry's checks. A problem never shows a value taken from the environment."""
+    data, secrets, problems = expand_references(data, environ)
+    if problems:
+        raise ConfigError(problems, source)
+    try:
+        loaded = check_config(parse_model(data, source, policies=POLICIES), source)
+    except ConfigError as err:
+        raise ConfigError([secrets.redact(problem) for problem in err.problems], source) from None
+    return dataclasses.replace(loaded, secrets=secrets)
 
 
-def load_config(path: str | Path) -> LoadedConfig:
-    return parse_config(read_yaml(path), str(path))
+def load_config(path: str | Path, environ: Mapping[str, str] = os.environ) -> LoadedConfig:
+    return parse_config(read_yaml(path), str(path), environ)
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,7 +66,7 @@ def _describe(config: LoadedConfig) -> str:
     lines = [f"{config.source}: OK", f"listen {model.server.listen}, admin {model.server.admin_listen}", "tenants:"]
     for tenant in config.tenants():
         lines.append(
-            f"  {tenant.name}: hosts {', '.join(tenant.hosts)} -> {tenant.upstream}"
+            f"  {tenant.name}: hosts {', '.join(tenant.hosts)} -> {config.secrets.redact(str(tenant.upstream))}"
             f" (restricted_file_access={str(tenant.restricted_file_access).lower()},"
             f" forbid_legacy_uploads={str(tenant.forbid_legacy_uploads).lower()})"
         )

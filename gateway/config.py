@@ -15,6 +15,7 @@ import datetime as dt
 import ipaddress
 import re
 from collections.abc import Collection, Mapping, Sequence
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -50,6 +51,8 @@ __all__ = (
     "loc",
     "parse_listen",
     "parse_model",
+    "Secrets",
+    "expand_references",
     "pydantic_problems",
     "read_yaml",
 )
@@ -315,6 +318,65 @@ class GatewayConfig(_Model):
         return self
 
 
+_REFERENCE_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_USERINFO_RE = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)[^/@\s\"']+@")
+
+
+@dataclass(frozen=True, slots=True)
+class Secrets:
+    """Values the config took from the environment (``${NAME}``), shown as their reference wherever the config is
+    shown: ``check-config``, the admin ``/config``, problems and log lines. Credentials in a URL are masked too."""
+
+    shown: Mapping[str, str] = dataclasses.field(default_factory=dict)  # value -> what is shown instead
+
+    def redact(self, text: str) -> str:
+        for value, reference in self.shown.items():
+            text = text.replace(value, reference)
+        return _USERINFO_RE.sub(r"\g<scheme><redacted>@", text)
+
+    def redact_data(self, data: Any) -> Any:
+        """A JSON-ready structure with every string redacted."""
+        if isinstance(data, str):
+            return self.redact(data)
+        if isinstance(data, dict):
+            return {key: self.redact_data(value) for key, value in data.items()}
+        if isinstance(data, list):
+            return [self.redact_data(value) for value in data]
+        return data
+
+
+def expand_references(data: Any, environ: Mapping[str, str]) -> tuple[Any, Secrets, list[str]]:
+    """``${NAME}`` in any string of the config becomes the environment variable's value (``$$`` is a literal ``$``),
+    so that a credential need not sit in the file (or a ConfigMap). Returns the data, the secrets to redact, and a
+    problem for each variable that is not set."""
+    shown: dict[str, str] = {}
+    problems: list[str] = []
+
+    def expand(value: Any, where: list[int | str]) -> Any:
+        if isinstance(value, dict):
+            return {key: expand(item, [*where, str(key)]) for key, item in value.items()}
+        if isinstance(value, list):
+            return [expand(item, [*where, i]) for i, item in enumerate(value)]
+        if not isinstance(value, str) or "$" not in value:
+            return value
+
+        def substitute(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name is None:
+                return "$"
+            if name not in environ:
+                problems.append(f"{loc(where)}: environment variable {name} is not set")
+                return ""
+            secret = environ[name]
+            if secret:
+                shown[secret] = match.group(0)
+            return secret
+
+        return _REFERENCE_RE.sub(substitute, value)
+
+    return expand(data, []), Secrets(shown), problems
+
+
 @dataclass(frozen=True, slots=True)
 class LoadedConfig:
     """A config checked whole: the schema, and every chain entry's options parsed by its policy's model (built by
@@ -324,6 +386,7 @@ class LoadedConfig:
     chains: Mapping[str, tuple[tuple[str, BaseModel], ...]]  # route name (and "catch_all") -> policies and options
     source: str
     behaviours: Mapping[str, Behaviour]  # the dated behaviours the policies declare, by name
+    secrets: Secrets = dataclasses.field(default_factory=Secrets)
 
     def tenants(self) -> list[Tenant]:
         return [t.resolve() for t in self.model.tenants]
@@ -333,6 +396,11 @@ class LoadedConfig:
         tenants = self.tenants()
         default = next((t for t in tenants if t.name == self.model.default_tenant), None)
         return TenantResolver(tenants, default)
+
+    def shown(self) -> dict[str, Any]:
+        """The config as loaded, for people: secrets shown as their references, credentials in URLs masked."""
+        data: dict[str, Any] = self.secrets.redact_data(self.model.model_dump(mode="json"))
+        return data
 
     def rollout_plan(self) -> RolloutPlan:
         """Every tenant's schedule of every dated behaviour, from this config."""

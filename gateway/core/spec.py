@@ -4,13 +4,14 @@
 - Path templates: ``{name}`` parameters, one path segment each (spec, "Endpoints"); routes, successors and config
   validation all read them with the same pattern.
 - How a deprecation is signalled to clients: RFC 9745 ``Deprecation`` (an RFC 9651 Date, ``@<epoch seconds>``),
-  RFC 8288 ``Link`` with ``rel="successor-version"`` for the replacement and ``rel="deprecation"`` for its
-  documentation.
+  RFC 8594 ``Sunset`` (an HTTP-date), RFC 8288 ``Link`` with ``rel="successor-version"`` for the replacement and
+  ``rel="deprecation"`` for its documentation.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import email.utils
 import re
 
 __all__ = (
@@ -20,6 +21,7 @@ __all__ = (
     "deprecation_link",
     "deprecation_value",
     "epoch",
+    "http_date",
     "successor_link",
     "template_params",
 )
@@ -50,6 +52,11 @@ def epoch(value: dt.datetime | dt.date, tz: dt.tzinfo) -> int:
 def deprecation_value(instant: float) -> str:
     """The ``Deprecation`` header's value: an RFC 9651 Date, as RFC 9745 defines it."""
     return f"@{int(instant)}"
+
+
+def http_date(instant: float) -> str:
+    """An HTTP-date (RFC 9110 5.6.7), as RFC 8594's ``Sunset`` header carries it."""
+    return email.utils.formatdate(instant, usegmt=True)
 
 
 def successor_link(target: str) -> str:

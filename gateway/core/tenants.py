@@ -29,7 +29,8 @@ class Tenant:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "upstream_prefix", str(self.upstream))
-        object.__setattr__(self, "upstream_host_header", self.upstream.raw_authority)
+        # Host and port only: credentials in the URL never go into a Host header.
+        object.__setattr__(self, "upstream_host_header", self.upstream.host_port_subcomponent)
 
 
 def canonical_host(host: str) -> str:

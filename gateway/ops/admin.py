@@ -13,7 +13,7 @@ from .metrics import Metrics
 from .usage import UsageTracker
 
 if TYPE_CHECKING:
-    from ..config import GatewayConfig, LoadedConfig
+    from ..config import LoadedConfig
     from ..core.routing import RouteTable
 
 __all__ = ("Served", "make_admin_app")
@@ -66,21 +66,16 @@ async def _readyz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ready" if ready else "not ready"}, status=200 if ready else 503)
 
 
-def _redacted(config: LoadedConfig) -> dict[str, Any]:
-    """The config as loaded (upstream credentials masked), with the rollout section's dates in force."""
-    model: GatewayConfig = config.model
-    data: dict[str, Any] = model.model_dump(mode="json")
+def _shown(config: LoadedConfig) -> dict[str, Any]:
+    """The config as loaded (secrets as their references, credentials in URLs masked), with the rollout section's
+    dates in force."""
+    data = config.shown()
     rollout = data.setdefault("rollout", {})
     for behaviour in config.behaviours.values():
         for flag in behaviour.all_flags():
             if flag.name not in rollout:
-                value = model.rollout.dates().get(flag.name, flag.default)
+                value = config.model.rollout.dates().get(flag.name, flag.default)
                 rollout[flag.name] = None if value is None else value.isoformat()
-    for tenant in data.get("tenants", []):
-        upstream = tenant.get("upstream", "")
-        if "@" in upstream:
-            scheme, _, rest = upstream.partition("://")
-            tenant["upstream"] = f"{scheme}://<redacted>@{rest.partition('@')[2]}"
     return data
 
 
@@ -90,7 +85,7 @@ async def _config(request: web.Request) -> web.Response:
         {"name": r.name, "methods": sorted(r.methods) if r.methods else None, "paths": list(r.templates), "chain": list(r.policies)}
         for r in [*state.routes.routes, state.routes.catch_all]
     ]
-    return web.json_response({"source": state.config.source, "config": _redacted(state.config), "routes": routes})
+    return web.json_response({"source": state.config.source, "config": _shown(state.config), "routes": routes})
 
 
 async def _rollout(request: web.Request) -> web.Response:

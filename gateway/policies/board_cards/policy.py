@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, Counter
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 
 from ...core.exchange import BodyTooLarge, BodyUnavailable, Exchange, Next, Policy, Reply
-from ...core.spec import deprecation_link, deprecation_value, successor_link
+from ...core.spec import deprecation_link, deprecation_value, http_date, successor_link
 from ...rollout.behaviour import Behaviour, DateFlag
 from ...rollout.plan import Schedule
 from ..base import BuildContext, PolicySpec
@@ -225,6 +225,8 @@ def build(options: Options, ctx: BuildContext) -> Policy:
     # response varies on.
     signal_from = {tenant: s.signals["board_cards_announcement"] for tenant, s in schedules.items()}
     deprecation = {tenant: _deprecation(s.flag_instant("board_cards_cap")) for tenant, s in schedules.items()}
+    # RFC 8594: the removal date, announced while it lies ahead.
+    sunset = {tenant: s.flag_instant("board_cards_removal") for tenant, s in schedules.items()}
     rewritten_vary = {tenant: ("Accept-Encoding", *s.vary) for tenant, s in schedules.items()}
 
     def signal_headers(headers: CIMultiDict[str], tenant: str, board: str, now: float) -> None:
@@ -236,6 +238,9 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         value = deprecation[tenant]
         if value is not None:
             headers["Deprecation"] = value
+        removal = sunset[tenant]
+        if removal is not None and now < removal:
+            headers["Sunset"] = http_date(removal)
         headers.add("Link", successor_link(f"{SUCCESSOR}?board_id={board}"))
         if doc_link is not None:
             headers.add("Link", doc_link)

@@ -1,0 +1,88 @@
+"""Credentials out of sight: ``${NAME}`` references in the config come from the environment, and neither their
+values nor credentials written in an upstream URL are shown by check-config, the admin /config, or a problem."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gateway.app import ConfigError, parse_config
+from tests.conftest import make_config
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = "s3cr3t-Pa55word"
+
+
+def _with_upstream(upstream: str) -> dict:
+    config = make_config("http://127.0.0.1:1")
+    config["tenants"][0]["upstream"] = upstream
+    return config
+
+
+def test_a_reference_takes_its_value_from_the_environment_and_is_shown_as_itself() -> None:
+    config = parse_config(_with_upstream("http://gw:${UP_PASS}@upstream.internal:8080"), "t", {"UP_PASS": SECRET})
+    tenant = config.tenants()[0]
+    assert tenant.upstream.password == SECRET
+    assert tenant.upstream_host_header == "upstream.internal:8080"  # never the credentials
+    shown = json.dumps(config.shown())
+    assert SECRET not in shown and "<redacted>@upstream.internal:8080" in shown
+
+
+def test_credentials_written_in_a_url_are_masked_where_the_config_is_shown() -> None:
+    config = parse_config(_with_upstream(f"http://gw:{SECRET}@upstream.internal"), "t", {})
+    assert SECRET not in json.dumps(config.shown())
+
+
+@pytest.mark.parametrize(
+    ("value", "environ", "problem"),
+    [
+        ("http://${NOPE}@x", {}, "tenants[0].upstream: environment variable NOPE is not set"),
+        # A value from the environment that fails validation: the problem names the reference, not the value.
+        ("${BAD_URL}", {"BAD_URL": f"gopher://{SECRET}"}, "tenants[0].upstream: upstream must be an http:// or "
+                                                          "https:// URL, got '${BAD_URL}'"),
+    ],
+)
+def test_problems_never_show_a_secret(value: str, environ: dict[str, str], problem: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(_with_upstream(value), "t", environ)
+    assert problem in err.value.problems
+    assert SECRET not in str(err.value)
+
+
+def test_a_doubled_dollar_is_a_literal_dollar() -> None:
+    config = make_config("http://127.0.0.1:1")
+    config["routes"][1]["chain"] = [{"legacy_upload_guard": {"detect": "route", "successor": "/x",
+                                                             "message": "costs $$5, not ${FIVE}"}}]
+    loaded = parse_config(config, "t", {"FIVE": "five dollars"})
+    options = dict(loaded.chains["legacy_card_file_upload"])["legacy_upload_guard"]
+    assert options.message == "costs $5, not five dollars"  # type: ignore[attr-defined]
+
+
+def test_check_config_shows_no_credential(tmp_path: Path) -> None:
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump(_with_upstream("http://gw:${UP_PASS}@upstream.internal")))
+    out = subprocess.run([sys.executable, "-m", "gateway", "check-config", str(path)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=30, env={"UP_PASS": SECRET, "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert SECRET not in out.stdout + out.stderr and "<redacted>@upstream.internal" in out.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(_with_upstream("${BAD_URL}")))
+    out = subprocess.run([sys.executable, "-m", "gateway", "check-config", str(bad)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=30, env={"BAD_URL": f"gopher://{SECRET}", "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 2 and SECRET not in out.stdout + out.stderr and "${BAD_URL}" in out.stderr
+
+
+async def test_the_admin_config_shows_no_credential(start_gateway, start_admin, monkeypatch) -> None:
+    import aiohttp
+
+    monkeypatch.setenv("UP_PASS", SECRET)
+    gw = await start_gateway(_with_upstream("http://gw:${UP_PASS}@127.0.0.1:1"))
+    admin = await start_admin(gw)
+    async with aiohttp.ClientSession() as client, client.get(admin + "/config") as resp:
+        text = await resp.text()
+    assert resp.status == 200 and SECRET not in text and "<redacted>@127.0.0.1:1" in text
