@@ -21,6 +21,7 @@ from .app import Gateway, load_config
 from .config import ConfigError, ListenAddress, LoadedConfig, parse_listen
 from .ops.admin import make_admin_app
 from .ops.workers import supervise
+from .proxy.acceptor import Acceptor, listening_socket
 
 __all__ = ("main",)
 
@@ -112,10 +113,14 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
     admin_runner = web.AppRunner(make_admin_app(gateway), access_log=None)
     await runner.setup()
     await admin_runner.setup()
+    acceptor: Acceptor | None = None
     try:
-        site = web.TCPSite(runner, listen.host, listen.port, reuse_address=True, reuse_port=reuse_port,
-                           backlog=server.backlog)
-        await site.start()
+        try:
+            sock = listening_socket(listen.host, listen.port, backlog=server.backlog, reuse_port=reuse_port)
+        except OSError as err:
+            raise OSError(err.errno, f"{listen}: {err.strerror or err}") from None
+        assert runner.server is not None
+        acceptor = Acceptor(sock, runner.server)
         await web.TCPSite(admin_runner, admin_listen.host, admin_listen.port, reuse_address=True,
                           reuse_port=reuse_port).start()
         stop = asyncio.Event()
@@ -132,12 +137,15 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
         await asyncio.sleep(server.drain_delay)
         # No new connections; every exchange in flight finishes (uploads still being sent, downloads still being
         # received), each answered with Connection: close.
-        await site.stop()
+        await acceptor.close()
+        acceptor = None
         left = await gateway.drain(server.shutdown_timeout)
         if left:
             log.warning("shutdown_timeout (%ss) reached: cutting %d request(s) still in flight",
                         server.shutdown_timeout, left)
     finally:
+        if acceptor is not None:
+            await acceptor.close()
         await runner.cleanup()
         await admin_runner.cleanup()
         await gateway.close()

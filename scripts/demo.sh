@@ -1,45 +1,89 @@
 #!/usr/bin/env bash
-# Starts the sandbox service (127.0.0.1:8081) and the gateway in front of it (127.0.0.1:8080, admin 9090)
-# on the default config, prints a few commands to try, and stops both on Ctrl-C.
-# Installs what it needs into .venv first (idempotent, pinned versions).
+# Starts the sandbox service and the gateway in front of it on the default config, prints a few commands to try,
+# and stops both on Ctrl-C. Installs what it needs into .venv first (idempotent, pinned versions).
+#
+#   ./scripts/demo.sh [--port 8080] [--admin-port 9090] [--sandbox-port 8081]
+#
+# The ports can also come from GATEWAY_PORT, ADMIN_PORT and SANDBOX_PORT. If the sandbox or the gateway does not
+# become ready (a port taken, a bad config), it says which, shows the end of its log and exits non-zero.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+port="${GATEWAY_PORT:-8080}"
+admin_port="${ADMIN_PORT:-9090}"
+sandbox_port="${SANDBOX_PORT:-8081}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --port) port="$2"; shift 2 ;;
+    --admin-port) admin_port="$2"; shift 2 ;;
+    --sandbox-port) sandbox_port="$2"; shift 2 ;;
+    -h|--help) sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "demo: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+for p in "$port" "$admin_port" "$sandbox_port"; do
+  [[ "$p" =~ ^[0-9]+$ ]] && [ "$p" -ge 1 ] && [ "$p" -le 65535 ] || { echo "demo: not a port: $p" >&2; exit 2; }
+done
 "$root/scripts/bootstrap.sh"
 cd "$root"
+work="$(mktemp -d -t gateway-demo.XXXXXX)"
+# The default config, in front of the sandbox on the port chosen here.
 config="${GATEWAY_CONFIG:-config/gateway.yaml}"
-.venv/bin/gateway check-config "$config" >/dev/null
+sed "s#http://127.0.0.1:8081#http://127.0.0.1:${sandbox_port}#g" "$config" > "$work/gateway.yaml"
+.venv/bin/gateway check-config "$work/gateway.yaml" >/dev/null
 
 pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT INT TERM
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
-.venv/bin/python -m sandbox --host 127.0.0.1 --port 8081 > >(sed -u 's/^/[sandbox] /' >&2) 2>&1 &
+.venv/bin/python -m sandbox --host 127.0.0.1 --port "$sandbox_port" > >(tee "$work/sandbox.log" | sed -u 's/^/[sandbox] /' >&2) 2>&1 &
 pids+=($!)
-.venv/bin/gateway serve --config "$config" > >(sed -u 's/^/[gateway] /') 2>&1 &
+.venv/bin/gateway serve --config "$work/gateway.yaml" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin_port" \
+  > >(tee "$work/gateway.log" | sed -u 's/^/[gateway] /') 2>&1 &
 pids+=($!)
 
-for _ in $(seq 1 50); do
-  if .venv/bin/python - <<'PY' 2>/dev/null; then break; fi
-import urllib.request
-urllib.request.urlopen("http://127.0.0.1:9090/readyz", timeout=1)
-urllib.request.urlopen("http://127.0.0.1:8081/_sandbox/journal", timeout=1)
+ready() {
+  .venv/bin/python - "$1" <<'PY' 2>/dev/null
+import sys, urllib.request
+urllib.request.urlopen(sys.argv[1], timeout=1)
 PY
-  sleep 0.2
+}
+fail() {
+  echo >&2
+  echo "demo: $1 did not become ready; the end of its log:" >&2
+  tail -n 20 "$work/$2.log" >&2 || true
+  exit 1
+}
+for name in sandbox gateway; do
+  if [ "$name" = sandbox ]; then url="http://127.0.0.1:$sandbox_port/_sandbox/journal"; pid="${pids[0]}";
+  else url="http://127.0.0.1:$admin_port/readyz"; pid="${pids[1]}"; fi
+  for _ in $(seq 1 75); do
+    ready "$url" && break
+    kill -0 "$pid" 2>/dev/null || fail "the $name (exited)" "$name"
+    sleep 0.2
+  done
+  ready "$url" || fail "the $name (nothing answers $url)" "$name"
 done
 
-cat <<'TXT'
+gw="http://127.0.0.1:$port"
+cat <<TXT
 
-The gateway is on http://127.0.0.1:8080 in front of the sandbox (http://127.0.0.1:8081). Try:
+The gateway is on $gw in front of the sandbox (http://127.0.0.1:$sandbox_port); admin on http://127.0.0.1:$admin_port. Try:
 
   T='Authorization: Bearer sandbox-token'
-  curl -s -H "$T" http://127.0.0.1:8080/api/latest/boards/1 | head -c 600; echo
-  curl -s -H "$T" 'http://127.0.0.1:8080/api/latest/cards?board_id=1&limit=2&offset=0'; echo
-  curl -s -H "$T" http://127.0.0.1:8080/api/v1/cards/1; echo
-  curl -si -H "$T" -X PUT -F file=@README.md http://127.0.0.1:8080/api/v1/cards/1/files      # deprecated upload
-  curl -si -H "$T" -H 'Host: legacy.localhost' -X PUT -F file=@README.md http://127.0.0.1:8080/api/v1/cards/1/files
-  curl -si 'http://127.0.0.1:8080/api/v1/cards//1/%2e%2e/1'                            # canonical path
-  curl -si 'http://127.0.0.1:8080/api/v1/cards/1%2Ffiles'                               # refused: encoded '/'
-  curl -s http://127.0.0.1:9090/metrics | grep ^gateway_requests_total
+  curl -s -H "\$T" $gw/api/latest/boards/1 | head -c 600; echo
+  curl -s -H "\$T" '$gw/api/latest/cards?board_id=1&limit=2&offset=0'; echo
+  curl -s -H "\$T" $gw/api/v1/cards/1; echo
+  curl -si -H "\$T" -X PUT -F file=@README.md $gw/api/v1/cards/1/files      # deprecated upload
+  curl -si -H "\$T" -H 'Host: legacy.localhost' -X PUT -F file=@README.md $gw/api/v1/cards/1/files
+  curl -si '$gw/api/v1/cards//1/%2e%2e/1'                            # canonical path
+  curl -si '$gw/api/v1/cards/1%2Ffiles'                               # refused: encoded '/'
+  curl -s http://127.0.0.1:$admin_port/metrics | grep ^gateway_requests_total
   .venv/bin/gateway check-config config/gateway.yaml
 
 Ctrl-C stops both.

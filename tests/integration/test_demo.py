@@ -1,0 +1,56 @@
+"""The README's first command: ./scripts/demo.sh serves the sandbox through the gateway on the ports it is given, and
+fails loudly (non-zero, with the log's end) when the gateway cannot start."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+from tests.conftest import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_demo_serves_on_the_ports_it_is_given() -> None:
+    port, admin, sandbox = free_port(), free_port(), free_port()
+    proc = subprocess.Popen([str(ROOT / "scripts/demo.sh"), "--port", str(port), "--admin-port", str(admin),
+                             "--sandbox-port", str(sandbox)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if "Ctrl-C stops both." in line or time.monotonic() > deadline:
+                break
+        assert any(f"http://127.0.0.1:{port} in front of the sandbox" in line for line in seen), "".join(seen)
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/latest/boards/1",
+                                         headers={"Authorization": "Bearer sandbox-token"})
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            assert resp.status == 200 and resp.headers["Via"] == "1.1 deprecation-gateway"
+        with urllib.request.urlopen(f"http://127.0.0.1:{admin}/readyz", timeout=10) as resp:
+            assert resp.status == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(20)
+
+
+def test_the_demo_fails_loudly_when_the_gateway_cannot_listen() -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        port = taken.getsockname()[1]
+        out = subprocess.run([str(ROOT / "scripts/demo.sh"), "--port", str(port), "--admin-port", str(free_port()),
+                              "--sandbox-port", str(free_port())], cwd=ROOT, capture_output=True, text=True,
+                             timeout=60)
+    finally:
+        taken.close()
+    assert out.returncode == 1
+    assert "demo: the gateway (exited) did not become ready" in out.stderr
+    assert f"cannot listen: 127.0.0.1:{port}: address already in use" in out.stderr.lower()
