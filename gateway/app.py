@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import hdrs, http_exceptions, web
+from multidict import CIMultiDictProxy
 
 from .config import ConfigError, LoadedConfig, expand_references, parse_model, read_yaml
 from .core.chain import fold
@@ -108,6 +109,10 @@ def parser_error_text(exc: BaseException | None) -> str:
     return next((text for kind, text in _PARSER_TEXTS if isinstance(exc, kind)), "the request is not valid HTTP/1.1")
 
 
+def _codings(headers: CIMultiDictProxy[str]) -> list[str]:
+    return [c.strip().lower() for v in headers.getall(hdrs.TRANSFER_ENCODING) for c in v.split(",") if c.strip()]
+
+
 def _utf8_values(request: web.BaseRequest) -> bool:
     """Whether every header value is UTF-8. aiohttp reads other bytes (obs-text, RFC 9110 5.5) into strings it can
     only write back without them, so such a request would reach the upstream altered."""
@@ -177,7 +182,8 @@ class Gateway:
             self._client = UpstreamClient.open(self._config.model.upstream, max_field_size=server.max_header_bytes)
         upstream = self._config.model.upstream
         self.proxy = ProxyCore(
-            self._client, trust_forwarded=server.trust_forwarded_headers, body_timeout=server.client_body_timeout,
+            self._client, trust_forwarded=server.trust_forwarded_headers, forwarded_header=server.forwarded_header,
+            body_timeout=server.client_body_timeout,
             max_concurrent_per_tenant=upstream.max_concurrent_per_tenant, queue_timeout=upstream.queue_timeout,
         )
         self._state = build_state(self._config, self.proxy, self.clock, self.metrics)
@@ -274,7 +280,10 @@ class Gateway:
             if self._cutting:
                 reply = self._cut(exchange)
             status = reply.status
-            if self.draining:
+            if self.draining or hdrs.UPGRADE in request.headers:
+                # An upgrade is not proxied (the service specifies none): the request is answered as a plain one
+                # (RFC 9110 7.8), and since aiohttp reads nothing more on a connection once asked to upgrade, the
+                # connection closes after the answer instead of leaving a pipelined request unread.
                 reply.close_connection = True
             try:
                 response = await send(request, reply, delivery)
@@ -352,6 +361,10 @@ class Gateway:
         if len(hosts) > 1:
             return _Refusal.of(400, "BAD_HOST", "the request has more than one Host header")
         host = hosts[0] if hosts else None
+        if hdrs.TRANSFER_ENCODING in headers and _codings(headers) != ["chunked"]:
+            # aiohttp takes "gzip, chunked" and decodes only the chunked framing: the upstream would be sent gzip
+            # bytes labelled as plain.
+            return _Refusal.of(400, "BAD_TRANSFER_ENCODING", "a request body may use no transfer coding but chunked")
         if not all(value.isascii() for _, value in request.raw_headers) and not _utf8_values(request):
             return _Refusal.of(400, "BAD_HEADER", "a header value is not UTF-8: it cannot be forwarded as it was sent")
         try:
@@ -365,7 +378,9 @@ class Gateway:
         if tenant is None:
             return _Refusal.of(421, "UNKNOWN_HOST", "this gateway serves no company at the requested host")
         route, params = state.routes.match(method, target.path)
-        return Exchange(request, started, tenant, route, params, target.path, target.query, method)
+        exchange = Exchange(request, started, tenant, route, params, target.path, target.query, method)
+        exchange.services = self.proxy
+        return exchange
 
     @staticmethod
     def _cut(exchange: Exchange | None) -> Reply:

@@ -1,4 +1,5 @@
-"""Command line: ``gateway serve``, ``gateway check-config``, ``gateway --version``. Parsing and wiring only."""
+"""Command line: ``gateway serve``, ``gateway check-config``, ``gateway rollout``, ``gateway usage``,
+``gateway --version``. Parsing and wiring only."""
 
 from __future__ import annotations
 
@@ -10,17 +11,20 @@ import os
 import resource
 import signal
 import sys
-import urllib.error
-import urllib.request
+import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
+import aiohttp
 from aiohttp import web
 
 from . import __version__
 from .app import Gateway, load_config
 from .config import ConfigError, ListenAddress, LoadedConfig, parse_listen
+from .ops import fleet
 from .ops.admin import make_admin_app
-from .ops.workers import supervise
+from .ops.status import ConfigHistory
+from .ops.workers import Peers, make_peer_app, supervise
 from .proxy.acceptor import Acceptor, listening_socket
 
 __all__ = ("main",)
@@ -51,10 +55,20 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     check = sub.add_parser("check-config", help="validate a configuration file and print its routes")
     check.add_argument("config", help="configuration file")
-    usage = sub.add_parser("usage", help="who still uses deprecated behaviour (reads a running gateway's admin port)")
-    usage.add_argument("--admin", default="http://127.0.0.1:9090", help="admin base URL (default: %(default)s)")
+    usage = sub.add_parser(
+        "usage", help="who still uses deprecated behaviour (asks running gateways' admin ports, merges their reports)",
+        description="Reads /deprecations from every gateway named (each answers for all of its workers) and merges "
+        "the reports: counts add up exactly, and the top clients are asked for until the merged list is exact. "
+        "Exit status 1 when a gateway could not be read (what the others answered is still printed).")
+    usage.add_argument("--admin", action="append", metavar="URL",
+                       help="a gateway's admin base URL; repeat for several (default: http://127.0.0.1:9090 when "
+                       "no --discover is given)")
+    usage.add_argument("--discover", action="append", metavar="NAME:PORT",
+                       help="ask every address (A and AAAA) NAME resolves to on PORT, e.g. a Kubernetes headless "
+                       "Service (deprecation-gateway-admin-pods:9090); repeatable")
     usage.add_argument("--top", type=int, default=10, help="clients per behaviour (default: %(default)s)")
-    usage.add_argument("--json", action="store_true", help="print the raw JSON")
+    usage.add_argument("--timeout", type=float, default=10.0, help="seconds per gateway (default: %(default)s)")
+    usage.add_argument("--json", action="store_true", help="print the merged report as JSON (/deprecations' shape)")
     rollout = sub.add_parser("rollout", help="the phase of each dated behaviour per tenant at an instant, and why")
     rollout.add_argument("--config", default=DEFAULT_CONFIG, help=f"configuration file (default: {DEFAULT_CONFIG})")
     rollout.add_argument("--at", metavar="INSTANT", help="ISO 8601 date or date-time (default: the gateway's clock)")
@@ -105,14 +119,20 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
                  *, reuse_port: bool = False) -> None:
     _raise_file_limit(config)
     gateway = Gateway(config)
+    history = ConfigHistory()
     await gateway.start()
     server = config.model.server
+    # Under --workers N: siblings ask this worker for its usage report on a Unix socket (gateway.ops.workers).
+    peers = Peers.from_environ()
     # aiohttp's own shutdown closes connections and drops the rest of a body still arriving: it runs only after the
     # gateway's drain (below), when nothing is left in flight but what the deadline cuts.
     runner = web.ServerRunner(gateway.make_server(), shutdown_timeout=_CUT_GRACE)
-    admin_runner = web.AppRunner(make_admin_app(gateway), access_log=None)
+    admin_runner = web.AppRunner(make_admin_app(gateway, history=history, peers=peers), access_log=None)
+    peer_runner = web.AppRunner(make_peer_app(gateway.usage), access_log=None) if peers is not None else None
     await runner.setup()
     await admin_runner.setup()
+    if peer_runner is not None:
+        await peer_runner.setup()
     acceptor: Acceptor | None = None
     try:
         try:
@@ -123,11 +143,13 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
         acceptor = Acceptor(sock, runner.server)
         await web.TCPSite(admin_runner, admin_listen.host, admin_listen.port, reuse_address=True,
                           reuse_port=reuse_port).start()
+        if peer_runner is not None and peers is not None:
+            await web.UnixSite(peer_runner, peers.path).start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        loop.add_signal_handler(signal.SIGHUP, _reload, gateway, config_path)
+        loop.add_signal_handler(signal.SIGHUP, _reload, gateway, config_path, history)
         print(f"gateway {__version__} listening on http://{listen} (admin http://{admin_listen})", flush=True)
         await stop.wait()
         # Readiness turns 503 first, so load balancers stop sending before the listener closes.
@@ -148,6 +170,9 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
             await acceptor.close()
         await runner.cleanup()
         await admin_runner.cleanup()
+        if peer_runner is not None and peers is not None:
+            await peer_runner.cleanup()
+            Path(peers.path).unlink(missing_ok=True)
         await gateway.close()
 
 
@@ -155,41 +180,105 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
 _CUT_GRACE = 1.0
 
 
-def _reload(gateway: Gateway, config_path: str) -> None:
+def _reload(gateway: Gateway, config_path: str, history: ConfigHistory | None = None) -> None:
     """SIGHUP: validate the file again and swap it in whole; a bad file leaves the running config in place."""
     try:
         config = load_config(config_path)
         changed = gateway.reload(config)
     except ConfigError as err:
         gateway.metrics.config_reloads.labels("failure").inc()
+        if history is not None:
+            history.refused(len(err.problems))
         log.error("reload refused, the running configuration stays: %s", err)
         return
     gateway.metrics.config_reloads.labels("success").inc()
     gateway.metrics.config_last_reload.set_to_current_time()
+    if history is not None:
+        history.reloaded()
     log.info("configuration reloaded from %s", config_path)
     if changed:
         log.warning("reload does not apply %s: restart the gateway for them", ", ".join(changed))
 
 
-def _usage(admin: str, top: int, raw: bool) -> int:
-    url = f"{admin.rstrip('/')}/deprecations?top={top}"
+def _usage(admins: Sequence[str], discover: Sequence[str], top: int, timeout: float, raw: bool) -> int:
+    if not 1 <= top <= fleet.MAX_TOP:
+        print(f"gateway: --top must be from 1 to {fleet.MAX_TOP}", file=sys.stderr)
+        return 2
+    targets: list[tuple[str, int]] = []
     try:
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            report = json.loads(resp.read())
-    except (urllib.error.URLError, OSError, ValueError) as err:
-        print(f"gateway: cannot read {url}: {getattr(err, 'reason', err)}", file=sys.stderr)
+        targets = [fleet.parse_name_port(value) for value in discover]
+    except ValueError as err:
+        print(f"gateway: --discover: {err}", file=sys.stderr)
+        return 2
+    if not admins and not targets:
+        admins = ["http://127.0.0.1:9090"]
+    try:
+        collected, problems = asyncio.run(_collect_usage(admins, targets, top, timeout))
+    except fleet.SourceError as err:
+        print(f"gateway: {err}", file=sys.stderr)
         return 1
+    for problem in problems:
+        print(f"gateway: {problem}", file=sys.stderr)
+    if not collected.answered:
+        return 1
+    report = collected.report
     if raw:
         print(json.dumps(report, indent=2))
-        return 0
+        return 1 if problems else 0
+    count = len(collected.answered)
+    print(f"merged from {count} gateway{'s' if count != 1 else ''}: {', '.join(collected.answered)}"
+          if count > 1 else f"from {collected.answered[0]}")
     if not report:
         print("no deprecated behaviour used in the window")
+    wall = time.time()
     for policy, data in report.items():
         decisions = ", ".join(f"{k} {v}" for k, v in sorted(data["by_decision"].items()))
         print(f"{policy}: {data['requests']} requests in the last {data['window_seconds']:.0f}s ({decisions})")
+        tenants = ", ".join(f"{t} {sum(d.values())}" for t, d in data.get("by_tenant", {}).items())
+        if tenants:
+            print(f"  by tenant: {tenants}")
+        if data["untracked_clients_requests"]:
+            print(f"  {data['untracked_clients_requests']} requests from clients over usage.max_clients (not listed)")
+        if not data["top_clients_exact"]:
+            print(f"  not exact: counts are lower bounds (upper bound after <=); a client not listed made at most "
+                  f"{data['unlisted_max']}")
+        if data["top_clients"]:
+            print(f"  {'requests':>10}  {'client':<12}  {'tenant':<12}  {'last seen':<9}  user agent")
         for row in data["top_clients"]:
-            print(f"  {row['requests']:>8}  client {row['client'] or '-':<12}  {row['user_agent'] or '-'}")
-    return 0
+            count_text = str(row["requests"]) + (f"<={row['requests_max']}" if "requests_max" in row else "")
+            seen = row.get("last_seen") or 0
+            ago = _ago(wall - seen) if seen else "-"
+            print(f"  {count_text:>10}  {row['client'] or '-':<12}  {row.get('tenant') or '-':<12}  {ago:<9}  "
+                  f"{_printable(row['user_agent']) if row['user_agent'] else '-'}")
+    return 1 if problems else 0
+
+
+async def _collect_usage(admins: Sequence[str], targets: Sequence[tuple[str, int]], top: int,
+                         timeout: float) -> tuple[fleet.Collected, list[str]]:
+    problems: list[str] = []
+    urls = list(admins)
+    for name, port in targets:
+        found = await fleet.discover(name, port)  # SourceError when the name does not resolve
+        urls += [url for url in found if url not in urls]
+    async with aiohttp.ClientSession() as session:
+        sources = [fleet.http_source(session, url, timeout) for url in dict.fromkeys(urls)]
+        collected = await fleet.collect(sources, top)
+    for name, why in sorted(collected.failed.items()):
+        problems.append(f"cannot read {name}/deprecations: {why}")
+    return collected, problems
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
+
+
+def _printable(text: str) -> str:
+    """A User-Agent (a client's own text) for a terminal: control characters (escape sequences) as \\xNN."""
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
 
 
 def _rollout(config_path: str, at: str | None, host: str | None) -> int:
@@ -244,7 +333,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "rollout":
         return _rollout(args.config, args.at, args.host)
     if args.command == "usage":
-        return _usage(args.admin, args.top, args.json)
+        return _usage(args.admin or [], args.discover or [], args.top, args.timeout, args.json)
     if args.command == "check-config":
         try:
             config = load_config(args.config)

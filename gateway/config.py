@@ -163,8 +163,11 @@ class ServerConfig(_Model):
     backlog: int = Field(default=1024, ge=16, le=65535)
     # The event loop: uvloop (libuv) when installed ("auto"), or Python's own ("asyncio").
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
-    # Trust the client's X-Forwarded-Proto/Host (only behind a trusted load balancer).
+    # Trust the client's X-Forwarded-Proto/Host, Forwarded, X-Real-IP, X-Client-IP (only behind a trusted load
+    # balancer); otherwise the gateway sets the first two and removes the others.
     trust_forwarded_headers: bool = False
+    # Send the upstream an RFC 7239 Forwarded header for this hop.
+    forwarded_header: bool = False
 
 
 class AccessLogConfig(_Model):
@@ -182,6 +185,16 @@ class UsageConfig(_Model):
     max_clients: int = Field(default=1000, ge=10, le=100_000)
 
 
+class TenantBridges(_Model):
+    """The migration bridges a company's clients get; an exemption's ``bridge`` decides for one client."""
+
+    # board_cards: a client whose phase still shows cards gets them rebuilt from the paginated card list when the
+    # service itself no longer returns them.
+    card_backfill: bool = False
+    # legacy_upload_guard: an upload the forbid setting refuses is performed on the restricted route instead.
+    upload_upgrade: bool = False
+
+
 class TenantConfig(_Model):
     name: str = Field(pattern=_NAME_RE)
     hosts: list[str] = Field(min_length=1)
@@ -193,6 +206,15 @@ class TenantConfig(_Model):
     preserve_host: bool = False
     # Per-tenant overrides of the rollout section (dates, timezone, brownouts, exemptions): see rollout.py.
     rollout: TenantRollout = TenantRollout()
+    bridges: TenantBridges = TenantBridges()
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, name: str) -> str:
+        if name == "none":
+            raise ValueError('"none" is reserved: it is the metrics\' tenant label of requests refused before a tenant '
+                             "was known")
+        return name
 
     @field_validator("hosts")
     @classmethod
@@ -246,6 +268,8 @@ class TenantConfig(_Model):
             restricted_file_access=restricted,
             forbid_legacy_uploads=forbid,
             preserve_host=self.preserve_host,
+            card_backfill=self.bridges.card_backfill,
+            upload_upgrade=self.bridges.upload_upgrade,
         )
 
 

@@ -5,16 +5,37 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
+from datetime import datetime
 
 from aiohttp import web
 
 from sandbox.app import create_app
-from sandbox.settings import DEFAULT_TOKEN, SandboxSettings
+from sandbox.settings import DEFAULT_TOKEN, SandboxSettings, parse_instant
 
-__all__ = ["main", "parse_args"]
+__all__ = ["NOW_ENV", "main", "parse_args", "settings_from_args"]
+
+NOW_ENV = "SANDBOX_NOW"
+
+
+def _instant(text: str) -> datetime:
+    try:
+        return parse_instant(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _card_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a card count: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"card count must be 0 or more: {text!r}")
+    return value
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -31,10 +52,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--public-base-url", default=None, help="base of URLs in responses (default: from request)")
     parser.add_argument("--signed-link-ttl", type=int, default=300, help="seconds")
     parser.add_argument("--signing-secret", default=None, help="fixed secret for signed links (default: random)")
+    parser.add_argument("--cards-cap-from", type=_instant, default=None, metavar="WHEN",
+                        help="from then the board route returns at most 100 cards (2026-10-01 or an ISO instant)")
+    parser.add_argument("--cards-removal-from", type=_instant, default=None, metavar="WHEN",
+                        help="from then the board route returns no cards (2026-11-01 or an ISO instant)")
+    # A string default goes through type= too, so a bad $SANDBOX_NOW is reported like a bad --now.
+    parser.add_argument("--now", type=_instant, default=os.environ.get(NOW_ENV) or None, metavar="INSTANT",
+                        help=f"fixed sandbox clock (default: ${NOW_ENV}, else real time)")
+    parser.add_argument("--extra-board", type=_card_count, action="append", dest="extra_boards", metavar="N",
+                        help="add a board (ids 4, 5, ...) holding N generated cards; repeatable")
     return parser.parse_args(argv)
 
 
-def _settings(args: argparse.Namespace) -> SandboxSettings:
+def settings_from_args(args: argparse.Namespace) -> SandboxSettings:
     overrides: dict[str, object] = {}
     if args.tokens:
         overrides["tokens"] = frozenset(args.tokens)
@@ -45,6 +75,10 @@ def _settings(args: argparse.Namespace) -> SandboxSettings:
         gzip_boards=args.gzip,
         public_base_url=args.public_base_url,
         signed_link_ttl=args.signed_link_ttl,
+        cards_cap_from=args.cards_cap_from,
+        cards_removal_from=args.cards_removal_from,
+        now=args.now,
+        extra_boards=tuple(args.extra_boards or ()),
         **overrides,  # type: ignore[arg-type]
     )
 
@@ -53,7 +87,7 @@ async def _serve(args: argparse.Namespace) -> None:
     # access_log=None: aiohttp's access log prints the request line with its
     # query string, which would leak signed-link signatures. The sandbox
     # middleware logs every request without it.
-    runner = web.AppRunner(create_app(_settings(args)), access_log=None)
+    runner = web.AppRunner(create_app(settings_from_args(args)), access_log=None)
     await runner.setup()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

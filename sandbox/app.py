@@ -8,15 +8,18 @@ from sandbox.auth import auth_middleware
 from sandbox.boards import board_routes
 from sandbox.cards import card_routes
 from sandbox.comments import comment_routes
+from sandbox.controls import control_routes
 from sandbox.downloads import download_routes
 from sandbox.errors import error_middleware
+from sandbox.fault_types import FaultTable
+from sandbox.faults import fault_middleware
 from sandbox.files import file_routes
 from sandbox.journal import journal_middleware, journal_routes
 from sandbox.journal_types import Journal
 from sandbox.legacy_files import legacy_file_routes
 from sandbox.seed import build_store
 from sandbox.settings import SandboxSettings
-from sandbox.state import JOURNAL, SETTINGS, STORE
+from sandbox.state import FAULTS, JOURNAL, SETTINGS, STORE
 
 __all__ = ["API_PREFIXES", "SandboxSettings", "create_app"]
 
@@ -24,14 +27,15 @@ API_PREFIXES = ("/api/v1", "/api/latest")
 
 
 def create_app(settings: SandboxSettings | None = None) -> web.Application:
-    """A fresh sandbox: its own seeded data and an empty journal."""
+    """A fresh sandbox: its own seeded data, an empty journal, no faults."""
     settings = settings or SandboxSettings()
-    # Outermost first: the journal sees every answer, including errors and
-    # 401s produced further in.
-    app = web.Application(middlewares=[journal_middleware, error_middleware, auth_middleware])
+    # Outermost first: the journal sees every answer, including errors,
+    # injected faults and 401s produced further in.
+    app = web.Application(middlewares=[journal_middleware, error_middleware, fault_middleware, auth_middleware])
     app[SETTINGS] = settings
-    app[STORE] = build_store(settings.seed)
+    app[STORE] = build_store(settings.seed, settings.extra_boards)
     app[JOURNAL] = Journal(settings.journal_size)
+    app[FAULTS] = FaultTable()
     for prefix in API_PREFIXES:
         app.add_routes(board_routes(prefix))
         app.add_routes(card_routes(prefix))
@@ -40,4 +44,5 @@ def create_app(settings: SandboxSettings | None = None) -> web.Application:
         app.add_routes(file_routes(prefix))
     app.add_routes(download_routes())
     app.add_routes(journal_routes())
+    app.add_routes(control_routes())
     return app

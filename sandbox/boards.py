@@ -1,14 +1,16 @@
-"""Get-board routes, flat and nested under a space."""
+"""Get-board routes, flat and nested under a space, with the cards
+withdrawal schedule applied (see sandbox/deprecation.py)."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
+from sandbox.deprecation import CARDS_CAP, CardsPhase, cards_phase, deprecation_message
 from sandbox.errors import ApiError
 from sandbox.params import base_url
 from sandbox.responses import json_response
 from sandbox.state import SETTINGS, STORE
-from sandbox.store import Board, Store
+from sandbox.store import Board, Card, Store
 from sandbox.views import board_json
 
 __all__ = ["board_routes", "readable_board"]
@@ -25,11 +27,19 @@ def readable_board(store: Store, board_id: int) -> Board:
 
 def _board_response(request: web.Request, board: Board) -> web.Response:
     store = request.app[STORE]
-    return json_response(
-        request,
-        board_json(store, board, base_url(request)),
-        gzip_allowed=request.app[SETTINGS].gzip_boards,
-    )
+    settings = request.app[SETTINGS]
+    phase = cards_phase(settings)
+    cards: list[Card] | None = None  # removed: no cards key at all
+    message = deprecation_message(phase, board.id)
+    if phase is CardsPhase.FULL:
+        cards = store.board_cards(board.id)
+    elif phase is CardsPhase.CAPPED:
+        every = store.board_cards(board.id)
+        cards = every[:CARDS_CAP]  # the first ones, in board order
+        if len(every) <= CARDS_CAP:
+            message = None  # spec, "Limits" 3: the message comes when cards are excluded
+    payload = board_json(store, board, base_url(request), cards=cards, deprecation_message=message)
+    return json_response(request, payload, gzip_allowed=settings.gzip_boards)
 
 
 async def get_board(request: web.Request) -> web.Response:

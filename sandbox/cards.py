@@ -6,15 +6,13 @@ from aiohttp import web
 
 from sandbox.boards import readable_board
 from sandbox.errors import ApiError
-from sandbox.params import base_url, query_int
+from sandbox.params import MAX_LIMIT, base_url, query_int
 from sandbox.responses import json_response
 from sandbox.state import STORE
 from sandbox.store import Card
 from sandbox.views import card_json
 
 __all__ = ["MAX_LIMIT", "card_from_path", "card_routes"]
-
-MAX_LIMIT = 100
 
 
 def card_from_path(request: web.Request) -> Card:

@@ -13,11 +13,13 @@ from sandbox.journal_types import BodyTap
 from sandbox.responses import json_response
 from sandbox.state import BODY_TAP, JOURNAL, SETTINGS
 
-__all__ = ["JOURNAL_PATH", "journal_middleware", "journal_routes"]
+__all__ = ["CONTROL_PREFIX", "JOURNAL_PATH", "journal_middleware", "journal_routes"]
 
 log = logging.getLogger("sandbox")
 
-JOURNAL_PATH = "/_sandbox/journal"
+# Test controls live here: no token, never journaled.
+CONTROL_PREFIX = "/_sandbox/"
+JOURNAL_PATH = CONTROL_PREFIX + "journal"
 _REDACTED_HEADERS = frozenset({"authorization", "proxy-authorization"})
 _DRAIN_CHUNK = 64 * 1024
 
@@ -69,7 +71,7 @@ async def journal_middleware(request: web.Request, handler: Handler) -> web.Stre
             "%s %s %d in=%d out=%d %.1fms",
             request.method, raw_path, status, tap.length, sent, (time.perf_counter() - started) * 1000,
         )
-        if not raw_path.startswith("/_sandbox/"):
+        if not raw_path.startswith(CONTROL_PREFIX):
             request.app[JOURNAL].record(
                 {
                     "received_at": received_at,

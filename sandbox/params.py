@@ -9,7 +9,10 @@ from aiohttp import web
 from sandbox.errors import ApiError
 from sandbox.state import SETTINGS
 
-__all__ = ["base_url", "query_bool", "query_int"]
+__all__ = ["MAX_LIMIT", "base_url", "query_bool", "query_int"]
+
+# Largest page the card list serves (its ``limit`` maximum).
+MAX_LIMIT = 100
 
 _INTEGER = re.compile(r"-?[0-9]{1,18}")
 _TRUE = frozenset({"true", "1", "yes"})

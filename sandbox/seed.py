@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import random
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from sandbox.store import (
@@ -23,6 +25,7 @@ __all__ = [
     "BIG_SIZE",
     "BIG_SIZE_CARD_IDS",
     "EMPTY_BOARD_ID",
+    "FIRST_EXTRA_BOARD_ID",
     "PRIVATE_BOARD_ID",
     "SEEDED_BOARD_ID",
     "SEEDED_CARD_COUNT",
@@ -35,6 +38,7 @@ SPACE_ID = 1
 SEEDED_BOARD_ID = 1
 EMPTY_BOARD_ID = 2
 PRIVATE_BOARD_ID = 3
+FIRST_EXTRA_BOARD_ID = 4
 SEEDED_CARD_COUNT = 250
 # Larger than any IEEE double can hold exactly: a JSON round trip through a
 # float-based parser would change it.
@@ -72,12 +76,13 @@ def content_of(data: bytes) -> StoredContent:
     return StoredContent(size=len(data), sha256=hashlib.sha256(data).hexdigest(), data=data)
 
 
-def _board(store: Store, board_id: int, title: str, *, private: bool = False, **overrides: object) -> Board:
-    rng = store.rng()
+def _board(store: Store, board_id: int, title: str, *, private: bool = False, rng: random.Random | None = None,
+           **overrides: object) -> Board:
+    rng = rng if rng is not None else store.rng()
     created = _BASE_TIME - timedelta(days=30 - board_id)
     values: dict[str, object] = dict(
         id=board_id,
-        uid=store.new_uid(),
+        uid=store.new_uid(rng),
         space_id=SPACE_ID,
         title=title,
         created=created,
@@ -103,13 +108,13 @@ def _board(store: Store, board_id: int, title: str, *, private: bool = False, **
     return Board(**values)  # type: ignore[arg-type]
 
 
-def _columns(store: Store, board: Board, titles: list[str]) -> None:
+def _columns(store: Store, board: Board, titles: list[str], rng: random.Random | None = None) -> None:
     for n, title in enumerate(titles, start=1):
         column_type = 1 if n == 1 else (3 if n == len(titles) and n > 1 else 2)
         board.columns.append(
             Column(
                 id=board.id * 10 + n,
-                uid=store.new_uid(),
+                uid=store.new_uid(rng),
                 board_id=board.id,
                 title=title,
                 sort_order=float(n),
@@ -119,15 +124,14 @@ def _columns(store: Store, board: Board, titles: list[str]) -> None:
         )
 
 
-def _lanes(store: Store, board: Board, titles: list[str]) -> None:
+def _lanes(store: Store, board: Board, titles: list[str], rng: random.Random | None = None) -> None:
     for n, title in enumerate(titles, start=1):
         board.lanes.append(
-            Lane(id=board.id * 100 + n, uid=store.new_uid(), board_id=board.id, title=title, sort_order=float(n))
+            Lane(id=board.id * 100 + n, uid=store.new_uid(rng), board_id=board.id, title=title, sort_order=float(n))
         )
 
 
-def _card_title(store: Store, card_id: int) -> str:
-    rng = store.rng()
+def _card_title(rng: random.Random, card_id: int) -> str:
     if card_id % 10 == 3:
         return f"{_UNICODE_TITLES[(card_id // 10) % len(_UNICODE_TITLES)]} #{card_id}"
     return f"{rng.choice(_WORDS)} {rng.choice(_OBJECTS)} #{card_id}"
@@ -146,7 +150,7 @@ def _seed_cards(store: Store, board: Board) -> None:
                 board_id=board.id,
                 column_id=column.id,
                 lane_id=lane.id,
-                title=_card_title(store, card_id),
+                title=_card_title(store.rng(), card_id),
                 description=None if card_id % 4 else f"Seeded description for card {card_id}.",
                 sort_order=float(card_id),
                 size=BIG_SIZE if card_id in BIG_SIZE_CARD_IDS else rng.choice((1, 2, 3, 5, 8, 13)),
@@ -199,7 +203,46 @@ def _seed_files(store: Store) -> None:
     card.updated = when
 
 
-def build_store(seed: int) -> Store:
+def _extra_board(store: Store, seed: int, board_id: int, count: int) -> None:
+    """A public board in space 1 holding exactly ``count`` cards, ids
+    continuing after the highest so far, in id order.
+
+    Its own generator, seeded from the seed and the board id, keeps the uids
+    the sandbox hands out later (uploads, inserted cards) the same with or
+    without extra boards.
+    """
+    rng = random.Random(f"sandbox-extra-board:{seed}:{board_id}")
+    board = _board(store, board_id, f"Extra board {board_id}", rng=rng,
+                   description=f"Board with {count} generated cards.", external_id=f"extra-{board_id}")
+    _columns(store, board, ["Queue", "In progress", "Done"], rng)
+    _lanes(store, board, ["Default lane", "Expedite"], rng)
+    store.add_board(board)
+    store.spaces[SPACE_ID].board_ids.append(board_id)
+    first_id = store.new_card_id()
+    columns, lanes = board.columns, board.lanes
+    sizes = (1, 2, 3, 5, 8, 13)
+    for n in range(count):
+        card_id = first_id + n
+        created = _BASE_TIME + timedelta(minutes=n + 1)
+        store.add_card(
+            Card(
+                id=card_id,
+                uid=store.new_uid(rng),
+                board_id=board_id,
+                column_id=columns[rng.randrange(len(columns))].id,
+                lane_id=lanes[rng.randrange(len(lanes))].id,
+                title=_card_title(rng, card_id),
+                description=None if card_id % 4 else f"Generated description for card {card_id}.",
+                sort_order=float(n + 1),
+                size=rng.choice(sizes),
+                owner_id=store.default_author_id,
+                created=created,
+                updated=created + timedelta(hours=rng.randrange(1, 48)),
+            )
+        )
+
+
+def build_store(seed: int, extra_boards: Sequence[int] = ()) -> Store:
     store = Store(seed)
     store.add_user(User(id=1, uid=store.new_uid(), full_name="Sandbox Robot"))
     store.add_property(CustomProperty(id=1, uid=store.new_uid(), name="Attachments", type="file"))
@@ -227,4 +270,6 @@ def build_store(seed: int) -> Store:
     )
     _seed_cards(store, seeded)
     _seed_files(store)
+    for n, count in enumerate(extra_boards):
+        _extra_board(store, seed, FIRST_EXTRA_BOARD_ID + n, count)
     return store

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -151,10 +152,18 @@ def card_json(store: Store, card: Card, base: str) -> dict[str, Any]:
     }
 
 
-def board_json(store: Store, board: Board, base: str) -> dict[str, Any]:
-    """Every field of the spec's Board table, cards included: the sandbox is
-    the service before the withdrawal; the gateway applies it."""
-    return {
+def board_json(
+    store: Store,
+    board: Board,
+    base: str,
+    *,
+    cards: Sequence[Card] | None,
+    deprecation_message: str | None = None,
+) -> dict[str, Any]:
+    """Every field of the spec's Board table. ``cards`` are the cards to
+    include (``None``: no ``cards`` key, as after the withdrawal);
+    ``cards_deprecation_message``, when given, comes last."""
+    payload: dict[str, Any] = {
         "id": board.id,
         "uid": board.uid,
         "title": board.title,
@@ -201,5 +210,9 @@ def board_json(store: Store, board: Board, base: str) -> dict[str, Any]:
              "sort_order": lane.sort_order}
             for lane in board.lanes
         ],
-        "cards": [card_json(store, card, base) for card in store.board_cards(board.id)],
     }
+    if cards is not None:
+        payload["cards"] = [card_json(store, card, base) for card in cards]
+    if deprecation_message is not None:
+        payload["cards_deprecation_message"] = deprecation_message
+    return payload

@@ -29,6 +29,18 @@ work="$(mktemp -d -t gateway-demo.XXXXXX)"
 # The default config, in front of the sandbox on the port chosen here.
 config="${GATEWAY_CONFIG:-config/gateway.yaml}"
 sed "s#http://127.0.0.1:8081#http://127.0.0.1:${sandbox_port}#g" "$config" > "$work/gateway.yaml"
+# For the demo only: a legacy client (User-Agent legacy-demo/...) exempted onto the "full" phase with the card
+# backfill bridge, so that the bridge can be seen end to end (the sandbox plays the service's own withdrawal).
+.venv/bin/python - "$work/gateway.yaml" <<'PY'
+import sys, yaml
+path = sys.argv[1]
+data = yaml.safe_load(open(path))
+rollout = data.setdefault("rollout", {})
+rollout["exemptions"] = [*(rollout.get("exemptions") or []), {
+    "name": "demo-legacy-client", "phase": "full", "until": "2099-01-01",
+    "header": {"name": "User-Agent", "prefix": "legacy-demo/"}, "bridge": True}]
+yaml.safe_dump(data, open(path, "w"), sort_keys=False)
+PY
 .venv/bin/gateway check-config "$work/gateway.yaml" >/dev/null
 
 pids=()
@@ -41,7 +53,9 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-.venv/bin/python -m sandbox --host 127.0.0.1 --port "$sandbox_port" > >(tee "$work/sandbox.log" | sed -u 's/^/[sandbox] /' >&2) 2>&1 &
+# The sandbox plays the service's own withdrawal of cards from the board route (spec, "Limits" 2-3).
+.venv/bin/python -m sandbox --host 127.0.0.1 --port "$sandbox_port" --cards-cap-from 2026-10-01 \
+  --cards-removal-from 2026-11-01 > >(tee "$work/sandbox.log" | sed -u 's/^/[sandbox] /' >&2) 2>&1 &
 pids+=($!)
 .venv/bin/gateway serve --config "$work/gateway.yaml" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin_port" \
   > >(tee "$work/gateway.log" | sed -u 's/^/[gateway] /') 2>&1 &
@@ -77,6 +91,7 @@ The gateway is on $gw in front of the sandbox (http://127.0.0.1:$sandbox_port); 
 
   T='Authorization: Bearer sandbox-token'
   curl -s -H "\$T" $gw/api/latest/boards/1 | head -c 600; echo
+  curl -s -D - -o /dev/null -A legacy-demo/1.0 -H "\$T" $gw/api/latest/boards/1   # bridged: X-Gateway-Backfill
   curl -s -H "\$T" '$gw/api/latest/cards?board_id=1&limit=2&offset=0'; echo
   curl -s -H "\$T" $gw/api/v1/cards/1; echo
   curl -si -H "\$T" -X PUT -F file=@README.md $gw/api/v1/cards/1/files      # deprecated upload

@@ -59,5 +59,5 @@ async def test_the_documented_policy_runs_as_documented() -> None:
     assert await run("2027-01-15T00:00:00+00:00") == ("board_id=1&expand=all", {"expand_guard": "accepted"})
     assert await run("2027-02-02T00:00:00+00:00") == ("board_id=1", {"expand_guard": "stripped"})
     sample = metrics.registry.get_sample_value
-    assert sample("gateway_expand_all_total", {"phase": "accepted"}) == 1
-    assert sample("gateway_expand_all_total", {"phase": "stripped"}) == 1
+    assert sample("gateway_expand_all_total", {"tenant": "acme", "phase": "accepted"}) == 1
+    assert sample("gateway_expand_all_total", {"tenant": "acme", "phase": "stripped"}) == 1

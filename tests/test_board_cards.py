@@ -95,8 +95,8 @@ def exchange(config: Any, method: str = "GET", headers: dict[str, str] | None = 
     return exchange_for(config, request, "board", {"board_id": "7"})
 
 
-def responses(metrics: Metrics, phase: str, action: str) -> float:
-    labels = {"phase": phase, "action": action}
+def responses(metrics: Metrics, phase: str, action: str, tenant: str = "acme") -> float:
+    labels = {"tenant": tenant, "phase": phase, "action": action}
     return metrics.registry.get_sample_value("gateway_board_responses_total", labels) or 0.0
 
 

@@ -86,3 +86,46 @@ def test_invalid_config_lists_problems_with_paths(tmp_path: Path, capsys) -> Non
     code, _, err = run(capsys, "--config", str(path))
     assert code == 2
     assert "tenants[0].rollout.board_cards_removal: 2026-09-01 must be after board_cards_cap" in err
+
+
+def test_host_says_when_the_companys_bridges_apply(tmp_path: Path, capsys) -> None:
+    config = {
+        "rollout": {"exemptions": [
+            {"name": "old-mobile", "phase": "full", "until": "2027-01-01", "token_fingerprint": "0123456789ab",
+             "bridge": True},
+            {"name": "scripts", "phase": "removed", "until": "2027-01-01", "header": {"name": "User-Agent",
+                                                                                      "prefix": "legacy-cli/"},
+             "bridge": False},
+        ]},
+        "tenants": [
+            {"name": "acme", "hosts": ["acme.test"], "upstream": "http://127.0.0.1:1", "created": "2026-06-01",
+             "bridges": {"card_backfill": True}},
+            {"name": "other", "hosts": ["other.test"], "upstream": "http://127.0.0.1:1", "created": "2026-06-01"},
+        ],
+    }
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    code, out, _ = run(capsys, "--config", str(path), "--at", "2026-11-24T12:00:00Z", "--host", "acme.test")
+    assert code == 0
+    assert "    bridge card_backfill: on for the company (exemptions below may say otherwise for a client)" in out
+    assert "exemption 'old-mobile' (active): token fingerprint 0123456789ab keeps at most full, bridge " \
+           "card_backfill on until 2027-01-01" in out
+    assert "exemption 'scripts' (active): header User-Agent starting 'legacy-cli/' keeps at most removed, bridge " \
+           "card_backfill off" in out
+    code, out, _ = run(capsys, "--config", str(path), "--at", "2026-11-24T12:00:00Z", "--host", "other.test")
+    assert "    bridge card_backfill: off for the company" in out
+
+
+def test_a_bridge_exemption_may_name_the_last_phase_but_a_plain_one_may_not(tmp_path: Path, capsys) -> None:
+    for bridge, ok in ((None, False), (True, True)):
+        exemption = {"name": "x", "phase": "removed", "until": "2027-01-01", "token_fingerprint": "0123456789ab"}
+        if bridge is not None:
+            exemption["bridge"] = bridge
+        config = {"rollout": {"exemptions": [exemption]}, "tenants": [
+            {"name": "acme", "hosts": ["acme.test"], "upstream": "http://127.0.0.1:1", "created": "2026-06-01"}]}
+        path = tmp_path / "gateway.yaml"
+        path.write_text(yaml.safe_dump(config))
+        code, _, err = run(capsys, "--config", str(path))
+        assert (code == 0) is ok, err
+        if not ok:
+            assert "phase 'removed' is the last one of board_cards: nothing to keep" in err

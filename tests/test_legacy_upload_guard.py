@@ -71,7 +71,12 @@ SNIFF_CASES: list[tuple[str, bytes, Verdict, str]] = [
     ("FILE field", multipart_body([part('Content-Disposition: form-data; name="FILE"')], B), Verdict.FILE, "field name 'FILE'"),
     ("files[3] field", multipart_body([part('Content-Disposition: form-data; name="files[3]"')], B), Verdict.FILE, "field name 'files[3]'"),
     ("file found before a broken tail", multipart_body([FILE], B) + b"garbage", Verdict.FILE, "filename parameter"),
-    ("preamble", b"x" + multipart_body([TEXT], B), Verdict.NEED_MORE, "preamble"),
+    ("preamble", b"This is a preamble.\r\n" + multipart_body([TEXT], B), Verdict.NO_FILE, ""),
+    ("preamble of line ends", b"\r\n\r\n" + multipart_body([TEXT], B), Verdict.NO_FILE, ""),
+    ("preamble then a file part", b"preamble\r\n" + multipart_body([TEXT, FILE], B), Verdict.FILE, "filename parameter"),
+    ("boundary mid-line in the preamble", b"x" + multipart_body([TEXT], B), Verdict.NEED_MORE, "preamble"),
+    ("LF before the first delimiter", b"preamble\n" + multipart_body([TEXT], B), Verdict.NEED_MORE, "line_endings"),
+    ("longer boundary in the preamble", f"--{B}X\r\n".encode() + multipart_body([TEXT], B), Verdict.NEED_MORE, "delimiter_suffix"),
     ("empty", b"", Verdict.NEED_MORE, "unterminated_body"),
     ("unterminated", multipart_body([TEXT], B)[:-8], Verdict.NEED_MORE, "unterminated_body"),
     ("bare LF after delimiter", multipart_body([TEXT], B).replace(f"--{B}\r\n".encode(), f"--{B}\n".encode()), Verdict.NEED_MORE, "line_endings"),
@@ -81,7 +86,9 @@ SNIFF_CASES: list[tuple[str, bytes, Verdict, str]] = [
     ("padding after delimiter", multipart_body([TEXT], B).replace(f"--{B}\r\n".encode(), f"--{B}\t\r\n".encode()), Verdict.NEED_MORE, "delimiter_suffix"),
     ("longer boundary in body", multipart_body([TEXT], B).replace(b"hello", f"x\r\n--{B}X".encode()), Verdict.NEED_MORE, "delimiter_suffix"),
     ("delimiter right after headers", f"--{B}\r\nContent-Disposition: form-data; name=a\r\n\r\n--{B}--\r\n".encode(), Verdict.NEED_MORE, "delimiter_not_on_own_line"),
-    ("epilogue", multipart_body([TEXT], B) + b"x", Verdict.NEED_MORE, "epilogue"),
+    ("epilogue", multipart_body([TEXT], B) + b"This is the epilogue.\r\n", Verdict.NO_FILE, ""),
+    ("epilogue without CRLF", multipart_body([TEXT], B, close=b"--epilogue"), Verdict.NO_FILE, ""),
+    ("delimiter in the epilogue", multipart_body([TEXT], B) + multipart_body([FILE], B), Verdict.NEED_MORE, "epilogue"),
     ("folded", multipart_body([part("Content-Disposition: form-data;", ' name="a"')], B), Verdict.NEED_MORE, "folded_header"),
     ("no colon", multipart_body([part('Content-Disposition form-data; name="a"')], B), Verdict.NEED_MORE, "malformed_part_header"),
     ("control char", multipart_body([part('Content-Disposition: form-data; name="a\x01"')], B), Verdict.NEED_MORE, "malformed_part_header"),
@@ -92,12 +99,31 @@ SNIFF_CASES: list[tuple[str, bytes, Verdict, str]] = [
     ("duplicate name", multipart_body([part("Content-Disposition: form-data; name=a; NAME=b")], B), Verdict.NEED_MORE, "duplicate_disposition_parameter"),
     ("param without value", multipart_body([part("Content-Disposition: form-data; name=a; filename")], B), Verdict.NEED_MORE, "malformed_disposition"),
     ("space around =", multipart_body([part("Content-Disposition: form-data; name = a")], B), Verdict.NEED_MORE, "malformed_disposition"),
-    ("quoted-pair", multipart_body([part('Content-Disposition: form-data; name="a\\"b"')], B), Verdict.NEED_MORE, "malformed_disposition"),
-    ("filename in a value", multipart_body([part('Content-Disposition: form-data; name="filename"')], B), Verdict.NEED_MORE, "filename_outside_parameter"),
-    ("name*", multipart_body([part("Content-Disposition: form-data; name*=UTF-8''a")], B), Verdict.NEED_MORE, "extended_name"),
+    ("quoted-pair", multipart_body([part('Content-Disposition: form-data; name="a\\"b"')], B), Verdict.NO_FILE, ""),
+    ("quoted-pair in a filename", multipart_body([part('Content-Disposition: form-data; name="a"; filename="q\\".txt"')], B), Verdict.FILE, "filename parameter"),
+    ("quoted-pair after a file field name", multipart_body([part('Content-Disposition: form-data; name="files[]\\"x"')], B), Verdict.FILE, "field name 'files[]\\\\'"),
+    ("quoted-pair hiding a filename", multipart_body([part('Content-Disposition: form-data; name="a\\"; filename=\\"x"')], B), Verdict.NEED_MORE, "filename_outside_parameter"),
+    ("backslash outside quotes", multipart_body([part('Content-Disposition: form-data; name=a\\b')], B), Verdict.NEED_MORE, "malformed_disposition"),
+    ("field named filename", multipart_body([part('Content-Disposition: form-data; name="filename"')], B), Verdict.NO_FILE, ""),
+    ("filename= in a value", multipart_body([part('Content-Disposition: form-data; name="a; filename=x"')], B), Verdict.NEED_MORE, "filename_outside_parameter"),
+    ("filename= ending a parameter name", multipart_body([part('Content-Disposition: form-data; name="a"; x-filename="y"')], B), Verdict.NEED_MORE, "filename_outside_parameter"),
+    ("name= ending a parameter name", multipart_body([part('Content-Disposition: form-data; x-name=files; name="a"')], B), Verdict.NEED_MORE, "name_outside_parameter"),
+    ("name= in a value", multipart_body([part('Content-Disposition: form-data; x="a; name=files[]"; name="a"')], B), Verdict.NEED_MORE, "name_outside_parameter"),
+    ("name*", multipart_body([part("Content-Disposition: form-data; name*=UTF-8''%C3%A9t%C3%A9")], B), Verdict.NO_FILE, ""),
+    ("name* naming a file field", multipart_body([part("Content-Disposition: form-data; name=\"a\"; name*=UTF-8''files%5B%5D")], B), Verdict.FILE, "field name 'files[]'"),
+    ("name*0", multipart_body([part("Content-Disposition: form-data; name*0=a; name*1=b")], B), Verdict.NEED_MORE, "extended_name"),
     ("no name", multipart_body([part("Content-Disposition: form-data")], B), Verdict.NEED_MORE, "missing_name"),
     ("inline", multipart_body([part("Content-Disposition: inline; name=a")], B), Verdict.NEED_MORE, "disposition_type"),
-    ("nested", multipart_body([part("Content-Disposition: form-data; name=a", "Content-Type: multipart/mixed; boundary=z")], B), Verdict.NEED_MORE, "nested_multipart"),
+    ("nested", multipart_body([part("Content-Disposition: form-data; name=a", "Content-Type: multipart/mixed; boundary=z")], B), Verdict.FILE, "content type multipart/mixed"),
+    # A rule broken in a part's headers waits for the end of the body: a later file part wins over it.
+    ("ambiguous part, then a file part", multipart_body([part("Content-Disposition: formdata; name=a"), FILE], B), Verdict.FILE, "filename parameter"),
+    ("ambiguous part, then text", multipart_body([part("Content-Disposition: formdata; name=a"), TEXT], B), Verdict.NEED_MORE, "disposition_type"),
+    ("first rule met is the answer", multipart_body([part("Content-Disposition: form-data"), part("Content-Disposition: inline; name=a")], B), Verdict.NEED_MORE, "missing_name"),
+    ("ambiguous part, then a broken structure", multipart_body([part("Content-Disposition: form-data"), TEXT], B).replace(b"hello\r\n", b"hello\n"), Verdict.NEED_MORE, "missing_name"),
+    ("folded filename", multipart_body([part("Content-Disposition: form-data; name=a;", ' filename="x"')], B), Verdict.FILE, "filename parameter"),
+    ("filename in a non-form-data part", multipart_body([part('Content-Disposition: attachment; name="a"; filename="x"')], B), Verdict.FILE, "filename parameter"),
+    ("second disposition with a filename", multipart_body([part("Content-Disposition: form-data; name=a", "Content-Disposition: form-data; name=a; filename=b")], B), Verdict.FILE, "filename parameter"),
+    ("headerless part, then a file part", f"--{B}\r\n\r\nx\r\n".encode() + multipart_body([FILE], B), Verdict.FILE, "filename parameter"),
     ("bad part type", multipart_body([part("Content-Disposition: form-data; name=a", "Content-Type: text")], B), Verdict.NEED_MORE, "malformed_part_content_type"),
     ("delimiter in headers", multipart_body([part("Content-Disposition: form-data; name=a", f"X-A: --{B}")], B), Verdict.NEED_MORE, "delimiter_in_headers"),
     ("huge headers", multipart_body([part("Content-Disposition: form-data; name=a", "X-A: " + "a" * 2000)], B), Verdict.NEED_MORE, "part_headers_too_large"),
@@ -149,9 +175,15 @@ def test_quoted_boundary_refuses_the_delimiter_with_quotes() -> None:
         ("multipart/form-data; boundary=a; BOUNDARY=a", None, "duplicate_boundary"),
         ("multipart/form-data; boundary=a; x=1; x=2", None, "duplicate_parameter"),
         ("multipart/form-data; boundary*=a", None, "boundary_parameter"),
-        ("multipart/form-data; boundary=\"a b\"", None, "boundary_characters"),
+        # RFC 2046's bchars, quoted: the parsers of tests/differential read them all alike.
+        ("multipart/form-data; boundary=\"a b\"", b"a b", None),
+        ("multipart/form-data; boundary=\"===============1234567890123456789==\"", b"===============1234567890123456789==", None),
+        ("multipart/form-data; boundary=\"'()+_,-./:=?\"", b"'()+_,-./:=?", None),
         ("multipart/form-data; boundary=\"\"", None, "boundary_characters"),
-        ("multipart/form-data; boundary=\"a=b\"", None, "boundary_characters"),
+        ("multipart/form-data; boundary=\"ab \"", None, "boundary_characters"),
+        ("multipart/form-data; boundary=\"a;b\"", None, "boundary_characters"),
+        ("multipart/form-data; boundary=\"a\tb\"", None, "boundary_characters"),
+        (f"multipart/form-data; boundary={'b' * 71}", None, "boundary_characters"),
     ],
 )
 def test_form_data_boundary(value: str, boundary: bytes | None, rule: str | None) -> None:
@@ -237,7 +269,8 @@ def _exchange(config: Any, body: bytes | None, headers: list[tuple[str, str]], *
 
 
 def _uploads(metrics: Metrics, decision: str) -> float:
-    labels = {"route": "legacy_comment_update", "decision": decision}
+    tenant = "oldco" if decision == "allowed" else "acme"  # the forbidding company, or the one that allows
+    labels = {"tenant": tenant, "route": "legacy_comment_update", "decision": decision}
     return metrics.registry.get_sample_value("gateway_legacy_uploads_total", labels) or 0.0
 
 
@@ -357,3 +390,22 @@ async def test_a_stalled_body_is_refused_after_the_read_timeout() -> None:
     reply = await guard(exchange, core)
     assert core.forwarded == 0 and reply.status == 408
     assert exchange.notes[f"{NAME}.rule"] == "body_timeout"
+
+
+async def test_a_file_part_after_an_ambiguous_part_gets_the_spec_403() -> None:
+    (guard, config), core = _guard(Metrics()), Terminal()
+    body = multipart_body([part("Content-Disposition: formdata; name=a"), FILE], B)
+    exchange = _exchange(config, body, MP)
+    reply = await guard(exchange, core)
+    assert core.forwarded == 0 and reply.status == 403
+    assert json.loads(await reply.read(1 << 20))["code"] == DISABLED_CODE
+    assert exchange.decisions == {NAME: "blocked"}
+
+
+async def test_an_ambiguous_body_past_the_look_ahead_is_refused_for_its_rule() -> None:
+    (guard, config), core = _guard(Metrics(), look_ahead_bytes=65536, max_part_header_bytes=1024), Terminal()
+    body = multipart_body([part("Content-Disposition: formdata; name=a", content=b"t" * 100_000), FILE], B)
+    exchange = _exchange(config, body, MP)
+    reply = await guard(exchange, core)
+    assert core.forwarded == 0 and reply.status == 400
+    assert exchange.notes[f"{NAME}.rule"] == "disposition_type"

@@ -19,19 +19,20 @@ def _exposition(metrics: Metrics) -> str:
 
 def _exercise(metrics: Metrics) -> None:
     observations = [
-        ("board", "GET", 200, 0.0012, 0.0009),
-        ("board", "GET", 204, 0.001, None),  # exactly on a bucket bound
-        ("catch_all", "PROPFIND", 404, 0.3, 0.2),
-        ("catch_all", "POST", 503, 301.0, 300.5),  # above the largest bound
-        ("other", "HEAD", 99, 0.0, 0.0),
-        ("other", "GET", 799, 5, 10),
+        ("acme", "board", "GET", 200, 0.0012, 0.0009),
+        ("acme", "board", "GET", 204, 0.001, None),  # exactly on a bucket bound
+        ("oldco", "board", "GET", 200, 0.002, 0.001),
+        ("acme", "catch_all", "PROPFIND", 404, 0.3, 0.2),
+        ("acme", "catch_all", "POST", 503, 301.0, 300.5),  # above the largest bound
+        ("none", "other", "HEAD", 99, 0.0, 0.0),
+        ("none", "other", "GET", 799, 5, 10),
     ]
-    for route, method, status, seconds, upstream in observations:
+    for tenant, route, method, status, seconds, upstream in observations:
         metrics.in_flight.inc()
-        metrics.observe_request(route, method, status, seconds, upstream)
+        metrics.observe_request(tenant, route, method, status, seconds, upstream)
         metrics.in_flight.dec()
     metrics.in_flight.inc()
-    metrics.requests.labels("board", "GET", "2xx").inc(2.5)
+    metrics.requests.labels("acme", "board", "GET", "2xx").inc(2.5)
 
 
 @pytest.mark.parametrize("created", [True, False])
@@ -51,16 +52,18 @@ def test_values_are_readable_from_the_registry() -> None:
     _exercise(metrics)
     registry = metrics.registry
     assert registry.get_sample_value("gateway_requests_in_flight") == 1
-    labels = {"route": "board", "method": "GET", "status_class": "2xx"}
+    labels = {"tenant": "acme", "route": "board", "method": "GET", "status_class": "2xx"}
     assert registry.get_sample_value("gateway_requests_total", labels) == 4.5
+    assert registry.get_sample_value("gateway_requests_total", {**labels, "tenant": "oldco"}) == 1
     assert registry.get_sample_value("gateway_request_duration_seconds_count", {"route": "catch_all"}) == 2
     assert registry.get_sample_value("gateway_request_duration_seconds_bucket", {"route": "board", "le": "0.001"}) == 1
+    assert registry.get_sample_value("gateway_request_duration_seconds_count", {"route": "board"}) == 3
     assert registry.get_sample_value("gateway_upstream_duration_seconds_sum", {"route": "other"}) == 10
 
 
 def test_a_counter_refuses_to_go_down() -> None:
     metrics = Metrics(multiprocess=False)
     with pytest.raises(ValueError):
-        metrics.requests.labels("board", "GET", "2xx").inc(-1)
+        metrics.requests.labels("acme", "board", "GET", "2xx").inc(-1)
     with pytest.raises(ValueError):
         metrics.request_duration.labels("board", "extra")

@@ -13,6 +13,12 @@ This is the whole interface a policy works with. A policy is ``async def policy(
 - **response body**: it may add a ``ResponseBodyFilter`` (``reply.add_filter``), which sees each chunk as it is
   written, or ask for the whole body up to a bound (``await reply.read(cap)``) and replace it (``reply.set_body``).
 
+A policy that does more than pass the request on (a migration bridge) has two more services of the proxy core:
+``await exchange.fetch(method, path, ...)`` sends a request of its own to the tenant's upstream (pooled, gated,
+retried like any other) and gets a ``Reply`` whose body streams; ``exchange.client_body()`` reads the client's body
+itself (``100 Continue``, the idle timeout and aborts handled as for a forwarded body), for a policy that answers
+without calling ``next``.
+
 Only the proxy core prepares a response and writes to the client, after the outermost policy has returned: a
 header that any policy adds on any path (an early answer, an upstream error, a body over a cap, a HEAD) is sent.
 The order rule of the chain holds for every phase: the first listed policy sees the request (and its body) first
@@ -50,6 +56,8 @@ __all__ = (
     "Reply",
     "RequestBodyFilter",
     "ResponseBodyFilter",
+    "Services",
+    "UpstreamFailed",
 )
 
 
@@ -343,6 +351,31 @@ class Reply:
         self.close_connection = other.close_connection
 
 
+# --- the proxy core's services to a policy ---------------------------------------------------------------------
+
+
+class UpstreamFailed(Exception):
+    """A request of a policy's own got no response head: ``kind`` is connect, timeout, reset, busy or other (as in
+    ``gateway_upstream_errors_total``); ``reply`` is what the proxy core would answer for it."""
+
+    def __init__(self, kind: str, reply: Reply) -> None:
+        super().__init__(kind)
+        self.kind = kind
+        self.reply = reply
+
+
+class Services(abc.ABC):
+    """What the proxy core does for a policy besides forwarding its request (see ``Exchange.fetch``)."""
+
+    @abc.abstractmethod
+    async def fetch(self, exchange: Exchange, method: str, path: str, *, query: str = "",
+                    headers: Mapping[str, str] | None = None, body: bytes | AsyncIterator[bytes] | None = None
+                    ) -> Reply: ...
+
+    @abc.abstractmethod
+    def client_body(self, exchange: Exchange) -> AsyncIterator[bytes]: ...
+
+
 # --- the exchange -----------------------------------------------------------------------------------------------
 
 Next = Callable[["Exchange"], Awaitable[Reply]]
@@ -361,7 +394,7 @@ class Exchange:
 
     __slots__ = ("request", "start", "tenant", "route", "params", "path", "query", "method", "request_id",
                  "upstream_headers", "request_filters", "decisions", "notes", "upstream_seconds", "upstream_error",
-                 "upstream_error_kind", "upstream_retries", "body_error", "_client")
+                 "upstream_error_kind", "upstream_retries", "body_error", "services", "_client")
 
     def __init__(self, request: web.BaseRequest, start: float, tenant: Tenant, route: Route,
                  params: dict[str, str], path: str, query: str, method: str) -> None:
@@ -389,6 +422,7 @@ class Exchange:
         self.upstream_error_kind: str | None = None  # connect | timeout | reset | other
         self.upstream_retries: list[str] = []  # why the request was sent again ("unsent", "safe_method")
         self.body_error: str | None = None  # the request body: "aborted" (client gone), "timeout", "malformed"
+        self.services: Services | None = None  # set by the gateway: the proxy core
         self._client: str | None | _Unset = _UNSET
 
     @property
@@ -407,6 +441,27 @@ class Exchange:
         if isinstance(client, _Unset):
             client = self._client = token_fingerprint(self.request.headers.get(hdrs.AUTHORIZATION))
         return client
+
+    async def fetch(self, method: str, path: str, *, query: str = "", headers: Mapping[str, str] | None = None,
+                    body: bytes | AsyncIterator[bytes] | None = None) -> Reply:
+        """A request of the policy's own to this tenant's upstream: ``path`` and ``query`` as they go on the wire
+        (percent-encoded), ``headers`` on top of Host, the forwarding headers, Via and the request id. No header of
+        the client's is sent unless given here (a bridge passes the client's own ``Authorization``, never another).
+
+        It waits for the tenant's turn and is retried like a forwarded request; its answer's body streams (read it
+        with ``reply.read(cap)``, or let it go with ``reply.discard()``). ``UpstreamFailed`` when no response head
+        came; the caller bounds the total time (``asyncio.timeout``)."""
+        if self.services is None:
+            raise RuntimeError("this exchange is not served by a proxy core")
+        return await self.services.fetch(self, method, path, query=query, headers=headers, body=body)
+
+    def client_body(self) -> AsyncIterator[bytes]:
+        """The client's request body as it arrives, for a policy that answers itself instead of calling ``next``:
+        ``100 Continue`` is sent first if asked for; a body that stops arriving, breaks or is abandoned raises
+        ``BodyBroken`` with the proxy core's answer (408, 400; ``body_error`` says which)."""
+        if self.services is None:
+            raise RuntimeError("this exchange is not served by a proxy core")
+        return self.services.client_body(self)
 
     def ensure_request_id(self) -> str:
         """This request's id; one is made now if no ``request_id`` policy made one (an error answer names it)."""

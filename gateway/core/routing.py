@@ -33,8 +33,9 @@ _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 _FORBIDDEN_ESCAPES = {0x2F: "an encoded '/'", 0x5C: "an encoded '\\'", 0x00: "an encoded NUL", 0x3B: "an encoded ';'"}
 # pchar without ';' (matrix parameters are refused), plus '/' and '%' (escapes are checked one by one).
 _PATH_CHARS_RE = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,=:@/%]*")
-# A path that needs no rewriting: no escapes, no empty, '.' or '..' segments, no trailing slash.
-_CLEAN_PATH_RE = re.compile(r"/|(?:/(?!\.{1,2}(?:/|$))[A-Za-z0-9\-._~!$&'()*+,=:@]+)+")
+# A path that needs no rewriting: no escapes, no empty, '.' or '..' segments, no segment ending in a dot, no trailing
+# slash.
+_CLEAN_PATH_RE = re.compile(r"/|(?:/(?!\.{1,2}(?:/|$))[A-Za-z0-9\-._~!$&'()*+,=:@]*[A-Za-z0-9\-_~!$&'()*+,=:@])+")
 _QUERY_BAD_RE = re.compile(r"[\x00-\x20\x7f#]")
 _HEX = frozenset("0123456789abcdefABCDEF")
 _TOKEN_RE = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -95,6 +96,10 @@ def _canonical_path(path: str) -> str:
             if segments:
                 segments.pop()
             continue
+        if segment.endswith((".", "%20")):
+            # Upstreams on IIS and .NET-style stacks (and some static servers) trim trailing dots and spaces from a
+            # segment: "files." would reach them as "files", a route this spelling did not match here.
+            raise BadRequestTarget("BAD_PATH", "a path segment ends with a dot or a space")
         segments.append(segment)
     return "/" + "/".join(segments)
 
@@ -132,7 +137,10 @@ def effective_method(method: str, headers: CIMultiDictProxy[str], query: str) ->
         if name in headers:
             overrides.update(v.strip().upper() for v in headers.getall(name))
     if query and ("method" in (lowered := query.lower()) or "%" in lowered):
-        overrides.update(v.strip().upper() for k, v in parse_qsl(query, keep_blank_values=True) if k.lower() == "_method")
+        # Some frameworks split a query on ';' as well as '&' (HTML 4's recommendation, older Python, Perl's CGI):
+        # "?a=1;_method=PUT" is an override there.
+        pairs = parse_qsl(query.replace(";", "&"), keep_blank_values=True)
+        overrides.update(v.strip().upper() for k, v in pairs if k.lower() == "_method")
     if not overrides:
         return method
     if len(overrides) > 1:

@@ -23,6 +23,9 @@ class Tenant:
     restricted_file_access: bool
     forbid_legacy_uploads: bool
     preserve_host: bool
+    # The migration bridges this company's clients get (an exemption may say otherwise for one client).
+    card_backfill: bool = False
+    upload_upgrade: bool = False
     # Derived from ``upstream`` once: the proxy core uses them on every request.
     upstream_prefix: str = field(init=False, repr=False, compare=False)  # str(upstream): a path is appended to it
     upstream_host_header: str = field(init=False, repr=False, compare=False)

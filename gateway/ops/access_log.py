@@ -22,7 +22,7 @@ from aiohttp import hdrs, web
 
 from ..core.exchange import Exchange
 from ..core.http import token_fingerprint
-from .metrics import Metrics
+from .metrics import NO_TENANT, Metrics
 from .usage import UsageTracker
 
 __all__ = ("AccessLogWriter", "LineSink", "Recorder")
@@ -70,11 +70,11 @@ class Recorder:
             if exchange.notes.get("queue") == "full":
                 metrics.upstream_busy.inc()
             if exchange.decisions and self.usage is not None:
-                self.usage.record(exchange.decisions, client, request.headers.get(hdrs.USER_AGENT))
+                self.usage.record(exchange.decisions, client, request.headers.get(hdrs.USER_AGENT), tenant)
         if refused is not None:
             metrics.refused.labels(refused).inc()
         if self.observe:
-            metrics.observe_request(route, method, status, duration, upstream)
+            metrics.observe_request(NO_TENANT if tenant is None else tenant, route, method, status, duration, upstream)
         sink = self.sink
         if sink is None:
             return

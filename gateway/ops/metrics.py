@@ -1,6 +1,7 @@
 """The gateway's own metric families, on a registry owned by the app; policies add theirs through ``families``.
 
-Labels are route names, methods, status classes, decisions and phases: never raw paths, ids, hosts or tokens.
+Labels are tenant names (from the config; ``none`` for a request refused before its tenant was known), route names,
+methods, status classes, decisions and phases: never raw paths, ids, hosts or tokens.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from .. import __version__
 from .local_metrics import LocalCounter, LocalGauge, LocalHistogram
 
-__all__ = ("Metrics",)
+__all__ = ("NO_TENANT", "Metrics")
 
 F = TypeVar("F")
 
 _KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 _STATUS_CLASSES = ("0xx", "1xx", "2xx", "3xx", "4xx", "5xx")
+# The tenant label of a request refused before its tenant was known (no Host, an unknown one, a bad request target).
+NO_TENANT = "none"
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
 
@@ -37,7 +40,8 @@ class Metrics:
         if multiprocess is None:
             multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self.multiprocess = multiprocess
-        requests = ("gateway_requests", "Requests answered, by route, method and status class.")
+        requests = ("gateway_requests", "Requests answered, by tenant, route, method and status class.")
+        request_labels = ("tenant", "route", "method", "status_class")
         duration = ("gateway_request_duration_seconds", "Time from request head to the last response byte, by route.")
         upstream = ("gateway_upstream_duration_seconds", "Time from sending upstream to its response head, by route.")
         in_flight = ("gateway_requests_in_flight", "Requests being handled now.")
@@ -46,11 +50,11 @@ class Metrics:
         self.upstream_duration: Histogram | LocalHistogram
         self.in_flight: Gauge | LocalGauge
         if multiprocess:
-            self.requests = Counter(*requests, ("route", "method", "status_class"), registry=r)
+            self.requests = Counter(*requests, request_labels, registry=r)
             self.request_duration = Histogram(*duration, ("route",), buckets=_BUCKETS, registry=r)
             self.upstream_duration = Histogram(*upstream, ("route",), buckets=_BUCKETS, registry=r)
         else:
-            self.requests = LocalCounter(*requests, ("route", "method", "status_class"), registry=r)
+            self.requests = LocalCounter(*requests, request_labels, registry=r)
             self.request_duration = LocalHistogram(*duration, ("route",), _BUCKETS, registry=r)
             self.upstream_duration = LocalHistogram(*upstream, ("route",), _BUCKETS, registry=r)
         self.upstream_errors = Counter(
@@ -115,13 +119,16 @@ class Metrics:
         )
         self.build_info.labels(__version__).set(1)
         self._families: dict[Callable[[CollectorRegistry], Any], Any] = {}
-        self._request_children: dict[tuple[str, str, str], Any] = {}
+        self._request_children: dict[tuple[str, str, str, str], Any] = {}
         self._duration_children: dict[str, Any] = {}
         self._upstream_children: dict[str, Any] = {}
 
-    def observe_request(self, route: str, method: str, status: int, seconds: float, upstream: float | None) -> None:
+    def observe_request(
+        self, tenant: str, route: str, method: str, status: int, seconds: float, upstream: float | None
+    ) -> None:
+        """``tenant``: a tenant name from the config, or ``NO_TENANT``."""
         # Children are cached: labels() builds a label tuple (and takes a lock in prometheus-client) per call.
-        key = (route, method if method in _KNOWN_METHODS else "OTHER", _STATUS_CLASSES[min(status // 100, 5)])
+        key = (tenant, route, method if method in _KNOWN_METHODS else "OTHER", _STATUS_CLASSES[min(status // 100, 5)])
         child = self._request_children.get(key)
         if child is None:
             child = self._request_children[key] = self.requests.labels(*key)

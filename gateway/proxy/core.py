@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterable, AsyncIterator
+import re
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 
 import aiohttp
 from aiohttp import hdrs
 from multidict import CIMultiDict, CIMultiDictProxy, istr
 from yarl import URL
 
-from ..core.exchange import Body, BodyBroken, Exchange, Refuse, Reply
+from ..core.exchange import Body, BodyBroken, Exchange, Refuse, Reply, Services, UpstreamFailed
 from ..core.http import HOP_BY_HOP, connection_tokens
 from .gate import Gate
 from .request_body import RequestBody, client_chunks
@@ -28,6 +29,9 @@ __all__ = ("ProxyCore", "VIA", "body_error_reply", "upstream_error_reply")
 VIA = "1.1 deprecation-gateway"
 # Dropped from the request on top of hop-by-hop headers: the gateway answers Expect itself (ensure_continue).
 _REQUEST_DROP = tuple(istr(name) for name in sorted(HOP_BY_HOP | {"expect", "host"}))
+# Addresses a client may claim for itself: the upstream sees them only from a trusted hop (trust_forwarded_headers).
+_CLAIMS = ("forwarded", "x-real-ip", "x-client-ip")
+_UNTRUSTED_DROP = tuple(istr(name) for name in sorted({*_REQUEST_DROP, *_CLAIMS}))
 _RESPONSE_DROP = tuple(istr(name) for name in sorted(HOP_BY_HOP | {"content-length"}))
 # Statuses and methods whose response has no body (RFC 9110 6.4.1).
 _NO_BODY_STATUS = frozenset({204, 304})
@@ -43,8 +47,24 @@ def _drop(headers: CIMultiDict[str], names: tuple[istr, ...], source: CIMultiDic
         headers.popall(token, None)
 
 
+def _forwarded_element(ip: str, proto: str, host: str | None) -> str:
+    """This hop's RFC 7239 element: ``for`` (an IPv6 address quoted, in brackets), ``proto``, ``host`` (quoted)."""
+    node = f'"[{ip}]"' if ":" in ip else ip
+    element = f"for={node};proto={proto}"
+    if host and all(0x21 <= ord(c) <= 0x7E and c not in '"\\' for c in host):
+        element += f';host="{host}"'
+    return element
+
+
 def upstream_error_reply(exchange: Exchange, err: BaseException) -> Reply:
     """The answer to an upstream that could not be reached or broke before its response head."""
+    status, kind, code, message = _error_kind(err)
+    exchange.upstream_error_kind = kind
+    exchange.upstream_error = f"{kind}: {type(err).__name__}"
+    return Reply.error(status, code, message, exchange.ensure_request_id())
+
+
+def _error_kind(err: BaseException) -> tuple[int, str, str, str]:
     if isinstance(err, asyncio.TimeoutError):
         status, kind, code, message = 504, "timeout", "UPSTREAM_TIMEOUT", "the upstream service did not answer in time"
     elif isinstance(err, aiohttp.ClientConnectorError):
@@ -53,9 +73,7 @@ def upstream_error_reply(exchange: Exchange, err: BaseException) -> Reply:
         status, kind, code, message = 502, "reset", "UPSTREAM_RESET", "the upstream service closed the connection"
     else:
         status, kind, code, message = 502, "other", "UPSTREAM_ERROR", "the upstream service sent an invalid response"
-    exchange.upstream_error_kind = kind
-    exchange.upstream_error = f"{kind}: {type(err).__name__}"
-    return Reply.error(status, code, message, exchange.ensure_request_id())
+    return status, kind, code, message
 
 
 def body_error_reply(exchange: Exchange) -> Reply:
@@ -74,9 +92,10 @@ class UpstreamBody(Body):
     """The upstream's response body, streamed as it arrives; a failure part way becomes ``BodyBroken``."""
 
     def __init__(self, response: aiohttp.ClientResponse, exchange: Exchange, length: int | None,
-                 gate: Gate | None) -> None:
+                 gate: Gate | None, *, record: bool = True) -> None:
         self._response = response
         self._exchange = exchange
+        self._record = record  # a failure is the exchange's upstream_error (False for a policy's own request)
         self._gate = gate  # the tenant's turn, given back once the body is read (or let go)
         self.length = length
 
@@ -97,8 +116,9 @@ class UpstreamBody(Body):
         except _UPSTREAM_ERRORS as err:
             kind = "timeout" if isinstance(err, asyncio.TimeoutError) else "reset"
             exchange = self._exchange
-            exchange.upstream_error_kind = kind
-            exchange.upstream_error = f"body_{kind}"
+            if self._record:
+                exchange.upstream_error_kind = kind
+                exchange.upstream_error = f"body_{kind}"
             status, code = (504, "UPSTREAM_TIMEOUT") if kind == "timeout" else (502, "UPSTREAM_RESET")
             raise BodyBroken(Reply.error(status, code, "the upstream service's response broke off part way",
                                          exchange.ensure_request_id())) from err
@@ -131,36 +151,125 @@ class _Declared(Body):
         return
 
 
-class ProxyCore:
-    """Forwards a classified request to its tenant's upstream over the pooled connections of one client."""
+# A path or query a policy sends on its own: already percent-encoded, nothing that would change the request line.
+_WIRE_TARGET = re.compile(r"[\x21-\x7e]*")
 
-    def __init__(self, client: UpstreamClient, *, trust_forwarded: bool = False, body_timeout: float = 60.0,
-                 max_concurrent_per_tenant: int = 0, queue_timeout: float = 1.0) -> None:
+
+class ProxyCore(Services):
+    """Forwards a classified request to its tenant's upstream over the pooled connections of one client; does the
+    same for the requests of a policy's own (``Exchange.fetch``)."""
+
+    def __init__(self, client: UpstreamClient, *, trust_forwarded: bool = False, forwarded_header: bool = False,
+                 body_timeout: float = 60.0, max_concurrent_per_tenant: int = 0, queue_timeout: float = 1.0) -> None:
         self.client = client
         self.trust_forwarded = trust_forwarded
+        self.forwarded_header = forwarded_header  # emit RFC 7239 Forwarded
+        self._drop_names = _REQUEST_DROP if trust_forwarded else _UNTRUSTED_DROP
         self.body_timeout = body_timeout
         self.max_concurrent = max_concurrent_per_tenant  # 0: no bound but the pool's
         self.queue_timeout = queue_timeout
         self._gates: dict[str, Gate] = {}
 
+    def _host(self, exchange: Exchange) -> tuple[str | None, str]:
+        """The client's Host, and the one the upstream is sent."""
+        host = exchange.request.headers.get(hdrs.HOST)
+        tenant = exchange.tenant
+        return host, host if (tenant.preserve_host and host) else tenant.upstream_host_header
+
+    async def fetch(self, exchange: Exchange, method: str, path: str, *, query: str = "",
+                    headers: Mapping[str, str] | None = None, body: bytes | AsyncIterator[bytes] | None = None
+                    ) -> Reply:
+        if not (path.startswith("/") and _WIRE_TARGET.fullmatch(path) and _WIRE_TARGET.fullmatch(query)):
+            raise ValueError("a policy's request target must be a percent-encoded absolute path")
+        request = exchange.request
+        host, upstream_host = self._host(exchange)
+        sent = CIMultiDict(((hdrs.HOST, upstream_host),))
+        sent[hdrs.X_FORWARDED_FOR] = request.remote or "unknown"
+        sent[hdrs.X_FORWARDED_PROTO] = request.scheme
+        if host:
+            sent[hdrs.X_FORWARDED_HOST] = host
+        sent[hdrs.VIA] = VIA
+        if exchange.request_id:
+            sent["X-Request-Id"] = exchange.request_id
+        if headers:
+            sent.update(headers)
+        data: AsyncIterable[bytes] | None
+        if isinstance(body, bytes):
+            sent[hdrs.CONTENT_LENGTH] = str(len(body))
+            data = _one_chunk(body) if body else None
+        else:
+            data = body
+        url = URL(exchange.tenant.upstream_prefix + path + ("?" + query if query else ""), encoded=True)
+        gate: Gate | None = None
+        if self.max_concurrent:
+            gate = self._gate(exchange.tenant.name)
+            if not gate.try_enter() and not await gate.enter(self.queue_timeout):
+                busy = Reply.error(503, "UPSTREAM_BUSY", "this company's upstream has as many requests in flight as "
+                                   "the gateway sends it; retry shortly", exchange.ensure_request_id())
+                busy.headers["Retry-After"] = "1"
+                raise UpstreamFailed("busy", busy)
+        try:
+            upstream = await self.client.request(method, url, sent, data, exchange.upstream_retries)
+        except BaseException as err:
+            if gate is not None:
+                gate.leave()
+            if not isinstance(err, _UPSTREAM_ERRORS):
+                raise
+            status, kind, code, message = _error_kind(err)
+            raise UpstreamFailed(kind, Reply.error(status, code, message, exchange.ensure_request_id())) from err
+        if not 200 <= upstream.status <= 599:
+            # No interim answer is expected (no Expect is sent) and none is relayed: a 1xx here is as invalid as 999.
+            upstream.close()
+            if gate is not None:
+                gate.leave()
+            raise UpstreamFailed("other", Reply.error(502, "UPSTREAM_ERROR", "the upstream service sent an invalid "
+                                                      "response", exchange.ensure_request_id()))
+        raw = upstream.headers
+        answer = CIMultiDict(raw)
+        _drop(answer, _RESPONSE_DROP, raw)
+        declared = raw.get(hdrs.CONTENT_LENGTH)
+        length = int(declared) if declared is not None and hdrs.TRANSFER_ENCODING not in raw and declared.isdigit() \
+            else None
+        if method == "HEAD" or upstream.status in _NO_BODY_STATUS:
+            upstream.release()
+            if gate is not None:
+                gate.leave()
+            return Reply(upstream.status, answer, _Declared(length), reason=upstream.reason)
+        return Reply(upstream.status, answer, UpstreamBody(upstream, exchange, length, gate, record=False),
+                     reason=upstream.reason)
+
+    def client_body(self, exchange: Exchange) -> AsyncIterator[bytes]:
+        return _client_body(exchange, self.body_timeout)
+
     def upstream_headers(self, exchange: Exchange) -> CIMultiDict[str]:
-        """The client's headers without hop-by-hop ones, Host first (where aiohttp puts it), then X-Forwarded-*,
-        Via, and what the policies asked for."""
+        """The client's headers without hop-by-hop ones, Host first (where aiohttp puts it), then the forwarding
+        headers, Via, and what the policies asked for.
+
+        ``X-Forwarded-For``: every line the client sent, combined, then the client's address appended. Without
+        ``trust_forwarded_headers`` the client's ``Forwarded``, ``X-Real-IP`` and ``X-Client-IP`` are removed and
+        ``X-Forwarded-Proto``/``-Host`` set by the gateway: the upstream sees no address the gateway does not vouch
+        for as the last hop's. With ``forwarded_header``, an RFC 7239 ``Forwarded`` element for this hop is sent
+        (appended to the client's only when it is trusted)."""
         request = exchange.request
         incoming = request.headers
-        tenant = exchange.tenant
-        host = incoming.get(hdrs.HOST)
+        host, upstream_host = self._host(exchange)
         forwarded = CIMultiDict(incoming)
-        _drop(forwarded, _REQUEST_DROP, incoming)
-        headers = CIMultiDict(((hdrs.HOST, host if (tenant.preserve_host and host) else tenant.upstream_host_header),))
+        _drop(forwarded, self._drop_names, incoming)
+        headers = CIMultiDict(((hdrs.HOST, upstream_host),))
         headers.extend(forwarded)
+        if hdrs.CONTENT_LENGTH in headers:
+            headers[hdrs.CONTENT_LENGTH] = str(request.content_length)  # "05" reaches the upstream as "5"
         client_ip = request.remote or "unknown"
-        forwarded_for = incoming.get(hdrs.X_FORWARDED_FOR)
-        headers[hdrs.X_FORWARDED_FOR] = f"{forwarded_for}, {client_ip}" if forwarded_for else client_ip
+        claimed = [v.strip() for v in incoming.getall(hdrs.X_FORWARDED_FOR, ()) if v.strip()]
+        headers[hdrs.X_FORWARDED_FOR] = ", ".join([*claimed, client_ip])
         if not (self.trust_forwarded and hdrs.X_FORWARDED_PROTO in incoming):
             headers[hdrs.X_FORWARDED_PROTO] = request.scheme
         if host and not (self.trust_forwarded and hdrs.X_FORWARDED_HOST in incoming):
             headers[hdrs.X_FORWARDED_HOST] = host
+        if self.forwarded_header:
+            element = _forwarded_element(client_ip, request.scheme, host)
+            earlier = ", ".join(incoming.getall(hdrs.FORWARDED, ())) if self.trust_forwarded else ""
+            headers[hdrs.FORWARDED] = f"{earlier}, {element}" if earlier else element
         via = incoming.get(hdrs.VIA)
         headers[hdrs.VIA] = f"{via}, {VIA}" if via else VIA
         for name, value in exchange.upstream_headers.items():
@@ -218,6 +327,16 @@ class ProxyCore:
                 return body_error_reply(exchange)
             return upstream_error_reply(exchange, err)
         exchange.upstream_seconds = time.monotonic() - started
+        if upstream.status == 101:
+            # The gateway asks for no upgrade (Upgrade is hop-by-hop): a switch of protocols it did not ask for cannot
+            # be relayed, and the connection can no longer be read as HTTP.
+            upstream.close()
+            if gate is not None:
+                gate.leave()
+            exchange.upstream_error_kind = "other"
+            exchange.upstream_error = "other: unsolicited 101"
+            return Reply.error(502, "UPSTREAM_UPGRADE", "the upstream service switched protocols unasked",
+                               exchange.ensure_request_id())
         if not 100 <= upstream.status <= 599:
             upstream.close()
             if gate is not None:
@@ -258,3 +377,16 @@ class ProxyCore:
         if gate is not None:
             gate.leave()
         return Reply(status, headers, result, reason=upstream.reason)
+
+
+async def _one_chunk(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+async def _client_body(exchange: Exchange, timeout: float) -> AsyncIterator[bytes]:
+    """``client_chunks`` for a policy: a failure is ``BodyBroken`` with the proxy core's answer."""
+    try:
+        async for chunk in client_chunks(exchange, timeout):
+            yield chunk
+    except ConnectionError as err:
+        raise BodyBroken(body_error_reply(exchange)) from err

@@ -61,6 +61,10 @@ class Behaviour:
     security: bool = False
     base: Callable[[Tenant], Base] | None = None
     check_tenant: TenantCheck | None = None
+    # The behaviour's migration bridge, if it has one: its name, and whether a tenant has it on (an exemption's
+    # ``bridge`` decides for one client).
+    bridge: str | None = None
+    bridge_of: Callable[[Tenant], bool] | None = None
 
     def __post_init__(self) -> None:
         if len(self.flags) != len(self.phases) - 1:

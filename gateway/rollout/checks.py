@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 __all__ = ("rollout_problems",)
 
 
-def _phase_problem(behaviours: Mapping[str, Behaviour], name: str, phase: str | None, *, brownout: bool) -> str | None:
+def _phase_problem(behaviours: Mapping[str, Behaviour], name: str, phase: str | None, *, brownout: bool,
+                   bridge: bool = False) -> str | None:
     known = behaviours.get(name)
     if known is None:
         return f"unknown behaviour {name!r} (known: {', '.join(behaviours)})"
@@ -26,7 +27,7 @@ def _phase_problem(behaviours: Mapping[str, Behaviour], name: str, phase: str | 
         return f"unknown phase {phase!r} of {name} (phases: {', '.join(known.phases)})"
     if brownout and phase == known.phases[0]:
         return f"phase {phase!r} is the first one of {name}: a brownout applies a later phase"
-    if not brownout and phase == known.phases[-1]:
+    if not brownout and not bridge and phase == known.phases[-1]:
         return f"phase {phase!r} is the last one of {name}: nothing to keep"
     return None
 
@@ -44,7 +45,8 @@ def _section_problems(section: RolloutConfig | TenantRollout, where: str, behavi
         if problem:
             problems.append(f"{where}.brownouts[{j}]: {problem}")
     for j, exemption in enumerate(section.exemptions):
-        problem = _phase_problem(behaviours, exemption.behaviour, exemption.phase, brownout=False)
+        problem = _phase_problem(behaviours, exemption.behaviour, exemption.phase, brownout=False,
+                                 bridge=exemption.bridge is not None)
         known = behaviours.get(exemption.behaviour)
         if problem is None and known is not None and known.security and exemption.header is not None:
             problem = (f"{known.name} is a security setting: exempt a client by token_fingerprint only (any client "

@@ -87,6 +87,10 @@ class Exemption(_Model):
     # What the access log shows as "client": the first 12 hex digits of SHA-256 of the Authorization header.
     token_fingerprint: str | None = Field(default=None, pattern=r"^[0-9a-f]{12}$")
     header: HeaderMatch | None = None
+    # Whether this client gets the behaviour's migration bridge (board_cards: card backfill; legacy_uploads: upload
+    # upgrade) until the date; None: the tenant's setting (``bridges``). With a bridge set, the phase may be the last
+    # one: the exemption then changes the bridge only.
+    bridge: bool | None = None
 
     @model_validator(mode="after")
     def _valid(self) -> Exemption:

@@ -67,6 +67,7 @@ class _Exempt:
     until_label: str
     fingerprint: str | None
     header: HeaderMatch | None
+    bridge: bool | None = None
 
     def matches(self, headers: Mapping[str, str], fingerprint: str | None) -> bool:
         """``fingerprint``: the request's token fingerprint (computed once per request by the caller)."""
@@ -93,7 +94,7 @@ class Schedule:
     """One behaviour of one tenant: dated steps, brownout windows and exemptions, as timestamps."""
 
     __slots__ = ("behaviour", "base", "base_why", "base_kind", "steps", "windows", "exemptions", "signals", "_times",
-                 "_by_token", "vary")
+                 "_by_token", "_bridging", "bridge_default", "vary")
 
     def __init__(
         self,
@@ -105,6 +106,7 @@ class Schedule:
         windows: Sequence[_Window],
         exemptions: Sequence[_Exempt],
         signals: Mapping[str, float | None],
+        bridge: bool = False,
     ) -> None:
         self.behaviour = behaviour
         self.base = base
@@ -118,6 +120,8 @@ class Schedule:
         # Headers that decide an exemption: a response that depends on them says so in Vary.
         names = {e.header.name for e in exemptions if e.header is not None}
         self._by_token = any(e.fingerprint is not None for e in exemptions)
+        self._bridging = any(e.bridge is not None for e in exemptions)
+        self.bridge_default = bridge  # the tenant's setting of the behaviour's bridge
         if self._by_token:
             names.add("Authorization")
         self.vary = tuple(sorted(names))
@@ -142,6 +146,18 @@ class Schedule:
                 if now < exempt.until and exempt.index < index and exempt.matches(headers, fingerprint):
                     return exempt.index, "exemption", exempt
         return index, kind, cause
+
+    def bridge(self, now: float, headers: Mapping[str, str]) -> bool:
+        """Whether this request gets the behaviour's migration bridge: the first exemption in force that matches the
+        client and sets ``bridge`` decides, else the tenant's setting."""
+        default = self.bridge_default
+        if not self._bridging:
+            return default
+        fingerprint = token_fingerprint(headers.get("Authorization")) if self._by_token else None
+        for exempt in self.exemptions:
+            if exempt.bridge is not None and now < exempt.until and exempt.matches(headers, fingerprint):
+                return exempt.bridge
+        return default
 
     def decide(self, now: float, headers: Mapping[str, str] | None = None) -> Decision:
         index, kind, cause = self._resolve(now, headers)
@@ -240,7 +256,7 @@ class RolloutPlan:
                             windows.append(_Window(start.timestamp(), end.timestamp(), behaviour.index(phase), label))
                 exempts = [
                     _Exempt(e.name, behaviour.index(e.phase or behaviour.phases[0]), _midnight(e.until, etz),
-                            str(e.until), e.token_fingerprint, e.header)
+                            str(e.until), e.token_fingerprint, e.header, e.bridge)
                     for e, etz in exemptions
                     if e.behaviour == behaviour.name
                 ]
@@ -248,8 +264,9 @@ class RolloutPlan:
                 for flag in behaviour.signals:
                     day, _ = effective_date(own, rollout, flag)
                     signals[flag.name] = None if day is None else _midnight(day, tz)
+                bridge = behaviour.bridge_of(tenant) if behaviour.bridge_of is not None else False
                 per[behaviour.name] = Schedule(behaviour, base.index, base.kind, base.why, steps, windows, exempts,
-                                               signals)
+                                               signals, bridge)
             schedules[tenant.name] = per
         return cls(schedules, timezones)
 

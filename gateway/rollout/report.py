@@ -38,10 +38,18 @@ def describe(plan: RolloutPlan, now: dt.datetime, tenants: Iterable[str] | None 
                     state = "now" if window.start <= stamp else "scheduled"
                     lines.append(f"    brownout ({state}): {schedule.behaviour.phases[window.index]} "
                                  f"from {_fmt(window.start, tz)} to {_fmt(window.end, tz)}")
+            bridge = schedule.behaviour.bridge
+            if bridge is not None:
+                lines.append(f"    bridge {bridge}: {'on' if schedule.bridge_default else 'off'} for the company"
+                             + ("" if not any(e.bridge is not None for e in schedule.exemptions)
+                                else " (exemptions below may say otherwise for a client)"))
             for exempt in schedule.exemptions:
                 state = "active" if stamp < exempt.until else "expired"
-                lines.append(f"    exemption {exempt.name!r} ({state}): {exempt.client} keeps at most "
-                             f"{schedule.behaviour.phases[exempt.index]} until {_fmt(exempt.until, tz)}")
+                keeps = schedule.behaviour.phases[exempt.index]
+                line = f"    exemption {exempt.name!r} ({state}): {exempt.client} keeps at most {keeps}"
+                if exempt.bridge is not None and bridge is not None:
+                    line += f", bridge {bridge} {'on' if exempt.bridge else 'off'}"
+                lines.append(f"{line} until {_fmt(exempt.until, tz)}")
             for flag in schedule.behaviour.signals:
                 start = schedule.signals[flag.name]
                 if start is None:
@@ -62,6 +70,8 @@ def report(plan: RolloutPlan, now: dt.datetime) -> dict[str, Any]:
             decision = schedule.decide(stamp)
             upcoming = schedule.next_change(stamp)
             behaviours[name] = {
+                **({"bridge": {"name": schedule.behaviour.bridge, "on": schedule.bridge_default}}
+                   if schedule.behaviour.bridge is not None else {}),
                 "phase": decision.phase,
                 "kind": decision.kind,
                 "why": decision.why,

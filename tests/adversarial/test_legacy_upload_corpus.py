@@ -16,6 +16,7 @@ from typing import Literal
 import pytest
 
 from tests.adversarial.conftest import send_raw
+from tests.adversarial.parser_disagreements import DISAGREEMENTS
 from tests.conftest import CountingUpstream, RunningGateway, multipart_body, parse_responses
 
 DISABLED = "PUBLIC_API_LEGACY_FILE_UPLOAD_DISABLED"
@@ -207,36 +208,50 @@ CASES: list[Case] = [
     refused("duplicate-boundary-parameter", comment(FILE_BODY, f"{MP}; boundary=other"), "duplicate_boundary"),
     refused("extended-boundary-parameter", comment(FILE_BODY, f"{MP}; boundary*=utf-8''other"), "boundary_parameter"),
     refused("missing-boundary", comment(FILE_BODY, "multipart/form-data"), "missing_boundary"),
-    refused("boundary-with-separator", comment(FILE_BODY, 'multipart/form-data; boundary="a,b"'), "boundary_characters"),
+    refused("boundary-with-semicolon", comment(FILE_BODY, 'multipart/form-data; boundary="a;b"'), "boundary_characters"),
+    blocked("quoted-boundary-with-comma", comment(FILE_BODY.replace(f"--{B}".encode(), b"--a,b"),
+                                                  'multipart/form-data; boundary="a,b"')),
     refused("boundary-too-long", comment(TEXT_BODY, f"multipart/form-data; boundary={'b' * 71}"), "boundary_characters"),
     refused("multipart-mixed", comment(FILE_BODY, f"multipart/mixed; boundary={B}"), "multipart_subtype"),
-    refused("nested-multipart", comment(with_part('Content-Disposition: form-data; name="inner"',
-                                                  "Content-Type: multipart/mixed; boundary=inner")), "nested_multipart"),
+    blocked("nested-multipart", comment(with_part('Content-Disposition: form-data; name="inner"',
+                                                  "Content-Type: multipart/mixed; boundary=inner"))),
     refused("lf-line-endings", comment(TEXT_BODY.replace(b"\r\n", b"\n")), "line_endings"),
     refused("lf-in-part-headers", comment(with_part('Content-Disposition: form-data; name="a"\nX-A: 1')),
             "line_endings"),
     refused("folded-part-header", comment(with_part('Content-Disposition: form-data;', ' name="a"')), "folded_header"),
+    # A part whose headers break a rule but that is a file part to the guard anyway gets the spec's 403.
+    blocked("duplicate-disposition-one-with-filename",
+            comment(with_part('Content-Disposition: form-data; name="a"',
+                              'Content-Disposition: form-data; name="b"; filename="b"'))),  # fmt: skip
     refused("duplicate-disposition", comment(with_part('Content-Disposition: form-data; name="a"',
-                                                       'Content-Disposition: form-data; name="b"; filename="b"')),
+                                                       'Content-Disposition: form-data; name="b"')),
             "duplicate_part_content_disposition"),  # fmt: skip
+    blocked("duplicate-part-content-type-one-not-text",
+            comment(with_part('Content-Disposition: form-data; name="a"', "Content-Type: text/plain",
+                              "Content-Type: image/png"))),  # fmt: skip
     refused("duplicate-part-content-type", comment(with_part('Content-Disposition: form-data; name="a"',
-                                                             "Content-Type: text/plain", "Content-Type: image/png")),
+                                                             "Content-Type: text/plain",
+                                                             "Content-Type: text/plain; charset=utf-8")),
             "duplicate_part_content_type"),  # fmt: skip
-    refused("duplicate-filename-parameter", comment(with_part('Content-Disposition: form-data; name="a"; '
-                                                              'filename="a.txt"; filename="b.txt"')),
-            "duplicate_disposition_parameter"),  # fmt: skip
+    blocked("duplicate-filename-parameter", comment(with_part('Content-Disposition: form-data; name="a"; '
+                                                              'filename="a.txt"; filename="b.txt"'))),  # fmt: skip
+    refused("duplicate-name-parameter", comment(with_part('Content-Disposition: form-data; name="a"; name="b"')),
+            "duplicate_disposition_parameter"),
+    refused("ambiguous-part-then-text", comment(multipart_body([(['Content-Disposition: form-data; name="a"; name="b"'],
+                                                                 b"x"), TEXT], B)), "duplicate_disposition_parameter"),
     refused("backslash-escape-hiding-filename",
-            comment(with_part('Content-Disposition: form-data; name="a\\"; filename=\\"x.txt"')), "malformed_disposition"),
+            comment(with_part('Content-Disposition: form-data; name="a\\"; filename=\\"x.txt"')), "filename_outside_parameter"),
     refused("filename-inside-a-quoted-name", comment(with_part('Content-Disposition: form-data; name="a; filename=x"')),
             "filename_outside_parameter"),
     refused("part-without-disposition", comment(with_part("Content-Type: text/plain")), "missing_disposition"),
     refused("disposition-type-attachment", comment(with_part('Content-Disposition: attachment; name="a"')),
             "disposition_type"),
-    refused("extended-name-parameter", comment(with_part("Content-Disposition: form-data; name*=UTF-8''files%5B%5D")),
+    refused("continued-name-parameter", comment(with_part("Content-Disposition: form-data; name*0=fi; name*1=les")),
             "extended_name"),
     refused("unterminated-body", comment(TEXT_BODY[: -len(f"--{B}--\r\n")]), "unterminated_body"),
     refused("empty-multipart-body", comment(b""), "unterminated_body"),
-    refused("preamble", comment(b"preamble text\r\n" + FILE_BODY), "preamble"),
+    blocked("preamble-then-file-part", comment(b"preamble text\r\n" + FILE_BODY)),
+    refused("boundary-mid-line-in-preamble", comment(b"preamble --" + B.encode() + b"\r\n" + FILE_BODY), "preamble"),
     refused("boundary-mid-line", comment(TEXT_BODY.replace(b"hello, world\r\n", b"hello, world")),
             "delimiter_not_on_own_line"),
     refused("transport-padding-after-delimiter", comment(TEXT_BODY.replace(f"--{B}\r\n".encode(), f"--{B} \r\n".encode())),
@@ -258,8 +273,10 @@ CASES: list[Case] = [
             415, "LEGACY_UPLOAD_ENCODED"),
     refused("content-encoding-identity", comment(TEXT_BODY, headers=[("Content-Encoding", "identity")]),
             "content_encoding", 415, "LEGACY_UPLOAD_ENCODED"),
-    refused("transfer-coding-gzip-chunked",
-            comment(b"", headers=[("Transfer-Encoding", "gzip, chunked")]) + chunked(FILE_BODY, 100), "transfer_coding"),
+    # Refused at the edge on every route (400 BAD_TRANSFER_ENCODING), before the guard's own transfer_coding rule.
+    Case("transfer-coding-gzip-chunked",
+         comment(b"", headers=[("Transfer-Encoding", "gzip, chunked")]) + chunked(FILE_BODY, 100), (400,),
+         "BAD_TRANSFER_ENCODING"),
     refused("look-ahead-exceeded", comment(BIG_TEXT), "look_ahead_exceeded", 413, "LEGACY_UPLOAD_UNDECIDED"),
     # --- refused by the HTTP parser: malformed framing never reaches any upstream --------------------------------
     framing("content-length-and-transfer-encoding", comment(b"", headers=[("Content-Length", "10"),
@@ -346,6 +363,10 @@ CASES: list[Case] = [
            Sent("POST", "/api/v1/cards/1/comments", FILE_BODY), deprecated="yes"),
     passed("forbid-off-ambiguous-body-passes", comment(lf := FILE_BODY.replace(b"\r\n", b"\n"), host="old.test"),
            Sent("POST", "/api/v1/cards/1/comments", lf), deprecated="yes"),
+    # --- found by the differential harness (tests/adversarial/parser_disagreements.py) -----------------------------
+    *(passed(f"differential-{d.id}", comment(d.body, d.ct), Sent("POST", "/api/v1/cards/1/comments", d.body))
+      if d.expect == "passed" else blocked(f"differential-{d.id}", comment(d.body, d.ct)) if d.expect == "blocked"
+      else refused(f"differential-{d.id}", comment(d.body, d.ct), d.rule or "") for d in DISAGREEMENTS),
     passed("forbid-off-text-comment-not-marked", comment(TEXT_BODY, host="old.test"),
            Sent("POST", "/api/v1/cards/1/comments", TEXT_BODY), deprecated="no"),
 ]

@@ -253,14 +253,34 @@ def test_services_and_service_monitor_select_the_pods(rendered: tuple[list[dict[
     for service in services:
         assert service["spec"]["selector"].items() <= pod_labels.items(), service["metadata"]["name"]
     public = [s for s in services if any(p["targetPort"] == "http" for p in s["spec"]["ports"])]
-    admin = [s for s in services if any(p["targetPort"] == "admin" for p in s["spec"]["ports"])]
+    admin = [s for s in services if any(p["targetPort"] == "admin" for p in s["spec"]["ports"])
+             and s["spec"].get("clusterIP") != "None"]
     assert len(public) == 1 and len(admin) == 1 and public != admin, "admin port on its own Service"
+    assert all(p["targetPort"] != "http" for s in services if s not in public for p in s["spec"]["ports"]), (
+        "the public port only on the public Service")
     monitor = one(docs, "ServiceMonitor")
     selected = [s for s in services if monitor["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()]
     assert selected == admin, "the ServiceMonitor selects the admin Service only"
     ports = {p["name"] for p in admin[0]["spec"]["ports"]}
     for endpoint in monitor["spec"]["endpoints"]:
         assert endpoint["port"] in ports and endpoint["path"] == "/metrics"
+
+
+def test_a_headless_service_lists_every_pod_for_the_fleet_usage_report(
+        rendered: tuple[list[dict[str, Any]], bool]) -> None:
+    """`gateway usage --discover deprecation-gateway-admin-pods:9090` resolves one address per pod (ready or not: a
+    draining pod still holds its share of the window), on the admin port only; Prometheus does not scrape it (each
+    pod would be scraped twice)."""
+    docs, _ = rendered
+    deployment, _, container = _pod(docs)
+    headless = one(docs, "Service", "deprecation-gateway-admin-pods")
+    spec = headless["spec"]
+    assert spec["clusterIP"] == "None" and spec["publishNotReadyAddresses"] is True
+    assert spec["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    assert [(p["port"], p["targetPort"]) for p in spec["ports"]] == [(9090, "admin")]
+    assert {p["name"]: p["containerPort"] for p in container["ports"]}["admin"] == 9090
+    monitor = one(docs, "ServiceMonitor")
+    assert not monitor["spec"]["selector"]["matchLabels"].items() <= headless["metadata"]["labels"].items()
 
 
 def test_autoscaler_and_disruption_budget(rendered: tuple[list[dict[str, Any]], bool]) -> None:

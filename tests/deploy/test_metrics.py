@@ -24,6 +24,8 @@ from tests.conftest import (
     AdminFactory, GatewayFactory, Received, RecordingUpstream, free_port, guarded_routes, make_config,
 )
 
+from tests.process_testlib import ROOT
+
 from .deploy_testlib import DASHBOARD, alert_rules, dashboard_queries, grouping_labels, literal_values, selectors
 
 # Labels a scrape adds (prometheus-operator's ServiceMonitor or a plain scrape config), not the gateway.
@@ -86,7 +88,16 @@ async def scrape(upstream: RecordingUpstream, start_gateway: GatewayFactory, sta
 
 
 def declared_families() -> set[str]:
-    return {family.name for family in Metrics().registry.collect()}
+    """The core's families and every policy's, as the default config (every policy on a route) declares them."""
+    from gateway.app import build_state, load_config
+
+    async def nowhere(exchange: Any) -> Any:
+        raise AssertionError("not called")
+
+    metrics = Metrics()
+    build_state(load_config(ROOT / "config" / "gateway.yaml"), nowhere, FixedClock(parse_instant("2026-11-24T00:00:00Z")),
+                metrics)
+    return {family.name for family in metrics.registry.collect()}
 
 
 def check_expression(where: str, expr: str, scrape: Scrape) -> list[str]:
@@ -178,4 +189,46 @@ def test_dashboard_structure() -> None:
                    "Top clients of deprecated behaviour"):
         assert needed in titles
     text = next(p for p in panels if p["type"] == "text")["options"]["content"]
-    assert "/deprecations" in text and "gateway usage" in text
+    assert "/deprecations" in text and "gateway usage" in text and "/status" in text and "--discover" in text
+
+
+# The families that carry the company (tenant names from the config, "none" for refusals before routing).
+TENANT_FAMILIES = ("gateway_requests_total", "gateway_legacy_uploads_total", "gateway_board_responses_total",
+                   "gateway_board_cards_removed_total", "gateway_rollout_phase")
+
+
+def test_the_dashboard_filters_every_per_company_family_by_the_tenant_variable() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    tenant = variables["tenant"]
+    assert tenant["type"] == "query" and tenant["includeAll"] and tenant["multi"] and tenant["allValue"] == ".*"
+    assert "gateway_requests_total" in tenant["query"]["query"]  # the family that also has tenant="none"
+    checked = 0
+    for where, expr in dashboard_queries(dashboard):
+        for selector in selectors(expr):
+            if selector.metric in TENANT_FAMILIES and where.startswith("panel"):
+                assert ("tenant", "=~", "$tenant") in selector.matchers, (where, expr)
+                checked += 1
+    assert checked >= 15
+    titles = {p["title"] for p in dashboard["panels"]}
+    assert {"Requests by tenant", "Legacy uploads by tenant and decision", "Board responses by tenant and action",
+            "Cards withheld per second by tenant"} <= titles
+
+
+def test_the_deprecation_alerts_fire_per_company() -> None:
+    for rule in alert_rules():
+        if rule["alert"] in ("GatewayLegacyUploadsAfterForbidDate", "GatewayBoardCardsAfterRemovalDate",
+                             "GatewayBoardCardsExemptedAfterRemovalDate"):
+            assert "tenant" in grouping_labels(rule["expr"]), rule["alert"]
+            assert "$labels.tenant" in rule["annotations"]["summary"], rule["alert"]
+
+
+def test_every_request_and_deprecation_family_has_a_tenant_label(scrape: Scrape) -> None:
+    """Every sample of those families names its company (the legacy upload guard's family too, once its policy
+    labels it: see docs/operations.md)."""
+    for family in TENANT_FAMILIES:
+        samples = [labels for name, series in scrape.samples.items() if name == family for labels in series]
+        assert samples, family
+        assert all("tenant" in labels for labels in samples), family
+    requests = {labels["tenant"] for labels in scrape.samples["gateway_requests_total"]}
+    assert {"acme", "oldco", "gone", "none"} <= requests

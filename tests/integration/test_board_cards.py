@@ -60,8 +60,13 @@ async def start(start_gateway: GatewayFactory, upstream: RecordingUpstream, at: 
     return await start_gateway(board_config(upstream.url, **kwargs), clock=FixedClock(parse_instant(at)))
 
 
-def counter(gw: Any, phase: str, action: str) -> float:
-    return gw.metrics.registry.get_sample_value("gateway_board_responses_total", {"phase": phase, "action": action}) or 0.0
+def counter(gw: Any, phase: str, action: str, tenant: str = "acme") -> float:
+    labels = {"tenant": tenant, "phase": phase, "action": action}
+    return gw.metrics.registry.get_sample_value("gateway_board_responses_total", labels) or 0.0
+
+
+def cards_removed(gw: Any, tenant: str = "acme") -> float:
+    return gw.metrics.registry.get_sample_value("gateway_board_cards_removed_total", {"tenant": tenant}) or 0.0
 
 
 # --- Phases --------------------------------------------------------------------------------------------------------
@@ -153,7 +158,7 @@ async def test_board_sizes_in_the_cap_phase(upstream, start_gateway, client, cou
     cut = got.index(b',"cards_deprecation_message"')
     assert body.startswith(got[: cut - 1])
     assert body.endswith(got[got.index(b'"card_properties"') - 1 :])
-    assert gw.metrics.registry.get_sample_value("gateway_board_cards_removed_total") == count - 100
+    assert cards_removed(gw) == count - 100
 
 
 @pytest.mark.parametrize("count", [0, 100, 101, 10_000])
@@ -169,7 +174,7 @@ async def test_board_sizes_in_the_removal_phase(upstream, start_gateway, client,
     before, after = body.split(b'"cards":', 1)
     assert got.startswith(before)
     assert got.endswith(after[after.index(b',"card_properties"'):])
-    assert gw.metrics.registry.get_sample_value("gateway_board_cards_removed_total") == count
+    assert cards_removed(gw) == count
 
 
 async def test_unicode_big_integers_and_floats_are_kept_as_written(upstream, start_gateway, client) -> None:
@@ -503,7 +508,7 @@ async def test_memo_is_only_used_for_identical_bodies(upstream, start_gateway, c
         async with client.get(gw.url + "/api/latest/boards/1") as resp:
             doc = json.loads(await resp.read())
         assert f"of {150 if i % 2 == 0 else 160} cards" in doc["cards_deprecation_message"]
-    assert gw.metrics.registry.get_sample_value("gateway_board_cards_removed_total") == 50 + 60 + 50 + 60
+    assert cards_removed(gw) == 50 + 60 + 50 + 60
 
 
 # --- Against the sandbox -----------------------------------------------------------------------------------------

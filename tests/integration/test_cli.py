@@ -113,7 +113,7 @@ def test_serve_in_front_of_the_sandbox_then_stop_on_sigterm(stack) -> None:
         urllib.request.urlopen(stack["gw"] + "/api/latest/boards/1", timeout=5)
     assert err.value.code == 401  # the sandbox's answer to a missing token, passed through
     metrics = urllib.request.urlopen(stack["admin"] + "/metrics", timeout=5).read().decode()
-    assert 'gateway_requests_total{method="GET",route="card_list",status_class="2xx"} 1.0' in metrics
+    assert 'gateway_requests_total{method="GET",route="card_list",status_class="2xx",tenant="sandbox"} 1.0' in metrics
     proc: subprocess.Popen[bytes] = stack["process"]  # type: ignore[assignment]
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(15) == 0

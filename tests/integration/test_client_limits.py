@@ -187,3 +187,57 @@ async def test_the_gate_hands_turns_over_in_order_and_gives_up_after_its_timeout
     assert order == ["a", "b"] and gate.busy == 1
     gate.leave()
     assert gate.busy == 0 and gate.try_enter()
+
+
+def _limits(pid: int) -> tuple[int, int]:
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            soft, hard = line.split()[3:5]
+            return int(soft), int(hard)
+    raise AssertionError("no open-file limit in /proc")
+
+
+async def test_the_open_file_limit_is_raised_to_the_hard_one_and_a_low_hard_limit_is_warned_about(
+    upstream: RecordingUpstream, tmp_path: Path
+) -> None:
+    import resource
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.conftest import free_port
+    from tests.process_testlib import ROOT
+
+    _, parent_hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # The child starts with a soft limit of 256 and a hard one of 2,048 (or the parent's, if lower).
+    hard = 2048 if parent_hard == resource.RLIM_INFINITY else min(parent_hard, 2048)
+    for max_connections, low in ((100, False), (5000, True)):
+        port, admin = free_port(), free_port()
+        data = _config(upstream.url, listen=f"127.0.0.1:{port}", admin_listen=f"127.0.0.1:{admin}",
+                       max_connections=max_connections)
+        path = tmp_path / f"gw-{max_connections}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        log = tmp_path / f"gw-{max_connections}.log"
+
+        def lower(limit: int = hard) -> None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (256, limit))
+
+        with log.open("wb") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(path)], cwd=ROOT,
+                                    stdout=out, stderr=subprocess.STDOUT, preexec_fn=lower)
+        try:
+            async def ready() -> bool:
+                try:
+                    async with aiohttp.ClientSession() as c, c.get(f"http://127.0.0.1:{admin}/readyz") as r:
+                        return r.status == 200
+                except aiohttp.ClientError:
+                    return False
+
+            await wait_for(ready, 15)
+            assert _limits(proc.pid) == (hard, hard)  # started at 256, raised to the hard limit
+            warned = "open-file limit" in log.read_text()
+            assert warned is low  # 5,000 connections need more than 2,048 descriptors; 100 do not
+        finally:
+            proc.terminate()
+            proc.wait(10)

@@ -3,6 +3,7 @@ fails loudly (non-zero, with the log's end) when the gateway cannot start."""
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
@@ -33,6 +34,14 @@ def test_the_demo_serves_on_the_ports_it_is_given() -> None:
                                          headers={"Authorization": "Bearer sandbox-token"})
         with urllib.request.urlopen(request, timeout=10) as resp:
             assert resp.status == 200 and resp.headers["Via"] == "1.1 deprecation-gateway"
+            plain = json.loads(resp.read())
+        # The sandbox plays the service after the withdrawal: no cards, except for the demo's bridged legacy client.
+        assert "cards" not in plain and "cards_deprecation_message" in plain
+        request = urllib.request.Request(request.full_url, headers={"Authorization": "Bearer sandbox-token",
+                                                                    "User-Agent": "legacy-demo/1.0"})
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            assert resp.headers["X-Gateway-Backfill"].startswith("done; cards=250;")
+            assert len(json.loads(resp.read())["cards"]) == 250
         with urllib.request.urlopen(f"http://127.0.0.1:{admin}/readyz", timeout=10) as resp:
             assert resp.status == 200
     finally:

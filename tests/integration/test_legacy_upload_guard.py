@@ -52,7 +52,10 @@ async def ggw(counting_upstream: CountingUpstream, start_gateway: GatewayFactory
 
 
 def _counter(gw: RunningGateway, route: str, decision: str) -> float:
-    return gw.metrics.registry.get_sample_value("gateway_legacy_uploads_total", {"route": route, "decision": decision}) or 0.0
+    """Over every tenant (each request's tenant is its Host's)."""
+    return sum(gw.metrics.registry.get_sample_value("gateway_legacy_uploads_total",
+                                                    {"tenant": tenant, "route": route, "decision": decision}) or 0.0
+               for tenant in ("acme", "oldco"))
 
 
 async def test_blocked_put_gets_the_spec_403(

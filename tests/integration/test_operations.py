@@ -129,7 +129,8 @@ async def test_two_workers_share_the_port_and_aggregate_metrics(upstream: Record
                 async with client.get(p.url + "/w", headers={"Connection": "close"}) as resp:
                     assert resp.status == 200
         metrics = await p.metrics()
-        total = metrics[("gateway_requests_total", (("method", "GET"), ("route", "catch_all"), ("status_class", "2xx")))]
+        labels = (("method", "GET"), ("route", "catch_all"), ("status_class", "2xx"), ("tenant", "t"))
+        total = metrics[("gateway_requests_total", labels)]
         assert total == 40.0
         proc.send_signal(signal.SIGHUP)
 

@@ -108,7 +108,8 @@ async def test_every_request_leaves_one_record_that_matches_what_the_client_saw(
     metrics = await gw.metrics()
 
     def requests(status_class: str, route: str = "catch_all") -> float:
-        labels = (("method", "GET"), ("route", route), ("status_class", status_class))
+        tenant = "none" if route == "none" else "t"
+        labels = (("method", "GET"), ("route", route), ("status_class", status_class), ("tenant", tenant))
         return metrics.get(("gateway_requests_total", labels), 0.0)
 
     assert requests("4xx") == N  # the 499s

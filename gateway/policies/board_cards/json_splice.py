@@ -36,7 +36,7 @@ except ImportError:  # not built (no C compiler at install): the exact path give
     _native_scan = None
 NATIVE = _native_scan is not None  # whether the compiled scanner is there (board_cards warns when it is not)
 
-__all__ = ("Layout", "Member", "NotJSON", "drop", "scan", "splice", "truncate")
+__all__ = ("Layout", "Member", "NotJSON", "array_elements", "drop", "scan", "set_member", "splice", "truncate")
 
 
 class NotJSON(ValueError):
@@ -306,3 +306,75 @@ def drop(body: bytes, layout: Layout, extra: tuple[str, bytes] | None = None) ->
     if extra is not None:
         edits.append(_set_extra(layout, member.end, *extra))
     return splice(body, edits)
+
+
+def array_elements(body: bytes) -> list[bytes]:
+    """The raw bytes of each element of a JSON text whose top-level value is an array (checked as ``scan`` checks
+    an array member); ``NotJSON`` otherwise."""
+    n = len(body)
+    pos = _skip_ws(body, 0)
+    if pos >= n or body[pos] != 0x5B:
+        raise NotJSON("the top-level value is not an array")
+    scanned = _native_array(body, pos, n)
+    if scanned is None:
+        scanned = _scan_array(body, pos, n)
+    end, count, ends, _ = scanned
+    if _skip_ws(body, end) != n:
+        raise NotJSON(f"unexpected data after the top-level array at offset {end}")
+    elements: list[bytes] = []
+    start = _skip_ws(body, pos + 1)
+    for stop in ends:
+        elements.append(body[start:stop])
+        start = _skip_ws(body, _skip_ws(body, stop) + 1)  # past the comma
+    assert len(elements) == count
+    return elements
+
+
+def set_member(body: bytes, layout: Layout, key: str, value: bytes, *, before: str | None = None,
+               remove: Sequence[str] = ()) -> bytes:
+    """Set top-level member ``key`` to the raw JSON ``value``: in place when present, else inserted just before
+    member ``before`` when there is one, else at the end. Members named in ``remove`` are taken out. Every other byte
+    stays as it was."""
+    members = layout.members
+    names = [m.key for m in members]
+    kept = [i for i, name in enumerate(names) if name not in remove or name == key]
+    edits: list[tuple[int, int, bytes]] = []
+    if not kept and members:
+        edits.append((members[0].start, members[-1].end, b""))
+    else:
+        for i in (i for i in range(len(members)) if i not in kept):
+            # A member goes with the separator that joins it to the next kept member, or else to the previous one.
+            later = next((j for j in kept if j > i), None)
+            if later is not None:
+                edits.append((members[i].start, members[later].start, b""))
+            else:
+                earlier = max(j for j in kept if j < i)
+                edits.append((members[earlier].end, members[i].end, b""))
+    edits = _merge(edits)
+    if key in names:
+        member = members[names.index(key)]
+        edits.append((member.value_start, member.end, value))
+        return splice(body, edits)
+    new = _member_bytes(key, value)
+    if before is not None and before in names and names.index(before) in kept:
+        at = members[names.index(before)].start
+        edits.append((at, at, new + b","))
+    elif kept:
+        at = members[kept[-1]].end
+        edits.append((at, at, b"," + new))
+    else:
+        # No member is left: the new one is the object's only member, just after the opening brace.
+        at = _skip_ws(body, 0) + 1
+        edits.append((at, at, new))
+    return splice(body, edits)
+
+
+def _merge(edits: list[tuple[int, int, bytes]]) -> list[tuple[int, int, bytes]]:
+    """Deletions that touch or overlap joined into one."""
+    out: list[tuple[int, int, bytes]] = []
+    for start, end, data in sorted(edits):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end), b"")
+        else:
+            out.append((start, end, data))
+    return out

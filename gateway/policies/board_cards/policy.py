@@ -5,7 +5,8 @@ removal date, none. Whenever cards are excluded, ``cards_deprecation_message`` n
 request that replaces them. The phase comes from the rollout plan (dates, overrides, brownouts, exemptions).
 
 A compatibility policy: a body it cannot edit safely (not 200, not JSON, not parseable, too large, an unknown
-content coding) passes through untouched, counted in ``gateway_board_responses{phase,action}`` and logged once.
+content coding) passes through untouched, counted in ``gateway_board_responses{tenant,phase,action}`` and logged
+once.
 See docs/policies/board_cards.md for the choices on compression and validators.
 """
 
@@ -20,6 +21,7 @@ import re
 import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Literal
 
 from multidict import CIMultiDict
@@ -32,6 +34,7 @@ from ...rollout.behaviour import Behaviour, DateFlag
 from ...rollout.plan import Schedule
 from ..base import BuildContext, PolicySpec
 from . import json_splice
+from .backfill import REASONS, BackfillFailed, BackfillOptions, fetch_cards
 
 __all__ = ("BOARD_CARDS", "Families", "NAME", "Options", "SPEC", "build")
 
@@ -52,20 +55,33 @@ BOARD_CARDS = Behaviour(
     (DateFlag("board_cards_cap", dt.date(2026, 10, 1)), DateFlag("board_cards_removal", dt.date(2026, 11, 1))),
     signals=(DateFlag("board_cards_announcement", label="Deprecation and Link headers",
                       unset="on every board response"),),
+    bridge="card_backfill",
+    bridge_of=lambda tenant: tenant.card_backfill,
 )
-_ACTIONS = ("untouched", "capped", "removed", "passed_through_unparsed", "too_large", "not_ok", "not_modified")
+_ACTIONS = ("untouched", "capped", "removed", "passed_through_unparsed", "too_large", "not_ok", "not_modified",
+            "backfilled", "backfill_failed")
+_BACKFILL_OUTCOMES = ("done", *REASONS)
+# The response header that says what the card backfill bridge did (only on bridged requests that needed it).
+BACKFILL_HEADER = "X-Gateway-Backfill"
 
 
 class Families:
-    """This policy's metric families."""
+    """This policy's metric families, per tenant (tenant names come from the config: the label is bounded)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.responses = Counter(
-            "gateway_board_responses", "Board responses, by phase and action (untouched, capped, removed, "
-            "passed_through_unparsed, too_large, not_ok).", ("phase", "action"), registry=registry,
+            "gateway_board_responses", "Board responses, by tenant, phase and action (untouched, capped, removed, "
+            "passed_through_unparsed, too_large, not_ok, not_modified).", ("tenant", "phase", "action"),
+            registry=registry,
         )
         self.cards_removed = Counter(
-            "gateway_board_cards_removed", "Cards withheld from board responses.", registry=registry,
+            "gateway_board_cards_removed", "Cards withheld from board responses, by tenant.", ("tenant",),
+            registry=registry,
+        )
+        self.backfills = Counter(
+            "gateway_board_backfills", "Card backfills (the bridge rebuilding cards from the paginated card list), by "
+            "tenant and outcome (done, or why not: " + ", ".join(REASONS) + ").", ("tenant", "outcome"),
+            registry=registry,
         )
 
 
@@ -89,6 +105,9 @@ class Options(BaseModel):
     compress_level: int = Field(default=6, ge=1, le=9)
     # Scans of identical upstream bodies are reused (checked byte for byte); total size of bodies kept. 0: off.
     memo_bytes: int = Field(default=64 * MiB, ge=0, le=4096 * MiB)
+    # The card backfill bridge's bounds (whether it applies: the tenant's bridges.card_backfill, or an exemption's
+    # bridge).
+    backfill: BackfillOptions = BackfillOptions()
 
 
 # Response headers that describe the upstream's bytes and are wrong for a rewritten body.
@@ -219,8 +238,14 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         (options.model_dump_json() + _REWRITE_VERSION).encode()
     ).hexdigest()[:8]
     suffixes = {i: f".cards-{phases[i]}-{fingerprint}" for i in (1, 2)}
-    counters = {(phase, action): families.responses.labels(phase, action) for phase in phases for action in _ACTIONS}
-    removed_counter = families.cards_removed
+    # Every series of every configured tenant exists from the start (at 0), so that increase() sees the first one.
+    counters = {
+        (tenant, phase, action): families.responses.labels(tenant, phase, action)
+        for tenant in schedules for phase in phases for action in _ACTIONS
+    }
+    removed_counters = {tenant: families.cards_removed.labels(tenant) for tenant in schedules}
+    backfill_counters = {(tenant, outcome): families.backfills.labels(tenant, outcome)
+                         for tenant in schedules for outcome in _BACKFILL_OUTCOMES}
     # Per tenant, once: when the signal headers start, the Deprecation header (the cap date), and what a rewritten
     # response varies on.
     signal_from = {tenant: s.signals["board_cards_announcement"] for tenant, s in schedules.items()}
@@ -275,8 +300,13 @@ def build(options: Options, ctx: BuildContext) -> Policy:
                 kept.append(f'"{opaque[: -len(suffix)]}"')
         return ", ".join(kept) or None
 
-    def message(board: str, index: int, count: int) -> bytes:
-        if index == 1:
+    def message(board: str, index: int, count: int | None) -> bytes:
+        if index == 1 and count is None:
+            text = (
+                f"Cards on the board route are deprecated: this response holds the first {cap} cards. "
+                f"Read the rest with GET {SUCCESSOR}?board_id={board}&limit={page_limit}&offset={cap}."
+            )
+        elif index == 1:
             text = (
                 f"Cards on the board route are deprecated: this response holds the first {cap} of {count} cards. "
                 f"Read the rest with GET {SUCCESSOR}?board_id={board}&limit={page_limit}&offset={cap}."
@@ -325,7 +355,7 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         label = phase if kind not in ("brownout", "exemption") else f"{phase}({kind})"
 
         def finish(action: str, reason: str | None = None) -> None:
-            counters[(phase, action)].inc()
+            counters[(tenant, phase, action)].inc()
             exchange.decisions[NAME] = f"{label}:{action}"
             if reason is not None:
                 log.warning(
@@ -333,7 +363,10 @@ def build(options: Options, ctx: BuildContext) -> Policy:
                     action, reason, tenant, exchange.route.name, exchange.request_id,
                 )
 
-        if index == 0:
+        # The card backfill bridge: for a client whose phase shows cards (all, or up to the cap), when the tenant or
+        # an exemption says so.
+        bridged = index < 2 and schedule.bridge(now, exchange.headers)
+        if index == 0 and not bridged:
             reply = await next(exchange)
             if reply.status in (200, 304):
                 signal_headers(reply.headers, tenant, board, now)
@@ -349,7 +382,11 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         for name in _CONDITIONAL_DROP:
             upstream_headers[name] = None
         if_none_match = exchange.headers.get("If-None-Match")
-        if if_none_match is not None:
+        if bridged:
+            # The answer may be assembled from pages: its validator is the gateway's, so the gateway judges the
+            # condition itself, on a full answer from the upstream.
+            upstream_headers["If-None-Match"] = None
+        elif if_none_match is not None:
             upstream_headers["If-None-Match"] = translate_if_none_match(if_none_match, index)
         head = exchange.method == "HEAD"
         if head:
@@ -363,6 +400,12 @@ def build(options: Options, ctx: BuildContext) -> Policy:
                 exchange.method = "HEAD"
         headers = reply.headers
         status = reply.status
+        if status == 304 and index == 0:
+            # (bridged; asked unconditionally: an upstream answering 304 anyway is passed on as phase 0 would.)
+            signal_headers(headers, tenant, board, now)
+            vary(headers, rewritten_vary[tenant])
+            finish("not_modified")
+            return reply
         if status == 304:
             etag = weak_etag(headers.get("ETag"), index)
             headers.popall("ETag", None)
@@ -409,6 +452,21 @@ def build(options: Options, ctx: BuildContext) -> Policy:
                 entry = _MemoEntry(body, layout)
                 if memo is not None:
                     memo.put(key, entry)
+            if bridged:
+                want = _backfill_want(entry.layout, index, cap)
+                if want is not False:
+                    return await backfilled(exchange, reply, body, entry.layout, index, board, want, if_none_match,
+                                            now, finish)
+                if index == 0:
+                    # The upstream's board is whole: it goes as it came (the condition judged here, see above).
+                    signal_headers(headers, tenant, board, now)
+                    vary(headers, rewritten_vary[tenant])
+                    if _not_modified(if_none_match, headers.get("ETag")):
+                        _to_304(reply)
+                        finish("not_modified")
+                    else:
+                        finish("untouched")
+                    return reply
             gzip_ok = _accepts_gzip(exchange.headers.get("Accept-Encoding"))
             cached = entry.rendered.get((index, gzip_ok))
             if cached is None:
@@ -440,12 +498,90 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         vary(headers, rewritten_vary[tenant])
         signal_headers(headers, tenant, board, now)
         if withheld:
-            removed_counter.inc(withheld)
+            removed_counters[tenant].inc(withheld)
+        if bridged and _not_modified(if_none_match, headers.get("ETag")):
+            _to_304(reply)
+            finish("not_modified")
+            return reply
         finish(action)
         reply.set_body(rendered)
         return reply
 
+    async def backfilled(exchange: Exchange, reply: Reply, body: bytes, layout: json_splice.Layout, index: int,
+                         board: str, want: int | None, if_none_match: str | None, now: float,
+                         finish: Callable[[str], None]) -> Reply:
+        """The board with its cards rebuilt from the card list; on any failure, the upstream's board as it came."""
+        tenant = exchange.tenant.name
+        headers = reply.headers
+        vary(headers, rewritten_vary[tenant])
+        signal_headers(headers, tenant, board, now)
+        try:
+            filled = await fetch_cards(exchange, board, want, options.backfill)
+        except BackfillFailed as failed:
+            backfill_counters[(tenant, failed.reason)].inc()
+            exchange.notes["board_cards.backfill"] = failed.reason
+            headers[BACKFILL_HEADER] = f"failed; reason={failed.reason}"
+            log.warning("board_cards: card backfill not done (%s); tenant %s, board %s, request id %s",
+                        failed.detail, tenant, board, exchange.request_id)
+            finish("backfill_failed")
+            return reply  # the bytes read: never a partial array presented as whole
+        cards = filled.cards
+        truncated = index == 1 and len(cards) > cap
+        if truncated:
+            cards = cards[:cap]
+        out = json_splice.set_member(body, layout, "cards", b"[" + b",".join(cards) + b"]", before=MESSAGE_KEY,
+                                     remove=() if truncated else (MESSAGE_KEY,))
+        if truncated:
+            # More cards than the phase shows: the first ones, and the message naming the rest's request.
+            out = json_splice.set_member(out, json_splice.scan(out, MESSAGE_KEY), MESSAGE_KEY, message(board, 1, None))
+        for name in _REWRITE_DROP:
+            headers.popall(name, None)
+        # The gateway's own validator: the answer is assembled from several upstream responses.
+        headers["ETag"] = f'W/"bf-{hashlib.sha256(out).hexdigest()[:20]}"'
+        headers[BACKFILL_HEADER] = f"done; cards={len(cards)}; pages={filled.pages}"
+        backfill_counters[(tenant, "done")].inc()
+        exchange.notes["board_cards.backfill"] = f"done cards={len(cards)} pages={filled.pages}"
+        if _not_modified(if_none_match, headers["ETag"]):
+            _to_304(reply)
+            finish("not_modified")
+            return reply
+        if _accepts_gzip(exchange.headers.get("Accept-Encoding")) and len(out) >= options.compress_min_bytes:
+            out = gzip.compress(out, compresslevel=options.compress_level, mtime=0)
+            headers["Content-Encoding"] = "gzip"
+        finish("backfilled")
+        reply.set_body(out)
+        return reply
+
     return board_cards
+
+
+def _backfill_want(layout: json_splice.Layout, index: int, cap: int) -> int | None | bool:
+    """For a bridged request: False when the upstream's board already holds what the phase shows; else how many
+    cards to fetch (None: all of them; the cap and one more: enough to know whether the phase withholds any)."""
+    if layout.target is not None and not layout.is_array:
+        return False  # not a board this policy can edit: passed through by the rewrite
+    withheld = layout.target is None or layout.extra is not None
+    if not withheld or (index == 1 and layout.count >= cap):
+        return False
+    return None if index == 0 else cap + 1
+
+
+def _not_modified(if_none_match: str | None, etag: str | None) -> bool:
+    """RFC 9110 13.1.2: weak comparison of ``If-None-Match`` with the answer's ETag."""
+    if not if_none_match or not etag:
+        return False
+    tags = _parse_etags(if_none_match)
+    mine = _parse_etags(etag)
+    if not tags or not mine or len(mine) != 1:
+        return False
+    return any(opaque == "*" or opaque == mine[0][1] for _, opaque in tags)
+
+
+def _to_304(reply: Reply) -> None:
+    reply.status = 304
+    reply.reason = None
+    reply.set_body(b"")
+    reply.headers.popall("Content-Encoding", None)
 
 
 def _action_of(layout: json_splice.Layout, index: int, cap: int) -> tuple[str, int]:

@@ -2,8 +2,9 @@
 
 Pure: no I/O and no aiohttp, so every rule is unit-testable byte by byte. It is strict on purpose. The gateway does
 not parse the body for the upstream, it only decides whether the upstream could see a file in it, so anything two
-common multipart parsers could read differently is reported as ``Ambiguous`` instead of guessed. The rules are
-listed in docs/policies/legacy_upload_guard.md.
+common multipart parsers could read differently is reported as ``Ambiguous`` instead of guessed. The rules, and the
+parsers that read each case differently (tests/differential), are listed in docs/policies/legacy_upload_guard.md.
+A file part wins over an ambiguity: a rule broken in one part's headers is remembered while the next parts are read.
 
 Memory stays bounded whatever the body size: the sniffer keeps at most one part's header block
 (``max_header_bytes``) or a delimiter's length of a part body.
@@ -15,6 +16,7 @@ import enum
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 __all__ = (
     "Ambiguous",
@@ -30,17 +32,27 @@ __all__ = (
 
 _TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
 _TOKEN_RE = re.compile(_TOKEN)
-# qdtext without the backslash: a quoted-pair is refused, because parsers disagree on whether it escapes.
+# qdtext without the backslash: in a media type a quoted-pair is refused, because parsers disagree on whether it
+# escapes.
 _QUOTED = r'"[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]*"'
 _PARAM_RE = re.compile(rf"[ \t]*;[ \t]*(?:({_TOKEN})=({_TOKEN}|{_QUOTED}))?")
+# With RFC 9110 quoted-pairs: how a parser that honours backslash escapes reads a parameter list (a Content-Disposition
+# is read this way, and also as a parser that ends a quoted value at the first quote does).
+_ESCAPED = r'"(?:[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t \x21-\x7e\x80-\xff])*"'
+_ESCAPED_PARAM_RE = re.compile(rf"[ \t]*;[ \t]*(?:({_TOKEN})=({_TOKEN}|{_ESCAPED}))?")
+_QUOTED_PAIR_RE = re.compile(r"\\(.)")
+_QUOTE_OR_PAIR_RE = re.compile(r'\\.|"')
+# "name=" or "filename=" as formidable's regular expressions find them (after any non-word character, quotes
+# included): where that is not a parameter name, a parser that searches the header text reads another field.
+_PARAMETER_LIKE_RE = re.compile(r"(?<![A-Za-z0-9_])(file)?name(?=[*0-9]*[ \t]*=)", re.IGNORECASE)
 _MEDIA_TYPE_RE = re.compile(rf"[ \t]*({_TOKEN})/({_TOKEN})")
 # Part header lines: a field name, a colon, a value without control characters (obs-text is allowed: browsers
 # send UTF-8 file names raw).
 _HEADER_LINE_RE = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):([\t \x21-\x7e\x80-\xff]*)")
 _BARE_LF_RE = re.compile(rb"(?<!\r)\n|\r(?!\n)")
-# RFC 2046 allows more (space, quotes, parentheses, comma, colon, '=', '?', '/'), but a parser that splits the
-# parameter on one of them would find another, shorter delimiter: only characters no parser splits on are accepted.
-_BOUNDARY_RE = re.compile(r"[0-9A-Za-z_.+\-]{1,70}")
+# RFC 2046's bchars: 1 to 70, not ending with a space (the parsers of tests/differential agree on every one of them
+# in a quoted boundary; an unquoted one must be a token, see parse_media_type).
+_BOUNDARY_RE = re.compile(r"[0-9A-Za-z'()+_,\-./:=? ]{0,69}[0-9A-Za-z'()+_,\-./:=?]")
 
 _CRLF = b"\r\n"
 
@@ -75,12 +87,16 @@ class MediaType:
         return f"{self.type}/{self.subtype}"
 
 
-def parse_parameters(text: str, pos: int = 0) -> tuple[tuple[str, str, bool], ...]:
-    """``*( OWS ";" OWS [ name "=" ( token / quoted-string ) ] )`` from ``pos`` to the end, or MalformedValue."""
+def parse_parameters(text: str, pos: int = 0, *, escapes: bool = False) -> tuple[tuple[str, str, bool], ...]:
+    """``*( OWS ";" OWS [ name "=" ( token / quoted-string ) ] )`` from ``pos`` to the end, or MalformedValue.
+
+    Quoted strings have no backslash, unless ``escapes``: then quoted-pairs are read (and unescaped) as RFC 9110
+    says."""
     params: list[tuple[str, str, bool]] = []
     end = len(text.rstrip(" \t"))
+    pattern = _ESCAPED_PARAM_RE if escapes else _PARAM_RE
     while pos < end:
-        m = _PARAM_RE.match(text, pos)
+        m = pattern.match(text, pos)
         if m is None or m.end() > end:
             raise MalformedValue(f"cannot parse the parameters at {text[pos:pos + 40]!r}")
         pos = m.end()
@@ -88,7 +104,9 @@ def parse_parameters(text: str, pos: int = 0) -> tuple[tuple[str, str, bool], ..
             continue
         value = m.group(2)
         quoted = value.startswith('"')
-        params.append((m.group(1).lower(), value[1:-1] if quoted else value, quoted))
+        if quoted:
+            value = _QUOTED_PAIR_RE.sub(r"\1", value[1:-1]) if escapes else value[1:-1]
+        params.append((m.group(1).lower(), value, quoted))
     return tuple(params)
 
 
@@ -140,12 +158,40 @@ def _field_bases(names: Iterable[str]) -> frozenset[str]:
     return frozenset(n.lower().removesuffix("[]") for n in names)
 
 
+def _searched(disposition: str) -> tuple[str | None, list[str]]:
+    """A Content-Disposition as a parser that searches its text for ``name=`` and ``filename=`` reads it: the first
+    of those that is not a parameter (inside a quoted value, or the end of another parameter's name), and the field
+    names it reads, a quoted one ending at the first quote (backslash included)."""
+    names: list[str] = []
+    for m in _PARAMETER_LIKE_RE.finditer(disposition):
+        before = disposition[: m.start()]
+        outside = sum(q.group(0) == '"' for q in _QUOTE_OR_PAIR_RE.finditer(before)) % 2 == 0
+        if not (outside and before.rstrip(" \t").endswith(";")):
+            return ("filename" if m.group(1) else "name"), names
+        rest = disposition[m.end() :]
+        if not m.group(1) and rest.startswith('="'):
+            names.append(rest[2:].partition('"')[0])
+    return None, names
+
+
+def _extended_value(value: str) -> str:
+    """An RFC 8187 ``charset'language'value`` decoded (as UTF-8 when the charset is unknown)."""
+    charset, sep, rest = value.partition("'")
+    if not sep:
+        return unquote(value)
+    encoded = rest.partition("'")[2]
+    try:
+        return unquote(encoded, encoding=charset or "utf-8", errors="replace")
+    except LookupError:
+        return unquote(encoded, errors="replace")
+
+
 class _State(enum.Enum):
-    START = 0  # before the first delimiter: the body must begin with it
+    START = 0  # before the first delimiter: a preamble, in which there is no delimiter
     AFTER_DELIMITER = 1  # CRLF (a part follows) or "--" (the close delimiter)
     HEADERS = 2
     BODY = 3
-    EPILOGUE = 4  # after the close delimiter: nothing but one optional CRLF
+    EPILOGUE = 4  # after the close delimiter: an epilogue, in which there is no delimiter
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +206,9 @@ class MultipartSniffer:
     A part is a file part when its Content-Disposition has a ``filename`` parameter (any spelling starting with
     ``filename``: ``filename*``, RFC 2231 ``filename*0``), when it has a Content-Type other than text/plain, or when
     its field name is one of ``file_fields`` (``files`` also covers ``files[]`` and ``files[0]``). NO_FILE is only
-    answered by ``feed_eof`` after a complete, well-formed body. Ambiguous is raised for every rule broken.
+    answered by ``feed_eof`` after a complete, well-formed body. Ambiguous is raised for every rule broken: at once
+    when the structure of the body is in doubt (where parts begin and end), and otherwise, for a rule broken in a
+    part's headers, once the body has ended without a file part (``pending`` holds it until then).
     """
 
     def __init__(self, boundary: Boundary, *, max_header_bytes: int = 16384, file_fields: Iterable[str] = ()) -> None:
@@ -173,9 +221,11 @@ class MultipartSniffer:
         self._buf = bytearray()
         self._state = _State.START
         self._scanned = 0  # bytes of the current header block already checked
+        self._preamble = False  # bytes before the first delimiter were dropped
         self.parts = 0  # parts whose headers were read
         self.bytes_fed = 0
         self.finding: PartFinding | None = None
+        self.pending: Ambiguous | None = None  # the first rule broken in a part's headers
 
     def feed(self, data: bytes) -> Verdict:
         if self.finding is not None:
@@ -184,17 +234,22 @@ class MultipartSniffer:
         if self._alternates:
             self._check_alternates(data)
         self._buf += data
-        while True:
-            progressed = self._step()
-            if self.finding is not None:
-                return Verdict.FILE
-            if not progressed:
-                return Verdict.NEED_MORE
+        try:
+            while True:
+                progressed = self._step()
+                if self.finding is not None:
+                    return Verdict.FILE
+                if not progressed:
+                    return Verdict.NEED_MORE
+        except Ambiguous as err:
+            raise (self.pending or err) from None
 
     def feed_eof(self) -> Verdict:
         if self.finding is not None:
             return Verdict.FILE
-        if self._state is _State.EPILOGUE and bytes(self._buf) in (b"", _CRLF):
+        if self.pending is not None:
+            raise self.pending
+        if self._state is _State.EPILOGUE:
             return Verdict.NO_FILE
         raise Ambiguous("unterminated_body", "the multipart body ends before its close delimiter")
 
@@ -211,12 +266,20 @@ class MultipartSniffer:
         delimiter = self._delimiter
         state = self._state
         if state is _State.START:
-            head = bytes(buf[: len(delimiter)])
-            if not delimiter.startswith(head):
-                raise Ambiguous("preamble", "the body must start with its boundary delimiter (no preamble)")
-            if len(head) < len(delimiter):
+            # RFC 2046 5.1.1 allows a preamble: parsers look for the delimiter in it, so none may be there but the
+            # first, at the start of the body or of a line (its CRLF belongs to the delimiter).
+            i = buf.find(delimiter)
+            if i == -1:
+                # Keep what a delimiter straddling two feeds needs, and the two bytes before it.
+                keep = len(delimiter) + 2
+                if len(buf) > keep:
+                    del buf[: len(buf) - keep]
+                    self._preamble = True
                 return False
-            del buf[: len(delimiter)]
+            if (i > 0 or self._preamble) and buf[i - 2 : i] != _CRLF:
+                rule = "line_endings" if buf[i - 1 : i] == b"\n" else "preamble"
+                raise Ambiguous(rule, "the boundary occurs in the preamble without a CRLF before it")
+            del buf[: i + len(delimiter)]
             self._state = _State.AFTER_DELIMITER
             return True
         if state is _State.AFTER_DELIMITER:
@@ -242,15 +305,23 @@ class MultipartSniffer:
             return self._step_headers()
         if state is _State.BODY:
             return self._step_body()
-        # EPILOGUE
-        if len(buf) > 2 or not _CRLF.startswith(bytes(buf)):
-            raise Ambiguous("epilogue", "data follows the close delimiter")
+        # EPILOGUE: every parser of tests/differential ignores it, one that reads on would find parts after it.
+        if buf.find(delimiter) != -1:
+            raise Ambiguous("epilogue", "the boundary delimiter occurs after the close delimiter")
+        keep = len(delimiter) - 1
+        if len(buf) > keep:
+            del buf[: len(buf) - keep]
         return False
 
     def _step_headers(self) -> bool:
         buf = self._buf
         if buf[:2] == _CRLF:
-            raise Ambiguous("missing_disposition", f"part {self.parts} has no headers (no Content-Disposition)")
+            # No header at all: nothing makes it a file part, the part's body starts at once.
+            self._note(Ambiguous("missing_disposition", f"part {self.parts} has no headers (no Content-Disposition)"))
+            del buf[:2]
+            self.parts += 1
+            self._state = _State.BODY
+            return True
         # Only bytes not checked by an earlier feed are scanned (with the overlap each search needs), so a client
         # that trickles a header block byte by byte costs linear time.
         seen = self._scanned
@@ -309,56 +380,88 @@ class MultipartSniffer:
         del buf[: after + 2]
         return True
 
+    def _note(self, problem: Ambiguous) -> None:
+        if self.pending is None:
+            self.pending = problem
+
     def _classify_part(self, block: bytes) -> str | None:
-        """Why this part is a file part, or None for a plain text field; Ambiguous for unreadable headers."""
+        """Why this part is a file part, or None; a rule its headers break is noted (``pending``), and what can still
+        be read of them is read: a file part in an ambiguous part is still a file part."""
         n = self.parts
-        fields: dict[bytes, list[bytes]] = {}
+        note = self._note
+        headers: list[list[bytes]] = []
         for line in block.split(_CRLF):
             if line[:1] in (b" ", b"\t"):
-                raise Ambiguous("folded_header", f"part {n} has a folded (obs-fold) header line")
+                note(Ambiguous("folded_header", f"part {n} has a folded (obs-fold) header line"))
+                if headers:  # read unfolded, as the parsers that accept it do
+                    headers[-1][1] += b" " + line.strip(b" \t")
+                continue
             m = _HEADER_LINE_RE.fullmatch(line)
             if m is None:
-                raise Ambiguous("malformed_part_header", f"part {n} has a header line that is not 'Name: value'")
-            fields.setdefault(m.group(1).lower(), []).append(m.group(2).strip(b" \t"))
+                note(Ambiguous("malformed_part_header", f"part {n} has a header line that is not 'Name: value'"))
+                continue
+            headers.append([m.group(1).lower(), m.group(2).strip(b" \t")])
+        fields: dict[bytes, list[bytes]] = {}
+        for name, value in headers:
+            fields.setdefault(name, []).append(value)
         for name in (b"content-disposition", b"content-type", b"content-transfer-encoding"):
             if len(fields.get(name, ())) > 1:
-                raise Ambiguous(f"duplicate_part_{name.decode().replace('-', '_')}", f"part {n} repeats {name.decode()}")
-        if b"content-disposition" not in fields:
-            raise Ambiguous("missing_disposition", f"part {n} has no Content-Disposition")
-        raw_disposition = fields[b"content-disposition"][0].decode("latin-1")
-        kind = _TOKEN_RE.match(raw_disposition)
-        try:
-            if kind is None:
-                raise MalformedValue("no disposition type")
-            params = parse_parameters(raw_disposition, kind.end())
-        except MalformedValue:
-            raise Ambiguous("malformed_disposition", f"part {n} has a Content-Disposition that cannot be parsed") from None
-        if kind.group(0).lower() != "form-data":
-            raise Ambiguous("disposition_type", f"part {n} is not a form-data part ({kind.group(0)!r})")
-        names = [name for name, _, _ in params]
-        if len(set(names)) != len(names):
-            raise Ambiguous("duplicate_disposition_parameter", f"part {n} repeats a Content-Disposition parameter")
-        if any(name.startswith("filename") for name in names):
-            return "filename parameter"
-        if "filename" in raw_disposition.lower():
-            raise Ambiguous("filename_outside_parameter", f"part {n} mentions 'filename' outside a parameter name")
-        if any(name.startswith("name") and name != "name" for name in names):
-            raise Ambiguous("extended_name", f"part {n} has an extended or misspelled name parameter")
-        field_name = next((value for name, value, _ in params if name == "name"), None)
-        if field_name is None:
-            raise Ambiguous("missing_name", f"part {n} has no field name")
-        if b"content-type" in fields:
+                rule = f"duplicate_part_{name.decode().replace('-', '_')}"
+                note(Ambiguous(rule, f"part {n} repeats {name.decode()}"))
+        dispositions = fields.get(b"content-disposition", [])
+        if not dispositions:
+            note(Ambiguous("missing_disposition", f"part {n} has no Content-Disposition"))
+        names: list[str] = []
+        for raw in dispositions:
+            if self._has_filename(raw.decode("latin-1"), names):
+                return "filename parameter"
+        for raw in fields.get(b"content-type", ()):
             try:
-                media = parse_media_type(fields[b"content-type"][0].decode("latin-1"))
+                media = parse_media_type(raw.decode("latin-1"))
             except MalformedValue:
-                raise Ambiguous("malformed_part_content_type", f"part {n} has a Content-Type that cannot be parsed") from None
-            if media.type == "multipart":
-                raise Ambiguous("nested_multipart", f"part {n} is itself multipart")
+                note(Ambiguous("malformed_part_content_type", f"part {n} has a Content-Type that cannot be parsed"))
+                continue
+            # multipart/* included: RFC 2388 sent several files of one field as a nested multipart/mixed part.
             if media.essence != "text/plain":
                 return f"content type {media.essence}"
-        if self._is_file_field(field_name):
-            return f"field name {field_name!r}"
-        return None
+        return next((f"field name {name!r}" for name in names if self._is_file_field(name)), None)
+
+    def _has_filename(self, raw: str, names: list[str]) -> bool:
+        """Whether this Content-Disposition has a filename parameter; the field names it gives are added to
+        ``names``."""
+        n = self.parts
+        note = self._note
+        kind = _TOKEN_RE.match(raw)
+        if kind is None:
+            note(Ambiguous("malformed_disposition", f"part {n} has a Content-Disposition that cannot be parsed"))
+            return False
+        try:
+            params = parse_parameters(raw, kind.end(), escapes=True)
+        except MalformedValue:
+            note(Ambiguous("malformed_disposition", f"part {n} has a Content-Disposition that cannot be parsed"))
+            return False
+        stray, searched_names = _searched(raw)
+        if stray is not None:
+            note(Ambiguous(f"{stray}_outside_parameter", f"part {n} has '{stray}=' outside a parameter name"))
+        names += searched_names
+        if kind.group(0).lower() != "form-data":
+            note(Ambiguous("disposition_type", f"part {n} is not a form-data part ({kind.group(0)!r})"))
+        keys = [key for key, _, _ in params]
+        if len(set(keys)) != len(keys):
+            note(Ambiguous("duplicate_disposition_parameter", f"part {n} repeats a Content-Disposition parameter"))
+        if any(key.startswith("filename") for key in keys):
+            return True
+        for key, value, _ in params:
+            if key == "name":
+                names.append(value)
+            elif key == "name*":
+                # RFC 8187: parsers that decode it read this name, the others the plain one (or none).
+                names += (value, _extended_value(value))
+            elif key.startswith("name"):
+                note(Ambiguous("extended_name", f"part {n} has a misspelled or continued name parameter"))
+        if "name" not in keys and "name*" not in keys:
+            note(Ambiguous("missing_name", f"part {n} has no field name"))
+        return False
 
     def _is_file_field(self, name: str) -> bool:
         # The bases carry no brackets: "files" covers "files", "files[]" and "files[0]".

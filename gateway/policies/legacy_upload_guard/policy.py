@@ -112,8 +112,8 @@ class Families:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.uploads = Counter(
-            "gateway_legacy_uploads", "Uploads on deprecated routes, by route and decision (allowed, blocked, refused).",
-            ("route", "decision"), registry=registry,
+            "gateway_legacy_uploads", "Uploads on deprecated routes, by tenant, route and decision (allowed, blocked, "
+            "refused).", ("tenant", "route", "decision"), registry=registry,
         )
 
 
@@ -191,7 +191,7 @@ class _Settings:
     route: str
     successor: _Successor
     deprecation: str  # the Deprecation header's value
-    counters: Mapping[str, Counter]  # decision -> this route's counter
+    counters: Mapping[tuple[str, str], Counter]  # (tenant, decision) -> this route's counter
 
     def sniffer(self, boundary: Boundary) -> MultipartSniffer:
         options = self.options
@@ -207,7 +207,9 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         route=ctx.route,
         successor=_Successor.compile(options.successor_method, options.successor, ctx.params),
         deprecation=deprecation_value(epoch(options.deprecated_since, ctx.timezone)),
-        counters={d: counter.labels(ctx.route, d) for d in ("allowed", "blocked", "refused")},
+        # Every configured tenant's series exist from the start (at 0), so that increase() sees the first upload.
+        counters={(tenant, d): counter.labels(tenant, ctx.route, d)
+                  for tenant in ctx.rollout.schedules for d in ("allowed", "blocked", "refused")},
     )
     clock = ctx.clock
     # The dated, per-tenant rollout of the forbid setting (the company setting, or rollout.forbid_legacy_uploads).
@@ -252,13 +254,14 @@ async def _enforce_file_parts(exchange: Exchange, next: Next, settings: _Setting
         # The body broke off or stalled before the filter could decide: refused (the proxy core answered it).
         exchange.decisions[NAME] = "refused"
         exchange.notes[f"{NAME}.rule"] = "incomplete_body" if exchange.body_error != "timeout" else "body_timeout"
-        settings.counters["refused"].inc()
+        settings.counters[(exchange.tenant.name, "refused")].inc()
     exchange.decisions.setdefault(NAME, "passed")
     return reply
 
 
 class _FileParts(RequestBodyFilter):
-    """Holds a multipart body until its part headers show a file part (403), an ambiguity (4xx), or its end."""
+    """Holds a multipart body until its part headers show a file part (403), a structure in doubt (4xx), or its end
+    (forwarded, or 4xx for a rule broken in part headers)."""
 
     def __init__(self, exchange: Exchange, settings: _Settings, sniffer: MultipartSniffer) -> None:
         self._exchange = exchange
@@ -280,7 +283,8 @@ class _FileParts(RequestBodyFilter):
 
     def on_hold_limit(self) -> Flow:
         look_ahead = self.hold_limit
-        raise Refuse(_refuse(self._exchange, self._settings, Ambiguous(
+        # A body already found ambiguous (no file part yet) is refused for that.
+        raise Refuse(_refuse(self._exchange, self._settings, self._sniffer.pending or Ambiguous(
             "look_ahead_exceeded", f"the multipart body shows neither a file part nor its end within {look_ahead} bytes"
         )))
 
@@ -331,7 +335,7 @@ def _declares_multipart(headers: CIMultiDictProxy[str]) -> bool:
 
 def _block(exchange: Exchange, settings: _Settings) -> Reply:
     exchange.decisions[NAME] = "blocked"
-    settings.counters["blocked"].inc()
+    settings.counters[(exchange.tenant.name, "blocked")].inc()
     path, link = settings.successor.render(exchange.params)
     reply = _answer(settings, Reply.error(
         403, DISABLED_CODE, settings.options.message, exchange.ensure_request_id(),
@@ -344,7 +348,7 @@ def _block(exchange: Exchange, settings: _Settings) -> Reply:
 def _refuse(exchange: Exchange, settings: _Settings, err: Ambiguous) -> Reply:
     exchange.decisions[NAME] = "refused"
     exchange.notes[f"{NAME}.rule"] = err.rule
-    settings.counters["refused"].inc()
+    settings.counters[(exchange.tenant.name, "refused")].inc()
     status = _STATUS_OF_RULE.get(err.rule, 400)
     return _answer(settings, Reply.json(status, {
         "code": _CODE_OF_STATUS[status],
@@ -419,7 +423,7 @@ async def _observe(exchange: Exchange, next: Next, settings: _Settings) -> Reply
 
 def _allowed(exchange: Exchange, settings: _Settings, reply: Reply) -> Reply:
     exchange.decisions[NAME] = "allowed"
-    settings.counters["allowed"].inc()
+    settings.counters[(exchange.tenant.name, "allowed")].inc()
     _mark_deprecated(reply, settings, settings.successor.render(exchange.params)[1])
     return reply
 

@@ -1,0 +1,237 @@
+"""Benchmarks of the migration bridges, each side by side with what a migrated client would do itself.
+
+    .venv/bin/python bench/bridges.py [--rounds 5] [--requests 40] [--upload-mb 100] [--json FILE]
+
+Starts the sandbox (playing the service after it withdrew cards: no cards on the board route) and a gateway in front
+of it whose legacy client (User-Agent ``bench-legacy/``) is exempted onto the ``full`` phase with both bridges on.
+
+- **Card backfill**: a 250-card board read by the bridged client through the gateway (one request: the gateway reads
+  the pages), against the same cards read as a migrated client would (the board, then the card list's three pages
+  one after another), directly from the sandbox and through the gateway. Latency per complete read (median and p90 over ``--requests`` reads per
+  round), interleaved round by round; the ratio is gateway / direct.
+- **Upload upgrade** (when the guard's upgrade exists in this tree): a ``--upload-mb`` legacy ``PUT
+  /api/v1/cards/{id}/files`` through the gateway, upgraded to the restricted route, against the same multipart upload
+  sent directly to the restricted route through the gateway (``POST /api/v1/cards/{uid}/files``, no bridge). Throughput
+  and the gateway's peak RSS (from ``/proc``) during each.
+
+Everything on 127.0.0.1; each run bounded by its request counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = str(ROOT / ".venv/bin/python") if (ROOT / ".venv/bin/python").exists() else sys.executable
+TOKEN = {"Authorization": "Bearer sandbox-token"}
+LEGACY = {**TOKEN, "User-Agent": "bench-legacy/1.0"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def wait_ready(url: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as client:
+        while time.monotonic() < deadline:
+            try:
+                async with client.get(url) as resp:
+                    if resp.status < 500:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+    raise RuntimeError(f"{url} did not become ready")
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def start(tmp: Path) -> tuple[list[subprocess.Popen[bytes]], str, str, str, int]:
+    sandbox_port, port, admin = free_port(), free_port(), free_port()
+    sandbox = subprocess.Popen(
+        [PYTHON, "-m", "sandbox", "--port", str(sandbox_port), "--cards-cap-from", "2026-10-01",
+         "--cards-removal-from", "2026-11-01", "--now", "2026-11-24T12:00:00Z", "--log-level", "warning"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    config = yaml.safe_load((ROOT / "config/gateway.yaml").read_text())
+    for tenant in config["tenants"]:
+        tenant["upstream"] = f"http://127.0.0.1:{sandbox_port}"
+    config["access_log"] = {"enabled": False}
+    config["rollout"]["now"] = "2026-11-24T12:00:00Z"
+    config["rollout"]["exemptions"] = [
+        {"name": "bench-board", "phase": "full", "until": "2099-01-01",
+         "header": {"name": "User-Agent", "prefix": "bench-legacy/"}, "bridge": True}]
+    config["tenants"][0]["bridges"] = {"upload_upgrade": True}
+    path = tmp / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    gateway = subprocess.Popen([PYTHON, "-m", "gateway", "serve", "--config", str(path), "--listen",
+                                f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}", "--log-level", "warning"],
+                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return ([sandbox, gateway], f"http://127.0.0.1:{sandbox_port}", f"http://127.0.0.1:{port}",
+            f"http://127.0.0.1:{admin}", gateway.pid)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def migrated_read(client: aiohttp.ClientSession, base: str) -> None:
+    """What a migrated client does: the board, then the card list's pages one after another."""
+    async with client.get(f"{base}/api/latest/boards/1", headers=TOKEN) as resp:
+        await resp.read()
+    cards = 0
+    offset = 0
+    while True:
+        async with client.get(f"{base}/api/latest/cards?board_id=1&limit=100&offset={offset}", headers=TOKEN) as resp:
+            page = json.loads(await resp.read())
+        cards += len(page)
+        offset += 100
+        if len(page) < 100:
+            break
+    assert cards == 250
+
+
+async def backfill_round(client: aiohttp.ClientSession, sandbox: str, gateway: str, n: int) -> dict[str, list[float]]:
+    bridged: list[float] = []
+    direct: list[float] = []
+    via: list[float] = []
+    for _ in range(n):
+        started = time.perf_counter()
+        async with client.get(f"{gateway}/api/latest/boards/1", headers=LEGACY) as resp:
+            body = await resp.read()
+            assert resp.headers.get("X-Gateway-Backfill", "").startswith("done; cards=250"), resp.headers
+        bridged.append(time.perf_counter() - started)
+        assert len(json.loads(body)["cards"]) == 250
+        started = time.perf_counter()
+        await migrated_read(client, sandbox)
+        direct.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        await migrated_read(client, gateway)
+        via.append(time.perf_counter() - started)
+    return {"bridged": bridged, "direct": direct, "via_gateway": via}
+
+
+async def upload_round(client: aiohttp.ClientSession, gateway: str, pid: int, size: int) -> dict[str, Any] | None:
+    boundary = "bench-bridge-boundary"
+    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.bin\"\r\n"
+            "Content-Type: application/octet-stream\r\n\r\n").encode()
+    tail = f"\r\n--{boundary}--\r\n".encode()
+    chunk = b"\xa5" * (1 << 20)
+
+    async def body() -> Any:
+        yield head
+        for _ in range(size >> 20):
+            yield chunk
+        yield tail
+
+    headers = {**TOKEN, "Content-Type": f"multipart/form-data; boundary={boundary}",
+               "Content-Length": str(len(head) + (size >> 20 << 20) + len(tail))}
+    async with client.get(f"{gateway}/api/v1/cards/1", headers=TOKEN) as resp:
+        uid = (await resp.json())["uid"]
+    out: dict[str, Any] = {}
+    for name, method, path in (("upgraded", "PUT", "/api/v1/cards/1/files"), ("direct", "POST", f"/api/v1/cards/{uid}/files")):
+        peak = rss_kib(pid)
+        done = asyncio.Event()
+
+        async def watch() -> None:
+            nonlocal peak
+            while not done.is_set():
+                peak = max(peak, rss_kib(pid))
+                await asyncio.sleep(0.02)
+
+        watcher = asyncio.create_task(watch())
+        started = time.perf_counter()
+        async with client.request(method, gateway + path, headers=headers, data=body()) as resp:
+            answer = await resp.read()
+            status = resp.status
+        seconds = time.perf_counter() - started
+        done.set()
+        await watcher
+        if name == "upgraded" and status in (403, 404, 405):
+            return None  # no upload upgrade in this tree
+        assert status in (200, 201), (name, status, answer[:300])
+        out[name] = {"mb_per_s": size / seconds / 1e6, "peak_rss_mib": peak / 1024}
+    return out
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--requests", type=int, default=40)
+    parser.add_argument("--upload-mb", type=int, default=100)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        procs, sandbox, gateway, admin, pid = start(Path(tmp))
+        try:
+            await wait_ready(sandbox + "/_sandbox/journal")
+            await wait_ready(admin + "/readyz")
+            results: dict[str, Any] = {"backfill": [], "upload": []}
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as client:
+                await backfill_round(client, sandbox, gateway, 5)  # warm-up
+                for r in range(args.rounds):
+                    got = await backfill_round(client, sandbox, gateway, args.requests)
+                    row = {k: {"median_ms": statistics.median(v) * 1000, "p90_ms": percentile(v, 0.9) * 1000}
+                           for k, v in got.items()}
+                    row["ratio"] = row["bridged"]["median_ms"] / row["direct"]["median_ms"]
+                    row["ratio_via"] = row["bridged"]["median_ms"] / row["via_gateway"]["median_ms"]
+                    results["backfill"].append(row)
+                    print(f"backfill round {r + 1}: bridged {row['bridged']['median_ms']:.1f} ms "
+                          f"(p90 {row['bridged']['p90_ms']:.1f}), direct board + pages "
+                          f"{row['direct']['median_ms']:.1f} ms (p90 {row['direct']['p90_ms']:.1f}), the same "
+                          f"through the gateway {row['via_gateway']['median_ms']:.1f} ms; ratios "
+                          f"{row['ratio']:.2f} and {row['ratio_via']:.2f}", flush=True)
+                    up = await upload_round(client, gateway, pid, args.upload_mb << 20)
+                    if up is not None:
+                        up["ratio"] = up["upgraded"]["mb_per_s"] / up["direct"]["mb_per_s"]
+                        results["upload"].append(up)
+                        print(f"upload round {r + 1}: upgraded {up['upgraded']['mb_per_s']:.0f} MB/s "
+                              f"(peak RSS {up['upgraded']['peak_rss_mib']:.0f} MiB), direct "
+                              f"{up['direct']['mb_per_s']:.0f} MB/s (peak RSS {up['direct']['peak_rss_mib']:.0f} MiB)"
+                              f", ratio {up['ratio']:.2f}", flush=True)
+            ratios = [row["ratio"] for row in results["backfill"]]
+            via = [row["ratio_via"] for row in results["backfill"]]
+            print(f"backfill: median ratio bridged / migrated client reading the sandbox directly "
+                  f"{statistics.median(ratios):.2f}, / the same through the gateway {statistics.median(via):.2f}, "
+                  f"over {len(ratios)} rounds")
+            if results["upload"]:
+                ups = [u["ratio"] for u in results["upload"]]
+                peak = max(u["upgraded"]["peak_rss_mib"] for u in results["upload"])
+                print(f"upload upgrade: median throughput ratio upgraded/direct {statistics.median(ups):.2f}, "
+                      f"peak gateway RSS {peak:.0f} MiB")
+            if args.json:
+                args.json.write_text(json.dumps(results, indent=2))
+        finally:
+            for proc in procs:
+                proc.send_signal(signal.SIGTERM)
+            for proc in procs:
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,478 @@
+"""The status page's HTML: rendered here from ``status.status_data`` (readable without JavaScript), then refreshed
+in place by a small inline script that fetches ``status.json`` every 10 seconds and builds the same elements from
+it. No build step and no external asset: the styles and the script are in the page, which works in an air-gapped
+cluster.
+
+Both renderers build the same structure from the same data, function for function (``_overview`` and ``overview``,
+``_tenant`` and ``tenant``, ...): change one, change the other (the browser tests compare the two). Every value is
+text to them: escaped here, set with ``textContent``/``setAttribute`` there, never parsed as HTML (User-Agent
+strings come from clients). The Content-Security-Policy allows only this page's own script (by its hash) and
+requests to its own origin.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Mapping
+from html import escape
+from typing import Any
+
+__all__ = ("CONTENT_SECURITY_POLICY", "REFRESH_SECONDS", "render_page")
+
+REFRESH_SECONDS = 10
+
+
+class _Html(str):
+    """Markup already rendered (and escaped): inserted as it is."""
+
+
+def _h(tag: str, attrs: Mapping[str, Any] | None = None, *children: Any) -> _Html:
+    """An element: attribute values and text children are escaped; ``style`` is a dict of properties; an attribute
+    that is None or False is left out (True: present, empty)."""
+    parts = [f"<{tag}"]
+    for name, value in (attrs or {}).items():
+        if value is None or value is False:
+            continue
+        if name == "style":
+            value = ";".join(f"{_css_name(k)}:{v}" for k, v in value.items())
+        parts.append(f' {name}="{escape(str(value), quote=True)}"' if value is not True else f" {name}")
+    parts.append(">")
+    for child in children:
+        parts.append(_child(child))
+    if tag not in _VOID:
+        parts.append(f"</{tag}>")
+    return _Html("".join(parts))
+
+
+def _child(child: Any) -> str:
+    if child is None or child is False:
+        return ""
+    if isinstance(child, _Html):
+        return child
+    if isinstance(child, (list, tuple)):
+        return "".join(_child(c) for c in child)
+    return escape(str(child), quote=False)
+
+
+def _css_name(name: str) -> str:
+    return "".join(f"-{c.lower()}" if c.isupper() else c for c in name)
+
+
+_VOID = frozenset({"meta", "br", "img", "input", "link"})
+
+
+def _pct(value: float) -> str:
+    return f"{value:g}%"
+
+
+def _phase(name: str, severity: int | None, extra: str = "") -> _Html:
+    return _h("span", {"class": f"phase s{severity}{extra}"}, name)
+
+
+# --- the renderers: each mirrors the script's function of the same name ------------------------------------------
+
+
+def _overview(data: Mapping[str, Any]) -> _Html:
+    config = data["config"]
+    now = data["now"]
+    last = config["last_reload"]
+    reloads = config["reloads"]
+    if last is None:
+        reload_text: list[Any] = ["none since start"]
+    elif last["result"] == "success":
+        reload_text = [_h("span", {"class": "ok"}, "succeeded"), f" at {last['at']} ",
+                       _h("span", {"class": "vol"}, f"({last['ago']})")]
+    else:
+        reload_text = [_h("span", {"class": "bad"}, "refused"), f" at {last['at']} ",
+                       _h("span", {"class": "vol"}, f"({last['ago']})"),
+                       f"; {last['problems']} problem(s), listed in the gateway's log; the previous configuration "
+                       "stays in force"]
+    if reloads["success"] or reloads["failure"]:
+        reload_text.append(f" · since start: {reloads['success']} succeeded, {reloads['failure']} refused")
+    rows = [
+        _h("dt", None, "Rollout clock"),
+        _h("dd", None, _h("b", {"id": "now"}, now["label"]), " (fixed: rollout.now or GATEWAY_NOW)" if now["fixed"]
+           else " (system clock)"),
+        _h("dt", None, "Configuration"),
+        _h("dd", None, _h("code", {"title": config["digest"]}, config["digest"][:19]), " from ",
+           _h("code", None, config["source"]), f", loaded {config['loaded']} ",
+           _h("span", {"class": "vol"}, f"({config['loaded_ago']})")),
+        _h("dt", None, "Last reload"),
+        _h("dd", {"id": "reload"}, reload_text),
+        _h("dt", None, "Build"),
+        _h("dd", None, f"gateway {data['build']['version']}"),
+    ]
+    workers = data["workers"]
+    if len(workers["answered"]) > 1 or workers["failed"]:
+        failed = [_h("span", {"class": "bad"}, f"; {name} did not answer ({why})")
+                  for name, why in sorted(workers["failed"].items())]
+        rows += [_h("dt", None, "Usage from"),
+                 _h("dd", None, f"{len(workers['answered'])} workers", failed)]
+    rows += [_h("dt", None, "Page data"), _h("dd", {"class": "vol"}, f"at {data['generated']}")]
+    return _h("section", {"id": "overview"}, _h("h2", None, "Gateway"), _h("dl", None, rows))
+
+
+def _timeline(behaviour: Mapping[str, Any], now_pct: float, ticks: list[Mapping[str, Any]]) -> _Html:
+    track = [
+        _h("div", {"class": f"seg s{s['severity']}", "title": s["phase"],
+                   "style": {"left": _pct(s["from_pct"]), "width": _pct(s["to_pct"] - s["from_pct"])}})
+        for s in behaviour["segments"]
+    ]
+    track += [
+        _h("div", {"class": f"brownout s{b['severity']} st-{b['state']}", "title": b["label"],
+                   "style": {"left": _pct(b["from_pct"]), "width": _pct(b["to_pct"] - b["from_pct"])}})
+        for b in behaviour["brownouts"]
+    ]
+    track += [_h("div", {"class": f"marker {m['kind']}", "title": m["label"], "style": {"left": _pct(m["pct"])}})
+              for m in behaviour["markers"]]
+    track.append(_h("div", {"class": "now", "title": "now", "style": {"left": _pct(now_pct)}}))
+    exemptions = [
+        _h("div", {"class": f"exrow st-{e['state']}"},
+           _h("span", {"class": "exbar", "style": {"width": _pct(e["to_pct"])}}),
+           _h("span", {"class": "exlabel"}, f"exemption {e['name']} until {e['until']}"))
+        for e in behaviour["exemptions"]
+    ]
+    # Brownouts last hours on a scale of months: a lane of their own, where each is at least a few pixels wide.
+    lane = _h("div", {"class": "lane"}, [
+        _h("div", {"class": f"bw s{b['severity']} st-{b['state']}", "title": b["label"], "style": {"left": _pct(b["from_pct"])}})
+        for b in behaviour["brownouts"]
+    ]) if behaviour["brownouts"] else None
+    tick_marks = [_h("span", {"class": "tick" + (" minor" if i % 2 else ""), "style": {"left": _pct(t["pct"])}},
+                     t["label"]) for i, t in enumerate(ticks)]
+    return _h("div", {"class": "timeline", "aria-hidden": "true"},
+              _h("div", {"class": "ticks"}, tick_marks), _h("div", {"class": "track"}, track), lane, exemptions)
+
+
+_STATE_TEXT = {"past": "done", "now": "in force", "ahead": "ahead"}
+
+
+def _behaviour(behaviour: Mapping[str, Any], now_pct: float, ticks: list[Mapping[str, Any]]) -> _Html:
+    upcoming = behaviour["next"]
+    if upcoming is None:
+        next_line = _h("p", {"class": "next"}, "No change scheduled.")
+    else:
+        next_line = _h("p", {"class": "next"}, "Next: ", _phase(upcoming["phase"], upcoming["severity"]),
+                       f" at {upcoming['when']}, in {upcoming['in']}")
+    events = _h("table", {"class": "events"},
+                _h("thead", None, _h("tr", None, _h("th", None, "When"), _h("th", None, "What"),
+                                     _h("th", None, "State"))),
+                _h("tbody", None, [
+                    _h("tr", {"class": f"st-{e['state']}"}, _h("td", {"class": "when"}, e["when"]),
+                       _h("td", None, e["text"]), _h("td", None, _STATE_TEXT[e["state"]]))
+                    for e in behaviour["events"]
+                ]))
+    return _h("div", {"class": "behaviour", "data-behaviour": behaviour["name"]},
+              _h("h4", None, behaviour["name"], " ", _phase(behaviour["phase"], behaviour["severity"], " current"),
+                 " ", _h("span", {"class": "kind"}, behaviour["kind"])),
+              _h("p", {"class": "why"}, behaviour["why"]),
+              next_line,
+              _timeline(behaviour, now_pct, ticks),
+              events)
+
+
+def _tenant(tenant: Mapping[str, Any], data: Mapping[str, Any]) -> _Html:
+    timeline = data["timeline"]
+    figures = None
+    if tenant["usage"]:
+        figures = _h("p", {"class": "figures"}, f"Last {data['usage']['window']}: ", "; ".join(
+            f"{u['policy']}: " + ", ".join(f"{d} {n}" for d, n in u["decisions"]) for u in tenant["usage"]))
+    return _h("article", {"class": "tenant", "data-tenant": tenant["name"]},
+              _h("h3", None, tenant["name"], " ",
+                 _h("small", None, f"{tenant['timezone']} · local time {tenant['local_now']}")),
+              figures,
+              [_behaviour(b, timeline["now_pct"], timeline["ticks"]) for b in tenant["behaviours"]])
+
+
+def _companies(data: Mapping[str, Any]) -> _Html:
+    timeline = data["timeline"]
+    return _h("section", {"id": "companies"},
+              _h("h2", None, "Companies"),
+              _h("p", {"class": "legend"}, f"Timelines from {timeline['start']} to {timeline['end']}; the blue line "
+                 "is now; hatched: brownout windows; grey bars below: exemptions."),
+              [_tenant(t, data) for t in data["tenants"]])
+
+
+def _policy(policy: Mapping[str, Any]) -> _Html:
+    summary = f"{policy['requests']} request{'' if policy['requests'] == 1 else 's'}: " + ", ".join(f"{d} {n}" for d, n in policy["by_decision"])
+    if policy["clients"] is not None:
+        summary += f"; {policy['clients']} client{'' if policy['clients'] == 1 else 's'}"
+    if policy["untracked"]:
+        summary += f"; {policy['untracked']} requests from clients over usage.max_clients (not listed)"
+    if not policy["exact"]:
+        summary += f"; not exact: counts are lower bounds (upper bounds after ≤), a client not listed made at most " \
+                   f"{policy['unlisted_max']}"
+    rows = [
+        _h("tr", {"data-client": r["client"] or ""},
+           _h("td", {"class": "num"}, str(r["requests"]) + (f" ≤ {r['requests_max']}" if r["requests_max"] else "")),
+           _h("td", None, _h("code", None, r["client"] or "-")),
+           _h("td", None, r["tenant"] or "-"),
+           _h("td", {"class": "ua"}, r["user_agent"] or "-"),
+           _h("td", None, r["decisions"]),
+           _h("td", None, r["last_seen"], " ", _h("span", {"class": "vol"}, f"({r['last_seen_ago']})")))
+        for r in policy["rows"]
+    ]
+    head = _h("tr", None, [_h("th", None, t) for t in ("Requests", "Client (token fingerprint)", "Tenant",
+                                                       "User-Agent", "Decisions", "Last seen (UTC)")])
+    return _h("article", {"class": "policy", "data-policy": policy["name"]},
+              _h("h3", None, policy["name"]),
+              _h("p", None, summary),
+              _h("div", {"class": "scroll"}, _h("table", {"class": "clients"}, _h("thead", None, head),
+                                               _h("tbody", None, rows))))
+
+
+def _usage(data: Mapping[str, Any]) -> _Html:
+    usage = data["usage"]
+    body: Any = [_policy(p) for p in usage["policies"]] or _h(
+        "p", None, "No request used deprecated behaviour in the window.")
+    return _h("section", {"id": "usage"},
+              _h("h2", None, "Deprecated behaviour in use ", _h("small", None, f"last {usage['window']}")),
+              body)
+
+
+def _main(data: Mapping[str, Any]) -> list[_Html]:
+    return [_overview(data), _companies(data), _usage(data)]
+
+
+# --- the page ---------------------------------------------------------------------------------------------------
+
+_STYLE = """
+:root{color-scheme:light dark;--bg:#fff;--fg:#1d2125;--muted:#5c6670;--line:#d5dae0;--card:#f6f8fa;
+--s0:#2e8b57;--s1:#c98a12;--s2:#c93c3c;--now:#1f6feb}
+@media (prefers-color-scheme:dark){:root{--bg:#15181c;--fg:#e6e8ea;--muted:#9aa4ae;--line:#353c44;--card:#1d2126}}
+*{box-sizing:border-box}
+body{margin:0;font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;background:var(--bg);color:var(--fg)}
+header,main,footer{max-width:1100px;margin:0 auto;padding:0 16px}
+header{display:flex;flex-wrap:wrap;align-items:baseline;gap:4px 16px}
+h1{font-size:1.4rem;margin:16px 0 4px}
+h2{font-size:1.15rem;border-bottom:1px solid var(--line);padding-bottom:4px;margin:24px 0 8px}
+h3{font-size:1.05rem;margin:0 0 6px}h4{font-size:1rem;margin:12px 0 2px}
+small,.kind,.legend,.why,footer,#note{color:var(--muted)}
+.why,.next,.figures{margin:2px 0}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;margin:0}dt{font-weight:600}dd{margin:0;min-width:0}
+code{font-size:.9em;overflow-wrap:anywhere}
+.tenant,.policy{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:10px 14px;margin:12px 0}
+.phase{display:inline-block;padding:0 8px;border-radius:10px;color:#fff;font-weight:600;font-size:.85em}
+.s0{background:var(--s0)}.s1{background:var(--s1)}.s2{background:var(--s2)}
+.ok{color:var(--s0);font-weight:600}.bad{color:var(--s2);font-weight:600}
+.timeline{margin:6px 0}
+.ticks{position:relative;height:16px;font-size:11px;color:var(--muted)}
+.tick{position:absolute;transform:translateX(-50%);white-space:nowrap}
+.track{position:relative;height:18px;border-radius:4px;overflow:hidden;background:var(--line)}
+.seg{position:absolute;top:0;bottom:0;opacity:.8}
+.brownout{position:absolute;top:0;bottom:0;min-width:4px;opacity:1;
+background-image:repeating-linear-gradient(45deg,rgba(0,0,0,.45) 0 3px,transparent 3px 6px)}
+.marker{position:absolute;top:0;bottom:0;width:2px;margin-left:-1px;background:var(--fg);opacity:.55}
+.now{position:absolute;top:0;bottom:0;width:3px;margin-left:-1px;background:var(--now)}
+.lane{position:relative;height:10px;margin-top:2px}
+.bw{position:absolute;top:0;width:8px;height:10px;margin-left:-4px;border-radius:2px;
+background-image:repeating-linear-gradient(45deg,rgba(0,0,0,.45) 0 2px,transparent 2px 4px)}
+.bw.st-past{opacity:.45}
+.exrow{display:flex;align-items:center;gap:6px;font-size:12px;color:var(--muted);margin-top:3px}
+.exbar{display:block;height:6px;border-radius:3px;background:var(--muted);min-width:2px;flex:none}
+.exrow.st-past{opacity:.5}
+table{border-collapse:collapse;width:100%;font-size:.9em;margin-top:6px}
+th,td{text-align:left;padding:3px 6px;border-bottom:1px solid var(--line);vertical-align:top}
+tr.st-now td{font-weight:600}tr.st-past td{color:var(--muted)}
+td.when{white-space:nowrap}td.num{text-align:right;white-space:nowrap}
+.scroll{overflow-x:auto}.ua{overflow-wrap:anywhere;min-width:10em}
+button{font:inherit;padding:2px 10px}
+@media (max-width:640px){body{font-size:14px}.tick.minor{display:none}dl{grid-template-columns:1fr}
+dd{margin-bottom:6px}td.when{white-space:normal}}
+"""
+
+# The script renders what the Python above renders, from /status.json. It never parses text as HTML.
+_SCRIPT = """
+"use strict";
+(() => {
+  const main = document.getElementById("status");
+  const note = document.getElementById("note");
+  const button = document.getElementById("refresh");
+  const h = (tag, attrs, ...kids) => {
+    const el = document.createElement(tag);
+    for (const [name, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (name === "style") Object.assign(el.style, value);
+      else el.setAttribute(name, value === true ? "" : String(value));
+    }
+    for (const kid of kids.flat(Infinity)) {
+      if (kid === null || kid === undefined || kid === false) continue;
+      el.append(kid instanceof Node ? kid : String(kid));
+    }
+    return el;
+  };
+  const pct = (v) => `${+v.toPrecision(6)}%`;
+  const phase = (name, severity, extra = "") => h("span", {class: `phase s${severity}${extra}`}, name);
+  const STATE = {past: "done", now: "in force", ahead: "ahead"};
+
+  function overview(data) {
+    const config = data.config, now = data.now, last = config.last_reload, reloads = config.reloads;
+    let reloadText;
+    if (last === null) reloadText = ["none since start"];
+    else if (last.result === "success") reloadText = [h("span", {class: "ok"}, "succeeded"), ` at ${last.at} `,
+      h("span", {class: "vol"}, `(${last.ago})`)];
+    else reloadText = [h("span", {class: "bad"}, "refused"), ` at ${last.at} `, h("span", {class: "vol"}, `(${last.ago})`),
+      `; ${last.problems} problem(s), listed in the gateway's log; the previous configuration stays in force`];
+    if (reloads.success || reloads.failure)
+      reloadText.push(` · since start: ${reloads.success} succeeded, ${reloads.failure} refused`);
+    const rows = [
+      h("dt", null, "Rollout clock"),
+      h("dd", null, h("b", {id: "now"}, now.label), now.fixed ? " (fixed: rollout.now or GATEWAY_NOW)" : " (system clock)"),
+      h("dt", null, "Configuration"),
+      h("dd", null, h("code", {title: config.digest}, config.digest.slice(0, 19)), " from ", h("code", null, config.source),
+        `, loaded ${config.loaded} `, h("span", {class: "vol"}, `(${config.loaded_ago})`)),
+      h("dt", null, "Last reload"),
+      h("dd", {id: "reload"}, reloadText),
+      h("dt", null, "Build"),
+      h("dd", null, `gateway ${data.build.version}`),
+    ];
+    const workers = data.workers;
+    const failedNames = Object.keys(workers.failed).sort();
+    if (workers.answered.length > 1 || failedNames.length)
+      rows.push(h("dt", null, "Usage from"), h("dd", null, `${workers.answered.length} workers`,
+        failedNames.map((name) => h("span", {class: "bad"}, `; ${name} did not answer (${workers.failed[name]})`))));
+    rows.push(h("dt", null, "Page data"), h("dd", {class: "vol"}, `at ${data.generated}`));
+    return h("section", {id: "overview"}, h("h2", null, "Gateway"), h("dl", null, rows));
+  }
+
+  function timeline(behaviour, nowPct, ticks) {
+    const track = behaviour.segments.map((s) => h("div", {class: `seg s${s.severity}`, title: s.phase,
+      style: {left: pct(s.from_pct), width: pct(s.to_pct - s.from_pct)}}));
+    for (const b of behaviour.brownouts) track.push(h("div", {class: `brownout s${b.severity} st-${b.state}`, title: b.label,
+      style: {left: pct(b.from_pct), width: pct(b.to_pct - b.from_pct)}}));
+    for (const m of behaviour.markers) track.push(h("div", {class: `marker ${m.kind}`, title: m.label,
+      style: {left: pct(m.pct)}}));
+    track.push(h("div", {class: "now", title: "now", style: {left: pct(nowPct)}}));
+    const exemptions = behaviour.exemptions.map((e) => h("div", {class: `exrow st-${e.state}`},
+      h("span", {class: "exbar", style: {width: pct(e.to_pct)}}),
+      h("span", {class: "exlabel"}, `exemption ${e.name} until ${e.until}`)));
+    const lane = behaviour.brownouts.length ? h("div", {class: "lane"}, behaviour.brownouts.map((b) =>
+      h("div", {class: `bw s${b.severity} st-${b.state}`, title: b.label, style: {left: pct(b.from_pct)}}))) : null;
+    const tickMarks = ticks.map((t, i) => h("span", {class: "tick" + (i % 2 ? " minor" : ""), style: {left: pct(t.pct)}},
+      t.label));
+    return h("div", {class: "timeline", "aria-hidden": "true"}, h("div", {class: "ticks"}, tickMarks),
+      h("div", {class: "track"}, track), lane, exemptions);
+  }
+
+  function behaviourBlock(behaviour, nowPct, ticks) {
+    const upcoming = behaviour.next;
+    const nextLine = upcoming === null ? h("p", {class: "next"}, "No change scheduled.")
+      : h("p", {class: "next"}, "Next: ", phase(upcoming.phase, upcoming.severity), ` at ${upcoming.when}, in ${upcoming.in}`);
+    const events = h("table", {class: "events"},
+      h("thead", null, h("tr", null, h("th", null, "When"), h("th", null, "What"), h("th", null, "State"))),
+      h("tbody", null, behaviour.events.map((e) => h("tr", {class: `st-${e.state}`}, h("td", {class: "when"}, e.when),
+        h("td", null, e.text), h("td", null, STATE[e.state])))));
+    return h("div", {class: "behaviour", "data-behaviour": behaviour.name},
+      h("h4", null, behaviour.name, " ", phase(behaviour.phase, behaviour.severity, " current"), " ",
+        h("span", {class: "kind"}, behaviour.kind)),
+      h("p", {class: "why"}, behaviour.why),
+      nextLine,
+      timeline(behaviour, nowPct, ticks),
+      events);
+  }
+
+  function tenant(t, data) {
+    const tl = data.timeline;
+    let figures = null;
+    if (t.usage.length) figures = h("p", {class: "figures"}, `Last ${data.usage.window}: `, t.usage.map((u) =>
+      `${u.policy}: ` + u.decisions.map(([d, n]) => `${d} ${n}`).join(", ")).join("; "));
+    return h("article", {class: "tenant", "data-tenant": t.name},
+      h("h3", null, t.name, " ", h("small", null, `${t.timezone} · local time ${t.local_now}`)),
+      figures,
+      t.behaviours.map((b) => behaviourBlock(b, tl.now_pct, tl.ticks)));
+  }
+
+  function companies(data) {
+    const tl = data.timeline;
+    return h("section", {id: "companies"},
+      h("h2", null, "Companies"),
+      h("p", {class: "legend"}, `Timelines from ${tl.start} to ${tl.end}; the blue line is now; hatched: brownout windows; grey bars below: exemptions.`),
+      data.tenants.map((t) => tenant(t, data)));
+  }
+
+  function policy(p) {
+    let summary = `${p.requests} request${p.requests === 1 ? "" : "s"}: ` + p.by_decision.map(([d, n]) => `${d} ${n}`).join(", ");
+    if (p.clients !== null) summary += `; ${p.clients} client${p.clients === 1 ? "" : "s"}`;
+    if (p.untracked) summary += `; ${p.untracked} requests from clients over usage.max_clients (not listed)`;
+    if (!p.exact) summary += `; not exact: counts are lower bounds (upper bounds after ≤), a client not listed made at most ${p.unlisted_max}`;
+    const rows = p.rows.map((r) => h("tr", {"data-client": r.client || ""},
+      h("td", {class: "num"}, String(r.requests) + (r.requests_max ? ` ≤ ${r.requests_max}` : "")),
+      h("td", null, h("code", null, r.client || "-")),
+      h("td", null, r.tenant || "-"),
+      h("td", {class: "ua"}, r.user_agent || "-"),
+      h("td", null, r.decisions),
+      h("td", null, r.last_seen, " ", h("span", {class: "vol"}, `(${r.last_seen_ago})`))));
+    const head = h("tr", null, ["Requests", "Client (token fingerprint)", "Tenant", "User-Agent", "Decisions",
+      "Last seen (UTC)"].map((t) => h("th", null, t)));
+    return h("article", {class: "policy", "data-policy": p.name},
+      h("h3", null, p.name),
+      h("p", null, summary),
+      h("div", {class: "scroll"}, h("table", {class: "clients"}, h("thead", null, head), h("tbody", null, rows))));
+  }
+
+  function usage(data) {
+    const u = data.usage;
+    const body = u.policies.length ? u.policies.map(policy) : h("p", null, "No request used deprecated behaviour in the window.");
+    return h("section", {id: "usage"}, h("h2", null, "Deprecated behaviour in use ", h("small", null, `last ${u.window}`)),
+      body);
+  }
+
+  let busy = false;
+  async function refresh() {
+    if (busy) return;
+    busy = true;
+    try {
+      const resp = await fetch("status.json", {cache: "no-store", headers: {Accept: "application/json"}});
+      if (!resp.ok) throw new Error(`${resp.status} ${resp.statusText}`);
+      const data = await resp.json();
+      main.replaceChildren(overview(data), companies(data), usage(data));
+      main.dataset.refreshed = String((+main.dataset.refreshed || 0) + 1);
+      note.textContent = "";
+    } catch (err) {
+      note.textContent = `Refresh failed (${err.message}); showing the last data.`;
+    } finally {
+      busy = false;
+    }
+  }
+  button.hidden = false;
+  button.addEventListener("click", refresh);
+  setInterval(() => { if (!document.hidden) refresh(); }, REFRESH_MS);
+})();
+""".replace("REFRESH_MS", str(REFRESH_SECONDS * 1000))
+
+
+def _sha256(text: str) -> str:
+    return "sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
+
+
+# Styles: the page's own <style> and the positions the server writes in style attributes ('unsafe-inline' is for
+# those; nothing else on the page is inline markup from outside). Scripts: only the one above, by its hash.
+CONTENT_SECURITY_POLICY = (
+    f"default-src 'none'; script-src '{_sha256(_SCRIPT)}'; style-src 'unsafe-inline'; connect-src 'self'; "
+    "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+
+
+def render_page(data: Mapping[str, Any]) -> str:
+    """The whole page, server-rendered from ``status_data``'s dict."""
+    return "".join([
+        "<!doctype html>\n",
+        _h("html", {"lang": "en"},
+           _h("head", None,
+              _h("meta", {"charset": "utf-8"}),
+              _h("meta", {"name": "viewport", "content": "width=device-width, initial-scale=1"}),
+              _h("meta", {"name": "referrer", "content": "no-referrer"}),
+              _h("title", None, "Deprecation gateway: status"),
+              _h("style", None, _Html(_STYLE))),
+           _h("body", None,
+              _h("header", None,
+                 _h("h1", None, "Deprecation gateway"),
+                 _h("button", {"id": "refresh", "type": "button", "hidden": True}, "Refresh"),
+                 _h("span", {"id": "note", "role": "status"})),
+              _h("main", {"id": "status"}, _main(data)),
+              _h("footer", None, _h("p", None,
+                 f"With JavaScript this page refreshes every {REFRESH_SECONDS} s from status.json; without it, "
+                 "reload it. It shows what the admin endpoints /config, /rollout, /deprecations and /metrics serve.")),
+              _h("script", None, _Html(_SCRIPT)))),
+        "\n",
+    ])
