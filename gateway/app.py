@@ -32,6 +32,7 @@ from .ops.access_log import AccessLogWriter, LineSink, Recorder
 from .ops.metrics import Metrics
 from .ops.usage import UsageTracker
 from .policies import POLICIES, BuildContext, check_config
+from .proxy.body_override import resolve_body_override
 from .proxy.core import ProxyCore
 from .proxy.listener import Listener
 from .proxy.upstream import UpstreamClient
@@ -87,6 +88,7 @@ def build_state(config: LoadedConfig, proxy: Next, clock: Clock, metrics: Metric
                            families=metrics.families)
         policies = [POLICIES[name].make(options, ctx) for name, options in chain]
         route.policies = tuple(name for name, _ in chain)
+        route.guarded = any(b.security for name, _ in chain for b in POLICIES[name].behaviours)
         handlers[route.name] = fold(policies, proxy)
     return GatewayState(config, config.tenant_resolver(), RouteTable(routes, catch_all), handlers, plan)
 
@@ -271,7 +273,12 @@ class Gateway:
             else:
                 exchange = classified
                 try:
-                    reply = await state.handlers[exchange.route.name](exchange)
+                    server = state.config.model.server
+                    overridden = await resolve_body_override(
+                        exchange, state.routes, look_ahead=server.method_override_look_ahead,
+                        timeout=server.client_body_timeout,
+                    )
+                    reply = overridden or await state.handlers[exchange.route.name](exchange)
                 except Exception:
                     log.exception("unhandled error on route %s (request id %s)", exchange.route.name,
                                   exchange.request_id)

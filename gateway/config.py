@@ -168,6 +168,10 @@ class ServerConfig(_Model):
     trust_forwarded_headers: bool = False
     # Send the upstream an RFC 7239 Forwarded header for this hop.
     forwarded_header: bool = False
+    # A POST form body's _method field, on a path where it could route the request to a guarded route: how much of
+    # the body may be read (and held) before its override, a file part or its end shows (docs/policies/
+    # legacy_upload_guard.md, "Method overrides"); over it, 413 METHOD_OVERRIDE_UNDECIDED.
+    method_override_look_ahead: int = Field(default=1 << 20, ge=4 << 10, le=64 << 20)
 
 
 class AccessLogConfig(_Model):

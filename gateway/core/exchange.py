@@ -394,7 +394,7 @@ class Exchange:
 
     __slots__ = ("request", "start", "tenant", "route", "params", "path", "query", "method", "request_id",
                  "upstream_headers", "request_filters", "decisions", "notes", "upstream_seconds", "upstream_error",
-                 "upstream_error_kind", "upstream_retries", "body_error", "services", "_client")
+                 "upstream_error_kind", "upstream_retries", "body_error", "services", "body_prefix", "_client")
 
     def __init__(self, request: web.BaseRequest, start: float, tenant: Tenant, route: Route,
                  params: dict[str, str], path: str, query: str, method: str) -> None:
@@ -423,6 +423,8 @@ class Exchange:
         self.upstream_retries: list[str] = []  # why the request was sent again ("unsent", "safe_method")
         self.body_error: str | None = None  # the request body: "aborted" (client gone), "timeout", "malformed"
         self.services: Services | None = None  # set by the gateway: the proxy core
+        # Body bytes the edge read before the chain ran (a form body's ``_method``): read again first, in order.
+        self.body_prefix: list[bytes] = []
         self._client: str | None | _Unset = _UNSET
 
     @property

@@ -24,7 +24,9 @@ __all__ = (
     "Target",
     "compile_template",
     "effective_method",
+    "method_overrides",
     "normalise_target",
+    "valid_override",
 )
 
 # RFC 3986: unreserved characters are decoded when percent-encoded; every other escape is kept (upper-cased).
@@ -127,11 +129,8 @@ def _decode_unreserved(path: str) -> str:
     return "".join(out)
 
 
-def effective_method(method: str, headers: CIMultiDictProxy[str], query: str) -> str:
-    """The method an upstream may act on: the request line's, unless an override header or ``_method`` says otherwise.
-
-    Several overrides that disagree are refused: the gateway cannot know which one the upstream honours.
-    """
+def method_overrides(headers: CIMultiDictProxy[str], query: str) -> set[str]:
+    """The methods the override headers and the query's ``_method`` name (upper-cased; empty: no override)."""
     overrides: set[str] = set()
     for name in METHOD_OVERRIDE_HEADERS:
         if name in headers:
@@ -141,8 +140,11 @@ def effective_method(method: str, headers: CIMultiDictProxy[str], query: str) ->
         # "?a=1;_method=PUT" is an override there.
         pairs = parse_qsl(query.replace(";", "&"), keep_blank_values=True)
         overrides.update(v.strip().upper() for k, v in pairs if k.lower() == "_method")
-    if not overrides:
-        return method
+    return overrides
+
+
+def valid_override(method: str, overrides: set[str]) -> str:
+    """The one method ``overrides`` agree on, for a request sent with ``method``; BadRequestTarget otherwise."""
     if len(overrides) > 1:
         raise BadRequestTarget("AMBIGUOUS_METHOD", "the request carries method overrides that disagree")
     (override,) = overrides
@@ -152,6 +154,16 @@ def effective_method(method: str, headers: CIMultiDictProxy[str], query: str) ->
         # The upstream receives the effective method: a HEAD answer has no body for the client's non-HEAD request.
         raise BadRequestTarget("AMBIGUOUS_METHOD", f"a method override to {override} is not accepted")
     return override
+
+
+def effective_method(method: str, headers: CIMultiDictProxy[str], query: str) -> str:
+    """The method an upstream may act on: the request line's, unless an override header or ``_method`` says otherwise.
+
+    Several overrides that disagree are refused: the gateway cannot know which one the upstream honours. (A form
+    body's ``_method`` is read later, where it matters: ``proxy.body_override``.)
+    """
+    overrides = method_overrides(headers, query)
+    return valid_override(method, overrides) if overrides else method
 
 
 def compile_template(template: str) -> str:
@@ -176,6 +188,8 @@ class Route:
     templates: tuple[str, ...]
     policies: tuple[str, ...] = ()
     patterns: tuple[re.Pattern[str], ...] = ()
+    # A policy of its chain enforces a security behaviour (legacy_upload_guard): an override must not route around it.
+    guarded: bool = False
 
     @classmethod
     def build(
@@ -211,3 +225,14 @@ class RouteTable:
             if params is not None:
                 return route, params
         return self.catch_all, {}
+
+    def override_reaches_guard(self, route: Route, path: str) -> bool:
+        """Whether a method override could take a request for ``path``, classified on ``route``, to another route
+        whose chain is guarded."""
+        for other in self.routes:
+            if not other.guarded or other is route:
+                continue
+            for method in other.methods if other.methods is not None else ("PUT",):
+                if self.match(method, path)[0] is other:
+                    return True
+        return False

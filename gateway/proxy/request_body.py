@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import aiohttp
 from aiohttp import web
@@ -81,11 +81,17 @@ class _Idle:
         self._content.set_exception(_BodyTimeout())
 
 
-async def client_chunks(exchange: Exchange, timeout: float, idle: _Idle | None = None) -> AsyncIterator[bytes]:
+async def client_chunks(exchange: Exchange, timeout: float, idle: _Idle | None = None
+                        ) -> AsyncGenerator[bytes, None]:
     """The client's body as it arrives. On failure it says why in ``exchange.body_error`` and raises a
     ConnectionError (so that an upstream request streaming it is abandoned with it)."""
     request = exchange.request
     await ensure_continue(request)
+    if exchange.body_prefix:
+        # What the edge already read (``body_override``) comes first, once.
+        prefix, exchange.body_prefix = exchange.body_prefix, []
+        for chunk in prefix:
+            yield chunk
     content = request.content
     if idle is None:
         idle = _Idle(content, timeout)

@@ -128,6 +128,89 @@ SOME_TEXT_THEN_FILE = multipart_body(
 CHUNKED_FILE = chunked(FILE_BODY, 7, ext=';ext="v"', trailers="X-Trailer: 1\r\n")
 CHUNKED_TEXT = chunked(TEXT_BODY, 5, ext=";a=b;c", trailers="X-Checksum: abc\r\nX-Other: 2\r\n")
 
+FORM = "application/x-www-form-urlencoded"
+OVERRIDE_PUT = (['Content-Disposition: form-data; name="_method"'], b"PUT")
+OVERRIDE_POST = (['Content-Disposition: form-data; name="_method"'], b"POST")
+BIG_FORM = b"note=" + b"n" * (1 << 20) + b"&_method=PUT"
+
+
+def post_files(body: bytes, ct: str | None = MP, *, target: str = "/api/v1/cards/1/files",
+               headers: list[tuple[str, str]] | None = None, **kw: object) -> bytes:  # fmt: skip
+    """A POST to the card files path: the restricted upload route, or the legacy one if a ``_method`` says PUT."""
+    head = ([("Content-Type", ct)] if ct is not None else []) + (headers or [])
+    return http("POST", target, head, body, **kw)  # type: ignore[arg-type]
+
+
+BODY_OVERRIDES: list[Case] = [
+    # --- a form body's _method (docs/policies/legacy_upload_guard.md, "Method overrides") --------------------------
+    blocked("put-via-body-method-urlencoded", post_files(b"_method=PUT&note=x", FORM)),
+    blocked("put-via-body-method-urlencoded-charset", post_files(b"note=x&_method=put", f"{FORM}; charset=utf-8")),
+    blocked("put-via-body-method-no-content-type", post_files(b"_method=PUT", None)),
+    blocked("put-via-body-method-semicolon-separator", post_files(b"a=1;_method=PUT", FORM)),
+    blocked("put-via-body-method-percent-encoded", post_files(b"%5Fmethod=PU%54", FORM)),
+    blocked("put-via-body-method-key-case", post_files(b"_METHOD=PUT", FORM)),
+    blocked("put-via-body-method-chunked", post_files(b"", FORM, headers=[("Transfer-Encoding", "chunked")])
+            + chunked(b"note=x&_method=PUT", 3)),  # fmt: skip
+    blocked("put-via-body-method-multipart-first", post_files(multipart_body([OVERRIDE_PUT, FILE], B))),
+    blocked("put-via-body-method-multipart-after-text", post_files(multipart_body([TEXT, OVERRIDE_PUT, FILE], B))),
+    blocked("put-via-body-method-multipart-padded-value",
+            post_files(multipart_body([(OVERRIDE_PUT[0], b" put "), FILE], B))),
+    blocked("put-via-body-method-multipart-chunked", post_files(b"", headers=[("Transfer-Encoding", "chunked")])
+            + chunked(multipart_body([OVERRIDE_PUT, FILE], B), 5)),  # fmt: skip
+    blocked("put-via-body-method-agreeing-with-header",
+            post_files(b"_method=PUT", FORM, headers=[("X-HTTP-Method-Override", "PUT")])),
+    blocked("put-via-body-method-agreeing-with-query", post_files(b"_method=PUT", FORM, target="/api/v1/cards/1/files?_method=put")),
+    blocked("comment-patch-via-body-method", post_files(multipart_body([(OVERRIDE_PUT[0], b"PATCH"), TEXT, FILE], B),
+                                                        target="/api/v1/cards/1/comments/2")),  # fmt: skip
+    Case("body-method-disagrees-with-header", post_files(b"_method=PUT", FORM, headers=[("X-HTTP-Method-Override",
+         "PATCH")]), (400,), "AMBIGUOUS_METHOD", "disagreeing_overrides"),  # fmt: skip
+    Case("body-methods-disagree", post_files(b"_method=PUT&_method=POST", FORM), (400,), "AMBIGUOUS_METHOD",
+         "disagreeing_overrides"),
+    Case("body-method-after-file-part", post_files(multipart_body([TEXT, FILE, OVERRIDE_PUT], B)), (400,),
+         "AMBIGUOUS_METHOD", "late_override"),
+    Case("body-method-part-with-filename", post_files(multipart_body([(
+         ['Content-Disposition: form-data; name="_method"; filename="m.txt"'], b"PUT"), FILE], B)), (400,),
+         "AMBIGUOUS_METHOD", "override_file_part"),  # fmt: skip
+    Case("body-method-value-too-long", post_files(multipart_body([(OVERRIDE_PUT[0], b"P" * 200), FILE], B)), (400,),
+         "AMBIGUOUS_METHOD", "override_value_too_long"),
+    Case("body-method-to-head", post_files(b"_method=HEAD", FORM), (400,), "AMBIGUOUS_METHOD", "invalid_override"),
+    Case("body-method-not-a-token", post_files(b"_method=P%20T", FORM), (400,), "AMBIGUOUS_METHOD", "invalid_override"),
+    Case("body-method-encoded-urlencoded", post_files(b"\x1f\x8bgz", FORM, headers=[("Content-Encoding", "gzip")]),
+         (400,), "AMBIGUOUS_METHOD", "content_encoding"),
+    Case("body-method-form-content-type-list", post_files(b"_method=PUT", f"application/json, {FORM}"), (400,),
+         "AMBIGUOUS_METHOD", "malformed_content_type"),
+    Case("body-method-ambiguous-multipart", post_files(multipart_body([OVERRIDE_PUT, FILE], B).replace(b"\r\n", b"\n")),
+         (400,), "AMBIGUOUS_METHOD", "line_endings"),
+    Case("body-method-multipart-mixed", post_files(multipart_body([OVERRIDE_PUT, FILE], B), f"multipart/mixed; boundary={B}"),
+         (400,), "AMBIGUOUS_METHOD", "multipart_subtype"),
+    Case("body-method-undecided-multipart", post_files(BIG_TEXT), (413,), "METHOD_OVERRIDE_UNDECIDED",
+         "look_ahead_exceeded"),
+    Case("body-method-undecided-urlencoded", post_files(BIG_FORM, FORM), (413,), "METHOD_OVERRIDE_UNDECIDED",
+         "look_ahead_exceeded"),
+    passed("restricted-upload-body-method-post", post_files(r1 := multipart_body([OVERRIDE_POST, FILE], B),
+                                                             target="/api/v1/cards/u1/files"),
+           Sent("POST", "/api/v1/cards/u1/files", r1)),  # fmt: skip
+    passed("restricted-upload-body-method-post-after-file",
+           post_files(r2 := multipart_body([FILE, OVERRIDE_POST], B), target="/api/v1/cards/u1/files"),
+           Sent("POST", "/api/v1/cards/u1/files", r2)),  # fmt: skip
+    passed("restricted-upload-file-first-chunked", post_files(b"", target="/api/v1/cards/u1/files",
+           headers=[("Transfer-Encoding", "chunked")]) + chunked(r3 := multipart_body([FILE, TEXT], B), 4),
+           Sent("POST", "/api/v1/cards/u1/files", r3, length=None)),  # fmt: skip
+    passed("restricted-text-only-multipart", post_files(TEXT_BODY, target="/api/v1/cards/u1/files"),
+           Sent("POST", "/api/v1/cards/u1/files", TEXT_BODY)),
+    passed("restricted-urlencoded-without-override", post_files(b"url=https%3A%2F%2Fexample.test%2Fa.pdf", FORM,
+                                                                target="/api/v1/cards/u1/files"),
+           Sent("POST", "/api/v1/cards/u1/files", b"url=https%3A%2F%2Fexample.test%2Fa.pdf")),  # fmt: skip
+    passed("restricted-upload-body-method-expect-100-continue",
+           post_files(r4 := multipart_body([OVERRIDE_POST, FILE], B), target="/api/v1/cards/u1/files",
+                      headers=[("Expect", "100-continue")]),
+           Sent("POST", "/api/v1/cards/u1/files", r4), wait_for_continue=True, continue_expected=True),  # fmt: skip
+    passed("forbid-off-put-via-body-method", post_files(f1 := multipart_body([OVERRIDE_PUT, FILE], B), host="old.test"),
+           Sent("PUT", "/api/v1/cards/1/files", f1), deprecated="yes"),
+    passed("comment-create-body-method-post", comment(c1 := multipart_body([OVERRIDE_POST, TEXT], B)),
+           Sent("POST", "/api/v1/cards/1/comments", c1)),
+]
+
 CASES: list[Case] = [
     # --- the card file route: every PUT with a body is an upload, decided from the head -------------------------
     blocked("put-multipart", put_files()),
@@ -369,6 +452,7 @@ CASES: list[Case] = [
       else refused(f"differential-{d.id}", comment(d.body, d.ct), d.rule or "") for d in DISAGREEMENTS),
     passed("forbid-off-text-comment-not-marked", comment(TEXT_BODY, host="old.test"),
            Sent("POST", "/api/v1/cards/1/comments", TEXT_BODY), deprecated="no"),
+    *BODY_OVERRIDES,
 ]
 
 
