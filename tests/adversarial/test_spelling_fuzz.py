@@ -5,7 +5,7 @@ The invariant: no spelling reaches the upstream as a request that a lenient upst
 upload route. "Lenient" is the union of what real stacks do: the path percent-decoded, backslashes read as slashes,
 empty and dot segments resolved, trailing dots and spaces trimmed from segments (IIS, .NET), compared without case;
 the method upper-cased, and any override honoured (the three override headers, ``_method`` in the query split on
-``&`` or ``;``). Every body carries a file part and the tenant forbids uploads, so the guard must have blocked or
+``&`` or ``;``, and a ``_method`` field in a POST's form body, urlencoded or multipart). Every body carries a file part and the tenant forbids uploads, so the guard must have blocked or
 refused each such request: any arrival is a bypass.
 
 Every answer is also checked: a 403 with the spec's code, a 4xx with a JSON code, or the upstream's own answer;
@@ -40,9 +40,10 @@ FILE_BODY = multipart_body([(['Content-Disposition: form-data; name="text"'], b"
                             (['Content-Disposition: form-data; name="files[]"; filename="a.pdf"'], b"%PDF")], B)
 OVERRIDE_HEADERS = ("X-HTTP-Method-Override", "X-Method-Override", "X-HTTP-Method")
 # The guarded routes as a lenient upstream reads them: (method, path regex on the normalised path).
-GUARDED = [("PUT", re.compile(r"/api/(v1|latest)/cards/[^/]+/files")),
-           ("POST", re.compile(r"/api/(v1|latest)/cards/[^/]+/comments")),
-           ("PATCH", re.compile(r"/api/(v1|latest)/cards/[^/]+/comments/[^/]+"))]
+# The card files route takes any body as an upload; the comment routes only a body with a file part in it.
+GUARDED = [("PUT", re.compile(r"/api/(v1|latest)/cards/[^/]+/files"), False),
+           ("POST", re.compile(r"/api/(v1|latest)/cards/[^/]+/comments"), True),
+           ("PATCH", re.compile(r"/api/(v1|latest)/cards/[^/]+/comments/[^/]+"), True)]
 
 
 # --- The lenient reading -----------------------------------------------------------------------------------------
@@ -77,9 +78,26 @@ def lenient_methods(method: str, target: str, headers: list[tuple[str, str]]) ->
     return methods
 
 
-def lands_on_guarded_route(method: str, target: str, headers: list[tuple[str, str]]) -> bool:
+_MULTIPART_METHOD_RE = re.compile(rb'name="?_method"?[^\r\n]*\r?\n(?:[^\r\n]+\r?\n)*\r?\n([^\r\n]*)', re.I)
+
+
+def body_methods(method: str, headers: list[tuple[str, str]], body: bytes) -> set[str]:
+    """``_method`` in a POST's body, read as leniently as any framework: every form-looking body, both separators."""
+    if method.upper() != "POST" or not body:
+        return set()
+    found = {m.group(1).decode("latin-1").strip().upper() for m in _MULTIPART_METHOD_RE.finditer(body)}
+    for pair in re.split("[&;]", body.decode("latin-1")):
+        key, _, value = pair.partition("=")
+        if unquote(key.replace("+", " ")).strip().lower() == "_method":
+            found.add(unquote(value.replace("+", " ")).strip().upper())
+    return found
+
+
+def lands_on_guarded_route(method: str, target: str, headers: list[tuple[str, str]], body: bytes = b"") -> bool:
     path = lenient_path(target)
-    return any(m in lenient_methods(method, target, headers) and rx.fullmatch(path) for m, rx in GUARDED)
+    methods = lenient_methods(method, target, headers) | body_methods(method, headers, body)
+    has_file = b"filename" in body.lower()
+    return any(m in methods and rx.fullmatch(path) and (has_file or not file_only) for m, rx, file_only in GUARDED)
 
 
 # --- A raw recording upstream --------------------------------------------------------------------------------------
@@ -90,6 +108,7 @@ class Arrival:
     method: str
     target: str
     headers: list[tuple[str, str]]
+    body: bytes = b""
 
 
 @dataclass
@@ -107,15 +126,18 @@ class RawUpstream:
                 line, *rest = head[:-4].split("\r\n")
                 method, target, _ = line.split(" ", 2)
                 headers = [(k.strip(), v.strip()) for k, _, v in (h.partition(":") for h in rest)]
-                self.arrivals.append(Arrival(method, target, headers))
+                arrival = Arrival(method, target, headers)
+                self.arrivals.append(arrival)
                 names = {k.lower(): v for k, v in headers}
+                body = bytearray()
                 if "chunked" in names.get("transfer-encoding", "").lower():
                     while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
-                        await reader.readexactly(size + 2)
+                        body += (await reader.readexactly(size + 2))[:-2]
+                        arrival.body = bytes(body)
                     while await reader.readuntil(b"\r\n") != b"\r\n":  # trailers
                         pass
                 elif "content-length" in names:
-                    await reader.readexactly(int(names["content-length"]))
+                    arrival.body = await reader.readexactly(int(names["content-length"]))
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nupstream")
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, ValueError):
@@ -203,8 +225,13 @@ def spelling(rng: random.Random, n: int) -> Spelling:
     headers: list[tuple[str, str]] = [("Host", "127.0.0.1"), ("X-Fuzz-Id", str(n))]
     query: list[str] = []
     method = wanted
+    body = FILE_BODY
+    content_type: str | None = f"multipart/form-data; boundary={B}"
     roll = rng.random()
-    if roll < 0.35:  # arrive as an override on another method
+    if roll < 0.12 and wanted != "POST":  # the override in a POST's form body
+        method = "POST"
+        body, content_type = body_override(rng, wanted)
+    elif roll < 0.35:  # arrive as an override on another method
         method = rng.choice(["POST", "GET", "PUT", "PATCH", "DELETE"])
         if rng.random() < 0.5:
             name = rng.choice(OVERRIDE_HEADERS)
@@ -220,17 +247,43 @@ def spelling(rng: random.Random, n: int) -> Spelling:
     target = spell_path(rng, segments)
     if query:
         target += "?" + rng.choice(["&", ";"]).join(query)
-    headers.append(("Content-Type", f"multipart/form-data; boundary={B}"))
-    chunks = b"".join(f"{len(c):x}\r\n".encode() + c + b"\r\n" for c in (FILE_BODY[:40], FILE_BODY[40:])) + b"0\r\n\r\n"
+    if content_type is not None:
+        headers.append(("Content-Type", content_type))
+    cut = rng.randint(1, len(body) - 1)
+    chunks = b"".join(f"{len(c):x}\r\n".encode() + c + b"\r\n" for c in (body[:cut], body[cut:])) + b"0\r\n\r\n"
     framing = rng.choice(FRAMINGS)
-    headers += [(k, v.replace("{n}", str(len(FILE_BODY)))) for k, v in framing]
-    body = chunks if any(k == "Transfer-Encoding" for k, _ in framing) else FILE_BODY
+    headers += [(k, v.replace("{n}", str(len(body)))) for k, v in framing]
+    body = chunks if any(k == "Transfer-Encoding" for k, _ in framing) else body
     if rng.random() < 0.1:
         headers.append(("Expect", rng.choice(["100-continue", "100-Continue"])))
     headers.append(("Connection", "close"))
     version = "HTTP/1.0" if rng.random() < 0.05 else "HTTP/1.1"
     head = f"{method} {target} {version}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n"
     return Spelling(n, method, target, tuple(headers), head.encode("utf-8") + body)
+
+
+TEXT_PART = (['Content-Disposition: form-data; name="text"'], b"hi")
+FILE_PART = (['Content-Disposition: form-data; name="files[]"; filename="a.pdf"'], b"%PDF")
+
+
+def body_override(rng: random.Random, wanted: str) -> tuple[bytes, str | None]:
+    """A form body whose ``_method`` field says ``wanted``: multipart (the field anywhere among a text and a file
+    part) or urlencoded (both separators, encoded keys, with or without a Content-Type)."""
+    value = rng.choice([wanted, wanted.lower(), f" {wanted} "])
+    if rng.random() < 0.6:
+        name = rng.choice(["_method", "_METHOD", "_Method"])
+        field = ([f'Content-Disposition: form-data; name="{name}"'], value.encode())
+        parts = [TEXT_PART, FILE_PART]
+        parts.insert(rng.randint(0, 2), field)
+        ct = rng.choice([f"multipart/form-data; boundary={B}", f'Multipart/Form-Data; boundary="{B}"',
+                         f"multipart/form-data; charset=utf-8; boundary={B}"])
+        return multipart_body(parts, B), ct
+    key = rng.choice(["_method", "_METHOD", "%5Fmethod", "%5fmethod", "_%6Dethod"])
+    pairs = [f"{key}={value.replace(' ', '+')}", "note=hello", "file=%25PDF"]
+    rng.shuffle(pairs)
+    body = rng.choice(["&", ";"]).join(pairs).encode()
+    ct = rng.choice(["application/x-www-form-urlencoded", "application/x-www-form-urlencoded; charset=UTF-8", None])
+    return body, ct
 
 
 def spellings(seed: int, count: int) -> list[Spelling]:
@@ -260,7 +313,14 @@ def test_the_lenient_reading_sees_the_tricks() -> None:
     assert lands_on_guarded_route("POST", "/api/v1/cards/1/files", h)
     assert lands_on_guarded_route("POST", "/api/v1/cards/1/files?a=1;_method=PUT", [])
     assert lands_on_guarded_route("put", "/api/v1/x/..\\cards/1/files/", [])
-    assert lands_on_guarded_route("POST", "http://h/api/v1/cards/1/comments", [])
+    assert lands_on_guarded_route("POST", "http://h/api/v1/cards/1/comments", [], FILE_BODY)
+    assert lands_on_guarded_route("POST", "/api/v1/cards/1/files", [], b"note=1;%5Fmethod=put")
+    assert lands_on_guarded_route("POST", "/api/v1/cards/1/comments/2", [],
+                                  b'--b\r\nContent-Disposition: form-data; name="_METHOD"\r\n\r\nPATCH\r\n' + FILE_BODY)
+    # A comment's text, whatever the method: not an upload.
+    assert not lands_on_guarded_route("POST", "/api/v1/cards/1/comments/2", [], b"text=hi&_method=PATCH")
+    assert not lands_on_guarded_route("POST", "/api/v1/cards/1/comments", [])
+    assert not lands_on_guarded_route("PUT", "/api/v1/cards/1/comments/2", [], b"_method=PATCH")
     assert not lands_on_guarded_route("POST", "/api/v1/cards/1/files", [])
     assert not lands_on_guarded_route("GET", "/api/v1/cards/1/comments", [])
 
@@ -297,7 +357,7 @@ async def test_no_spelling_reaches_the_upstream_on_a_guarded_route(raw_upstream:
     for arrival in raw_upstream.arrivals:
         fuzz_id = int(dict((k.lower(), v) for k, v in arrival.headers)["x-fuzz-id"])
         assert answers[fuzz_id] == (200, "upstream")
-        if lands_on_guarded_route(arrival.method, arrival.target, arrival.headers):
+        if lands_on_guarded_route(arrival.method, arrival.target, arrival.headers, arrival.body):
             bypasses.append((by_id[fuzz_id].data[:200], arrival))
     assert bypasses == [], bypasses[:5]
     # Forwarded spellings are exactly those answered by the upstream: none went missing, none arrived twice.
