@@ -11,8 +11,9 @@ of it whose legacy client (User-Agent ``bench-legacy/``) is exempted onto the ``
   round), interleaved round by round; the ratio is gateway / direct.
 - **Upload upgrade** (when the guard's upgrade exists in this tree): a ``--upload-mb`` legacy ``PUT
   /api/v1/cards/{id}/files`` through the gateway, upgraded to the restricted route, against the same multipart upload
-  sent directly to the restricted route through the gateway (``POST /api/v1/cards/{uid}/files``, no bridge). Throughput
-  and the gateway's peak RSS (from ``/proc``) during each.
+  sent directly to the restricted route on the sandbox (``POST /api/v1/cards/{uid}/files``), and through the gateway
+  without a bridge. Throughput of each (the ratio is upgraded / direct), the gateway's RSS sampled during each
+  (``VmRSS``), and its peak over its life (``VmHWM``) after the upgraded upload.
 
 Everything on 127.0.0.1; each run bounded by its request counts.
 """
@@ -61,9 +62,10 @@ async def wait_ready(url: str, timeout: float = 20) -> None:
     raise RuntimeError(f"{url} did not become ready")
 
 
-def rss_kib(pid: int) -> int:
+def rss_kib(pid: int, field: str = "VmRSS") -> int:
+    """The process's resident set (``VmRSS``) or its peak so far (``VmHWM``), in KiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1])
     return 0
 
@@ -133,7 +135,8 @@ async def backfill_round(client: aiohttp.ClientSession, sandbox: str, gateway: s
     return {"bridged": bridged, "direct": direct, "via_gateway": via}
 
 
-async def upload_round(client: aiohttp.ClientSession, gateway: str, pid: int, size: int) -> dict[str, Any] | None:
+async def upload_round(client: aiohttp.ClientSession, sandbox: str, gateway: str, pid: int,
+                       size: int) -> dict[str, Any] | None:
     boundary = "bench-bridge-boundary"
     head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.bin\"\r\n"
             "Content-Type: application/octet-stream\r\n\r\n").encode()
@@ -148,10 +151,13 @@ async def upload_round(client: aiohttp.ClientSession, gateway: str, pid: int, si
 
     headers = {**TOKEN, "Content-Type": f"multipart/form-data; boundary={boundary}",
                "Content-Length": str(len(head) + (size >> 20 << 20) + len(tail))}
-    async with client.get(f"{gateway}/api/v1/cards/1", headers=TOKEN) as resp:
+    async with client.get(f"{sandbox}/api/v1/cards/1", headers=TOKEN) as resp:
         uid = (await resp.json())["uid"]
     out: dict[str, Any] = {}
-    for name, method, path in (("upgraded", "PUT", "/api/v1/cards/1/files"), ("direct", "POST", f"/api/v1/cards/{uid}/files")):
+    runs = (("upgraded", gateway, "PUT", "/api/v1/cards/1/files"),
+            ("direct", sandbox, "POST", f"/api/v1/cards/{uid}/files"),
+            ("via_gateway", gateway, "POST", f"/api/v1/cards/{uid}/files"))
+    for name, base, method, path in runs:
         peak = rss_kib(pid)
         done = asyncio.Event()
 
@@ -163,7 +169,7 @@ async def upload_round(client: aiohttp.ClientSession, gateway: str, pid: int, si
 
         watcher = asyncio.create_task(watch())
         started = time.perf_counter()
-        async with client.request(method, gateway + path, headers=headers, data=body()) as resp:
+        async with client.request(method, base + path, headers=headers, data=body()) as resp:
             answer = await resp.read()
             status = resp.status
         seconds = time.perf_counter() - started
@@ -172,7 +178,10 @@ async def upload_round(client: aiohttp.ClientSession, gateway: str, pid: int, si
         if name == "upgraded" and status in (403, 404, 405):
             return None  # no upload upgrade in this tree
         assert status in (200, 201), (name, status, answer[:300])
-        out[name] = {"mb_per_s": size / seconds / 1e6, "peak_rss_mib": peak / 1024}
+        if name == "upgraded":
+            assert resp.headers.get("X-Gateway-Upload-Upgrade") == "upgraded; files=1", resp.headers
+        out[name] = {"mb_per_s": size / seconds / 1e6, "peak_rss_mib": peak / 1024,
+                     "hwm_mib": rss_kib(pid, "VmHWM") / 1024}
     return out
 
 
@@ -203,14 +212,18 @@ async def main() -> None:
                           f"{row['direct']['median_ms']:.1f} ms (p90 {row['direct']['p90_ms']:.1f}), the same "
                           f"through the gateway {row['via_gateway']['median_ms']:.1f} ms; ratios "
                           f"{row['ratio']:.2f} and {row['ratio_via']:.2f}", flush=True)
-                    up = await upload_round(client, gateway, pid, args.upload_mb << 20)
+                    up = await upload_round(client, sandbox, gateway, pid, args.upload_mb << 20)
                     if up is not None:
                         up["ratio"] = up["upgraded"]["mb_per_s"] / up["direct"]["mb_per_s"]
+                        up["ratio_via"] = up["upgraded"]["mb_per_s"] / up["via_gateway"]["mb_per_s"]
                         results["upload"].append(up)
                         print(f"upload round {r + 1}: upgraded {up['upgraded']['mb_per_s']:.0f} MB/s "
-                              f"(peak RSS {up['upgraded']['peak_rss_mib']:.0f} MiB), direct "
-                              f"{up['direct']['mb_per_s']:.0f} MB/s (peak RSS {up['direct']['peak_rss_mib']:.0f} MiB)"
-                              f", ratio {up['ratio']:.2f}", flush=True)
+                              f"(gateway RSS {up['upgraded']['peak_rss_mib']:.0f} MiB, peak so far "
+                              f"{up['upgraded']['hwm_mib']:.0f} MiB), direct to the sandbox "
+                              f"{up['direct']['mb_per_s']:.0f} MB/s, through the gateway without a bridge "
+                              f"{up['via_gateway']['mb_per_s']:.0f} MB/s (gateway RSS "
+                              f"{up['via_gateway']['peak_rss_mib']:.0f} MiB); ratios {up['ratio']:.2f} and "
+                              f"{up['ratio_via']:.2f}", flush=True)
             ratios = [row["ratio"] for row in results["backfill"]]
             via = [row["ratio_via"] for row in results["backfill"]]
             print(f"backfill: median ratio bridged / migrated client reading the sandbox directly "
@@ -218,9 +231,13 @@ async def main() -> None:
                   f"over {len(ratios)} rounds")
             if results["upload"]:
                 ups = [u["ratio"] for u in results["upload"]]
+                via_ups = [u["ratio_via"] for u in results["upload"]]
                 peak = max(u["upgraded"]["peak_rss_mib"] for u in results["upload"])
-                print(f"upload upgrade: median throughput ratio upgraded/direct {statistics.median(ups):.2f}, "
-                      f"peak gateway RSS {peak:.0f} MiB")
+                hwm = max(u["upgraded"]["hwm_mib"] for u in results["upload"])
+                print(f"upload upgrade: median throughput ratio upgraded / direct to the sandbox "
+                      f"{statistics.median(ups):.2f}, / through the gateway without a bridge "
+                      f"{statistics.median(via_ups):.2f}; gateway RSS during upgraded uploads at most {peak:.0f} MiB, "
+                      f"peak over its life (VmHWM) {hwm:.0f} MiB")
             if args.json:
                 args.json.write_text(json.dumps(results, indent=2))
         finally:

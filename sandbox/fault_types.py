@@ -16,8 +16,9 @@ class Fault:
     seconds to the next ``remaining`` requests that match.
 
     A request matches when its method and decoded path are equal to the
-    fault's and each of the fault's query parameters has that value (the
-    first value when repeated); other parameters are ignored.
+    fault's (a path segment ``*`` matches any one segment) and each of the
+    fault's query parameters has that value (the first value when repeated);
+    other parameters are ignored.
     """
 
     id: int
@@ -32,7 +33,7 @@ class Fault:
     def matches(self, method: str, path: str, query: Mapping[str, str]) -> bool:
         return (
             method == self.method
-            and path == self.path
+            and _path_matches(self.path, path)
             and all(query.get(name) == value for name, value in self.query.items())
         )
 
@@ -47,6 +48,15 @@ class Fault:
             "times": self.times,
             "remaining": self.remaining,
         }
+
+
+def _path_matches(pattern: str, path: str) -> bool:
+    if pattern == path:
+        return True
+    if "*" not in pattern:
+        return False
+    wanted, got = pattern.split("/"), path.split("/")
+    return len(wanted) == len(got) and all(w in ("*", g) for w, g in zip(wanted, got))
 
 
 class FaultTable:

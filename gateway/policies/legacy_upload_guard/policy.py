@@ -3,7 +3,9 @@
 Spec, "Deprecated upload routes and their replacements", "Errors" and "States and transitions": with the setting on,
 an upload through a deprecated route is answered 403 ``PUBLIC_API_LEGACY_FILE_UPLOAD_DISABLED`` and nothing of it
 reaches the upstream; with it off, the upload passes and the response says that the route is deprecated (RFC 9745).
-A security policy: a body it cannot read unambiguously is refused, never forwarded.
+A security policy: a body it cannot read unambiguously is refused, never forwarded (nor translated).
+Where the 403 would be the answer, the upload upgrade bridge (``upgrade``) may perform the upload on the restricted
+access routes instead, for a client whose company or exemption turns it on.
 docs/policies/legacy_upload_guard.md lists every rule.
 """
 
@@ -39,6 +41,8 @@ from .multipart_sniffer import (
     form_data_boundary,
     parse_media_type,
 )
+from .multipart_splitter import MultipartSplitter
+from .upgrade import GuardHooks, Upgrade, UpgradeFamilies, UpgradeOptions
 
 if TYPE_CHECKING:
     from ...core.tenants import Tenant
@@ -97,6 +101,7 @@ def _check_tenant(
 
 # Spec, "States and transitions": the setting is on from the start for companies created on or after 2026-05-21;
 # ``rollout.forbid_legacy_uploads`` turns it on by date for a company whose setting is off (restricted access on).
+# Its bridge, the upload upgrade, performs a forbidden upload on the restricted access routes instead of refusing it.
 LEGACY_UPLOADS = Behaviour(
     "legacy_uploads",
     ("allowed", "forbidden"),
@@ -104,7 +109,10 @@ LEGACY_UPLOADS = Behaviour(
     security=True,
     base=_base,
     check_tenant=_check_tenant,
+    bridge="upload_upgrade",
+    bridge_of=lambda tenant: tenant.upload_upgrade,
 )
+_DECISIONS = ("allowed", "blocked", "refused", "bridged")
 
 
 class Families:
@@ -113,7 +121,7 @@ class Families:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.uploads = Counter(
             "gateway_legacy_uploads", "Uploads on deprecated routes, by tenant, route and decision (allowed, blocked, "
-            "refused).", ("tenant", "route", "decision"), registry=registry,
+            "refused, bridged: taken on by the upload upgrade).", ("tenant", "route", "decision"), registry=registry,
         )
 
 
@@ -142,6 +150,9 @@ class Options(BaseModel):
     # closing, so that the client can read the answer before the connection is reset.
     linger_bytes: int = Field(default=4 << 20, ge=0, le=1 << 30)
     linger_seconds: float = Field(default=2.0, ge=0, le=60)
+    # The upload upgrade bridge's routes and bounds (whether it applies: the tenant's bridges.upload_upgrade, or an
+    # exemption's bridge).
+    upgrade: UpgradeOptions = UpgradeOptions()
 
     @field_validator("file_fields")
     @classmethod
@@ -199,6 +210,12 @@ class _Settings:
             boundary, max_header_bytes=options.max_part_header_bytes, file_fields=options.file_fields
         )
 
+    def splitter(self, boundary: Boundary) -> MultipartSplitter:
+        options = self.options
+        return MultipartSplitter(
+            boundary, max_header_bytes=options.max_part_header_bytes, file_fields=options.file_fields
+        )
+
 
 def build(options: Options, ctx: BuildContext) -> Policy:
     counter = ctx.families(Families).uploads
@@ -209,18 +226,33 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         deprecation=deprecation_value(epoch(options.deprecated_since, ctx.timezone)),
         # Every configured tenant's series exist from the start (at 0), so that increase() sees the first upload.
         counters={(tenant, d): counter.labels(tenant, ctx.route, d)
-                  for tenant in ctx.rollout.schedules for d in ("allowed", "blocked", "refused")},
+                  for tenant in ctx.rollout.schedules for d in _DECISIONS},
     )
     clock = ctx.clock
     # The dated, per-tenant rollout of the forbid setting (the company setting, or rollout.forbid_legacy_uploads).
     schedules = {tenant: per[LEGACY_UPLOADS.name] for tenant, per in ctx.rollout.schedules.items()}
     file_parts = options.detect == "file_parts"
 
+    def count(exchange: Exchange, decision: str) -> None:
+        settings.counters[(exchange.tenant.name, decision)].inc()
+
+    hooks = GuardHooks(
+        name=NAME, refuse=lambda exchange, err: _refuse(exchange, settings, err), count=count,
+        deprecation=settings.deprecation, successor=lambda exchange: settings.successor.render(exchange.params),
+        splitter=settings.splitter, linger=(options.linger_bytes, options.linger_seconds),
+    )
+    upgrade = Upgrade(options.upgrade, hooks, ctx.families(UpgradeFamilies).upgrades, ctx.rollout.schedules)
+
     async def legacy_upload_guard(exchange: Exchange, next: Next) -> Reply:
-        forbidden = schedules[exchange.tenant.name].phase_index(clock.now().timestamp(), exchange.headers) == 1
-        if forbidden:
+        schedule = schedules[exchange.tenant.name]
+        now = clock.now().timestamp()
+        if schedule.phase_index(now, exchange.headers) == 1:
+            # Where the answer would be 403, the upload upgrade may carry the upload out instead.
+            bridge = upgrade if schedule.bridge(now, exchange.headers) else None
             if file_parts:
-                return await _enforce_file_parts(exchange, next, settings)
+                return await _enforce_file_parts(exchange, next, settings, bridge)
+            if bridge is not None:
+                return await _upgrade_route(exchange, next, settings, bridge)
             return await _enforce_route(exchange, next, settings)
         return await _observe(exchange, next, settings)
 
@@ -237,40 +269,74 @@ async def _enforce_route(exchange: Exchange, next: Next, settings: _Settings) ->
     return await _pass(exchange, next)
 
 
-async def _enforce_file_parts(exchange: Exchange, next: Next, settings: _Settings) -> Reply:
+async def _upgrade_route(exchange: Exchange, next: Next, settings: _Settings, upgrade: Upgrade) -> Reply:
+    """``detect: route`` with the bridge: what would be blocked is uploaded to the card (a body the guard would
+    refuse is refused all the same)."""
+    if not (exchange.has_body or _declares_multipart(exchange.headers)):
+        return await _pass(exchange, next)
     try:
         boundary = _multipart_boundary(exchange.headers)
     except Ambiguous as err:
+        upgrade.count(exchange, "refused")
+        return _refuse(exchange, settings, err)
+    return await upgrade.card_file(exchange, boundary)
+
+
+async def _enforce_file_parts(exchange: Exchange, next: Next, settings: _Settings,
+                              upgrade: Upgrade | None = None) -> Reply:
+    try:
+        boundary = _multipart_boundary(exchange.headers)
+    except Ambiguous as err:
+        if upgrade is not None:
+            upgrade.count(exchange, "refused")
         return _refuse(exchange, settings, err)
     if boundary is None:
         return await _pass(exchange, next)
     if not exchange.has_body:
+        if upgrade is not None:
+            upgrade.count(exchange, "refused")
         return _refuse(exchange, settings, Ambiguous("unterminated_body", "the multipart body is empty"))
     # The proxy core reads the body (inviting it with 100 Continue only now) and shows it to the filter, which holds
-    # it until it decides: nothing reaches the upstream before, and nothing at all if it refuses.
-    exchange.request_filters.append(_FileParts(exchange, settings, settings.sniffer(boundary)))
+    # it until it decides: nothing reaches the upstream before, and nothing at all if it refuses. With the bridge,
+    # a file part hands the request over to it, with the bytes read so far (only when this filter is the first one:
+    # it then saw the body as the client sent it).
+    handover = upgrade is not None and not exchange.request_filters
+    body_filter = _FileParts(exchange, settings, settings.sniffer(boundary), handover=handover)
+    exchange.request_filters.append(body_filter)
     reply = await next(exchange)
+    if upgrade is not None and reply is body_filter.handover:
+        return await upgrade.comment(exchange, boundary, body_filter.seen)
     if NAME not in exchange.decisions and exchange.body_error is not None:
         # The body broke off or stalled before the filter could decide: refused (the proxy core answered it).
         exchange.decisions[NAME] = "refused"
         exchange.notes[f"{NAME}.rule"] = "incomplete_body" if exchange.body_error != "timeout" else "body_timeout"
         settings.counters[(exchange.tenant.name, "refused")].inc()
+    if upgrade is not None and exchange.decisions.get(NAME) == "refused":
+        # Refused before a file part handed it over: as without the bridge, and counted among its outcomes too.
+        upgrade.count(exchange, "aborted" if exchange.body_error is not None else "refused")
     exchange.decisions.setdefault(NAME, "passed")
     return reply
 
 
 class _FileParts(RequestBodyFilter):
-    """Holds a multipart body until its part headers show a file part (403), a structure in doubt (4xx), or its end
-    (forwarded, or 4xx for a rule broken in part headers)."""
+    """Holds a multipart body until its part headers show a file part (403, or the bridge), a structure in doubt
+    (4xx), or its end (forwarded, or 4xx for a rule broken in part headers)."""
 
-    def __init__(self, exchange: Exchange, settings: _Settings, sniffer: MultipartSniffer) -> None:
+    def __init__(self, exchange: Exchange, settings: _Settings, sniffer: MultipartSniffer, *,
+                 handover: bool = False) -> None:
         self._exchange = exchange
         self._settings = settings
         self._sniffer = sniffer
         self.hold_limit = settings.options.look_ahead_bytes
         self.idle_timeout = settings.options.body_read_timeout
+        # With the bridge: the bytes read (at most the look-ahead and one read), and the reply that hands over.
+        self.seen: list[bytes] = []
+        self.handover: Reply | None = None
+        self._keep = handover
 
     def on_data(self, chunk: bytes) -> Flow:
+        if self._keep:
+            self.seen.append(chunk)
         # The sniffer sees no byte past the look-ahead, however the body happens to be chunked.
         room = self.hold_limit - self._sniffer.bytes_fed
         self._decide(lambda: self._sniffer.feed(chunk if len(chunk) <= room else chunk[:room]))
@@ -299,6 +365,14 @@ class _FileParts(RequestBodyFilter):
         except Ambiguous as err:
             raise Refuse(_refuse(self._exchange, self._settings, err)) from None
         if verdict is Verdict.FILE:
+            if self._keep:
+                pending = self._sniffer.pending
+                if pending is not None:
+                    # A file part wins over an ambiguity for the 403, never for a translation.
+                    raise Refuse(_refuse(self._exchange, self._settings, pending))
+                # Nothing goes upstream: the guard hands the request to the bridge (this reply is never sent).
+                self.handover = _blocked(self._exchange, self._settings)
+                raise Refuse(self.handover)
             raise Refuse(_block(self._exchange, self._settings))
 
 
@@ -336,6 +410,10 @@ def _declares_multipart(headers: CIMultiDictProxy[str]) -> bool:
 def _block(exchange: Exchange, settings: _Settings) -> Reply:
     exchange.decisions[NAME] = "blocked"
     settings.counters[(exchange.tenant.name, "blocked")].inc()
+    return _blocked(exchange, settings)
+
+
+def _blocked(exchange: Exchange, settings: _Settings) -> Reply:
     path, link = settings.successor.render(exchange.params)
     reply = _answer(settings, Reply.error(
         403, DISABLED_CODE, settings.options.message, exchange.ensure_request_id(),

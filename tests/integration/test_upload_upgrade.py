@@ -1,0 +1,348 @@
+"""The upload upgrade bridge of the legacy upload guard through real sockets, in front of the sandbox service.
+
+The company (acme, created after 2026-05-21) forbids legacy uploads; its bridge performs them on the restricted access
+routes instead. The file bytes the sandbox stored are read back through its signed links and compared by SHA-256."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway.core.http import token_fingerprint
+from sandbox.app import create_app
+from sandbox.settings import DEFAULT_TOKEN, READONLY_TOKEN
+from sandbox.state import STORE
+from sandbox.store import Card, RestrictedFile, Store
+from tests.conftest import (
+    AdminFactory,
+    GatewayFactory,
+    LineCollector,
+    RunningGateway,
+    guarded_routes,
+    make_config,
+    multipart_body,
+)
+
+TOKEN = f"Bearer {DEFAULT_TOKEN}"
+AUTH = {"Authorization": TOKEN}
+B = "upgrade-B0undary"
+MP = f"multipart/form-data; boundary={B}"
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+KiB = 1 << 10
+MiB = 1 << 20
+
+
+def text_part(text: str, name: str = "text") -> tuple[list[str], bytes]:
+    return [f'Content-Disposition: form-data; name="{name}"'], text.encode()
+
+
+def file_part(content: bytes, filename: str = "a.bin", name: str = "files[]",
+              media: str = "application/octet-stream") -> tuple[list[str], bytes]:
+    return [f'Content-Disposition: form-data; name="{name}"; filename="{filename}"', f"Content-Type: {media}"], content
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture
+async def sandbox(aiohttp_server: Any) -> Any:
+    return await aiohttp_server(create_app())
+
+
+@pytest.fixture
+def spool(tmp_path: Path) -> Path:
+    directory = tmp_path / "spool"
+    directory.mkdir()
+    return directory
+
+
+def store_of(sandbox: Any) -> Store:
+    store: Store = sandbox.app[STORE]
+    return store
+
+
+def public_card(sandbox: Any, n: int = 0) -> Card:
+    store = store_of(sandbox)
+    return [c for c in store.all_cards() if not store.boards[c.board_id].private][n]
+
+
+def restricted(sandbox: Any) -> list[RestrictedFile]:
+    return list(store_of(sandbox).restricted_files.values())
+
+
+def config(sandbox: Any, spool: Path, *, tenant_bridge: bool = True, exemptions: list[dict[str, Any]] | None = None,
+           **upgrade: Any) -> dict[str, Any]:
+    data = make_config(f"http://127.0.0.1:{sandbox.port}",
+                       routes=guarded_routes(upgrade={"spool_dir": str(spool), **upgrade}))
+    data["tenants"][0]["bridges"] = {"upload_upgrade": tenant_bridge}
+    if exemptions is not None:
+        data["rollout"] = {"exemptions": exemptions}
+    return data
+
+
+async def start(start_gateway: GatewayFactory, sandbox: Any, spool: Path, **kw: Any) -> RunningGateway:
+    access_log = kw.pop("access_log", None)
+    data = config(sandbox, spool, **kw)
+    if access_log is not None:
+        data["access_log"] = {"enabled": True}
+    return await start_gateway(data, access_log=access_log)
+
+
+async def send(method: str, url: str, body: bytes | AsyncIterator[bytes] | None, *, content_type: str | None = MP,
+               auth: str | None = TOKEN, **headers: str) -> tuple[int, Any, Any]:
+    sent = dict(headers)
+    if content_type is not None:
+        sent["Content-Type"] = content_type
+    if auth is not None:
+        sent["Authorization"] = auth
+    async with aiohttp.ClientSession() as client:
+        async with client.request(method, url, data=body, headers=sent) as resp:
+            raw = await resp.read()
+            try:
+                answer = json.loads(raw)
+            except ValueError:
+                answer = raw
+            return resp.status, resp.headers, answer
+
+
+async def download(url: str) -> bytes:
+    async with aiohttp.ClientSession() as client:
+        async with client.get(url) as resp:
+            assert resp.status == 200, (resp.status, await resp.text())
+            return await resp.read()
+
+
+async def journal(sandbox: Any) -> list[dict[str, Any]]:
+    """What the sandbox's API received (the tests' own downloads left out)."""
+    async with aiohttp.ClientSession() as client:
+        async with client.get(f"http://127.0.0.1:{sandbox.port}/_sandbox/journal") as resp:
+            entries: list[dict[str, Any]] = await resp.json()
+            return [e for e in entries if e["path"].startswith("/api/")]
+
+
+async def add_fault(sandbox: Any, **fault: Any) -> None:
+    async with aiohttp.ClientSession() as client:
+        async with client.post(f"http://127.0.0.1:{sandbox.port}/_sandbox/faults", json=fault) as resp:
+            assert resp.status == 201, await resp.text()
+
+
+def upgrades(gw: RunningGateway, outcome: str, tenant: str = "acme") -> float:
+    value = gw.metrics.registry.get_sample_value("gateway_legacy_upload_upgrades_total",
+                                                 {"tenant": tenant, "outcome": outcome})
+    assert value is not None, "every configured tenant's series exists from the start"
+    return value
+
+
+def guard_decisions(gw: RunningGateway, route: str, decision: str) -> float:
+    return gw.metrics.registry.get_sample_value("gateway_legacy_uploads_total",
+                                                {"tenant": "acme", "route": route, "decision": decision}) or 0.0
+
+
+async def chunked(*pieces: bytes, size: int = 64 * KiB) -> AsyncIterator[bytes]:
+    for piece in pieces:
+        for i in range(0, len(piece), size):
+            yield piece[i : i + size]
+
+
+# --- the card route -----------------------------------------------------------------------------------------------
+
+
+async def test_a_legacy_put_is_uploaded_to_the_restricted_route(sandbox: Any, spool: Path,
+                                                                start_gateway: GatewayFactory) -> None:
+    gw = await start(start_gateway, sandbox, spool)
+    card = public_card(sandbox)
+    content = os.urandom(3 * MiB + 12345)
+    legacy_before = len(store_of(sandbox).legacy_files)
+    assert upgrades(gw, "upgraded") == 0 and upgrades(gw, "aborted", "oldco") == 0
+    body = multipart_body([file_part(content, "report.pdf", name="file", media="application/pdf")], B)
+    status, headers, answer = await send("PUT", f"{gw.url}/api/v1/cards/{card.id}/files", chunked(body))
+    assert status == 200, answer
+    # The legacy shape, with what differs: the id is a UUID, url a temporary signed link.
+    assert UUID.fullmatch(answer["id"]) and answer["uid"] == answer["id"]
+    assert answer["type"] == 11 and answer["size"] == len(content) and answer["card_id"] == card.id
+    assert answer["comment_id"] is None and answer["entity_type"] == "card" and answer["card_uid"] == card.uid
+    assert answer["name"] == "report.pdf" and answer["mime_type"] == "application/pdf"
+    assert f"/signed-files/{answer['id']}?" in answer["url"]
+    assert sha(await download(answer["url"])) == sha(content)
+    assert headers["Deprecation"] == "@1779321600"
+    assert headers["Link"] == f'</api/v1/cards/{card.uid}/files>; rel="successor-version"'
+    assert headers["X-Gateway-Upload-Upgrade"] == "upgraded; files=1"
+    assert headers["Cache-Control"] == "no-store"
+    stored = store_of(sandbox).restricted_files[answer["id"]]
+    assert stored.content.sha256 == sha(content) and stored.card_id == card.id
+    assert len(store_of(sandbox).legacy_files) == legacy_before  # nothing through the deprecated route
+    entries = await journal(sandbox)
+    assert [(e["method"], e["path"]) for e in entries] == [
+        ("GET", f"/api/v1/cards/{card.id}"), ("POST", f"/api/v1/cards/{card.uid}/files")]
+    assert entries[1]["uploads"][0]["sha256"] == sha(content) and entries[1]["uploads"][0]["field"] == "file"
+    assert upgrades(gw, "upgraded") == 1
+    assert guard_decisions(gw, "legacy_card_file_upload", "bridged") == 1
+    assert guard_decisions(gw, "legacy_card_file_upload", "blocked") == 0
+
+    # The id mapping is cached: the next upload to the card goes straight to the restricted route.
+    status, _, second = await send("PUT", f"{gw.url}/api/latest/cards/{card.id}/files",
+                                   multipart_body([file_part(b"small", "b.txt", name="file", media="text/csv")], B))
+    assert status == 200 and second["id"] != answer["id"]
+    assert sha(await download(second["url"])) == sha(b"small")
+    assert [(e["method"], e["path"]) for e in (await journal(sandbox))[2:]] == [
+        ("POST", f"/api/v1/cards/{card.uid}/files")]
+    # The stored file, read through the restricted route's metadata and its redirect to a fresh signed link.
+    async with aiohttp.ClientSession() as client:
+        async with client.get(f"http://127.0.0.1:{sandbox.port}/api/v1/cards/{card.uid}/files/{answer['id']}"
+                              "?redirect=true&download=true", headers=AUTH) as resp:
+            assert resp.status == 200 and sha(await resp.read()) == sha(content)
+
+
+async def test_without_the_bridge_the_put_is_blocked_as_before(sandbox: Any, spool: Path,
+                                                               start_gateway: GatewayFactory) -> None:
+    # The company's bridge is off; an exemption turns it on for one client (by its token's fingerprint).
+    exemption = {"name": "old-uploader", "behaviour": "legacy_uploads", "phase": "forbidden", "until": "2099-01-01",
+                 "token_fingerprint": token_fingerprint(TOKEN), "bridge": True}
+    gw = await start(start_gateway, sandbox, spool, tenant_bridge=False, exemptions=[exemption])
+    card = public_card(sandbox)
+    body = multipart_body([file_part(b"bytes", name="file")], B)
+    other = "Bearer someone-else"
+    status, _, answer = await send("PUT", f"{gw.url}/api/v1/cards/{card.id}/files", body, auth=other)
+    assert status == 403 and answer["code"] == "PUBLIC_API_LEGACY_FILE_UPLOAD_DISABLED"
+    assert await journal(sandbox) == []
+    status, headers, answer = await send("PUT", f"{gw.url}/api/v1/cards/{card.id}/files", body)
+    assert status == 200 and headers["X-Gateway-Upload-Upgrade"] == "upgraded; files=1"
+    assert upgrades(gw, "upgraded") == 1
+
+
+# --- what is not upgraded -----------------------------------------------------------------------------------------
+
+
+async def test_ambiguous_bodies_are_refused_as_without_the_bridge(sandbox: Any, spool: Path,
+                                                                 start_gateway: GatewayFactory) -> None:
+    # The bridged client and another client of the company side by side (the exemption names the bridged token).
+    exemption = {"name": "bridged", "behaviour": "legacy_uploads", "phase": "forbidden", "until": "2099-01-01",
+                 "token_fingerprint": token_fingerprint(TOKEN), "bridge": True}
+    gw = await start(start_gateway, sandbox, spool, tenant_bridge=False, exemptions=[exemption])
+    card = public_card(sandbox)
+    comments = f"{gw.url}/api/v1/cards/{card.id}/comments"
+    bare_lf = multipart_body([text_part("t"), file_part(b"x")], B).replace(b"\r\n", b"\n")
+    for auth in (TOKEN, "Bearer another"):
+        status, headers, answer = await send("POST", comments, bare_lf, auth=auth)
+        assert (status, answer["code"], answer["rule"]) == (400, "LEGACY_UPLOAD_AMBIGUOUS", "line_endings")
+        assert "X-Gateway-Upload-Upgrade" not in headers
+    status, _, answer = await send("POST", comments, multipart_body([file_part(b"x")], B),
+                                   content_type=f"multipart/mixed; boundary={B}")
+    assert (status, answer["rule"]) == (400, "multipart_subtype")
+    # A rule broken in an earlier part's headers: a file part after it gets the 403 without the bridge, but is never
+    # translated with it.
+    folded = multipart_body([(['Content-Disposition: form-data;', ' name="text"'], b"t"), file_part(b"x")], B)
+    status, _, answer = await send("POST", comments, folded, auth="Bearer another")
+    assert (status, answer["code"]) == (403, "PUBLIC_API_LEGACY_FILE_UPLOAD_DISABLED")
+    status, _, answer = await send("POST", comments, folded)
+    assert (status, answer["rule"]) == (400, "folded_header")
+    # The card route reads its body with the bridge: the same rules apply.
+    status, headers, answer = await send("PUT", f"{gw.url}/api/v1/cards/{card.id}/files", bare_lf)
+    assert (status, answer["code"], answer["rule"]) == (400, "LEGACY_UPLOAD_AMBIGUOUS", "line_endings")
+    assert "X-Gateway-Upload-Upgrade" not in headers and "Deprecation" not in headers  # the guard's own answer
+    assert [e["method"] for e in await journal(sandbox)] == ["GET"]  # the lookup, no upload
+    # An ambiguity after the file part, once its upload has started: the upload is broken off, no file is made.
+    before = restricted(sandbox)
+    late = multipart_body([file_part(os.urandom(512 * KiB), name="file")], B, close=b"\r\n") + \
+        b'Content-Disposition: form-data; name="x"\nX: y\r\n\r\nz\r\n--' + B.encode() + b"--\r\n"
+    status, _, answer = await send("PUT", f"{gw.url}/api/v1/cards/{card.id}/files", chunked(late))
+    assert (status, answer["rule"]) == (400, "line_endings")
+    upload = (await journal(sandbox))[-1]
+    assert (upload["method"], upload["path"]) == ("POST", f"/api/v1/cards/{card.uid}/files")
+    assert upload["status"] != 200 and upload["uploads"] == []
+    assert restricted(sandbox) == before
+    # Counted for the bridged client only (the other one is not bridged): two comments and two puts refused by the
+    # guard's rules, one comment refused from its head.
+    assert upgrades(gw, "refused") == 5 and upgrades(gw, "upgraded") == 0
+    assert guard_decisions(gw, "legacy_comment_create", "refused") == 4
+    assert guard_decisions(gw, "legacy_card_file_upload", "refused") == 2
+
+
+async def test_a_token_without_access_gets_the_services_answer_and_uploads_nothing(
+    sandbox: Any, spool: Path, start_gateway: GatewayFactory
+) -> None:
+    gw = await start(start_gateway, sandbox, spool)
+    store = store_of(sandbox)
+    async with aiohttp.ClientSession() as client:  # a card on the private board 3 (its cards answer 403)
+        async with client.post(f"http://127.0.0.1:{sandbox.port}/_sandbox/boards/3/cards", json={"position": "end"}):
+            pass
+    private = next(c for c in store.all_cards() if store.boards[c.board_id].private)
+    card = public_card(sandbox)
+    body = multipart_body([file_part(os.urandom(256 * KiB), name="file")], B)
+    before = restricted(sandbox)
+    status, headers, answer = await send("PUT", f"{gw.url}/api/v1/cards/{private.id}/files", body)
+    assert status == 403 and headers["X-Gateway-Upload-Upgrade"] == "denied; reason=lookup_status_403"
+    status, _, answer = await send("PUT", f"{gw.url}/api/v1/cards/99999999/files", body)
+    assert status == 404
+    status, _, answer = await send("POST", f"{gw.url}/api/v1/cards/{private.id}/comments",
+                                   multipart_body([text_part("t"), file_part(b"x")], B))
+    assert status == 403
+    status, _, answer = await send("PUT", f"{gw.url}/api/v1/cards/{card.id}/files", body, auth="Bearer nope")
+    assert status == 401
+    # A token that may read the card but not write: the upload itself is refused by the service, early.
+    status, headers, answer = await send("PUT", f"{gw.url}/api/v1/cards/{card.id}/files", chunked(body),
+                                         auth=f"Bearer {READONLY_TOKEN}")
+    assert status == 403 and headers["X-Gateway-Upload-Upgrade"] == "denied; reason=upload_status_403"
+    assert restricted(sandbox) == before and not any(e["uploads"] for e in await journal(sandbox))
+    assert upgrades(gw, "denied") == 5
+
+
+async def test_bad_input_gets_a_clear_4xx(sandbox: Any, spool: Path, start_gateway: GatewayFactory) -> None:
+    gw = await start(start_gateway, sandbox, spool)
+    card = public_card(sandbox)
+    before = restricted(sandbox)
+    one_file = multipart_body([file_part(b"x", name="file")], B)
+    cases: list[tuple[str, str, bytes, str | None, int, str]] = [
+        ("PUT", "/api/v1/cards/abc/files", one_file, MP, 400, "card_id"),
+        ("PUT", f"/api/v1/cards/{card.uid}/files", one_file, MP, 400, "card_id"),
+        ("POST", "/api/v1/cards/x1/comments", multipart_body([file_part(b"x")], B), MP, 400, "card_id"),
+        ("PUT", f"/api/v1/cards/{card.id}/files", multipart_body([text_part("no file")], B), MP, 400,
+         "not_a_file_part"),
+        ("PUT", f"/api/v1/cards/{card.id}/files", f"--{B}--\r\n".encode(), MP, 400, "no_file_part"),
+        ("PUT", f"/api/v1/cards/{card.id}/files", b'{"file": "x"}', "application/json", 400, "no_file_part"),
+        ("PUT", f"/api/v1/cards/{card.id}/files", multipart_body([file_part(b"1", name="file"),
+                                                                 file_part(b"2", name="file")], B), MP, 400,
+         "several_parts"),
+        ("PUT", f"/api/v1/cards/{card.id}/files", multipart_body([file_part(b"1", name="file"), text_part("t")], B),
+         MP, 400, "several_parts"),
+    ]
+    for method, path, body, content_type, status_wanted, rule in cases:
+        status, headers, answer = await send(method, gw.url + path, body, content_type=content_type)
+        assert (status, answer["code"], answer["rule"]) == (status_wanted, "LEGACY_UPLOAD_UPGRADE_UNSUPPORTED", rule)
+        assert answer["message"].startswith("This legacy upload cannot be upgraded")
+        assert headers["X-Gateway-Upload-Upgrade"] == f"refused; reason={rule}" and "Deprecation" in headers
+    assert restricted(sandbox) == before
+    assert upgrades(gw, "refused") == len(cases)
+    assert guard_decisions(gw, "legacy_card_file_upload", "refused") == len(cases) - 1
+
+
+async def test_the_access_log_and_the_usage_report_show_the_bridged_client(
+    sandbox: Any, spool: Path, start_gateway: GatewayFactory, start_admin: AdminFactory
+) -> None:
+    lines = LineCollector()
+    gw = await start(start_gateway, sandbox, spool, access_log=lines)
+    admin = await start_admin(gw)
+    card = public_card(sandbox)
+    body = multipart_body([file_part(b"logged", name="file")], B)
+    status, _, answer = await send("PUT", f"{gw.url}/api/v1/cards/{card.id}/files", body,
+                                   **{"User-Agent": "legacy-uploader/1.0"})
+    assert status == 200
+    (record,) = [json.loads(line) for line in lines.lines]
+    assert record["decisions"]["legacy_upload_guard"] == "upgraded"
+    assert record["notes"]["legacy_upload_guard.upgrade"] == "upgraded uploaded=1"
+    assert record["client"] == token_fingerprint(TOKEN)
+    assert answer["url"].split("?")[1] not in json.dumps(record)  # never the signed link
+    async with aiohttp.ClientSession() as client:
+        async with client.get(f"{admin}/deprecations") as resp:
+            report = await resp.json()
+    text = json.dumps(report)
+    assert '"upgraded": 1' in text and "legacy-uploader/1.0" in text and token_fingerprint(TOKEN) in text
