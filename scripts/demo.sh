@@ -29,16 +29,21 @@ work="$(mktemp -d -t gateway-demo.XXXXXX)"
 # The default config, in front of the sandbox on the port chosen here.
 config="${GATEWAY_CONFIG:-config/gateway.yaml}"
 sed "s#http://127.0.0.1:8081#http://127.0.0.1:${sandbox_port}#g" "$config" > "$work/gateway.yaml"
-# For the demo only: a legacy client (User-Agent legacy-demo/...) exempted onto the "full" phase with the card
-# backfill bridge, so that the bridge can be seen end to end (the sandbox plays the service's own withdrawal).
+# For the demo only, so that both bridges can be seen end to end: a legacy client (User-Agent legacy-demo/...)
+# exempted onto the "full" phase with the card backfill bridge (the sandbox plays the service's own withdrawal), and
+# a legacy uploader (its own token, "legacy-uploader": a security behaviour is exempted by token only) whose refused
+# uploads the upload upgrade bridge performs on the restricted routes.
 .venv/bin/python - "$work/gateway.yaml" <<'PY'
-import sys, yaml
+import hashlib, sys, yaml
 path = sys.argv[1]
 data = yaml.safe_load(open(path))
 rollout = data.setdefault("rollout", {})
+uploader = hashlib.sha256(b"Bearer legacy-uploader").hexdigest()[:12]
 rollout["exemptions"] = [*(rollout.get("exemptions") or []), {
     "name": "demo-legacy-client", "phase": "full", "until": "2099-01-01",
-    "header": {"name": "User-Agent", "prefix": "legacy-demo/"}, "bridge": True}]
+    "header": {"name": "User-Agent", "prefix": "legacy-demo/"}, "bridge": True}, {
+    "name": "demo-legacy-uploader", "behaviour": "legacy_uploads", "phase": "forbidden", "until": "2099-01-01",
+    "token_fingerprint": uploader, "bridge": True}]
 yaml.safe_dump(data, open(path, "w"), sort_keys=False)
 PY
 .venv/bin/gateway check-config "$work/gateway.yaml" >/dev/null
@@ -54,7 +59,8 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # The sandbox plays the service's own withdrawal of cards from the board route (spec, "Limits" 2-3).
-.venv/bin/python -m sandbox --host 127.0.0.1 --port "$sandbox_port" --cards-cap-from 2026-10-01 \
+.venv/bin/python -m sandbox --host 127.0.0.1 --port "$sandbox_port" --token sandbox-token --token legacy-uploader \
+  --cards-cap-from 2026-10-01 \
   --cards-removal-from 2026-11-01 > >(tee "$work/sandbox.log" | sed -u 's/^/[sandbox] /' >&2) 2>&1 &
 pids+=($!)
 .venv/bin/gateway serve --config "$work/gateway.yaml" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin_port" \
@@ -95,6 +101,7 @@ The gateway is on $gw in front of the sandbox (http://127.0.0.1:$sandbox_port); 
   curl -s -H "\$T" '$gw/api/latest/cards?board_id=1&limit=2&offset=0'; echo
   curl -s -H "\$T" $gw/api/v1/cards/1; echo
   curl -si -H "\$T" -X PUT -F file=@README.md $gw/api/v1/cards/1/files      # deprecated upload
+  curl -si -H 'Authorization: Bearer legacy-uploader' -X PUT -F file=@README.md $gw/api/v1/cards/1/files  # upgraded
   curl -si -H "\$T" -H 'Host: legacy.localhost' -X PUT -F file=@README.md $gw/api/v1/cards/1/files
   curl -si '$gw/api/v1/cards//1/%2e%2e/1'                            # canonical path
   curl -si '$gw/api/v1/cards/1%2Ffiles'                               # refused: encoded '/'

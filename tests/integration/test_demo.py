@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -42,6 +43,26 @@ def test_the_demo_serves_on_the_ports_it_is_given() -> None:
         with urllib.request.urlopen(request, timeout=10) as resp:
             assert resp.headers["X-Gateway-Backfill"].startswith("done; cards=250;")
             assert len(json.loads(resp.read())["cards"]) == 250
+        # The demo's legacy uploader: its refused upload is performed on the restricted route instead.
+        boundary = "demo-boundary"
+        content = b"uploaded through the bridge\n" * 100
+        body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"notes.txt\"\r\n"
+                "Content-Type: text/plain\r\n\r\n").encode() + content + f"\r\n--{boundary}--\r\n".encode()
+        for token, expected in (("Bearer legacy-uploader", 200), ("Bearer sandbox-token", 403)):
+            upload = urllib.request.Request(f"http://127.0.0.1:{port}/api/v1/cards/1/files", data=body, method="PUT",
+                                            headers={"Authorization": token,
+                                                     "Content-Type": f"multipart/form-data; boundary={boundary}"})
+            try:
+                with urllib.request.urlopen(upload, timeout=10) as resp:
+                    status, answer, headers = resp.status, json.loads(resp.read()), resp.headers
+            except urllib.error.HTTPError as err:
+                status, answer, headers = err.code, json.loads(err.read()), err.headers
+            assert status == expected, answer
+            if expected == 200:
+                assert headers["X-Gateway-Upload-Upgrade"] == "upgraded; files=1"
+                assert (answer["name"], answer["size"], answer["card_id"]) == ("notes.txt", len(content), 1)
+                assert headers["Link"] == f'</api/v1/cards/{answer["card_uid"]}/files>; rel="successor-version"'
+        assert headers["Deprecation"] and answer["code"] == "PUBLIC_API_LEGACY_FILE_UPLOAD_DISABLED"
         with urllib.request.urlopen(f"http://127.0.0.1:{admin}/readyz", timeout=10) as resp:
             assert resp.status == 200
     finally:
