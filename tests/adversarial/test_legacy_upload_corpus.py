@@ -482,7 +482,8 @@ async def test_raw_request(case: Case, guarded_gw: RunningGateway, counting_upst
         assert ("deprecation" in headers) == (case.deprecated == "yes"), headers
     if case.deprecated == "yes":
         assert headers["deprecation"] == DEPRECATION
-        assert headers["link"].endswith('>; rel="successor-version"')
+        # A Link, where there is one, is a URL a client can follow: every placeholder of the successor filled.
+        assert "%7B" not in headers.get("link", "") and "{" not in headers.get("link", "")
 
     got = counting_upstream.received
     assert [(r.method, r.raw_path) for r in got] == [(s.method, s.path) for s in case.forwarded]

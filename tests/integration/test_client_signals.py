@@ -3,7 +3,7 @@ as an RFC 9651 structured field (http-sf, RFC 9745), ``Sunset`` as an HTTP-date 
 own parser (RFC 8288); and every ``Link`` target followed through the gateway to show it is a real URL.
 
 The gateway runs in front of the sandbox, with its clock fixed: board cards capped (2026-10-15) and removed
-(2026-11-15)."""
+(2026-11-15); legacy uploads forbidden (the company was created after 2026-05-21), one client bridged."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ import aiohttp
 import http_sf
 import pytest
 
+from gateway.core.http import token_fingerprint
 from gateway.rollout import FixedClock, parse_instant
 from sandbox.app import create_app
 from sandbox.settings import SandboxSettings
-from tests.conftest import GatewayFactory, make_config
+from tests.conftest import GatewayFactory, guarded_routes, make_config
 
 TOKEN = "Bearer sandbox-token"
 DOCS = "https://docs.example.test/deprecations/board-cards"
@@ -110,3 +111,60 @@ async def test_before_the_announcement_date_no_signal_is_sent(sandbox: Any, star
         async with client.get(f"{gw.url}/api/latest/boards/1", headers={"Authorization": TOKEN}) as resp:
             assert resp.status == 200
             assert not {"Deprecation", "Sunset", "Link"} & set(resp.headers.keys())
+
+
+# --- The legacy upload guard: a blocked upload, and one the upload upgrade bridge performs -------------------------
+
+GUIDE = "https://docs.example.test/migrate-uploads"
+SINCE = dt.datetime(2026, 5, 21, tzinfo=dt.UTC)  # the spec's date: restricted access by default
+READONLY = "Bearer sandbox-readonly"  # a client of the same company without the bridge
+
+
+def _upload(name: str, content: bytes) -> aiohttp.FormData:
+    form = aiohttp.FormData()
+    form.add_field("file", content, filename=name, content_type="text/plain")
+    return form
+
+
+@pytest.fixture
+async def guarded(sandbox: Any, start_gateway: GatewayFactory) -> Any:
+    """The shipped successors (the restricted routes' {card_uid}), a migration guide, and the bridge for TOKEN."""
+    routes = guarded_routes(deprecation_link=GUIDE)
+    for route in routes:
+        for policy in route.get("chain", ()):
+            guard = policy["legacy_upload_guard"]
+            guard["successor"] = guard["successor"].replace("{card_id}", "{card_uid}")
+    exemption = {"name": "bridged", "behaviour": "legacy_uploads", "phase": "forbidden", "until": "2027-01-01",
+                 "token_fingerprint": token_fingerprint(TOKEN), "bridge": True}
+    config = make_config(f"http://127.0.0.1:{sandbox.port}", routes=routes, rollout={"exemptions": [exemption]})
+    return await start_gateway(config, clock=FixedClock(parse_instant("2026-11-24T12:00:00Z")))
+
+
+async def test_a_blocked_upload_links_to_the_guide_and_to_no_url_it_cannot_fill(guarded: Any) -> None:
+    async with aiohttp.ClientSession() as client:
+        async with client.put(f"{guarded.url}/api/v1/cards/1/files", data=_upload("a.txt", b"a"),
+                              headers={"Authorization": READONLY}) as resp:
+            assert resp.status == 403
+            answer = await resp.json()
+            assert _deprecation(resp.headers["Deprecation"]) == SINCE
+            assert str(resp.links["deprecation"]["url"]) == GUIDE
+            # The replacement needs the card's uid, which a legacy request does not carry: named, not linked.
+            assert "successor-version" not in resp.links
+    assert answer["replacement"] == "POST /api/v1/cards/{card_uid}/files"
+
+
+async def test_an_upgraded_upload_links_to_the_cards_real_upload_route(guarded: Any) -> None:
+    async with aiohttp.ClientSession() as client:
+        async with client.put(f"{guarded.url}/api/v1/cards/1/files", data=_upload("a.txt", b"first"),
+                              headers={"Authorization": TOKEN}) as resp:
+            assert resp.status == 200
+            first = await resp.json()
+            assert _deprecation(resp.headers["Deprecation"]) == SINCE
+            assert str(resp.links["deprecation"]["url"]) == GUIDE
+            successor = resp.url.join(resp.links["successor-version"]["url"])
+        assert successor.path == f"/api/v1/cards/{first['card_uid']}/files"
+        # Followed with the spec's method, the link is the restricted upload of the same card.
+        async with client.post(successor, data=_upload("b.txt", b"second"), headers={"Authorization": TOKEN}) as resp:
+            assert resp.status in (200, 201), await resp.text()
+            second = await resp.json()
+    assert second["card_uid"] == first["card_uid"] and second["name"] == "b.txt"

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Literal
 
 from multidict import CIMultiDictProxy
 from prometheus_client import CollectorRegistry, Counter
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ...core.exchange import Exchange, Flow, Next, Policy, Refuse, Reply, RequestBodyFilter
 from ...core.spec import (
     RESTRICTED_BY_DEFAULT_FROM,
     TEMPLATE_PARAM,
     TEMPLATE_PARAM_RE,
+    deprecation_link,
     deprecation_value,
     epoch,
     successor_link,
@@ -136,6 +137,8 @@ class Options(BaseModel):
     successor_method: str = Field(default="POST", pattern=r"^[A-Z]+$")
     # The Deprecation header's date (a date is midnight in rollout.timezone).
     deprecated_since: dt.datetime | dt.date = RESTRICTED_BY_DEFAULT_FROM
+    # The deprecation's documentation, sent as Link rel="deprecation" (RFC 9745 3) on every deprecated answer.
+    deprecation_link: AnyHttpUrl | None = None
     message: str = Field(default=DEFAULT_MESSAGE, min_length=1, max_length=500)
     # How much of a multipart body may be read (and held) before it must have shown a file part or its end.
     look_ahead_bytes: int = Field(default=1 << 20, ge=64 << 10, le=64 << 20)
@@ -193,6 +196,15 @@ class _Successor:
         text = "".join(params.get(t, t) if known else t for t, known in self.pieces)
         return text, text.replace("{", "%7B").replace("}", "%7D")
 
+    def link(self, params: Mapping[str, str], path: str) -> str | None:
+        """The successor as a URL a client can follow from a request for ``path``; None when it is not one: a
+        placeholder this request does not fill (``{card_uid}`` on a route that has only the numeric id), or the
+        request's own path (the replacement differs by method only)."""
+        if any(not known for text, known in self.pieces if text.startswith("{")):
+            return None
+        target = "".join(params.get(t, t) if known else t for t, known in self.pieces)
+        return None if target.lower() == path.lower() else target
+
 
 @dataclass(frozen=True, slots=True)
 class _Settings:
@@ -239,6 +251,7 @@ def build(options: Options, ctx: BuildContext) -> Policy:
     hooks = GuardHooks(
         name=NAME, refuse=lambda exchange, err: _refuse(exchange, settings, err), count=count,
         deprecation=settings.deprecation, successor=lambda exchange: settings.successor.render(exchange.params),
+        mark=lambda reply, exchange, successor: _mark_deprecated(reply, settings, exchange, successor),
         splitter=settings.splitter, linger=(options.linger_bytes, options.linger_seconds),
     )
     upgrade = Upgrade(options.upgrade, hooks, ctx.families(UpgradeFamilies).upgrades, ctx.rollout.schedules)
@@ -414,12 +427,12 @@ def _block(exchange: Exchange, settings: _Settings) -> Reply:
 
 
 def _blocked(exchange: Exchange, settings: _Settings) -> Reply:
-    path, link = settings.successor.render(exchange.params)
+    path, _ = settings.successor.render(exchange.params)
     reply = _answer(settings, Reply.error(
         403, DISABLED_CODE, settings.options.message, exchange.ensure_request_id(),
         replacement=f"{settings.successor.method} {path}",
     ))
-    _mark_deprecated(reply, settings, link)
+    _mark_deprecated(reply, settings, exchange)
     return reply
 
 
@@ -502,7 +515,7 @@ async def _observe(exchange: Exchange, next: Next, settings: _Settings) -> Reply
 def _allowed(exchange: Exchange, settings: _Settings, reply: Reply) -> Reply:
     exchange.decisions[NAME] = "allowed"
     settings.counters[(exchange.tenant.name, "allowed")].inc()
-    _mark_deprecated(reply, settings, settings.successor.render(exchange.params)[1])
+    _mark_deprecated(reply, settings, exchange)
     return reply
 
 
@@ -513,9 +526,16 @@ async def _pass(exchange: Exchange, next: Next) -> Reply:
     return reply
 
 
-def _mark_deprecated(reply: Reply, settings: _Settings, link: str) -> None:
+def _mark_deprecated(reply: Reply, settings: _Settings, exchange: Exchange, successor: str | None = None) -> None:
+    """RFC 9745: the Deprecation date, and Links a client can follow: the successor (``successor``, else the route's
+    own when this request fills it in, see ``_Successor.link``) and the deprecation's documentation
+    (``deprecation_link``)."""
     reply.headers["Deprecation"] = settings.deprecation
-    reply.headers.add("Link", successor_link(link))
+    target = successor or settings.successor.link(exchange.params, exchange.path)
+    if target is not None:
+        reply.headers.add("Link", successor_link(target))
+    if settings.options.deprecation_link is not None:
+        reply.headers.add("Link", deprecation_link(str(settings.options.deprecation_link)))
 
 
 SPEC = PolicySpec(NAME, Options, build, behaviours=(LEGACY_UPLOADS,))

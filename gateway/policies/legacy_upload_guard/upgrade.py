@@ -38,7 +38,7 @@ from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ...core.exchange import BodyBroken, BodyNotRead, Exchange, Reply, UpstreamFailed
-from ...core.spec import TEMPLATE_PARAM_RE, successor_link
+from ...core.spec import TEMPLATE_PARAM_RE
 from .multipart_sniffer import Ambiguous, Boundary
 from .multipart_splitter import PART_END, Event, MultipartSplitter, PartHead
 
@@ -145,6 +145,8 @@ class GuardHooks:
     successor: Callable[[Exchange], tuple[str, str]]
     splitter: Callable[[Boundary], MultipartSplitter]
     linger: tuple[int, float]
+    # Marks an answer deprecated as the guard does (Deprecation, Links), with this successor URL when one is known.
+    mark: Callable[[Reply, Exchange, str | None], None]
 
 
 class _Template:
@@ -911,10 +913,8 @@ class _Run:
                 reply.headers[UPGRADE_HEADER] = f"upgraded; files={sum(f.status == 'uploaded' for f in self.files)}"
             else:
                 reply.headers[UPGRADE_HEADER] = f"{outcome}; reason={reason}"
-            hooks = self.up.hooks
-            reply.headers["Deprecation"] = hooks.deprecation
-            link = self.upload_path if self.upload_path is not None else hooks.successor(self.exchange)[1]
-            reply.headers.add("Link", successor_link(link))
+            # The upload route this request used (the card's uid filled in), else the guard's own Links.
+            self.up.hooks.mark(reply, self.exchange, self.upload_path)
         # An answer may leave part of the client's body unread: answered at once, then a bounded linger.
         reply.linger = self.up.hooks.linger
         return reply
