@@ -78,7 +78,7 @@ class _OverrideFinder(MultipartSniffer):
         self.values_before_file = 0  # how many of ``values`` came before the first file part
         self._part_names: list[str] = []
         self._capturing = False
-        self._captured: bytes | None = None
+        self._value = bytearray()
 
     def _has_filename(self, raw: str, names: list[str]) -> bool:
         found = super()._has_filename(raw, names)
@@ -92,30 +92,23 @@ class _OverrideFinder(MultipartSniffer):
             if reason is not None:
                 raise Ambiguous("override_file_part", f"the {OVERRIDE_FIELD} part is a file part ({reason})")
             self._capturing = True
-            self._captured = None
+            self._value = bytearray()
         elif reason is not None and not self.file_seen:
             self.file_seen = True
             self.values_before_file = len(self.values)
         return None  # never a finding: the sniffer reads on
 
-    def _step_body(self) -> bool:
-        if not self._capturing:
-            return super()._step_body()
-        buf = self._buf
-        if self._captured is None:
-            i = buf.find(self._delimiter)
-            if i == -1:
-                if len(buf) > _MAX_VALUE + len(self._delimiter) + 2:
-                    raise Ambiguous("override_value_too_long", f"the {OVERRIDE_FIELD} part is too long for a method")
-                return False
-            self._captured = bytes(buf[: max(i - 2, 0)])
-            if len(self._captured) > _MAX_VALUE:
+    def _take(self, n: int) -> None:
+        if self._capturing and n > 0:
+            self._value += self._buf[:n]
+            if len(self._value) > _MAX_VALUE:
                 raise Ambiguous("override_value_too_long", f"the {OVERRIDE_FIELD} part is too long for a method")
-        progressed = super()._step_body()
-        if progressed:
+        super()._take(n)
+
+    def _part_end(self) -> None:
+        if self._capturing:
             self._capturing = False
-            self.values.append(self._captured.decode("latin-1").strip().upper())
-        return progressed
+            self.values.append(self._value.decode("latin-1").strip().upper())
 
 
 class _TailWatch(RequestBodyFilter):

@@ -357,7 +357,7 @@ class MultipartSniffer:
             # Keep enough to see a delimiter (and the CRLF before it) that straddles two feeds.
             keep = len(delimiter) + 2
             if len(buf) > keep:
-                del buf[: len(buf) - keep]
+                self._take(len(buf) - keep)
             return False
         if i < 2 or buf[i - 2 : i] != _CRLF:
             rule = "line_endings" if i >= 1 and buf[i - 1 : i] == b"\n" else "delimiter_not_on_own_line"
@@ -367,18 +367,30 @@ class MultipartSniffer:
             if len(buf) == after + 1 and bytes(buf[after : after + 1]) not in (b"\r", b"-"):
                 rule = "line_endings" if buf[after : after + 1] == b"\n" else "delimiter_suffix"
                 raise Ambiguous(rule, "a boundary delimiter is followed by something other than CRLF or '--'")
-            del buf[: i - 2]
+            self._take(i - 2)
             return False
         suffix = bytes(buf[after : after + 2])
         if suffix == _CRLF:
-            self._state = _State.HEADERS
+            state = _State.HEADERS
         elif suffix == b"--":
-            self._state = _State.EPILOGUE
+            state = _State.EPILOGUE
         else:
             rule = "line_endings" if suffix[:1] in (b"\r", b"\n") else "delimiter_suffix"
             raise Ambiguous(rule, "a boundary delimiter is followed by something other than CRLF or '--'")
-        del buf[: after + 2]
+        self._take(i - 2)
+        self._part_end()
+        del buf[: len(delimiter) + 4]
+        self._state = state
         return True
+
+    def _take(self, n: int) -> None:
+        """The first ``n`` bytes of the buffer are the current part's content: dropped (a reader that hands content
+        out overrides this)."""
+        if n > 0:
+            del self._buf[:n]
+
+    def _part_end(self) -> None:
+        """The current part's content is complete (the buffer now starts with the CRLF and delimiter after it)."""
 
     def _note(self, problem: Ambiguous) -> None:
         if self.pending is None:

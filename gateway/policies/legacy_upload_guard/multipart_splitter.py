@@ -124,45 +124,13 @@ class MultipartSplitter(MultipartSniffer):
         # Never a "finding": the sniffer's reading would stop there, the splitter's goes on.
         return None
 
-    def _step_body(self) -> bool:
-        buf = self._buf
-        delimiter = self._delimiter
-        out = self._out
-        i = buf.find(delimiter)
-        if i == -1:
-            # Hand out what cannot be the start of a delimiter (with the CRLF before it) straddling two feeds.
-            keep = len(delimiter) + 2
-            if len(buf) > keep:
-                n = len(buf) - keep
-                out.append(bytes(buf[:n]))
-                del buf[:n]
-            return False
-        if i < 2 or buf[i - 2 : i] != _CRLF:
-            rule = "line_endings" if i >= 1 and buf[i - 1 : i] == b"\n" else "delimiter_not_on_own_line"
-            raise Ambiguous(rule, f"the boundary occurs in part {self.parts - 1} without a CRLF before it")
-        after = i + len(delimiter)
-        if len(buf) < after + 2:
-            if len(buf) == after + 1 and bytes(buf[after : after + 1]) not in (b"\r", b"-"):
-                rule = "line_endings" if buf[after : after + 1] == b"\n" else "delimiter_suffix"
-                raise Ambiguous(rule, "a boundary delimiter is followed by something other than CRLF or '--'")
-            if i > 2:
-                out.append(bytes(buf[: i - 2]))
-                del buf[: i - 2]
-            return False
-        suffix = bytes(buf[after : after + 2])
-        if suffix == _CRLF:
-            state = _State.HEADERS
-        elif suffix == b"--":
-            state = _State.EPILOGUE
-        else:
-            rule = "line_endings" if suffix[:1] in (b"\r", b"\n") else "delimiter_suffix"
-            raise Ambiguous(rule, "a boundary delimiter is followed by something other than CRLF or '--'")
-        if i > 2:
-            out.append(bytes(buf[: i - 2]))
-        out.append(PART_END)
-        del buf[: after + 2]
-        self._state = state
-        return True
+    def _take(self, n: int) -> None:
+        if n > 0:
+            self._out.append(bytes(self._buf[:n]))
+            del self._buf[:n]
+
+    def _part_end(self) -> None:
+        self._out.append(PART_END)
 
 
 def _head(index: int, block: bytes, reason: str | None) -> PartHead:
