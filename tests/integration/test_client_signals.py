@@ -168,3 +168,18 @@ async def test_an_upgraded_upload_links_to_the_cards_real_upload_route(guarded: 
             assert resp.status in (200, 201), await resp.text()
             second = await resp.json()
     assert second["card_uid"] == first["card_uid"] and second["name"] == "b.txt"
+
+
+async def test_a_body_override_onto_a_bridged_route_is_blocked_not_translated(guarded: Any) -> None:
+    """The edge reads ``_method=PATCH`` and keeps watching the rest of the body, so the bridge does not take the
+    request over: the bridged client gets the 403 and nothing is created."""
+    form = aiohttp.FormData()
+    form.add_field("_method", "PATCH")
+    form.add_field("text", "edited")
+    form.add_field("files[]", b"x" * 1000, filename="x.txt", content_type="text/plain")
+    async with aiohttp.ClientSession() as client:
+        async with client.post(f"{guarded.url}/api/v1/cards/1/comments/1", data=form,
+                               headers={"Authorization": TOKEN}) as resp:
+            assert resp.status == 403
+            assert (await resp.json())["code"] == "PUBLIC_API_LEGACY_FILE_UPLOAD_DISABLED"
+            assert "X-Gateway-Upload-Upgrade" not in resp.headers
