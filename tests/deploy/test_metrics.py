@@ -4,6 +4,8 @@ that every family has samples, and against the families declared in gateway/obse
 
 from __future__ import annotations
 
+import re
+
 import json
 from collections import defaultdict
 from collections.abc import AsyncIterator
@@ -122,6 +124,8 @@ def check_expression(where: str, expr: str, scrape: Scrape) -> list[str]:
                     problems.append(f"{where}: {selector.metric}{{{label}={literal!r}}}: no such series "
                                     f"(values seen: {sorted(v for v in present if v is not None)})")
     exported = {name for s in found for labels in scrape.samples.get(s.metric, ()) for name in labels}
+    # label_replace(v, "dst", "replacement", "src", "regex") makes its destination label.
+    exported |= set(re.findall(r',\s*"([A-Za-z_]\w*)"\s*,\s*"[^"]*"\s*,\s*"[^"]*"\s*,\s*"[^"]*"\s*\)', expr))
     for label in grouping_labels(expr) - TARGET_LABELS - exported:
         problems.append(f"{where}: groups by {label!r}, a label none of its metrics has")
     return problems
