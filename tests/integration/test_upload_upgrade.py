@@ -292,8 +292,19 @@ async def test_a_token_without_access_gets_the_services_answer_and_uploads_nothi
     status, headers, answer = await send("PUT", f"{gw.url}/api/v1/cards/{card.id}/files", chunked(body),
                                          auth=f"Bearer {READONLY_TOKEN}")
     assert status == 403 and headers["X-Gateway-Upload-Upgrade"] == "denied; reason=upload_status_403"
-    assert restricted(sandbox) == before and not any(e["uploads"] for e in await journal(sandbox))
-    assert upgrades(gw, "denied") == 5
+    # The card's uid came from a lookup the service answered, but the client was refused: it is not told the uid.
+    assert card.uid not in str(headers)
+    # Once the id mapping is cached (from a client who may write), a client who may not is still refused by the
+    # service on the upload itself, and learns nothing of the card from the gateway.
+    status, headers, _ = await send("PUT", f"{gw.url}/api/v1/cards/{card.id}/files", body)
+    assert status == 200
+    uploaded = restricted(sandbox)
+    status, headers, answer = await send("PUT", f"{gw.url}/api/v1/cards/{card.id}/files", body, auth="Bearer nope")
+    assert status == 401 and headers["X-Gateway-Upload-Upgrade"] == "denied; reason=upload_status_401"
+    text = answer.decode() if isinstance(answer, bytes) else json.dumps(answer)
+    assert card.uid not in str(headers) and card.uid not in text
+    assert restricted(sandbox) == uploaded
+    assert upgrades(gw, "denied") == 6
 
 
 async def test_bad_input_gets_a_clear_4xx(sandbox: Any, spool: Path, start_gateway: GatewayFactory) -> None:

@@ -913,8 +913,11 @@ class _Run:
                 reply.headers[UPGRADE_HEADER] = f"upgraded; files={sum(f.status == 'uploaded' for f in self.files)}"
             else:
                 reply.headers[UPGRADE_HEADER] = f"{outcome}; reason={reason}"
-            # The upload route this request used (the card's uid filled in), else the guard's own Links.
-            self.up.hooks.mark(reply, self.exchange, self.upload_path)
+            # The upload route this request used (the card's uid filled in), else the guard's own Links. Only once
+            # the service took something from this client: a uid from the id cache is no proof that it may see the
+            # card, and a refused client is not told the card's uid.
+            known = self.upload_path if outcome in ("upgraded", "partial") else None
+            self.up.hooks.mark(reply, self.exchange, known)
         # An answer may leave part of the client's body unread: answered at once, then a bounded linger.
         reply.linger = self.up.hooks.linger
         return reply
