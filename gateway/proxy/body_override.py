@@ -33,10 +33,9 @@ from ..core.routing import BadRequestTarget, RouteTable, method_overrides, valid
 from ..policies.legacy_upload_guard.multipart_sniffer import (
     Ambiguous,
     Boundary,
-    MalformedValue,
     MultipartSniffer,
     form_data_boundary,
-    parse_media_type,
+    request_media_type,
 )
 from .core import body_error_reply
 from .request_body import client_chunks
@@ -154,18 +153,13 @@ class _TailWatch(RequestBodyFilter):
 
 def _form_kind(exchange: Exchange, headers: CIMultiDictProxy[str]) -> str | Boundary | None:
     """"urlencoded", a multipart boundary, or None (a body no framework reads ``_method`` from); Ambiguous."""
-    values = headers.getall("Content-Type", ())
-    if len(values) > 1:
-        raise Ambiguous("duplicate_content_type", "the request has more than one Content-Type header")
+    values = headers.getall("Content-Type", [])
+    media = request_media_type(values, _MENTIONS_FORM_RE)
     if not values:
         return "urlencoded"  # Rack reads the body of a POST without Content-Type as a form
-    value = values[0]
-    try:
-        media = parse_media_type(value)
-    except MalformedValue:
-        if _MENTIONS_FORM_RE.search(value):
-            raise Ambiguous("malformed_content_type", "the Content-Type cannot be parsed") from None
+    if media is None:
         return None
+    value = values[0]
     if media.essence == "application/x-www-form-urlencoded":
         kind: str | Boundary = "urlencoded"
     elif media.type == "multipart":

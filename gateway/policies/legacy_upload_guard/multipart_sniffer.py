@@ -28,6 +28,7 @@ __all__ = (
     "form_data_boundary",
     "parse_media_type",
     "parse_parameters",
+    "request_media_type",
 )
 
 _TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
@@ -116,6 +117,22 @@ def parse_media_type(value: str) -> MediaType:
     if m is None:
         raise MalformedValue(f"not a media type: {value[:60]!r}")
     return MediaType(m.group(1).lower(), m.group(2).lower(), parse_parameters(value, m.end()))
+
+
+def request_media_type(values: list[str], suspicious: re.Pattern[str]) -> MediaType | None:
+    """The media type of a request's Content-Type lines (``values``): None when there is none, or when it cannot be
+    parsed and does not look like what ``suspicious`` finds; Ambiguous when there are several, or when it cannot be
+    parsed and some parser could still read it as such."""
+    if len(values) > 1:
+        raise Ambiguous("duplicate_content_type", "the request has more than one Content-Type header")
+    if not values:
+        return None
+    try:
+        return parse_media_type(values[0])
+    except MalformedValue:
+        if suspicious.search(values[0]):
+            raise Ambiguous("malformed_content_type", "the Content-Type cannot be parsed") from None
+        return None
 
 
 @dataclass(frozen=True, slots=True)

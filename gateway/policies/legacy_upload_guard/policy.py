@@ -36,11 +36,10 @@ from ..base import BuildContext, PolicySpec
 from .multipart_sniffer import (
     Ambiguous,
     Boundary,
-    MalformedValue,
     MultipartSniffer,
     Verdict,
     form_data_boundary,
-    parse_media_type,
+    request_media_type,
 )
 from .multipart_splitter import MultipartSplitter
 from .upgrade import GuardHooks, Upgrade, UpgradeFamilies, UpgradeOptions
@@ -391,20 +390,12 @@ class _FileParts(RequestBodyFilter):
 
 def _multipart_boundary(headers: CIMultiDictProxy[str]) -> Boundary | None:
     """The boundary of a multipart/form-data body; None when the body is not multipart; Ambiguous otherwise."""
-    values = headers.getall("Content-Type", ())
-    if len(values) > 1:
-        raise Ambiguous("duplicate_content_type", "the request has more than one Content-Type header")
-    if not values:
-        return None
-    value = values[0]
-    try:
-        media = parse_media_type(value)
-    except MalformedValue:
-        if _MENTIONS_MULTIPART_RE.search(value):
-            raise Ambiguous("malformed_content_type", "the Content-Type cannot be parsed") from None
+    values = headers.getall("Content-Type", [])
+    media = request_media_type(values, _MENTIONS_MULTIPART_RE)
+    if media is None:
         return None
     if media.type != "multipart":
-        if _MENTIONS_MULTIPART_RE.search(value):
+        if _MENTIONS_MULTIPART_RE.search(values[0]):
             raise Ambiguous("content_type_mentions_multipart", f"a {media.essence} Content-Type names multipart")
         return None
     boundary = form_data_boundary(media)
