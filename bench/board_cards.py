@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from gateway.policies.board_cards import json_splice  # noqa: E402
 from tests.board_fixtures import board_bytes  # noqa: E402
+from benchlib import cpu_seconds, free_port, wait_port
 
 PYTHON = sys.executable
 INSTANTS = {"full": "2026-09-15T00:00:00Z", "capped": "2026-10-15T00:00:00Z", "removed": "2026-11-15T00:00:00Z"}
@@ -53,28 +54,6 @@ app = web.Application()
 app.router.add_get("/{tail:.*}", board)
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
 '''
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def gateway_config(upstream_port: int, port: int, options: dict[str, Any] | None) -> str:

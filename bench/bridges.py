@@ -35,17 +35,13 @@ from typing import Any
 
 import aiohttp
 import yaml
+from benchlib import free_port, proc_status
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = str(ROOT / ".venv/bin/python") if (ROOT / ".venv/bin/python").exists() else sys.executable
+MiB = 1 << 20
 TOKEN = {"Authorization": "Bearer sandbox-token"}
 LEGACY = {**TOKEN, "User-Agent": "bench-legacy/1.0"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def wait_ready(url: str, timeout: float = 20) -> None:
@@ -60,14 +56,6 @@ async def wait_ready(url: str, timeout: float = 20) -> None:
                 pass
             await asyncio.sleep(0.1)
     raise RuntimeError(f"{url} did not become ready")
-
-
-def rss_kib(pid: int, field: str = "VmRSS") -> int:
-    """The process's resident set (``VmRSS``) or its peak so far (``VmHWM``), in KiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return 0
 
 
 def start(tmp: Path) -> tuple[list[subprocess.Popen[bytes]], str, str, str, int]:
@@ -158,13 +146,13 @@ async def upload_round(client: aiohttp.ClientSession, sandbox: str, gateway: str
             ("direct", sandbox, "POST", f"/api/v1/cards/{uid}/files"),
             ("via_gateway", gateway, "POST", f"/api/v1/cards/{uid}/files"))
     for name, base, method, path in runs:
-        peak = rss_kib(pid)
+        peak = proc_status(pid, "VmRSS") or 0
         done = asyncio.Event()
 
         async def watch() -> None:
             nonlocal peak
             while not done.is_set():
-                peak = max(peak, rss_kib(pid))
+                peak = max(peak, proc_status(pid, "VmRSS") or 0)
                 await asyncio.sleep(0.02)
 
         watcher = asyncio.create_task(watch())
@@ -180,8 +168,8 @@ async def upload_round(client: aiohttp.ClientSession, sandbox: str, gateway: str
         assert status in (200, 201), (name, status, answer[:300])
         if name == "upgraded":
             assert resp.headers.get("X-Gateway-Upload-Upgrade") == "upgraded; files=1", resp.headers
-        out[name] = {"mb_per_s": size / seconds / 1e6, "peak_rss_mib": peak / 1024,
-                     "hwm_mib": rss_kib(pid, "VmHWM") / 1024}
+        out[name] = {"mb_per_s": size / seconds / 1e6, "peak_rss_mib": peak / MiB,
+                     "hwm_mib": (proc_status(pid, "VmHWM") or 0) / MiB}
     return out
 
 

@@ -29,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from benchlib import free_port, wait_port
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENT_LOOP = os.environ.get("BENCH_EVENT_LOOP", "auto")
@@ -38,23 +39,6 @@ events {{ worker_connections 4096; }}
 http {{ access_log off; keepalive_requests 1000000;
   server {{ listen 127.0.0.1:{port}; root {tmp}; }} }}
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
 
 
 class Load:

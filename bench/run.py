@@ -39,6 +39,8 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from benchlib import cpu_seconds as proc_cpu
+from benchlib import proc_status
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -220,28 +222,6 @@ class Stack:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-
-
-def proc_status(pid: int, key: str) -> int | None:
-    """A ``kB`` field of /proc/PID/status (VmRSS, VmHWM), in bytes."""
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    return None
-
-
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def proc_cpu(pid: int) -> float:
-    """User + system CPU seconds of a process so far."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = stat.rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
 
 
 def port_free(port: int) -> bool:

@@ -36,10 +36,10 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from benchlib import HOST, free_port, proc_status, wait_port
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-HOST = "127.0.0.1"
 MiB = 1 << 20
 BOUNDARY = "bench-upload-guard"
 UID = "6f1c0de4-7a7e-4d4e-9a52-0c1f2a3b4c5d"
@@ -65,36 +65,11 @@ routes:
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def proc_status(pid: int, field: str) -> int:
-    """A ``kB`` field of /proc/PID/status (VmRSS, VmHWM), in bytes."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise KeyError(field)
-
-
-def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"process exited early with {proc.returncode}: {proc.args!r}")
-        with contextlib.suppress(OSError), socket.create_connection((HOST, port), timeout=0.2):
-            return
-        time.sleep(0.05)
-    raise SystemExit(f"nothing listens on port {port}")
-
-
 @contextlib.contextmanager
 def started(cmd: list[str], port: int) -> Iterator[subprocess.Popen[bytes]]:
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        wait_port(port, proc)
+        wait_port(port, proc=proc)
         yield proc
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -262,9 +262,7 @@ class Gateway:
         delivery = Delivery()
         status = 0
         client_gone = False
-        self.metrics.in_flight.inc()
-        self._running += 1
-        self._all_done.clear()
+        self._arrived()
         try:
             classified = self._classify(request, state, started)
             if isinstance(classified, _Refusal):
@@ -309,10 +307,7 @@ class Gateway:
             client_gone = exchange is None or not (exchange.upstream_error or "").startswith("body_")
             raise
         finally:
-            self.metrics.in_flight.dec()
-            self._running -= 1
-            if not self._running:
-                self._all_done.set()
+            self._left()
             if self._cutting and not delivery.complete:
                 # Still running at the shutdown deadline: cut. Its status is the one sent, or 503 if none was.
                 status = status if request.writer.output_size else 503
@@ -349,18 +344,25 @@ class Gateway:
         started = time.monotonic()
         status = refusal.reply.status
         delivery = Delivery()
-        self.metrics.in_flight.inc()
-        self._running += 1
-        self._all_done.clear()
+        self._arrived()
         try:
             return await send(request, refusal.reply, delivery)
         finally:
-            self.metrics.in_flight.dec()
-            self._running -= 1
-            if not self._running:
-                self._all_done.set()
+            self._left()
             self.recorder.record(request, None, status if delivery.complete else 499, started, refused=refusal.code,
                                  request_id=refusal.request_id)
+
+    def _arrived(self) -> None:
+        """A request is in flight until ``_left``: the in-flight gauge, and what ``drain`` waits for."""
+        self.metrics.in_flight.inc()
+        self._running += 1
+        self._all_done.clear()
+
+    def _left(self) -> None:
+        self.metrics.in_flight.dec()
+        self._running -= 1
+        if not self._running:
+            self._all_done.set()
 
     def _classify(self, request: web.BaseRequest, state: GatewayState, started: float) -> Exchange | _Refusal:
         headers = request.headers

@@ -23,6 +23,7 @@ from .app import Gateway, load_config
 from .config import ConfigError, ListenAddress, LoadedConfig, parse_listen
 from .ops import fleet
 from .ops.admin import make_admin_app
+from .ops.log_format import RedactingFormatter
 from .ops.status import ConfigHistory
 from .ops.workers import Peers, make_peer_app, supervise
 from .proxy.acceptor import Acceptor, listening_socket
@@ -204,7 +205,6 @@ def _usage(admins: Sequence[str], discover: Sequence[str], top: int, timeout: fl
     if not 1 <= top <= fleet.MAX_TOP:
         print(f"gateway: --top must be from 1 to {fleet.MAX_TOP}", file=sys.stderr)
         return 2
-    targets: list[tuple[str, int]] = []
     try:
         targets = [fleet.parse_name_port(value) for value in discover]
     except ValueError as err:
@@ -234,7 +234,7 @@ def _usage(admins: Sequence[str], discover: Sequence[str], top: int, timeout: fl
     for policy, data in report.items():
         decisions = ", ".join(f"{k} {v}" for k, v in sorted(data["by_decision"].items()))
         print(f"{policy}: {data['requests']} requests in the last {data['window_seconds']:.0f}s ({decisions})")
-        tenants = ", ".join(f"{t} {sum(d.values())}" for t, d in data.get("by_tenant", {}).items())
+        tenants = ", ".join(f"{t} {sum(d.values())}" for t, d in data["by_tenant"].items())
         if tenants:
             print(f"  by tenant: {tenants}")
         if data["untracked_clients_requests"]:
@@ -246,25 +246,22 @@ def _usage(admins: Sequence[str], discover: Sequence[str], top: int, timeout: fl
             print(f"  {'requests':>10}  {'client':<12}  {'tenant':<12}  {'last seen':<9}  user agent")
         for row in data["top_clients"]:
             count_text = str(row["requests"]) + (f"<={row['requests_max']}" if "requests_max" in row else "")
-            seen = row.get("last_seen") or 0
+            seen = row["last_seen"]
             ago = _ago(wall - seen) if seen else "-"
-            print(f"  {count_text:>10}  {row['client'] or '-':<12}  {row.get('tenant') or '-':<12}  {ago:<9}  "
+            print(f"  {count_text:>10}  {row['client'] or '-':<12}  {row['tenant'] or '-':<12}  {ago:<9}  "
                   f"{_printable(row['user_agent']) if row['user_agent'] else '-'}")
     return 1 if problems else 0
 
 
 async def _collect_usage(admins: Sequence[str], targets: Sequence[tuple[str, int]], top: int,
                          timeout: float) -> tuple[fleet.Collected, list[str]]:
-    problems: list[str] = []
     urls = list(admins)
     for name, port in targets:
-        found = await fleet.discover(name, port)  # SourceError when the name does not resolve
-        urls += [url for url in found if url not in urls]
+        urls += await fleet.discover(name, port)  # SourceError when the name does not resolve
     async with aiohttp.ClientSession() as session:
-        sources = [fleet.http_source(session, url, timeout) for url in dict.fromkeys(urls)]
+        sources = [fleet.http_source(session, url, timeout) for url in dict.fromkeys(urls)]  # each gateway once
         collected = await fleet.collect(sources, top)
-    for name, why in sorted(collected.failed.items()):
-        problems.append(f"cannot read {name}/deprecations: {why}")
+    problems = [f"cannot read {name}/deprecations: {why}" for name, why in sorted(collected.failed.items())]
     return collected, problems
 
 
@@ -319,6 +316,13 @@ def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None
     return uvloop.new_event_loop
 
 
+def setup_logging(level: str) -> None:
+    """The diagnostic log on stderr, every line through the redacting formatter (``ops.log_format``)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
@@ -342,7 +346,7 @@ def _main(argv: Sequence[str] | None) -> int:
             return 2
         print(_describe(config))
         return 0
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    setup_logging(args.log_level)
     try:
         config = load_config(args.config)
     except ConfigError as err:

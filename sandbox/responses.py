@@ -26,9 +26,13 @@ def etag_for(body: bytes) -> str:
 
 
 def accepts_gzip(request: web.Request) -> bool:
+    """RFC 9110 12.5.3: a ``gzip`` entry decides (``gzip;q=0`` refuses it);
+    ``*`` only speaks for codings not named."""
+    qualities: dict[str, float] = {}
     for item in request.headers.get("Accept-Encoding", "").split(","):
         coding, _, params = item.strip().partition(";")
-        if coding.strip().lower() not in ("gzip", "*"):
+        coding = coding.strip().lower()
+        if coding not in ("gzip", "*"):
             continue
         quality = 1.0
         for param in params.split(";"):
@@ -38,9 +42,8 @@ def accepts_gzip(request: web.Request) -> bool:
                     quality = float(value)
                 except ValueError:
                     quality = 0.0
-        if quality > 0:
-            return True
-    return False
+        qualities[coding] = quality
+    return qualities.get("gzip", qualities.get("*", 0.0)) > 0
 
 
 def _matches(if_none_match: str, etag: str) -> bool:

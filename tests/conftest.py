@@ -347,3 +347,18 @@ async def counting_upstream() -> AsyncIterator[CountingUpstream]:
     recorder.url = f"http://127.0.0.1:{recorder.port}"
     yield recorder
     await runner.cleanup()
+
+
+def chunked_responder(body: bytes, piece: int, headers: dict[str, str] | None = None) -> Responder:
+    """An upstream answer that streams ``body`` chunked (no Content-Length), ``piece`` bytes per write."""
+
+    async def respond(request: web.BaseRequest, received: Received) -> web.StreamResponse:
+        resp = web.StreamResponse(headers=headers)
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        for i in range(0, len(body), piece):
+            await resp.write(body[i : i + piece])
+        await resp.write_eof()
+        return resp
+
+    return respond

@@ -16,13 +16,12 @@ from aiohttp.test_utils import make_mocked_request
 
 from gateway.app import parse_config
 from gateway.config import LoadedConfig
-from gateway.core.exchange import Exchange, Policy, Refuse, Reply
+from gateway.core.exchange import Exchange, Policy, Reply
 from gateway.core.routing import Route
 from gateway.core.spec import template_params
 from gateway.ops.metrics import Metrics
 from gateway.policies import POLICIES, BuildContext
-from gateway.proxy.core import body_error_reply
-from gateway.proxy.request_body import RequestBody
+from gateway.proxy.core import filtered_body
 from gateway.rollout import FixedClock
 
 
@@ -94,13 +93,9 @@ class Terminal:
         self.seen.append(exchange)
         if exchange.has_body:
             if exchange.request_filters:
-                pipeline = RequestBody(exchange, self.timeout)
-                try:
-                    await pipeline.prime()
-                except Refuse as refused:
-                    return refused.reply
-                except ConnectionError:
-                    return body_error_reply(exchange)
+                pipeline = await filtered_body(exchange, self.timeout)
+                if isinstance(pipeline, Reply):
+                    return pipeline
                 self.forwarded += 1
                 chunks = [chunk async for chunk in pipeline]
             else:

@@ -20,14 +20,7 @@ from gateway.core.tenants import Tenant
 from gateway.ops.access_log import Recorder, _seconds, _timestamp
 from gateway.ops.metrics import Metrics
 from gateway.ops.usage import UsageTracker
-
-
-class Lines:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def write(self, line: str) -> None:
-        self.lines.append(line)
+from tests.conftest import LineCollector
 
 
 @dataclass
@@ -108,7 +101,7 @@ def test_the_line_is_what_json_dumps_writes(monkeypatch: pytest.MonkeyPatch, tak
     now = 1763747611.0005
     monkeypatch.setattr(time, "time", lambda: now)
     monkeypatch.setattr(time, "monotonic", lambda: taken)  # the duration: monotonic() - started (0)
-    sink = Lines()
+    sink = LineCollector()
     recorder = Recorder(Metrics(multiprocess=False), None, sink)
     for case in _cases():
         for status in (200, 404, 499):
@@ -139,7 +132,7 @@ def test_one_record_counts_once_in_each_family() -> None:
 def test_a_request_is_timed_by_the_monotonic_clock() -> None:
     """Not by the loop's clock, which ticks in milliseconds under uvloop (0.0 for most small requests), which would
     also put them all in the first bucket of the duration histogram."""
-    sink = Lines()
+    sink = LineCollector()
     recorder = Recorder(Metrics(multiprocess=False), None, sink)
     case = _cases()[2]
     recorder.record(case.request, case.exchange, 200, time.monotonic() - 0.0123)

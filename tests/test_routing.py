@@ -104,3 +104,26 @@ def test_route_table_first_match_and_catch_all() -> None:
     assert route.name == "catch_all" and params == {}
     assert table.match("GET", "/api/v1/boards/7/extra")[0].name == "catch_all"
     assert table.match("GET", "/api/v2/boards/7")[0].name == "catch_all"
+
+
+def test_an_override_reaches_a_guarded_route_only_where_its_paths_and_the_table_order_allow() -> None:
+    legacy = Route.build("legacy", ["PUT"], ["/cards/{card_id}/files"], ["/api/v1"])
+    shadow = Route.build("shadow", ["PATCH"], ["/cards/shadowed/files"], ["/api/v1"])
+    anything = Route.build("anything", None, ["/anything/{id}"], ["/api/v1"])
+    upload = Route.build("upload", ["POST"], ["/cards/{card_uid}/files"], ["/api/v1"])
+    legacy.guarded = anything.guarded = True
+    guarded_after = Route.build("after", ["PATCH"], ["/cards/{card_id}/files"], ["/api/v1"])
+    guarded_after.guarded = True
+    table = RouteTable([shadow, legacy, anything, upload, guarded_after], Route.build("catch_all", None, (), ()))
+    assert table.override_reaches_guard(upload, "/api/v1/cards/7/files")  # PUT: legacy
+    assert not table.override_reaches_guard(upload, "/api/v1/cards/7/other")
+    assert table.override_reaches_guard(table.catch_all, "/api/v1/anything/3")  # any method: PUT stands for them
+    assert not table.override_reaches_guard(legacy, "/api/v1/anything")
+    # PATCH on this path is taken by the unguarded route listed first; PUT still reaches legacy.
+    assert table.override_reaches_guard(upload, "/api/v1/cards/shadowed/files")
+    # Where an unguarded route listed first takes every method that would reach the guarded one, none does.
+    shadowed = RouteTable([shadow, upload, guarded_after], Route.build("catch_all", None, (), ()))
+    assert shadowed.override_reaches_guard(upload, "/api/v1/cards/7/files")
+    assert not shadowed.override_reaches_guard(upload, "/api/v1/cards/shadowed/files")
+    unguarded = RouteTable([shadow, upload], Route.build("catch_all", None, (), ()))
+    assert not unguarded.override_reaches_guard(upload, "/api/v1/cards/7/files")

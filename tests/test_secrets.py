@@ -86,3 +86,36 @@ async def test_the_admin_config_shows_no_credential(start_gateway, start_admin, 
     async with aiohttp.ClientSession() as client, client.get(admin + "/config") as resp:
         text = await resp.text()
     assert resp.status == 200 and SECRET not in text and "<redacted>@127.0.0.1:1" in text
+
+
+# --- The diagnostic log: what an exception's text would show is redacted ---------------------------------------
+
+SIGNED = "http://files.test/signed-files/abc?expires=1795550197&signature=a3dba207116a18be"
+
+
+def test_the_formatter_redacts_queries_credentials_and_userinfo() -> None:
+    from gateway.ops.log_format import redact
+
+    line = redact(f"failed: GET {SIGNED} (Authorization: Bearer s3cr3t-t0ken) via http://user:pw@up.test:81/x?k=v")
+    assert "signature" not in line and "expires" not in line and "s3cr3t" not in line and "pw@" not in line
+    assert line == ("failed: GET http://files.test/signed-files/abc?<redacted> (Authorization: Bearer <redacted>) "
+                    "via http://<redacted>@up.test:81/x?<redacted>")
+    assert redact("GET /api/v1/boards/1 200 in 3 ms") == "GET /api/v1/boards/1 200 in 3 ms"
+
+
+def test_the_gateways_log_redacts_tracebacks_too() -> None:
+    """Through the setup ``gateway serve`` uses, in a fresh process: the traceback's text is redacted as well."""
+    script = (
+        "import logging\n"
+        "from gateway.cli import setup_logging\n"
+        "setup_logging('info')\n"
+        "try:\n"
+        f"    raise ConnectionError('cannot reach {SIGNED} with Basic dXNlcjpwYXNz')\n"
+        "except ConnectionError:\n"
+        "    logging.getLogger('gateway').exception('unhandled error on route card_file')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).resolve().parent.parent)
+    assert "unhandled error on route card_file" in out.stderr and "Traceback" in out.stderr
+    assert "signature=" not in out.stderr and "dXNlcjpwYXNz" not in out.stderr
+    assert "signed-files/abc?<redacted>" in out.stderr and "Basic <redacted>" in out.stderr

@@ -136,6 +136,19 @@ def test_the_splitter_is_strict_where_a_translation_needs_it(parts: list[tuple[l
         assert sniff(body) == (Verdict.FILE, "filename parameter")  # the guard alone would answer 403
 
 
+def test_a_quoted_boundarys_alternate_delimiter_is_found_across_any_two_feeds() -> None:
+    """A parser that keeps the quotes of a quoted boundary reads ``--"B`` as a delimiter: found inside a file's
+    content (past the sniffer's look-ahead) wherever the feeds split it."""
+    content = b"z" * 300 + b'\r\n--"' + B.encode() + b"\r\n" + b"z" * 300
+    body = multipart_body([(['Content-Disposition: form-data; name="file"; filename="a"'], content)], B)
+    at = body.index(b'--"')
+    for cut in range(at - 5, at + len(B) + 8):
+        with pytest.raises(Ambiguous) as info:
+            split(body, [cut], quoted=True)
+        assert info.value.rule == "alternate_delimiter", cut
+    assert parts_of(split(body, [at + 2], quoted=False))[0][1] == content  # unquoted: it is content
+
+
 def test_memory_stays_bounded_however_large_a_part() -> None:
     splitter = MultipartSplitter(Boundary(B.encode(), False))
     splitter.split(f"--{B}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\r\n\r\n".encode())

@@ -262,3 +262,15 @@ async def test_discover_returns_one_url_per_address(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", fake)
     assert await fleet.discover("pods.test", 9090) == [
         "http://10.0.0.5:9090", "http://10.0.0.7:9090", "http://[fd00::2]:9090"]
+
+
+async def test_a_source_whose_answer_is_not_a_usage_report_is_named_as_failed() -> None:
+    tracker = UsageTracker(clock=FakeTime())
+    tracker.record({"guard": "blocked"}, "a", None, "acme")
+
+    async def odd(top: int) -> Any:
+        return {"guard": {"top_clients": "not a list"}}
+
+    collected = await collect([local_source("worker 1", tracker), Source("worker 2", odd)], top=3)
+    assert collected.failed == {"worker 2": "the answer is not a usage report (policy 'guard')"}
+    assert collected.report["guard"]["requests"] == 1

@@ -19,6 +19,7 @@ from .spec import TEMPLATE_PARAM_RE
 __all__ = (
     "BadRequestTarget",
     "METHOD_OVERRIDE_HEADERS",
+    "OVERRIDE_FIELD",
     "Route",
     "RouteTable",
     "Target",
@@ -26,6 +27,7 @@ __all__ = (
     "effective_method",
     "method_overrides",
     "normalise_target",
+    "override_fields",
     "valid_override",
 )
 
@@ -43,6 +45,9 @@ _HEX = frozenset("0123456789abcdefABCDEF")
 _TOKEN_RE = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 METHOD_OVERRIDE_HEADERS = (istr("X-HTTP-Method-Override"), istr("X-Method-Override"), istr("X-HTTP-Method"))
+# The form field (in the query, or in a form body: ``proxy.body_override``) that Rack, Symfony, Laravel and Express's
+# method-override read as the method.
+OVERRIDE_FIELD = "_method"
 
 
 class BadRequestTarget(Exception):
@@ -135,12 +140,19 @@ def method_overrides(headers: CIMultiDictProxy[str], query: str) -> set[str]:
     for name in METHOD_OVERRIDE_HEADERS:
         if name in headers:
             overrides.update(v.strip().upper() for v in headers.getall(name))
-    if query and ("method" in (lowered := query.lower()) or "%" in lowered):
-        # Some frameworks split a query on ';' as well as '&' (HTML 4's recommendation, older Python, Perl's CGI):
-        # "?a=1;_method=PUT" is an override there.
-        pairs = parse_qsl(query.replace(";", "&"), keep_blank_values=True)
-        overrides.update(v.strip().upper() for k, v in pairs if k.lower() == "_method")
+    if query:
+        overrides.update(override_fields(query))
     return overrides
+
+
+def override_fields(form: str, encoding: str = "utf-8") -> list[str]:
+    """The values of the ``_method`` fields of a query or of a urlencoded form body (upper-cased, in order)."""
+    if OVERRIDE_FIELD not in (lowered := form.lower()) and "%" not in lowered:
+        return []  # no field can be named _method
+    # Some frameworks split a form on ';' as well as '&' (HTML 4's recommendation, older Python, Perl's CGI):
+    # "?a=1;_method=PUT" is an override there.
+    pairs = parse_qsl(form.replace(";", "&"), keep_blank_values=True, encoding=encoding)
+    return [v.strip().upper() for k, v in pairs if k.lower() == OVERRIDE_FIELD]
 
 
 def valid_override(method: str, overrides: set[str]) -> str:
@@ -211,6 +223,10 @@ class Route:
                 return m.groupdict()
         return None
 
+    def matches_path(self, path: str) -> bool:
+        """Whether one of its paths matches ``path``, whatever the method."""
+        return not self.patterns or any(pattern.fullmatch(path) for pattern in self.patterns)
+
 
 class RouteTable:
     """Routes in declaration order; the first match wins, and the catch-all answers the rest."""
@@ -218,6 +234,10 @@ class RouteTable:
     def __init__(self, routes: Sequence[Route], catch_all: Route) -> None:
         self.routes = tuple(routes)
         self.catch_all = catch_all
+        # The guarded routes, each with the methods an override would need to reach it (any method: PUT stands for
+        # them), worked out once: their ``guarded`` flags are set before the table is built (``app.build_state``).
+        self._guarded = tuple((r, tuple(r.methods) if r.methods is not None else ("PUT",)) for r in self.routes
+                              if r.guarded)
 
     def match(self, method: str, path: str) -> tuple[Route, dict[str, str]]:
         for route in self.routes:
@@ -229,10 +249,10 @@ class RouteTable:
     def override_reaches_guard(self, route: Route, path: str) -> bool:
         """Whether a method override could take a request for ``path``, classified on ``route``, to another route
         whose chain is guarded."""
-        for other in self.routes:
-            if not other.guarded or other is route:
+        for other, methods in self._guarded:
+            # Its own paths first (a regex or two): most requests are for paths no guarded route has.
+            if other is route or not other.matches_path(path):
                 continue
-            for method in other.methods if other.methods is not None else ("PUT",):
-                if self.match(method, path)[0] is other:
-                    return True
+            if any(self.match(method, path)[0] is other for method in methods):
+                return True
         return False

@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from ..rollout import Clock, RolloutPlan, report
-from .fleet import MAX_TOP, Collected, collect, local_source
+from .fleet import Collected, collect, local_source, parse_top
 from .metrics import Metrics
 from .status import ConfigHistory, config_digest, shown_config, status_data
 from .status_page import CONTENT_SECURITY_POLICY, render_page
@@ -99,12 +99,9 @@ async def _usage(app: web.Application, top: int) -> Collected:
 
 async def _deprecations(request: web.Request) -> web.Response:
     try:
-        top = int(request.query.get("top", "20"))
-        if not 1 <= top <= MAX_TOP:
-            raise ValueError
-    except ValueError:
-        return web.json_response(
-            {"code": "BAD_QUERY", "message": f"top must be an integer from 1 to {MAX_TOP}"}, status=400)
+        top = parse_top(request.query.get("top", "20"))
+    except ValueError as err:
+        return web.json_response({"code": "BAD_QUERY", "message": str(err)}, status=400)
     collected = await _usage(request.app, top)
     if collected.failed:
         # Never a silently partial report: the caller (gateway usage, a script) would count wrong.

@@ -38,6 +38,7 @@ __all__ = (
     "local_source",
     "merge",
     "parse_name_port",
+    "parse_top",
     "unix_source",
 )
 
@@ -59,7 +60,7 @@ class SourceGone(SourceError):
 @dataclass(frozen=True, slots=True)
 class Source:
     name: str
-    fetch: Callable[[int], Awaitable[Report]]  # top -> report; raises SourceError
+    fetch: Callable[[int], Awaitable[Any]]  # top -> the report as answered (collect checks it); raises SourceError
 
 
 @dataclass(slots=True)
@@ -164,7 +165,7 @@ async def collect(sources: Sequence[Source], top: int) -> Collected:
     rounds = 0
     while True:
         rounds += 1
-        results = await asyncio.gather(*(sources[i].fetch(asks[i]) for i in pending), return_exceptions=True)
+        results = await asyncio.gather(*(_ask(sources[i], asks[i]) for i in pending), return_exceptions=True)
         for i, result in zip(pending, results, strict=True):
             if isinstance(result, SourceGone):
                 gone.add(i)
@@ -173,7 +174,7 @@ async def collect(sources: Sequence[Source], top: int) -> Collected:
             elif isinstance(result, BaseException):
                 raise result
             else:
-                reports[i] = _normalised(result, asks[i])
+                reports[i] = result
         present = [(i, report) for i, report in enumerate(reports) if report is not None and i not in gone]
         merged, deeper = merge([report for _, report in present], top)
         grow = [present[j][0] for j in sorted(deeper)]
@@ -183,6 +184,12 @@ async def collect(sources: Sequence[Source], top: int) -> Collected:
         for i in grow:
             asks[i] = min(MAX_TOP, asks[i] * _GROWTH)
         pending = grow
+
+
+async def _ask(source: Source, top: int) -> Report:
+    """The source's answer, checked and normalised here: an answer that is not a usage report is that source's
+    failure (``SourceError``), like no answer."""
+    return _normalised(await source.fetch(top), top)
 
 
 def _normalised(report: Any, asked: int) -> Report:
@@ -218,20 +225,8 @@ def http_source(session: aiohttp.ClientSession, base_url: str, timeout: float = 
     """A gateway's admin listener: ``GET {base_url}/deprecations?top=K``."""
     base = base_url.rstrip("/")
 
-    async def fetch(top: int) -> Report:
-        url = f"{base}/deprecations?top={top}"
-        try:
-            async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-                if resp.status != 200:
-                    raise SourceError(f"{resp.status} {resp.reason}: {_message(await resp.read())}")
-                data = await resp.json(content_type=None)
-        except (aiohttp.ClientError, OSError) as err:
-            raise SourceError(_describe(err)) from None
-        except TimeoutError:
-            raise SourceError(f"no answer within {timeout:g}s") from None
-        except ValueError:
-            raise SourceError("the answer is not JSON") from None
-        return _normalised(data, top)
+    async def fetch(top: int) -> Any:
+        return await _get_json(session, f"{base}/deprecations?top={top}", timeout)
 
     return Source(base, fetch)
 
@@ -239,29 +234,45 @@ def http_source(session: aiohttp.ClientSession, base_url: str, timeout: float = 
 def unix_source(path: str, name: str, timeout: float = 5.0) -> Source:
     """A sibling worker's private listener (``gateway.ops.workers``): ``GET /usage?top=K`` on its Unix socket."""
 
-    async def fetch(top: int) -> Report:
+    async def fetch(top: int) -> Any:
         # One short-lived session per question: siblings come and go (restarts), and the admin endpoints that ask
         # them are rare; nothing on the request path uses this.
-        try:
-            async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=path)) as session, session.get(
-                f"http://worker/usage?top={top}", timeout=aiohttp.ClientTimeout(total=timeout)
-            ) as resp:
-                if resp.status != 200:
-                    raise SourceError(f"{resp.status} {resp.reason}")
-                data = await resp.json()
-        except aiohttp.ClientConnectorError as err:
-            if isinstance(err.os_error, (ConnectionRefusedError, FileNotFoundError)):
-                raise SourceGone(name) from None  # the worker has exited: its socket file is left behind
-            raise SourceError(_describe(err)) from None
-        except (aiohttp.ClientError, OSError) as err:
-            raise SourceError(_describe(err)) from None
-        except TimeoutError:
-            raise SourceError(f"no answer within {timeout:g}s") from None
-        except ValueError:
-            raise SourceError("the answer is not JSON") from None
-        return _normalised(data, top)
+        async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=path)) as session:
+            return await _get_json(session, f"http://worker/usage?top={top}", timeout, gone=name)
 
     return Source(name, fetch)
+
+
+async def _get_json(session: aiohttp.ClientSession, url: str, timeout: float, *, gone: str | None = None) -> Any:
+    """The JSON body of ``GET url``; ``SourceError`` for anything else. ``gone``: the name of a source that has left
+    when nothing listens at the address any more (a worker that has exited leaves its socket file behind):
+    ``SourceGone``."""
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+            if resp.status != 200:
+                raise SourceError(f"{resp.status} {resp.reason}: {_message(await resp.read())}")
+            return await resp.json(content_type=None)
+    except aiohttp.ClientConnectorError as err:
+        if gone is not None and isinstance(err.os_error, (ConnectionRefusedError, FileNotFoundError)):
+            raise SourceGone(gone) from None
+        raise SourceError(_describe(err)) from None
+    except (aiohttp.ClientError, OSError) as err:
+        raise SourceError(_describe(err)) from None
+    except TimeoutError:
+        raise SourceError(f"no answer within {timeout:g}s") from None
+    except ValueError:
+        raise SourceError("the answer is not JSON") from None
+
+
+def parse_top(text: str) -> int:
+    """The ``top`` of ``/deprecations?top=K`` (and of a worker's ``/usage``): an integer from 1 to ``MAX_TOP``."""
+    try:
+        top = int(text)
+    except ValueError:
+        top = 0
+    if not 1 <= top <= MAX_TOP:
+        raise ValueError(f"top must be an integer from 1 to {MAX_TOP}")
+    return top
 
 
 def parse_name_port(value: str) -> tuple[str, int]:

@@ -4,7 +4,7 @@ prometheus-client takes a lock on every update and finds a histogram bucket by a
 these families from its event loop only (one thread), so a plain float and a bisection do. They export the same
 families, samples and values as prometheus-client's Counter, Histogram and Gauge would. In prometheus-client's
 multiprocess mode every update must reach the shared files, so ``Metrics`` uses prometheus-client's own classes
-there instead (see ``observability.Metrics``).
+there instead (see ``metrics.Metrics``).
 """
 
 from __future__ import annotations

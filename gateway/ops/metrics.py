@@ -44,11 +44,9 @@ class Metrics:
         request_labels = ("tenant", "route", "method", "status_class")
         duration = ("gateway_request_duration_seconds", "Time from request head to the last response byte, by route.")
         upstream = ("gateway_upstream_duration_seconds", "Time from sending upstream to its response head, by route.")
-        in_flight = ("gateway_requests_in_flight", "Requests being handled now.")
         self.requests: Counter | LocalCounter
         self.request_duration: Histogram | LocalHistogram
         self.upstream_duration: Histogram | LocalHistogram
-        self.in_flight: Gauge | LocalGauge
         if multiprocess:
             self.requests = Counter(*requests, request_labels, registry=r)
             self.request_duration = Histogram(*duration, ("route",), buckets=_BUCKETS, registry=r)
@@ -72,10 +70,7 @@ class Metrics:
             "gateway_upstream_busy", "Requests answered 503 UPSTREAM_BUSY: their tenant had upstream.max_concurrent_"
             "per_tenant requests in flight for all of upstream.queue_timeout.", registry=r,
         )
-        if multiprocess:
-            self.in_flight = Gauge(*in_flight, registry=r, multiprocess_mode="livesum")
-        else:
-            self.in_flight = LocalGauge(*in_flight, registry=r)
+        self.in_flight = self._live_gauge("gateway_requests_in_flight", "Requests being handled now.")
         self.refused = Counter(
             "gateway_refused_requests", "Requests refused before routing, by reason code.", ("code",), registry=r,
         )
@@ -90,12 +85,7 @@ class Metrics:
             "gateway_connections_refused", "Client connections answered 503 and closed: max_connections were open.",
             registry=r,
         )
-        self.connections_open: Gauge | LocalGauge
-        open_connections = ("gateway_connections_open", "Client connections open now.")
-        if multiprocess:
-            self.connections_open = Gauge(*open_connections, registry=r, multiprocess_mode="livesum")
-        else:
-            self.connections_open = LocalGauge(*open_connections, registry=r)
+        self.connections_open = self._live_gauge("gateway_connections_open", "Client connections open now.")
         self.rollout_phase = Gauge(
             "gateway_rollout_phase", "1 for the phase in force now per tenant and dated behaviour, 0 for the others.",
             # With --workers: each sample from the worker that wrote it last (every scrape rewrites them all), so a
@@ -122,6 +112,12 @@ class Metrics:
         self._request_children: dict[tuple[str, str, str, str], Any] = {}
         self._duration_children: dict[str, Any] = {}
         self._upstream_children: dict[str, Any] = {}
+
+    def _live_gauge(self, name: str, documentation: str) -> Gauge | LocalGauge:
+        """A gauge without labels, updated per request or connection: the sum over the live workers."""
+        if self.multiprocess:
+            return Gauge(name, documentation, registry=self.registry, multiprocess_mode="livesum")
+        return LocalGauge(name, documentation, registry=self.registry)
 
     def observe_request(
         self, tenant: str, route: str, method: str, status: int, seconds: float, upstream: float | None

@@ -112,6 +112,11 @@ def _ago(seconds: float) -> str:
     return "just now" if seconds < 60 else f"{_duration_label(seconds)} ago"
 
 
+def _most_first(counts: Mapping[str, int]) -> list[tuple[str, int]]:
+    """Decisions and their requests, most requests first (then by name)."""
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
 def _severity(index: int, phases: int) -> int:
     """0 (green), 1 (amber), 2 (red): a behaviour's first phase, the ones between, its last."""
     if index == 0:
@@ -286,7 +291,8 @@ def status_data(
     usage_failed: Mapping[str, str] | None = None,
     wall: float | None = None,
 ) -> dict[str, Any]:
-    """``usage``: the usage report (one process's or the merge of its workers'); ``usage_sources`` and
+    """``usage``: the usage report as ``fleet.collect`` merges it (one process's, or its workers'), every field
+    present; ``usage_sources`` and
     ``usage_failed``: the workers that answered and those that did not (empty for a single process)."""
     wall = time.time() if wall is None else wall
     moment = clock.now()
@@ -302,10 +308,9 @@ def status_data(
             "local_now": _local(now, tz),
             "behaviours": [_behaviour(s, now, tz, scale) for s in schedules.values()],
             "usage": [
-                {"policy": policy, "decisions": sorted(report.get("by_tenant", {}).get(tenant, {}).items(),
-                                                       key=lambda kv: (-kv[1], kv[0]))}
+                {"policy": policy, "decisions": _most_first(decisions)}
                 for policy, report in sorted(usage.items())
-                if report.get("by_tenant", {}).get(tenant)
+                if (decisions := report["by_tenant"].get(tenant))
             ],
         })
     last = history.last_reload
@@ -314,26 +319,25 @@ def status_data(
     for name, report in sorted(usage.items()):
         rows = []
         for row in report["top_clients"]:
-            seen = float(row.get("last_seen") or 0.0)
+            seen = float(row["last_seen"])
             rows.append({
-                "client": row.get("client"),
-                "tenant": row.get("tenant"),
-                "user_agent": row.get("user_agent"),
+                "client": row["client"],
+                "tenant": row["tenant"],
+                "user_agent": row["user_agent"],
                 "requests": row["requests"],
-                "requests_max": row.get("requests_max"),
-                "decisions": ", ".join(f"{d} {n}" for d, n in sorted(row.get("decisions", {}).items(),
-                                                                      key=lambda kv: (-kv[1], kv[0]))),
+                "requests_max": row.get("requests_max"),  # only where the merge could not make the count exact
+                "decisions": ", ".join(f"{d} {n}" for d, n in _most_first(row["decisions"])),
                 "last_seen": _local(seen, utc) if seen else "",
                 "last_seen_ago": _ago(wall - seen) if seen else "",
             })
         policies.append({
             "name": name,
             "requests": report["requests"],
-            "by_decision": sorted(report["by_decision"].items(), key=lambda kv: (-kv[1], kv[0])),
-            "untracked": report.get("untracked_clients_requests", 0),
-            "clients": report.get("clients"),
-            "exact": bool(report.get("top_clients_exact", True)),
-            "unlisted_max": report.get("unlisted_max", 0),
+            "by_decision": _most_first(report["by_decision"]),
+            "untracked": report["untracked_clients_requests"],
+            "clients": report["clients"],
+            "exact": report["top_clients_exact"],
+            "unlisted_max": report["unlisted_max"],
             "rows": rows,
         })
     return {

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ("NO_TENANT", "UsageTracker", "client_sort_key")
+from .metrics import NO_TENANT
+
+__all__ = ("UsageTracker", "client_sort_key")
 
 _UA_MAX = 200
-NO_TENANT = "none"
 
 # (tenant, client fingerprint, User-Agent): one client as the report lists it.
 ClientKey = tuple[str | None, str | None, str | None]
@@ -39,9 +40,10 @@ def client_sort_key(requests: float, key: ClientKey) -> tuple[float, str, str, s
 class _Bucket:
     start: float
     # policy -> (tenant, client, agent, decision) -> requests, for at most max_clients keys per policy
-    counts: dict[str, Counter[tuple[str | None, str | None, str | None, str]]] = field(default_factory=dict)
+    counts: defaultdict[str, Counter[tuple[str | None, str | None, str | None, str]]] = field(
+        default_factory=lambda: defaultdict(Counter))
     # policy -> (tenant, decision) -> requests, every request (tracked or not)
-    totals: dict[str, Counter[tuple[str, str]]] = field(default_factory=dict)
+    totals: defaultdict[str, Counter[tuple[str, str]]] = field(default_factory=lambda: defaultdict(Counter))
     other: Counter[str] = field(default_factory=Counter)  # policy -> requests of keys over max_clients
     last_seen: dict[tuple[str, str | None, str | None, str | None], float] = field(default_factory=dict)
 
@@ -60,8 +62,7 @@ class UsageTracker:
         self._clock = clock
         self._buckets: list[_Bucket] = []
 
-    def _current(self) -> _Bucket:
-        now = self._clock()
+    def _current(self, now: float) -> _Bucket:
         start = now - now % self.bucket_seconds
         if not self._buckets or self._buckets[-1].start != start:
             self._buckets.append(_Bucket(start))
@@ -74,16 +75,13 @@ class UsageTracker:
     ) -> None:
         if not decisions:
             return
-        bucket = self._current()
-        agent = user_agent[:_UA_MAX] if user_agent else None
         now = self._clock()
+        bucket = self._current(now)
+        agent = user_agent[:_UA_MAX] if user_agent else None
         tenant_label = NO_TENANT if tenant is None else tenant
         for policy, decision in decisions.items():
-            totals = bucket.totals.get(policy)
-            if totals is None:
-                totals = bucket.totals[policy] = Counter()
-            totals[(tenant_label, decision)] += 1
-            counts = bucket.counts.setdefault(policy, Counter())
+            bucket.totals[policy][(tenant_label, decision)] += 1
+            counts = bucket.counts[policy]
             key = (tenant, client, agent, decision)
             if key in counts or len(counts) < self.max_clients:
                 counts[key] += 1
@@ -93,7 +91,7 @@ class UsageTracker:
 
     def report(self, top: int = 20) -> dict[str, Any]:
         """Per policy: the totals over the window and the ``top`` clients (see the module's docstring)."""
-        self._current()
+        self._current(self._clock())  # drops the buckets that have left the window
         out: dict[str, Any] = {}
         policies = {p for b in self._buckets for p in b.totals}
         for policy in sorted(policies):

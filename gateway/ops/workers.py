@@ -13,6 +13,7 @@ removes it); a worker that does not answer in time makes the report fail rather 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -23,9 +24,10 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
 from aiohttp import web
 
-from .fleet import MAX_TOP, Source, local_source, unix_source
+from .fleet import Source, local_source, parse_top, unix_source
 from .usage import UsageTracker
 
 __all__ = ("WORKER_DIR_ENV", "Peers", "make_peer_app", "supervise")
@@ -51,11 +53,11 @@ def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
 
-    def start() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(command, env=env, preexec_fn=_prepare_worker)
+    prepare = functools.partial(_prepare_worker, os.getpid())
 
-    global _SUPERVISOR_PID
-    _SUPERVISOR_PID = os.getpid()
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(command, env=env, preexec_fn=prepare)
+
     procs = [start() for _ in range(workers)]
     last_restart = 0.0
     try:
@@ -67,7 +69,7 @@ def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float)
                 for proc in procs:
                     if proc.poll() is None:
                         proc.send_signal(signal.SIGTERM if signum == signal.SIGINT else signum)
-            for i, proc in enumerate(list(procs)):
+            for proc in list(procs):
                 code = proc.poll()
                 if code is None:
                     continue
@@ -103,8 +105,8 @@ def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float)
         shutil.rmtree(worker_dir, ignore_errors=True)
 
 
-def _prepare_worker() -> None:
-    """Runs in the worker between fork and exec."""
+def _prepare_worker(supervisor: int) -> None:
+    """Runs in the worker between fork and exec; ``supervisor``: the supervisor's pid."""
     # A reload during start-up must not kill the worker: SIGHUP is ignored until its own handler is installed.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     # If the supervisor dies without stopping it (SIGKILL, OOM), the worker is told to stop too (Linux).
@@ -115,12 +117,11 @@ def _prepare_worker() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
         return
-    if os.getppid() != _SUPERVISOR_PID:
+    if os.getppid() != supervisor:
         os._exit(1)  # the supervisor died between fork and prctl: nobody would ever stop this worker
 
 
 _PR_SET_PDEATHSIG = 1
-_SUPERVISOR_PID = os.getpid()
 
 
 def _mark_dead(pid: int, metrics_dir: str) -> None:
@@ -161,11 +162,9 @@ _USAGE: web.AppKey[UsageTracker] = web.AppKey("usage")
 
 async def _peer_usage(request: web.Request) -> web.Response:
     try:
-        top = int(request.query.get("top", "20"))
-        if not 1 <= top <= MAX_TOP:
-            raise ValueError
-    except ValueError:
-        return web.json_response({"code": "BAD_QUERY", "message": f"top must be from 1 to {MAX_TOP}"}, status=400)
+        top = parse_top(request.query.get("top", "20"))
+    except ValueError as err:
+        return web.json_response({"code": "BAD_QUERY", "message": str(err)}, status=400)
     return web.json_response(request.app[_USAGE].report(top))
 
 

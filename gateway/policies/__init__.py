@@ -47,15 +47,16 @@ def check_config(model: GatewayConfig, source: str = "config") -> LoadedConfig:
         entries: Sequence[ChainEntry], where: list[int | str], outer: Sequence[str] = ()
     ) -> tuple[tuple[str, BaseModel], ...]:
         parsed = []
-        names = [*outer, *(e.name for e in entries)]
+        seen = set(outer)
         for j, entry in enumerate(entries):
             spec = POLICIES.get(entry.name)
             if spec is None:
                 problems.append(f"{loc([*where, j])}: unknown policy {entry.name!r} (known: {', '.join(sorted(POLICIES))})")
                 continue
-            if names.count(entry.name) > 1 and (entry.name in outer or names.index(entry.name) < len(outer) + j):
+            if entry.name in seen:
                 problems.append(f"{loc([*where, j])}: policy {entry.name!r} is listed twice in this chain"
                                 + (" (it is in global_chain)" if entry.name in outer else ""))
+            seen.add(entry.name)
             try:
                 parsed.append((entry.name, spec.options.model_validate(entry.options)))
             except ValidationError as err:

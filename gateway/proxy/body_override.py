@@ -24,12 +24,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Callable
-from urllib.parse import parse_qsl
 
 from multidict import CIMultiDictProxy
 
 from ..core.exchange import Exchange, Flow, Refuse, Reply, RequestBodyFilter
-from ..core.routing import BadRequestTarget, RouteTable, method_overrides, valid_override
+from ..core.routing import (
+    OVERRIDE_FIELD,
+    BadRequestTarget,
+    RouteTable,
+    method_overrides,
+    override_fields,
+    valid_override,
+)
 from ..policies.legacy_upload_guard.multipart_sniffer import (
     Ambiguous,
     Boundary,
@@ -40,12 +46,12 @@ from ..policies.legacy_upload_guard.multipart_sniffer import (
 from .core import body_error_reply
 from .request_body import client_chunks
 
-__all__ = ("OVERRIDE_FIELD", "resolve_body_override")
+__all__ = ("resolve_body_override",)
 
-OVERRIDE_FIELD = "_method"
 # A Content-Type that is not a clean form but that some parser could still read as one.
 _MENTIONS_FORM_RE = re.compile(r"multipart|boundary|form-data|urlencoded", re.IGNORECASE)
 _MAX_VALUE = 64  # longest _method value read (a method name is a short token)
+_MAX_PART_HEADER_BYTES = 16 << 10  # longest part header block read
 # After an early answer, how much of the rest of the body is read and dropped, for how long, before closing.
 _LINGER = (4 << 20, 2.0)
 
@@ -66,12 +72,21 @@ def _ambiguous(exchange: Exchange, rule: str, message: str) -> Reply:
     return _refusal(exchange, 400, "AMBIGUOUS_METHOD", rule, message)
 
 
+def _unreadable(exchange: Exchange, err: Ambiguous) -> Reply:
+    return _ambiguous(exchange, err.rule, f"the form body cannot be read unambiguously: {err.message}")
+
+
+def _late(exchange: Exchange) -> Reply:
+    return _ambiguous(exchange, "late_override",
+                      f"a {OVERRIDE_FIELD} field after a file part names another method than the request was sent as")
+
+
 class _OverrideFinder(MultipartSniffer):
     """The multipart sniffer, reading every part's headers to the end (a file part does not stop it) and collecting
     the values of ``_method`` parts."""
 
-    def __init__(self, boundary: Boundary, max_header_bytes: int) -> None:
-        super().__init__(boundary, max_header_bytes=max_header_bytes)
+    def __init__(self, boundary: Boundary) -> None:
+        super().__init__(boundary, max_header_bytes=_MAX_PART_HEADER_BYTES)
         self.values: list[str] = []
         self.file_seen = False
         self.values_before_file = 0  # how many of ``values`` came before the first file part
@@ -99,10 +114,14 @@ class _OverrideFinder(MultipartSniffer):
 
     def _take(self, n: int) -> None:
         if self._capturing and n > 0:
-            self._value += self._buf[:n]
+            self._content(bytes(self._buf[:n]), n)
+        super()._take(n)
+
+    def _content(self, data: bytes, end: int) -> None:
+        if self._capturing:
+            self._value += data[:end]
             if len(self._value) > _MAX_VALUE:
                 raise Ambiguous("override_value_too_long", f"the {OVERRIDE_FIELD} part is too long for a method")
-        super()._take(n)
 
     def _part_end(self) -> None:
         if self._capturing:
@@ -140,23 +159,19 @@ class _TailWatch(RequestBodyFilter):
         try:
             step()
         except Ambiguous as err:
-            raise Refuse(_ambiguous(self._exchange, err.rule, f"the form body cannot be read unambiguously: "
-                                                              f"{err.message}")) from None
-        late = [v for v in finder.values[self._seen :] if v != self._method]
+            raise Refuse(_unreadable(self._exchange, err)) from None
+        late = any(v != self._method for v in finder.values[self._seen :])
         self._seen = len(finder.values)
         if late:
-            raise Refuse(_ambiguous(
-                self._exchange, "late_override",
-                f"a {OVERRIDE_FIELD} field after a file part names another method than the request was sent as",
-            ))
+            raise Refuse(_late(self._exchange))
 
 
-def _form_kind(exchange: Exchange, headers: CIMultiDictProxy[str]) -> str | Boundary | None:
+def _form_kind(headers: CIMultiDictProxy[str]) -> str | Boundary | None:
     """"urlencoded", a multipart boundary, or None (a body no framework reads ``_method`` from); Ambiguous."""
     values = headers.getall("Content-Type", [])
-    media = request_media_type(values, _MENTIONS_FORM_RE)
     if not values:
         return "urlencoded"  # Rack reads the body of a POST without Content-Type as a form
+    media = request_media_type(values, _MENTIONS_FORM_RE)
     if media is None:
         return None
     value = values[0]
@@ -176,8 +191,8 @@ def _form_kind(exchange: Exchange, headers: CIMultiDictProxy[str]) -> str | Boun
     return kind
 
 
-async def resolve_body_override(exchange: Exchange, routes: RouteTable, *, look_ahead: int, timeout: float,
-                                max_part_header_bytes: int = 16 << 10) -> Reply | None:
+async def resolve_body_override(exchange: Exchange, routes: RouteTable, *, look_ahead: int, timeout: float
+                                ) -> Reply | None:
     """Read a form body's ``_method`` where it could route the request to a guarded route, and classify the exchange
     by it (route, params, method); an answer when the request is refused. Does nothing on other requests."""
     request = exchange.request
@@ -186,9 +201,9 @@ async def resolve_body_override(exchange: Exchange, routes: RouteTable, *, look_
         return None
     headers = exchange.headers
     try:
-        kind = _form_kind(exchange, headers)
+        kind = _form_kind(headers)
     except Ambiguous as err:
-        return _ambiguous(exchange, err.rule, f"the form body cannot be read unambiguously: {err.message}")
+        return _unreadable(exchange, err)
     if kind is None:
         return None
     prefix: list[bytes] = []
@@ -197,7 +212,7 @@ async def resolve_body_override(exchange: Exchange, routes: RouteTable, *, look_
         finder: _OverrideFinder | None = None
         late: list[str] = []
         if isinstance(kind, Boundary):
-            finder = _OverrideFinder(kind, max_part_header_bytes)
+            finder = _OverrideFinder(kind)
             ended = await _read_multipart(source, prefix, finder, look_ahead)
             split = finder.values_before_file if finder.file_seen else len(finder.values)
             values, late = finder.values[:split], finder.values[split:]
@@ -207,7 +222,7 @@ async def resolve_body_override(exchange: Exchange, routes: RouteTable, *, look_
     except ConnectionError:
         return body_error_reply(exchange)  # the proxy core's answer to a broken body
     except Ambiguous as err:
-        return _ambiguous(exchange, err.rule, f"the form body cannot be read unambiguously: {err.message}")
+        return _unreadable(exchange, err)
     except _Undecided:
         return _refusal(exchange, 413, "METHOD_OVERRIDE_UNDECIDED", "look_ahead_exceeded",
                         f"the form body shows neither its {OVERRIDE_FIELD} field, a file part nor its end within "
@@ -228,8 +243,7 @@ async def resolve_body_override(exchange: Exchange, routes: RouteTable, *, look_
             exchange.route, exchange.params = routes.match(method, exchange.path)
             exchange.method = method
     if any(value != method for value in late):
-        return _ambiguous(exchange, "late_override", f"a {OVERRIDE_FIELD} field after a file part names another method "
-                                                     "than the request was sent as")
+        return _late(exchange)
     if finder is not None and not ended:
         # The rest streams; its part headers are read on (first in filter order: it sees the client's bytes).
         exchange.request_filters.insert(0, _TailWatch(exchange, finder, sum(map(len, prefix)), method))
@@ -243,11 +257,7 @@ async def _read_urlencoded(source: AsyncIterator[bytes], prefix: list[bytes], lo
         size += len(chunk)
         if size > look_ahead:
             raise _Undecided
-    text = b"".join(prefix).decode("latin-1")
-    if OVERRIDE_FIELD not in text.lower() and "%" not in text:
-        return []
-    pairs = parse_qsl(text.replace(";", "&"), keep_blank_values=True, encoding="latin-1")
-    values = [v.strip().upper() for k, v in pairs if k.lower() == OVERRIDE_FIELD]
+    values = override_fields(b"".join(prefix).decode("latin-1"), encoding="latin-1")
     if any(len(value) > _MAX_VALUE for value in values):
         raise Ambiguous("override_value_too_long", f"the {OVERRIDE_FIELD} field is too long for a method")
     return values

@@ -9,8 +9,8 @@ which the chain unwinds through like any other.
 from __future__ import annotations
 
 import asyncio
-import time
 import re
+import time
 from collections.abc import AsyncIterable, AsyncIterator, Mapping
 
 import aiohttp
@@ -24,7 +24,7 @@ from .gate import Gate
 from .request_body import RequestBody, client_chunks
 from .upstream import UpstreamClient
 
-__all__ = ("ProxyCore", "VIA", "body_error_reply", "upstream_error_reply")
+__all__ = ("ProxyCore", "VIA", "body_error_reply", "filtered_body", "upstream_error_reply")
 
 VIA = "1.1 deprecation-gateway"
 # Dropped from the request on top of hop-by-hop headers: the gateway answers Expect itself (ensure_continue).
@@ -45,6 +45,18 @@ def _drop(headers: CIMultiDict[str], names: tuple[istr, ...], source: CIMultiDic
             del headers[name]
     for token in connection_tokens(source):
         headers.popall(token, None)
+
+
+def _declared_length(raw: CIMultiDictProxy[str]) -> int | None:
+    """The length an upstream response declares for its body, when it is a plain Content-Length."""
+    declared = raw.get(hdrs.CONTENT_LENGTH)
+    if declared is not None and hdrs.TRANSFER_ENCODING not in raw and declared.isdigit():
+        return int(declared)
+    return None
+
+
+def _upstream_url(exchange: Exchange, path: str, query: str) -> URL:
+    return URL(exchange.tenant.upstream_prefix + path + ("?" + query if query else ""), encoded=True)
 
 
 def _forwarded_element(ip: str, proto: str, host: str | None) -> str:
@@ -86,6 +98,19 @@ def body_error_reply(exchange: Exchange) -> Reply:
                             exchange.ensure_request_id())
     reply.close_connection = True  # the rest of the body is unread: the connection cannot carry another request
     return reply
+
+
+async def filtered_body(exchange: Exchange, timeout: float) -> RequestBody | Reply:
+    """The client's body through the exchange's request filters, read until they let a first byte through (or it
+    ended): nothing may be sent upstream before. The answer instead when a filter refused or the body broke."""
+    body = RequestBody(exchange, timeout)
+    try:
+        await body.prime()
+    except Refuse as refused:
+        return refused.reply
+    except ConnectionError:
+        return body_error_reply(exchange)
+    return body
 
 
 class UpstreamBody(Body):
@@ -199,15 +224,11 @@ class ProxyCore(Services):
             data = _one_chunk(body) if body else None
         else:
             data = body
-        url = URL(exchange.tenant.upstream_prefix + path + ("?" + query if query else ""), encoded=True)
-        gate: Gate | None = None
-        if self.max_concurrent:
-            gate = self._gate(exchange.tenant.name)
-            if not gate.try_enter() and not await gate.enter(self.queue_timeout):
-                busy = Reply.error(503, "UPSTREAM_BUSY", "this company's upstream has as many requests in flight as "
-                                   "the gateway sends it; retry shortly", exchange.ensure_request_id())
-                busy.headers["Retry-After"] = "1"
-                raise UpstreamFailed("busy", busy)
+        url = _upstream_url(exchange, path, query)
+        turn = await self._turn(exchange)
+        if isinstance(turn, Reply):
+            raise UpstreamFailed("busy", turn)
+        gate = turn
         try:
             upstream = await self.client.request(method, url, sent, data, exchange.upstream_retries)
         except BaseException as err:
@@ -227,9 +248,7 @@ class ProxyCore(Services):
         raw = upstream.headers
         answer = CIMultiDict(raw)
         _drop(answer, _RESPONSE_DROP, raw)
-        declared = raw.get(hdrs.CONTENT_LENGTH)
-        length = int(declared) if declared is not None and hdrs.TRANSFER_ENCODING not in raw and declared.isdigit() \
-            else None
+        length = _declared_length(raw)
         if method == "HEAD" or upstream.status in _NO_BODY_STATUS:
             upstream.release()
             if gate is not None:
@@ -285,32 +304,22 @@ class ProxyCore(Services):
         filtered: RequestBody | None = None
         if exchange.has_body:
             if exchange.request_filters:
-                filtered = RequestBody(exchange, self.body_timeout)
-                try:
-                    # Nothing is sent upstream before every filter has let a first byte through.
-                    await filtered.prime()
-                except Refuse as refused:
-                    return refused.reply
-                except ConnectionError:
-                    return body_error_reply(exchange)
+                primed = await filtered_body(exchange, self.body_timeout)
+                if isinstance(primed, Reply):
+                    return primed
                 if any(f.changes_length for f in exchange.request_filters):
                     headers.popall(hdrs.CONTENT_LENGTH, None)
-                body = filtered
+                body = filtered = primed
             else:
                 body = client_chunks(exchange, self.body_timeout)
-        url = URL(exchange.tenant.upstream_prefix + exchange.path + ("?" + exchange.query if exchange.query else ""),
-                  encoded=True)
-        gate: Gate | None = None
-        if self.max_concurrent:
-            gate = self._gate(exchange.tenant.name)
-            if not gate.try_enter() and not await gate.enter(self.queue_timeout):
-                exchange.notes["queue"] = "full"
-                busy = Reply.error(503, "UPSTREAM_BUSY", "this company's upstream has as many requests in flight as "
-                                   "the gateway sends it; retry shortly", exchange.ensure_request_id())
-                busy.headers["Retry-After"] = "1"
-                if exchange.has_body:
-                    busy.close_connection = True  # its body is unread
-                return busy
+        url = _upstream_url(exchange, exchange.path, exchange.query)
+        turn = await self._turn(exchange)
+        if isinstance(turn, Reply):
+            exchange.notes["queue"] = "full"
+            if exchange.has_body:
+                turn.close_connection = True  # its body is unread
+            return turn
+        gate = turn
         started = time.monotonic()
         try:
             # The classified (effective) method, not the request line's: an upstream that ignores a method override
@@ -347,21 +356,28 @@ class ProxyCore(Services):
                                exchange.ensure_request_id())
         return self._reply(upstream, exchange, gate)
 
-    def _gate(self, tenant: str) -> Gate:
+    async def _turn(self, exchange: Exchange) -> Gate | Reply | None:
+        """The tenant's turn in ``max_concurrent_per_tenant``: its gate (to leave once the upstream is done with), None
+        when there is no bound, or the 503 when no turn came within ``queue_timeout``."""
+        if not self.max_concurrent:
+            return None
+        tenant = exchange.tenant.name
         gate = self._gates.get(tenant)
         if gate is None:
             gate = self._gates[tenant] = Gate(self.max_concurrent)
-        return gate
+        if gate.try_enter() or await gate.enter(self.queue_timeout):
+            return gate
+        busy = Reply.error(503, "UPSTREAM_BUSY", "this company's upstream has as many requests in flight as the "
+                           "gateway sends it; retry shortly", exchange.ensure_request_id())
+        busy.headers["Retry-After"] = "1"
+        return busy
 
     def _reply(self, upstream: aiohttp.ClientResponse, exchange: Exchange, gate: Gate | None) -> Reply:
         raw = upstream.headers
         headers = CIMultiDict(raw)
         _drop(headers, _RESPONSE_DROP, raw)
         headers.add(hdrs.VIA, VIA)
-        length: int | None = None
-        declared = raw.get(hdrs.CONTENT_LENGTH)
-        if declared is not None and hdrs.TRANSFER_ENCODING not in raw and declared.isdigit():
-            length = int(declared)
+        length = _declared_length(raw)
         status = upstream.status
         content = upstream.content
         result: bytes | Body

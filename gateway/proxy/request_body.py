@@ -141,6 +141,12 @@ class _Stage:
             return self._release(flow, None)
         return self._release(flow, chunk)
 
+    def feed_all(self, chunks: list[bytes]) -> list[bytes]:
+        out: list[bytes] = []
+        for chunk in chunks:
+            out.extend(self.feed(chunk))
+        return out
+
     def end(self) -> list[bytes]:
         flow = self.filter.on_end()
         if flow is Flow.HOLD:
@@ -206,27 +212,18 @@ class RequestBody:
             self._ended = True
             self._ready.extend(self._finish())
             return
-        self._ready.extend(self._through([chunk], 0))
-
-    def _through(self, chunks: list[bytes], start: int) -> list[bytes]:
-        for stage in self._stages[start:]:
-            out: list[bytes] = []
-            for chunk in chunks:
-                out.extend(stage.feed(chunk))
-            chunks = out
+        chunks = [chunk]
+        for stage in self._stages:
+            chunks = stage.feed_all(chunks)
             if not chunks:
                 break
-        return chunks
+        self._ready.extend(chunks)
 
     def _finish(self) -> list[bytes]:
         # Each filter first gets what the filters before it released at their end, then ends itself.
         chunks: list[bytes] = []
         for stage in self._stages:
-            out: list[bytes] = []
-            for chunk in chunks:
-                out.extend(stage.feed(chunk))
-            out.extend(stage.end())
-            chunks = out
+            chunks = stage.feed_all(chunks) + stage.end()
         return chunks
 
     async def __aiter__(self) -> AsyncIterator[bytes]:

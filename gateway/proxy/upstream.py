@@ -156,7 +156,8 @@ class UpstreamClient:
                 try:
                     connection = await connector.connect(request, traces=[], timeout=timeout)
                 except asyncio.TimeoutError as err:
-                    raise aiohttp.ConnectionTimeoutError(f"Connection timeout to host {request.url}") from err
+                    # The origin only: the target's query (a signed link) must not reach a log line through this text.
+                    raise aiohttp.ConnectionTimeoutError(f"Connection timeout to host {request.url.origin()}") from err
                 protocol = connection.protocol
                 assert protocol is not None
                 protocol.set_response_params(

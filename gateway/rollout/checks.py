@@ -64,7 +64,6 @@ def rollout_problems(
     """Known flags and phases, the order of the effective dates per tenant, and what each behaviour requires of a
     tenant; each with its path."""
     flags = {flag.name: flag.default for b in behaviours.values() for flag in b.all_flags()}
-    by_name = {flag.name: flag for b in behaviours.values() for flag in b.all_flags()}
     problems = _section_problems(rollout, "rollout", behaviours, flags, is_global=True)
     # (earlier flag, later flag, strictly later)
     pairs = [
@@ -105,7 +104,7 @@ def rollout_problems(
         for behaviour in behaviours.values():
             if behaviour.check_tenant is None:
                 continue
-            own_flags = {name: own_dates[name] for name in own_dates if name in by_name
-                         and by_name[name] in behaviour.all_flags()}
+            names = {flag.name for flag in behaviour.all_flags()}
+            own_flags = {name: day for name, day in own_dates.items() if name in names}
             problems += behaviour.check_tenant(tenant, own_flags, list(own.brownouts or ()), where)
     return problems

@@ -27,16 +27,20 @@ def method_part(value: bytes) -> bytes:
     return f"\r\n--{B}\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\n".encode() + value
 
 
-async def _send_in_two(port: int, first: bytes, second: bytes, upstream: CountingUpstream) -> bytes:
+async def _late_override(port: int, value: bytes, upstream: CountingUpstream) -> tuple[bytes, bytes]:
+    """A file part, sent and on its way upstream, then a ``_method`` part naming ``value``: (the answer, the body)."""
+    first = FILE_HEAD + b"f" * (256 << 10)
+    tail = method_part(value) + CLOSE
+    body = first + tail
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
-        writer.write(first)
+        writer.write(head(len(body)) + first)
         await writer.drain()
         # The file part is on its way upstream before the rest is sent.
         await asyncio.wait_for(upstream.body_started.wait(), 5)
-        writer.write(second)
+        writer.write(tail)
         await writer.drain()
-        return await read_answer(reader, 5)
+        return await read_answer(reader, 5), body
     finally:
         writer.close()
 
@@ -44,10 +48,7 @@ async def _send_in_two(port: int, first: bytes, second: bytes, upstream: Countin
 async def test_a_late_override_breaks_the_streaming_upload_off(
     guarded_gw: RunningGateway, counting_upstream: CountingUpstream
 ) -> None:
-    content = b"f" * (256 << 10)
-    tail = method_part(b"PUT") + CLOSE
-    body = FILE_HEAD + content + tail
-    data = await _send_in_two(guarded_gw.port, head(len(body)) + FILE_HEAD + content, tail, counting_upstream)
+    data, body = await _late_override(guarded_gw.port, b"PUT", counting_upstream)
     ((status, headers, answer),) = parse_responses(data)
     assert status == 400
     assert json.loads(answer)["code"] == "AMBIGUOUS_METHOD"
@@ -61,10 +62,7 @@ async def test_a_late_override_breaks_the_streaming_upload_off(
 async def test_a_late_override_that_agrees_passes_whole(
     guarded_gw: RunningGateway, counting_upstream: CountingUpstream
 ) -> None:
-    content = b"g" * (256 << 10)
-    tail = method_part(b"POST") + CLOSE
-    body = FILE_HEAD + content + tail
-    data = await _send_in_two(guarded_gw.port, head(len(body)) + FILE_HEAD + content, tail, counting_upstream)
+    data, body = await _late_override(guarded_gw.port, b"POST", counting_upstream)
     ((status, _, _),) = parse_responses(data)
     assert status == 200
     (received,) = counting_upstream.received

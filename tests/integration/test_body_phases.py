@@ -17,8 +17,8 @@ from gateway.core.exchange import Exchange, Flow, Next, Policy, Refuse, Reply, R
 from gateway.rollout import FixedClock, parse_instant
 from tests.board_fixtures import board_bytes
 from tests.conftest import (
-    CountingUpstream, GatewayFactory, Received, RecordingUpstream, free_port, guarded_routes, make_config,
-    multipart_body, parse_responses, raw_exchange,
+    CountingUpstream, GatewayFactory, Received, RecordingUpstream, Responder, chunked_responder, free_port,
+    guarded_routes, make_config, multipart_body, parse_responses, raw_exchange,
 )
 
 RID = "client-chosen-id-1"
@@ -26,17 +26,8 @@ BOARD_ROUTE = {"name": "board", "methods": ["GET", "HEAD"], "paths": ["/boards/{
 REMOVED = "2026-11-15T12:00:00Z"
 
 
-def _chunked_board(body: bytes):
-    async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "application/json", "ETag": '"b1"'})
-        resp.enable_chunked_encoding()
-        await resp.prepare(request)
-        for i in range(0, len(body), 4096):
-            await resp.write(body[i : i + 4096])
-        await resp.write_eof()
-        return resp
-
-    return responder
+def _chunked_board(body: bytes) -> Responder:
+    return chunked_responder(body, 4096, {"Content-Type": "application/json", "ETag": '"b1"'})
 
 
 # --- headers added by the chain arrive on every path ----------------------------------------------------------------

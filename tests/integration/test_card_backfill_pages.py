@@ -225,6 +225,22 @@ async def test_the_clients_token_is_the_only_credential_sent(upstream: Any, star
     upstream.responder = upstream_responder
 
 
+async def test_the_board_id_is_one_query_value(upstream: Any, start_gateway: GatewayFactory) -> None:
+    """A path segment may hold '&' and '=': in the page request they stay inside board_id (a second limit would cut
+    every page short, and the list would look whole)."""
+
+    async def empty_list(request: Any, received: Any) -> Any:
+        from aiohttp import web
+        return web.json_response([])
+
+    upstream.responder = empty_list
+    gw = await _through(await start_gateway(make_config(upstream.url)), BackfillOptions())
+    async with aiohttp.ClientSession() as client, client.get(f"{gw.url}/x/1&limit=1", headers=TOKEN) as resp:
+        assert resp.status == 200
+    (received,) = upstream.received
+    assert received.raw_path == "/api/latest/cards?board_id=1%26limit%3D1&limit=100&offset=0"
+
+
 @pytest.mark.parametrize(("options", "reason"), [
     (BackfillOptions(page_size=50, max_pages=3), "too_many_pages"),
     (BackfillOptions(page_size=50, max_cards=120), "too_many_cards"),
@@ -249,7 +265,11 @@ async def test_the_time_bound_fails_the_backfill(sandbox: Any, start_gateway: Ga
     assert asyncio.get_running_loop().time() - started < 1.5
 
 
-@pytest.mark.parametrize("page", [b'{"not": "a list"}', b"[1, 2]", b'[{"title": "no id"}]', b"[{]", b"<html>"])
+# Ids that are not numbers or strings: unhashable ones (which once ended the request in a 500), and ones that would
+# make different cards look like one (two nulls: one card kept, the list presented as whole).
+@pytest.mark.parametrize("page", [b'{"not": "a list"}', b"[1, 2]", b'[{"title": "no id"}]', b"[{]", b"<html>",
+                                  b'[{"id": [1]}]', b'[{"id": {"n": 1}}]', b'[{"id": null}, {"id": null}]',
+                                  b'[{"id": true}, {"id": 1}]'])
 async def test_a_page_that_is_not_a_list_of_cards_fails_the_backfill(upstream: Any, start_gateway: GatewayFactory,
                                                                      page: bytes) -> None:
     async def answer(request: Any, received: Any) -> Any:

@@ -37,6 +37,15 @@ async def _counter(gw: Proc, name: str, labels: tuple[tuple[str, str], ...] = ()
     return (await gw.metrics()).get((name, labels), 0.0)
 
 
+async def _until_open(gw: Proc, connections: int) -> None:
+    """Until the gateway counts ``connections`` open."""
+
+    async def reached() -> bool:
+        return await _counter(gw, "gateway_connections_open") == connections
+
+    await wait_for(reached)
+
+
 async def test_slowloris_and_silent_clients_are_closed_within_the_head_timeout(
     upstream: RecordingUpstream, tmp_path: Path
 ) -> None:
@@ -96,11 +105,7 @@ async def test_connections_over_the_bound_are_answered_503_and_closed(
     gw = await start(_config(upstream.url, max_connections=5), tmp_path)
     try:
         held = [await asyncio.open_connection("127.0.0.1", gw.port) for _ in range(5)]
-
-        async def five_open() -> bool:
-            return await _counter(gw, "gateway_connections_open") == 5
-
-        await wait_for(five_open)
+        await _until_open(gw, 5)
         reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
         writer.write(b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         data = await asyncio.wait_for(reader.read(), 5)  # answered, then closed by the gateway
@@ -111,11 +116,7 @@ async def test_connections_over_the_bound_are_answered_503_and_closed(
         writer.close()
         # Once one of the five goes, a new client is served again.
         held[0][1].close()
-
-        async def four_open() -> bool:
-            return await _counter(gw, "gateway_connections_open") == 4
-
-        await wait_for(four_open)
+        await _until_open(gw, 4)
         async with aiohttp.ClientSession() as client, client.get(gw.url + "/y") as resp:
             assert resp.status == 200
         for _, w in held[1:]:

@@ -18,6 +18,7 @@ from tests.conftest import (
     Received,
     RecordingUpstream,
     RunningGateway,
+    chunked_responder,
     free_port,
     make_config,
     parse_responses,
@@ -170,21 +171,11 @@ async def test_gzip_response_passes_untouched(gw, upstream, client) -> None:
 
 
 async def test_streamed_chunked_response(gw, upstream, client) -> None:
-    parts = [os.urandom(10_000) for _ in range(30)]
-
-    async def responder(request, received):
-        resp = web.StreamResponse()
-        resp.enable_chunked_encoding()
-        await resp.prepare(request)
-        for part in parts:
-            await resp.write(part)
-        await resp.write_eof()
-        return resp
-
-    upstream.responder = responder
+    body = os.urandom(300_000)
+    upstream.responder = chunked_responder(body, 10_000)
     async with client.get(gw.url + "/stream") as resp:
         assert resp.headers.get("Transfer-Encoding") == "chunked"
-        assert await resp.read() == b"".join(parts)
+        assert await resp.read() == body
 
 
 async def test_a_response_that_has_fully_arrived_leaves_in_one_write(gw, upstream, monkeypatch) -> None:

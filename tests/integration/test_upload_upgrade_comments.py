@@ -196,6 +196,17 @@ async def test_bounds_of_a_comment(sandbox: Any, spool: Path, start_gateway: Gat
     assert upgrades(gw, "refused") == 3 and upgrades(gw, "partial") == 1
 
 
+async def test_the_text_bound_is_named_as_configured(sandbox: Any, spool: Path, start_gateway: GatewayFactory) -> None:
+    """Several text parts over max_field_bytes together: the answer names the bound, not what was left of it."""
+    gw = await start(start_gateway, sandbox, spool, max_field_bytes=2048)
+    card = public_card(sandbox)
+    body = multipart_body([text_part("t" * 1500), text_part("u" * 1500, name="extra"), file_part(b"x")], B)
+    status, _, answer = await send("POST", f"{gw.url}/api/v1/cards/{card.id}/comments", body)
+    assert (status, answer["code"], answer["rule"]) == (413, "LEGACY_UPLOAD_UPGRADE_TOO_LARGE", "fields_too_large")
+    assert "text parts are over 2048 bytes" in answer["message"]
+    assert upgrades(gw, "refused") == 1 and (await journal(sandbox))[-1]["method"] == "GET"  # the lookup alone
+
+
 async def test_spool_bytes_0_refuses_a_file_before_the_text(sandbox: Any, spool: Path,
                                                            start_gateway: GatewayFactory) -> None:
     gw = await start(start_gateway, sandbox, spool, spool_bytes=0)

@@ -148,6 +148,13 @@ async def test_gzip_boards_when_enabled(make_client: ClientFactory):
     refused = await client.get("/api/latest/boards/1", headers={**AUTH, "Accept-Encoding": "gzip;q=0"},
                                auto_decompress=False)
     assert "Content-Encoding" not in refused.headers
+    # A named gzip;q=0 wins over "*" (RFC 9110 12.5.3), as the gateway reads it too.
+    refused = await client.get("/api/latest/boards/1", headers={**AUTH, "Accept-Encoding": "gzip;q=0, *"},
+                               auto_decompress=False)
+    assert "Content-Encoding" not in refused.headers
+    starred = await client.get("/api/latest/boards/1", headers={**AUTH, "Accept-Encoding": "br, *;q=0.5"},
+                               auto_decompress=False)
+    assert starred.headers["Content-Encoding"] == "gzip"
 
 
 async def test_file_urls_follow_forwarded_headers(client):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass
+from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -27,6 +28,9 @@ MiB = 1 << 20
 # Why a backfill did not happen (bounded: the label of gateway_board_backfills_total and the response header).
 REASONS = ("forbidden", "page_error", "upstream_error", "timeout", "too_many_pages", "too_many_cards", "too_large",
            "inconsistent", "not_json")
+# A card's id, as cards are told apart by it (spec: a number; a string is as good). Anything else (null, an object)
+# could make two cards look like one, and the list shorter than it is.
+_ID_TYPES = (int, str)
 
 
 class BackfillOptions(BaseModel):
@@ -76,7 +80,9 @@ class _Page:
 class _Reader:
     def __init__(self, exchange: Exchange, board: str, options: BackfillOptions) -> None:
         self.exchange = exchange
-        self.board = board
+        # One query value, whatever the path segment holds ('&', '=', '+' escaped; its own escapes kept): the board
+        # id cannot add a parameter (a second ``limit`` would cut every page short, and the list with it).
+        self.board = quote(board, safe="%!$'()*,:@")
         self.options = options
         self.pages = 0
         self.bytes_left = options.max_bytes
@@ -116,6 +122,8 @@ class _Reader:
             raw = json_splice.array_elements(body)
             parsed = json.loads(body)
             ids = [card["id"] for card in parsed]
+            if not all(type(card_id) in _ID_TYPES for card_id in ids):
+                raise TypeError("an id that is not a number or a string")
         except (json_splice.NotJSON, ValueError, TypeError, KeyError):
             raise BackfillFailed("not_json", f"page at offset {offset} is not a JSON array of cards with ids") from None
         if len(raw) > options.page_size:

@@ -20,8 +20,8 @@ import logging
 import re
 import zlib
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Literal
 
 from multidict import CIMultiDict
@@ -70,9 +70,8 @@ class Families:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.responses = Counter(
-            "gateway_board_responses", "Board responses, by tenant, phase and action (untouched, capped, removed, "
-            "passed_through_unparsed, too_large, not_ok, not_modified).", ("tenant", "phase", "action"),
-            registry=registry,
+            "gateway_board_responses", "Board responses, by tenant, phase and action (" + ", ".join(_ACTIONS) + ").",
+            ("tenant", "phase", "action"), registry=registry,
         )
         self.cards_removed = Counter(
             "gateway_board_cards_removed", "Cards withheld from board responses, by tenant.", ("tenant",),
@@ -115,6 +114,8 @@ _REWRITE_DROP = frozenset(
     {"content-length", "content-encoding", "etag", "last-modified", "content-md5", "digest", "content-digest",
      "repr-digest", "accept-ranges", "content-range"}
 )
+# The same for the upstream's bytes sent again (re-encoded at most): their Last-Modified still dates them.
+_REENCODE_DROP = _REWRITE_DROP - {"last-modified"}
 # Request headers that would let the upstream answer for a representation the policy then rewrites differently.
 _CONDITIONAL_DROP = ("If-Modified-Since", "If-Unmodified-Since", "If-Range", "Range", "If-Match")
 _JSON_TYPE = re.compile(r"^\s*application/(?:[\w.+-]+\+)?json\s*(?:;|$)", re.IGNORECASE)
@@ -162,11 +163,13 @@ def _parse_etags(value: str) -> list[tuple[bool, str]] | None:
 class _MemoEntry:
     body: bytes
     layout: json_splice.Layout
-    rendered: dict[tuple[int, bool], tuple[bytes, bool]] = field(default_factory=dict)  # -> (body, gzipped)
-    size: int = 0  # the body and every rendered output
+    # (phase index, gzip accepted) -> (body, gzipped): outputs that are new bytes (not the upstream's body as it is).
+    rendered: dict[tuple[int, bool], tuple[bytes, bool]] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        self.size = len(self.body)
+    @property
+    def size(self) -> int:
+        """What the memo is charged for it: the body and every output kept."""
+        return len(self.body) + sum(len(out) for out, _ in self.rendered.values())
 
 
 class _Memo:
@@ -198,7 +201,6 @@ class _Memo:
     def render(self, key: tuple[str, str], entry: _MemoEntry, which: tuple[int, bool], output: tuple[bytes, bool]) -> None:
         """Keep an output rendered from ``entry``; the memo is charged for it while it keeps the entry."""
         entry.rendered[which] = output
-        entry.size += len(output[0])
         if self.entries.get(key) is entry:
             self.size += len(output[0])
             self._evict()
@@ -210,10 +212,29 @@ class _Memo:
 
 
 class _PassThrough(Exception):
+    """The upstream's bytes go as they came (fail open): ``action`` is counted, ``reason`` logged."""
+
     def __init__(self, action: str, reason: str) -> None:
         super().__init__(reason)
         self.action = action
         self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class _Signals:
+    """One tenant's signal headers, worked out once."""
+
+    start: float | None  # rollout.board_cards_announcement (None: always)
+    deprecation: str | None  # the Deprecation header: the cap date
+    sunset: tuple[float, str] | None  # RFC 8594: the removal date, and its Sunset header, sent while it lies ahead
+
+    @classmethod
+    def of(cls, schedule: Schedule) -> _Signals:
+        cap_at = schedule.flag_instant("board_cards_cap")
+        removal_at = schedule.flag_instant("board_cards_removal")
+        return cls(schedule.signals["board_cards_announcement"],
+                   None if cap_at is None else deprecation_value(cap_at),
+                   None if removal_at is None else (removal_at, http_date(removal_at)))
 
 
 def build(options: Options, ctx: BuildContext) -> Policy:
@@ -246,26 +267,18 @@ def build(options: Options, ctx: BuildContext) -> Policy:
     removed_counters = {tenant: families.cards_removed.labels(tenant) for tenant in schedules}
     backfill_counters = {(tenant, outcome): families.backfills.labels(tenant, outcome)
                          for tenant in schedules for outcome in _BACKFILL_OUTCOMES}
-    # Per tenant, once: when the signal headers start, the Deprecation header (the cap date), and what a rewritten
-    # response varies on.
-    signal_from = {tenant: s.signals["board_cards_announcement"] for tenant, s in schedules.items()}
-    deprecation = {tenant: _deprecation(s.flag_instant("board_cards_cap")) for tenant, s in schedules.items()}
-    # RFC 8594: the removal date, announced while it lies ahead.
-    sunset = {tenant: s.flag_instant("board_cards_removal") for tenant, s in schedules.items()}
+    # Per tenant, once: the signal headers, and what a rewritten response varies on.
+    signals = {tenant: _Signals.of(s) for tenant, s in schedules.items()} if options.signal else {}
     rewritten_vary = {tenant: ("Accept-Encoding", *s.vary) for tenant, s in schedules.items()}
 
     def signal_headers(headers: CIMultiDict[str], tenant: str, board: str, now: float) -> None:
-        if not options.signal:
+        own = signals.get(tenant)
+        if own is None or (own.start is not None and now < own.start):
             return
-        start = signal_from.get(tenant)
-        if start is not None and now < start:
-            return
-        value = deprecation[tenant]
-        if value is not None:
-            headers["Deprecation"] = value
-        removal = sunset[tenant]
-        if removal is not None and now < removal:
-            headers["Sunset"] = http_date(removal)
+        if own.deprecation is not None:
+            headers["Deprecation"] = own.deprecation
+        if own.sunset is not None and now < own.sunset[0]:
+            headers["Sunset"] = own.sunset[1]
         headers.add("Link", successor_link(f"{SUCCESSOR}?board_id={board}"))
         if doc_link is not None:
             headers.add("Link", doc_link)
@@ -301,14 +314,11 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         return ", ".join(kept) or None
 
     def message(board: str, index: int, count: int | None) -> bytes:
-        if index == 1 and count is None:
+        """``cards_deprecation_message``; in the capped phase, ``count`` None: the total is not known."""
+        if index == 1:
+            of = "" if count is None else f" of {count}"
             text = (
-                f"Cards on the board route are deprecated: this response holds the first {cap} cards. "
-                f"Read the rest with GET {SUCCESSOR}?board_id={board}&limit={page_limit}&offset={cap}."
-            )
-        elif index == 1:
-            text = (
-                f"Cards on the board route are deprecated: this response holds the first {cap} of {count} cards. "
+                f"Cards on the board route are deprecated: this response holds the first {cap}{of} cards. "
                 f"Read the rest with GET {SUCCESSOR}?board_id={board}&limit={page_limit}&offset={cap}."
             )
         else:
@@ -319,15 +329,17 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         return json.dumps(text, ensure_ascii=False).encode()
 
     def rewrite(body: bytes, layout: json_splice.Layout, index: int, board: str) -> bytes:
-        """The body for this phase (the upstream's bytes when no card is withheld; ``_action_of`` says which)."""
-        if layout.target is not None and not layout.is_array:
-            raise _PassThrough("passed_through_unparsed", "cards is not an array")
-        if _action_of(layout, index, cap)[0] == "untouched":
-            return body
+        """The body for a phase that withholds cards from it (``_action_of`` says it does)."""
         extra = (MESSAGE_KEY, message(board, index, layout.count))
         if index == 1 or empty_array:
             return json_splice.truncate(body, layout, cap if index == 1 else 0, extra)
         return json_splice.drop(body, layout, extra)
+
+    def encode(out: bytes, gzip_ok: bool) -> tuple[bytes, bool]:
+        """The body the client gets, and whether it is gzipped."""
+        if gzip_ok and len(out) >= options.compress_min_bytes:
+            return gzip.compress(out, compresslevel=options.compress_level, mtime=0), True
+        return out, False
 
     def decode(raw: bytes, coding: str) -> bytes:
         if coding in ("", "identity"):
@@ -345,6 +357,47 @@ def build(options: Options, ctx: BuildContext) -> Policy:
             raise _PassThrough("passed_through_unparsed", "the compressed body is truncated or has trailing data")
         return out
 
+    async def read_board(reply: Reply) -> bytes:
+        """The upstream's 200 body, decoded; ``_PassThrough`` for one this policy does not read (the reply then
+        still sends all of it: what was read, then the rest as it streams)."""
+        headers = reply.headers
+        if not _JSON_TYPE.match(headers.get("Content-Type", "")):
+            raise _PassThrough("passed_through_unparsed", "not a JSON content type")
+        coding = headers.get("Content-Encoding", "").strip().lower()
+        length = reply.length
+        if length is not None and length > max_body and coding in ("", "identity"):
+            raise _PassThrough("too_large", f"Content-Length {length} is over max_body_bytes")
+        try:
+            raw = await reply.read(max_body)
+        except BodyTooLarge:
+            raise _PassThrough("too_large", "the body is over max_body_bytes") from None
+        return decode(raw, coding)
+
+    def scanned(key: tuple[str, str], body: bytes) -> _MemoEntry:
+        """The body's scan: the memo's when it holds this very body, else a new one (kept)."""
+        entry = memo.get(key, body) if memo is not None else None
+        if entry is None:
+            try:
+                layout = json_splice.scan(body, "cards", keep=cap, extra_key=MESSAGE_KEY)
+            except json_splice.NotJSON as err:
+                raise _PassThrough("passed_through_unparsed", str(err)) from None
+            entry = _MemoEntry(body, layout)
+            if memo is not None:
+                memo.put(key, entry)
+        return entry
+
+    def rendered(key: tuple[str, str], entry: _MemoEntry, body: bytes, index: int, board: str, action: str,
+                 gzip_ok: bool) -> tuple[bytes, bool]:
+        """The client's body for this phase and encoding; the same scan, phase and encoding give the same output,
+        so a new one is kept with the scan."""
+        output = entry.rendered.get((index, gzip_ok))
+        if output is None:
+            out = body if action == "untouched" else rewrite(body, entry.layout, index, board)
+            output = encode(out, gzip_ok)
+            if memo is not None and output[0] is not body:
+                memo.render(key, entry, (index, gzip_ok), output)
+        return output
+
     async def board_cards(exchange: Exchange, next: Next) -> Reply:
         tenant = exchange.tenant.name
         schedule = schedules[tenant]
@@ -354,14 +407,19 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         board = exchange.params.get("board_id", "")
         label = phase if kind not in ("brownout", "exemption") else f"{phase}({kind})"
 
-        def finish(action: str, reason: str | None = None) -> None:
+        def finish(action: str) -> None:
             counters[(tenant, phase, action)].inc()
             exchange.decisions[NAME] = f"{label}:{action}"
-            if reason is not None:
-                log.warning(
-                    "board_cards: response passed through untouched (%s: %s); tenant %s, route %s, request id %s",
-                    action, reason, tenant, exchange.route.name, exchange.request_id,
-                )
+
+        def passed_through(reply: Reply, skip: _PassThrough) -> Reply:
+            """The upstream's bytes, as read: counted, logged, signalled."""
+            finish(skip.action)
+            log.warning(
+                "board_cards: response passed through untouched (%s: %s); tenant %s, route %s, request id %s",
+                skip.action, skip.reason, tenant, exchange.route.name, exchange.request_id,
+            )
+            signal_headers(reply.headers, tenant, board, now)
+            return reply
 
         # The card backfill bridge: for a client whose phase shows cards (all, or up to the cap), when the tenant or
         # an exemption says so.
@@ -399,97 +457,54 @@ def build(options: Options, ctx: BuildContext) -> Policy:
             if head:
                 exchange.method = "HEAD"
         headers = reply.headers
-        status = reply.status
-        if status == 304 and index == 0:
-            # (bridged; asked unconditionally: an upstream answering 304 anyway is passed on as phase 0 would.)
-            signal_headers(headers, tenant, board, now)
-            vary(headers, rewritten_vary[tenant])
-            finish("not_modified")
-            return reply
-        if status == 304:
-            etag = weak_etag(headers.get("ETag"), index)
-            headers.popall("ETag", None)
-            headers.popall("Last-Modified", None)
-            if etag is not None:
-                headers["ETag"] = etag
+        if reply.status == 304:
+            # (Bridged in phase 0 the upstream was asked unconditionally: a 304 anyway is passed on as phase 0 would.)
+            if index > 0:
+                etag = weak_etag(headers.get("ETag"), index)
+                headers.popall("ETag", None)
+                headers.popall("Last-Modified", None)
+                if etag is not None:
+                    headers["ETag"] = etag
             vary(headers, rewritten_vary[tenant])
             signal_headers(headers, tenant, board, now)
             finish("not_modified")
             return reply
-        if status != 200:
+        if reply.status != 200:
             finish("not_ok")
-            return reply
-
-        coding = headers.get("Content-Encoding", "").strip().lower()
-        length = reply.length
-        try:
-            if not _JSON_TYPE.match(headers.get("Content-Type", "")):
-                raise _PassThrough("passed_through_unparsed", "not a JSON content type")
-            if length is not None and length > max_body and coding in ("", "identity"):
-                raise _PassThrough("too_large", f"Content-Length {length} is over max_body_bytes")
-            raw = await reply.read(max_body)
-        except _PassThrough as skip:
-            finish(skip.action, skip.reason)
-            signal_headers(headers, tenant, board, now)
-            return reply
-        except BodyTooLarge:
-            finish("too_large", "the body is over max_body_bytes")
-            signal_headers(headers, tenant, board, now)
-            return reply  # the proxy core sends all of it: what was read, then the rest as it streams
-        except BodyUnavailable:
-            finish("not_ok")  # the upstream broke off part way: the reply is now the proxy core's error answer
             return reply
 
         key = (tenant, exchange.path)
         try:
-            body = decode(raw, coding)
-            entry = memo.get(key, body) if memo is not None else None
-            if entry is None:
-                try:
-                    layout = json_splice.scan(body, "cards", keep=cap, extra_key=MESSAGE_KEY)
-                except json_splice.NotJSON as err:
-                    raise _PassThrough("passed_through_unparsed", str(err)) from None
-                entry = _MemoEntry(body, layout)
-                if memo is not None:
-                    memo.put(key, entry)
-            if bridged:
-                want = _backfill_want(entry.layout, index, cap)
-                if want is not False:
-                    return await backfilled(exchange, reply, body, entry.layout, index, board, want, if_none_match,
-                                            now, finish)
-                if index == 0:
-                    # The upstream's board is whole: it goes as it came (the condition judged here, see above).
-                    signal_headers(headers, tenant, board, now)
-                    vary(headers, rewritten_vary[tenant])
-                    if _not_modified(if_none_match, headers.get("ETag")):
-                        _to_304(reply)
-                        finish("not_modified")
-                    else:
-                        finish("untouched")
-                    return reply
-            gzip_ok = _accepts_gzip(exchange.headers.get("Accept-Encoding"))
-            cached = entry.rendered.get((index, gzip_ok))
-            if cached is None:
-                # The same scan, phase and encoding give the same output: it is kept with the scan.
-                out = rewrite(body, entry.layout, index, board)
-                gzipped = gzip_ok and len(out) >= options.compress_min_bytes
-                if gzipped:
-                    out = gzip.compress(out, compresslevel=options.compress_level, mtime=0)
-                cached = (out, gzipped)
-                if memo is not None:
-                    memo.render(key, entry, (index, gzip_ok), cached)
-            action, withheld = _action_of(entry.layout, index, cap)
+            body = await read_board(reply)
+            entry = scanned(key, body)
         except _PassThrough as skip:
-            finish(skip.action, skip.reason)
-            signal_headers(headers, tenant, board, now)
-            return reply  # the upstream's bytes, as read
+            return passed_through(reply, skip)
+        except BodyUnavailable:
+            finish("not_ok")  # the upstream broke off part way: the reply is now the proxy core's error answer
+            return reply
+        layout = entry.layout
+        if bridged:
+            if _lacks_cards(layout, index, cap):
+                return await backfilled(exchange, reply, body, layout, index, board, if_none_match, now, finish)
+            if index == 0:
+                # The upstream's board is whole: it goes as it came (the condition judged here, see above).
+                signal_headers(headers, tenant, board, now)
+                vary(headers, rewritten_vary[tenant])
+                if _not_modified(if_none_match, headers.get("ETag")):
+                    _to_304(reply)
+                    finish("not_modified")
+                else:
+                    finish("untouched")
+                return reply
+        if layout.target is not None and not layout.is_array:
+            return passed_through(reply, _PassThrough("passed_through_unparsed", "cards is not an array"))
 
-        rendered, gzipped = cached
+        action, withheld = _action_of(layout, index, cap)
+        gzip_ok = _accepts_gzip(exchange.headers.get("Accept-Encoding"))
+        out, gzipped = rendered(key, entry, body, index, board, action, gzip_ok)
         upstream_etag = headers.get("ETag")
-        for name in _REWRITE_DROP:
-            # An untouched body keeps its Last-Modified: the bytes it dates are the upstream's.
-            if action != "untouched" or name != "last-modified":
-                headers.popall(name, None)
+        for name in _REWRITE_DROP if action != "untouched" else _REENCODE_DROP:
+            headers.popall(name, None)
         if gzipped:
             headers["Content-Encoding"] = "gzip"
         etag = weak_etag(upstream_etag, index)
@@ -504,19 +519,19 @@ def build(options: Options, ctx: BuildContext) -> Policy:
             finish("not_modified")
             return reply
         finish(action)
-        reply.set_body(rendered)
+        reply.set_body(out)
         return reply
 
     async def backfilled(exchange: Exchange, reply: Reply, body: bytes, layout: json_splice.Layout, index: int,
-                         board: str, want: int | None, if_none_match: str | None, now: float,
-                         finish: Callable[[str], None]) -> Reply:
+                         board: str, if_none_match: str | None, now: float, finish: Callable[[str], None]) -> Reply:
         """The board with its cards rebuilt from the card list; on any failure, the upstream's board as it came."""
         tenant = exchange.tenant.name
         headers = reply.headers
         vary(headers, rewritten_vary[tenant])
         signal_headers(headers, tenant, board, now)
         try:
-            filled = await fetch_cards(exchange, board, want, options.backfill)
+            # All of them, or the cap and one more: enough to know whether the phase withholds any.
+            filled = await fetch_cards(exchange, board, None if index == 0 else cap + 1, options.backfill)
         except BackfillFailed as failed:
             backfill_counters[(tenant, failed.reason)].inc()
             exchange.notes["board_cards.backfill"] = failed.reason
@@ -528,12 +543,13 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         cards = filled.cards
         truncated = index == 1 and len(cards) > cap
         if truncated:
+            # More cards than the phase shows: the first ones, and the message naming the rest's request (set in the
+            # upstream's board, which holds fewer cards, before the cards go in).
             cards = cards[:cap]
+            body = json_splice.set_member(body, layout, MESSAGE_KEY, message(board, 1, None))
+            layout = json_splice.scan(body, "cards", extra_key=MESSAGE_KEY)
         out = json_splice.set_member(body, layout, "cards", b"[" + b",".join(cards) + b"]", before=MESSAGE_KEY,
                                      remove=() if truncated else (MESSAGE_KEY,))
-        if truncated:
-            # More cards than the phase shows: the first ones, and the message naming the rest's request.
-            out = json_splice.set_member(out, json_splice.scan(out, MESSAGE_KEY), MESSAGE_KEY, message(board, 1, None))
         for name in _REWRITE_DROP:
             headers.popall(name, None)
         # The gateway's own validator: the answer is assembled from several upstream responses.
@@ -545,8 +561,8 @@ def build(options: Options, ctx: BuildContext) -> Policy:
             _to_304(reply)
             finish("not_modified")
             return reply
-        if _accepts_gzip(exchange.headers.get("Accept-Encoding")) and len(out) >= options.compress_min_bytes:
-            out = gzip.compress(out, compresslevel=options.compress_level, mtime=0)
+        out, gzipped = encode(out, _accepts_gzip(exchange.headers.get("Accept-Encoding")))
+        if gzipped:
             headers["Content-Encoding"] = "gzip"
         finish("backfilled")
         reply.set_body(out)
@@ -555,15 +571,13 @@ def build(options: Options, ctx: BuildContext) -> Policy:
     return board_cards
 
 
-def _backfill_want(layout: json_splice.Layout, index: int, cap: int) -> int | None | bool:
-    """For a bridged request: False when the upstream's board already holds what the phase shows; else how many
-    cards to fetch (None: all of them; the cap and one more: enough to know whether the phase withholds any)."""
+def _lacks_cards(layout: json_splice.Layout, index: int, cap: int) -> bool:
+    """For a bridged request: whether the upstream's board lacks cards the phase shows (no ``cards``, or the
+    service's message that it withheld some, with fewer than the phase shows)."""
     if layout.target is not None and not layout.is_array:
-        return False  # not a board this policy can edit: passed through by the rewrite
+        return False  # not a board this policy can edit: passed through
     withheld = layout.target is None or layout.extra is not None
-    if not withheld or (index == 1 and layout.count >= cap):
-        return False
-    return None if index == 0 else cap + 1
+    return withheld and not (index == 1 and layout.count >= cap)
 
 
 def _not_modified(if_none_match: str | None, etag: str | None) -> bool:
@@ -585,15 +599,12 @@ def _to_304(reply: Reply) -> None:
 
 
 def _action_of(layout: json_splice.Layout, index: int, cap: int) -> tuple[str, int]:
+    """What a rewriting phase does to a board (an array of cards, or none), and how many cards it withholds."""
     if layout.target is None:
         return "untouched", 0
     if index == 1:
         return ("capped", layout.count - cap) if layout.count > cap else ("untouched", 0)
     return "removed", layout.count
-
-
-def _deprecation(instant: float | None) -> str | None:
-    return None if instant is None else deprecation_value(instant)
 
 
 SPEC = PolicySpec(NAME, Options, build, behaviours=(BOARD_CARDS,))

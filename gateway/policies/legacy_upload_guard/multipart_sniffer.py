@@ -250,7 +250,7 @@ class MultipartSniffer:
         self.bytes_fed += len(data)
         if self._alternates:
             self._check_alternates(data)
-        self._buf += data
+        self._buf += self._skip_content(data)
         try:
             while True:
                 progressed = self._step()
@@ -270,12 +270,32 @@ class MultipartSniffer:
             return Verdict.NO_FILE
         raise Ambiguous("unterminated_body", "the multipart body ends before its close delimiter")
 
+    def _skip_content(self, data: bytes) -> bytes:
+        """Inside a part, the common case: ``data`` holds no delimiter, and none straddles the bytes held back from
+        the last feed and ``data``. Then all but its last few bytes are content (``_content``), and never pass
+        through the buffer; a large upload costs no copy here. Returns what is left for the buffer."""
+        delimiter = self._delimiter
+        keep = len(delimiter) + 2
+        if self._state is not _State.BODY or len(data) <= 2 * keep or delimiter in data:
+            return data
+        buf = self._buf
+        if delimiter in bytes(buf) + data[: len(delimiter)]:
+            return data  # read the usual way
+        if buf:
+            self._content(bytes(buf), len(buf))
+            buf.clear()
+        self._content(data, len(data) - keep)
+        return data[len(data) - keep :]
+
     def _check_alternates(self, data: bytes) -> None:
-        window = self._alt_tail + data
+        # Searched in place, plus the few bytes where one could straddle the last feed and this one: the splitter
+        # reads a whole upload through here, so a feed is not copied.
+        keep = self._alt_keep
+        seam = self._alt_tail + data[:keep]
         for alternate in self._alternates:
-            if alternate in window:
+            if alternate in data or alternate in seam:
                 raise Ambiguous("alternate_delimiter", "the body contains the quoted boundary as a delimiter")
-        self._alt_tail = window[-self._alt_keep :] if self._alt_keep else b""
+        self._alt_tail = (self._alt_tail + data[-keep:])[-keep:] if keep else b""
 
     def _step(self) -> bool:
         """Advance by one syntactic element if the buffer holds it; False when more bytes are needed."""
@@ -405,6 +425,10 @@ class MultipartSniffer:
         out overrides this)."""
         if n > 0:
             del self._buf[:n]
+
+    def _content(self, data: bytes, end: int) -> None:
+        """``data[:end]`` is content of the current part that never entered the buffer (``_skip_content``): dropped
+        (not even sliced), unless a reader that hands content out overrides this."""
 
     def _part_end(self) -> None:
         """The current part's content is complete (the buffer now starts with the CRLF and delimiter after it)."""

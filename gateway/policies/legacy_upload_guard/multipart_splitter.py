@@ -72,39 +72,17 @@ class MultipartSplitter(MultipartSniffer):
         super().__init__(boundary, max_header_bytes=max_header_bytes, file_fields=file_fields)
         self._out: list[Event] = []
 
-    @property
-    def closed(self) -> bool:
-        """The close delimiter has been read (what may follow is an epilogue)."""
-        return self._state is _State.EPILOGUE
-
     def split(self, data: bytes) -> list[Event]:
         self.bytes_fed += len(data)
         if self._alternates:
             self._check_alternates(data)
         out: list[Event] = []
         self._out = out
-        if self._state is _State.BODY and len(data) > 4 * len(self._delimiter):
-            data = self._content(data)
-        self._buf += data
+        self._buf += self._skip_content(data)
         while self._step():
             self._strict()
         self._strict()
         return out
-
-    def _content(self, data: bytes) -> bytes:
-        """Inside a part, the common case: ``data`` holds no delimiter, and none straddles the bytes held back from
-        the last feed and ``data``. Then all but its last few bytes are content, handed out without passing through
-        the buffer (one copy instead of three). Returns what is left for the buffer."""
-        delimiter = self._delimiter
-        buf = self._buf
-        keep = len(delimiter) + 2
-        if delimiter in data or delimiter in bytes(buf) + data[: len(delimiter)]:
-            return data  # read the usual way
-        if buf:
-            self._out.append(bytes(buf))
-            buf.clear()
-        self._out.append(data[: len(data) - keep])
-        return data[len(data) - keep :]
 
     def end(self) -> list[Event]:
         """The body has ended: nothing more to hand out, or Ambiguous (a body cut short before its close delimiter)."""
@@ -128,6 +106,9 @@ class MultipartSplitter(MultipartSniffer):
         if n > 0:
             self._out.append(bytes(self._buf[:n]))
             del self._buf[:n]
+
+    def _content(self, data: bytes, end: int) -> None:
+        self._out.append(data if end == len(data) else data[:end])
 
     def _part_end(self) -> None:
         self._out.append(PART_END)

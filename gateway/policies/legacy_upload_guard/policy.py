@@ -24,7 +24,6 @@ from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator, 
 from ...core.exchange import Exchange, Flow, Next, Policy, Refuse, Reply, RequestBodyFilter
 from ...core.spec import (
     RESTRICTED_BY_DEFAULT_FROM,
-    TEMPLATE_PARAM,
     TEMPLATE_PARAM_RE,
     deprecation_link,
     deprecation_value,
@@ -42,7 +41,7 @@ from .multipart_sniffer import (
     request_media_type,
 )
 from .multipart_splitter import MultipartSplitter
-from .upgrade import GuardHooks, Upgrade, UpgradeFamilies, UpgradeOptions
+from .upgrade import PATH_TEMPLATE_PATTERN, GuardHooks, Upgrade, UpgradeFamilies, UpgradeOptions
 
 if TYPE_CHECKING:
     from ...core.tenants import Tenant
@@ -56,7 +55,6 @@ DEFAULT_MESSAGE = (
     "Uploading files outside restricted file access is disabled for the public API by company settings."
 )
 
-_SUCCESSOR_PATTERN = rf"^/(?:[A-Za-z0-9\-._~!$&'()*+,=:@/]|%[0-9A-Fa-f]{{2}}|{TEMPLATE_PARAM})*$"
 # A Content-Type that is not a clean multipart/form-data but that some parser could still take for one.
 _MENTIONS_MULTIPART_RE = re.compile(r"multipart|boundary|form-data", re.IGNORECASE)
 _STATUS_OF_RULE = {"content_encoding": 415, "look_ahead_exceeded": 413, "body_timeout": 408}
@@ -132,7 +130,7 @@ class Options(BaseModel):
     # "file_parts": an upload only when the multipart body has a file part (comment routes): part headers are read.
     detect: Literal["route", "file_parts"]
     # Path of the replacement route; {placeholders} naming this route's path parameters are filled in.
-    successor: str = Field(pattern=_SUCCESSOR_PATTERN, max_length=500)
+    successor: str = Field(pattern=PATH_TEMPLATE_PATTERN, max_length=500)
     successor_method: str = Field(default="POST", pattern=r"^[A-Z]+$")
     # The Deprecation header's date (a date is midnight in rollout.timezone).
     deprecated_since: dt.datetime | dt.date = RESTRICTED_BY_DEFAULT_FROM
@@ -249,7 +247,6 @@ def build(options: Options, ctx: BuildContext) -> Policy:
 
     hooks = GuardHooks(
         name=NAME, refuse=lambda exchange, err: _refuse(exchange, settings, err), count=count,
-        deprecation=settings.deprecation, successor=lambda exchange: settings.successor.render(exchange.params),
         mark=lambda reply, exchange, successor: _mark_deprecated(reply, settings, exchange, successor),
         splitter=settings.splitter, linger=(options.linger_bytes, options.linger_seconds),
     )
@@ -289,25 +286,20 @@ async def _upgrade_route(exchange: Exchange, next: Next, settings: _Settings, up
     try:
         boundary = _multipart_boundary(exchange.headers)
     except Ambiguous as err:
-        upgrade.count(exchange, "refused")
-        return _refuse(exchange, settings, err)
+        return _refuse_unbridged(exchange, settings, err, upgrade)
     return await upgrade.card_file(exchange, boundary)
 
 
-async def _enforce_file_parts(exchange: Exchange, next: Next, settings: _Settings,
-                              upgrade: Upgrade | None = None) -> Reply:
+async def _enforce_file_parts(exchange: Exchange, next: Next, settings: _Settings, upgrade: Upgrade | None) -> Reply:
     try:
         boundary = _multipart_boundary(exchange.headers)
     except Ambiguous as err:
-        if upgrade is not None:
-            upgrade.count(exchange, "refused")
-        return _refuse(exchange, settings, err)
+        return _refuse_unbridged(exchange, settings, err, upgrade)
     if boundary is None:
         return await _pass(exchange, next)
     if not exchange.has_body:
-        if upgrade is not None:
-            upgrade.count(exchange, "refused")
-        return _refuse(exchange, settings, Ambiguous("unterminated_body", "the multipart body is empty"))
+        return _refuse_unbridged(exchange, settings, Ambiguous("unterminated_body", "the multipart body is empty"),
+                                 upgrade)
     # The proxy core reads the body (inviting it with 100 Continue only now) and shows it to the filter, which holds
     # it until it decides: nothing reaches the upstream before, and nothing at all if it refuses. With the bridge,
     # a file part hands the request over to it, with the bytes read so far (only when this filter is the first one:
@@ -438,6 +430,14 @@ def _refuse(exchange: Exchange, settings: _Settings, err: Ambiguous) -> Reply:
         "rule": err.rule,
         "request_id": exchange.ensure_request_id(),
     }))
+
+
+def _refuse_unbridged(exchange: Exchange, settings: _Settings, err: Ambiguous, upgrade: Upgrade | None) -> Reply:
+    """Refused from the head, before the bridge (if on) could take the request: as without the bridge, and counted
+    among the bridge's outcomes too."""
+    if upgrade is not None:
+        upgrade.count(exchange, "refused")
+    return _refuse(exchange, settings, err)
 
 
 def _answer(settings: _Settings, reply: Reply) -> Reply:

@@ -19,6 +19,7 @@ docs/policies/legacy_upload_guard.md ("Upload upgrade bridge") lists every answe
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -38,11 +39,12 @@ from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ...core.exchange import BodyBroken, BodyNotRead, Exchange, Reply, UpstreamFailed
-from ...core.spec import TEMPLATE_PARAM_RE
+from ...core.spec import TEMPLATE_PARAM, TEMPLATE_PARAM_RE, template_params
 from .multipart_sniffer import Ambiguous, Boundary
 from .multipart_splitter import PART_END, Event, MultipartSplitter, PartHead
 
-__all__ = ("OUTCOMES", "UPGRADE_HEADER", "GuardHooks", "Upgrade", "UpgradeFamilies", "UpgradeOptions")
+__all__ = ("OUTCOMES", "PATH_TEMPLATE_PATTERN", "UPGRADE_HEADER", "GuardHooks", "Upgrade", "UpgradeFamilies",
+           "UpgradeOptions")
 
 log = logging.getLogger("gateway.legacy_upload_guard")
 
@@ -56,13 +58,16 @@ _CODE_OF_STATUS = {400: "LEGACY_UPLOAD_UPGRADE_UNSUPPORTED", 413: "LEGACY_UPLOAD
 RESTRICTED_FILE_TYPE = 11
 MiB = 1 << 20
 
-_PATH_PATTERN = r"^/(?:[A-Za-z0-9\-._~!$&'()*+,=:@/]|%[0-9A-Fa-f]{2}|\{[A-Za-z_][A-Za-z0-9_]*\})*$"
+# A path template of the options (and the guard's successor): percent-encoded characters and {placeholders}.
+PATH_TEMPLATE_PATTERN = rf"^/(?:[A-Za-z0-9\-._~!$&'()*+,=:@/]|%[0-9A-Fa-f]{{2}}|{TEMPLATE_PARAM})*$"
 _FIELD_PATTERN = r"^[A-Za-z0-9_.\-\[\]]{1,64}$"
 # A uid or file id the service returns: it goes into a path, percent-encoded all the same.
 _ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._~\-]{0,127}")
 _CARD_ID_RE = re.compile(r"[0-9]{1,18}")
-# A file name that can go into a quoted-string as it is; any other also goes into filename* (RFC 8187).
+# A file name that can go into a quoted-string as it is; any other also goes into filename* (RFC 8187), and its
+# other characters are replaced in the quoted fallback.
 _PLAIN_FILENAME_RE = re.compile(r"[\x20\x21\x23-\x5b\x5d-\x7e]{1,255}")
+_NOT_PLAIN_RE = re.compile(r"[^\x20\x21\x23-\x5b\x5d-\x7e]")
 _CHUNK = 256 << 10
 # Refusals after which the rest of a comment's body is still read to list its file parts; the most listed.
 _LISTABLE = ("too_many_files", "text_after_files")
@@ -76,10 +81,10 @@ class UpgradeOptions(BaseModel):
 
     # The service's routes: the card lookup (GET, JSON with "uid", and "comments" for a files-only comment update)
     # and the restricted access uploads.
-    card_lookup: str = Field(default="/api/v1/cards/{card_id}", pattern=_PATH_PATTERN, max_length=500)
-    card_upload: str = Field(default="/api/v1/cards/{card_uid}/files", pattern=_PATH_PATTERN, max_length=500)
+    card_lookup: str = Field(default="/api/v1/cards/{card_id}", pattern=PATH_TEMPLATE_PATTERN, max_length=500)
+    card_upload: str = Field(default="/api/v1/cards/{card_uid}/files", pattern=PATH_TEMPLATE_PATTERN, max_length=500)
     comment_upload: str = Field(default="/api/v1/cards/{card_uid}/comments/{comment_uid}/files",
-                                pattern=_PATH_PATTERN, max_length=500)
+                                pattern=PATH_TEMPLATE_PATTERN, max_length=500)
     # The restricted upload's form field (spec: "file"), and the comment's text field.
     upload_field: str = Field(default="file", pattern=_FIELD_PATTERN)
     text_field: str = Field(default="text", pattern=_FIELD_PATTERN)
@@ -115,7 +120,7 @@ class UpgradeOptions(BaseModel):
         wanted = {"card_lookup": {"card_id"}, "card_upload": {"card_uid"},
                   "comment_upload": {"card_uid", "comment_uid"}}
         for key, names in wanted.items():
-            found = set(TEMPLATE_PARAM_RE.findall(getattr(self, key)))
+            found = set(template_params(getattr(self, key)))
             if found != names:
                 raise ValueError(f"{key} must have the placeholders {sorted(names)}, not {sorted(found)}")
         return self
@@ -140,9 +145,6 @@ class GuardHooks:
     refuse: Callable[[Exchange, Ambiguous], Reply]
     # Counts a request in the guard's family (gateway_legacy_uploads_total) under a decision.
     count: Callable[[Exchange, str], None]
-    deprecation: str  # the Deprecation header's value
-    # The guard's own replacement, as its 403 names it: (text for people, URI reference for the Link header).
-    successor: Callable[[Exchange], tuple[str, str]]
     splitter: Callable[[Boundary], MultipartSplitter]
     linger: tuple[int, float]
     # Marks an answer deprecated as the guard does (Deprecation, Links), with this successor URL when one is known.
@@ -183,24 +185,19 @@ class Upgrade:
                          for tenant in tenants for outcome in OUTCOMES}
 
     def count(self, exchange: Exchange, outcome: str) -> None:
-        """A bridged request the guard ended before handing it over (refused as without the bridge)."""
+        """Counts a request among the bridge's outcomes (the guard calls it for a request it ended before handing it
+        over: refused as without the bridge)."""
         self.counters[(exchange.tenant.name, outcome)].inc()
 
     async def card_file(self, exchange: Exchange, boundary: Boundary | None) -> Reply:
         """``PUT /cards/{card_id}/files``: its one file part uploaded to the card."""
         run = _Run(self, exchange)
-        try:
-            return await run.settle(run.card_file(boundary))
-        finally:
-            await run.cleanup()
+        return await run.settle(run.card_file(boundary))
 
     async def comment(self, exchange: Exchange, boundary: Boundary, prefix: list[bytes]) -> Reply:
         """A comment create or update with file parts; ``prefix``: the body bytes the guard already read."""
         run = _Run(self, exchange)
-        try:
-            return await run.settle(run.comment(boundary, prefix))
-        finally:
-            await run.cleanup()
+        return await run.settle(run.comment(boundary, prefix))
 
 
 # --- the per-request machinery ----------------------------------------------------------------------------------
@@ -333,15 +330,6 @@ class _Parts:
             assert isinstance(event, bytes)
             yield event
 
-    async def read(self, limit: int, rule: str, what: str) -> bytes:
-        """The current part's content whole, at most ``limit`` bytes (413 ``rule`` over it)."""
-        data = bytearray()
-        async for piece in self.content():
-            data += piece
-            if len(data) > limit:
-                raise _Refusal(rule, f"{what} are over {limit} bytes", 413)
-        return bytes(data)
-
 
 class _Pipe:
     """One upload's request body as aiohttp's writer pulls it: the new form's framing around the file's bytes.
@@ -442,7 +430,6 @@ class _Run:
     exchange: Exchange
     auth: dict[str, str] = field(default_factory=dict)
     card_id: str = ""
-    card_uid: str | None = None
     card: dict[str, Any] | None = None  # the card lookup's answer, when one was made for this request
     upload_path: str | None = None
     files: list[_File] = field(default_factory=list)
@@ -518,21 +505,21 @@ class _Run:
 
     async def comment_parts(self, parts: _Parts, boundary: Boundary, card_uid: str) -> None:
         options = self.options
+        # The text parts as they were written (each with its delimiter line), within max_field_bytes together.
         fields = bytearray()
         text_seen = False
         waiting: list[tuple[PartHead, _File, _Spool]] = []
-        delimiter = b"--" + boundary.value
         while (head := await parts.next_part()) is not None:
             if not head.is_file:
                 if self.saved is not None:
                     raise _Refusal("text_after_files", f"part {head.index} ({head.name!r}) is a text part after a "
                                    "file part that went to the comment already saved")
-                room = options.max_field_bytes - len(fields)
-                content = await parts.read(room, "fields_too_large", "the comment's text parts")
-                fields += delimiter + b"\r\n" + head.raw + b"\r\n\r\n" + content + b"\r\n"
-                if len(fields) > options.max_field_bytes:
-                    raise _Refusal("fields_too_large", f"the comment's text parts are over {options.max_field_bytes} "
-                                   "bytes", 413)
+                fields += boundary.delimiter + b"\r\n" + head.raw + b"\r\n\r\n"
+                async for piece in parts.content():
+                    fields += piece
+                    self.check_fields(fields)
+                fields += b"\r\n"
+                self.check_fields(fields)
                 text_seen = text_seen or head.name == options.text_field
                 continue
             entry = self.add_file(head)
@@ -546,6 +533,11 @@ class _Run:
         if self.saved is None:
             await self.save_comment(boundary, fields, card_uid)
             await self.upload_waiting(waiting)
+
+    def check_fields(self, fields: bytearray) -> None:
+        limit = self.options.max_field_bytes
+        if len(fields) > limit:
+            raise _Refusal("fields_too_large", f"the comment's text parts are over {limit} bytes", 413)
 
     async def list_rest(self, parts: _Parts) -> None:
         """After a failure: read on (dropping file contents, within ``rest_bytes``) to list the file parts not sent."""
@@ -585,7 +577,6 @@ class _Run:
         key = (self.exchange.tenant.name, self.card_id)
         cached = ids.get(key) if ids is not None else None
         if cached is not None:
-            self.card_uid = cached
             return cached
         card = await self.lookup()
         uid = card.get("uid")
@@ -593,14 +584,13 @@ class _Run:
             raise self.bad_answer("lookup", "the card lookup's answer has no usable uid")
         if ids is not None:
             ids[key] = uid
-        self.card_uid = uid
         return uid
 
     async def lookup(self) -> dict[str, Any]:
         path = self.up.card_lookup.render(card_id=self.card_id)
         reply, data = await self.call("GET", path, stage="lookup", timeout=self.options.lookup_timeout)
         if data is None:
-            raise self.passed_on(reply, "lookup")
+            raise self.passed_on(reply, "lookup", reply.status)
         self.card = data
         return data
 
@@ -610,18 +600,19 @@ class _Run:
         exchange = self.exchange
         comment_id = exchange.params.get("comment_id")
         if not fields and comment_id is not None:
-            self.saved = await self.existing_comment(comment_id)
+            self.saved = await self.existing_comment(comment_id, card_uid)
             return
         if not fields:
             # A comment of files alone: the service needs its text, which is empty.
-            fields += (b"--" + boundary.value + b"\r\nContent-Disposition: form-data; name=\""
+            fields += (boundary.delimiter + b"\r\nContent-Disposition: form-data; name=\""
                        + self.options.text_field.encode() + b"\"\r\n\r\n\r\n")
-        body = bytes(fields) + b"--" + boundary.value + b"--\r\n"
+        fields += boundary.delimiter + b"--\r\n"
+        body = bytes(fields)
         reply, data = await self.call(exchange.method, exchange.path, query=exchange.query, body=body,
                                       stage="comment", timeout=self.options.request_timeout,
                                       headers={"Content-Type": exchange.headers.get("Content-Type", "")})
         if data is None:
-            raise self.passed_on(reply, "comment")
+            raise self.passed_on(reply, "comment", reply.status)
         self.changed = True
         uid = data.get("uid")
         if not isinstance(uid, str) or not _ID_RE.fullmatch(uid):
@@ -631,7 +622,7 @@ class _Run:
         self.saved = _Comment(data.get("id"), uid, data, reply.status)
         self.upload_path = self.up.comment_upload.render(card_uid=card_uid, comment_uid=uid)
 
-    async def existing_comment(self, comment_id: str) -> _Comment:
+    async def existing_comment(self, comment_id: str, card_uid: str) -> _Comment:
         """A comment updated with files alone: its uid and record from the card lookup (made for this request, so
         that the answer is the comment as it is now)."""
         card = self.card if self.card is not None else await self.lookup()
@@ -644,16 +635,16 @@ class _Run:
         uid = found.get("uid")
         if not isinstance(uid, str) or not _ID_RE.fullmatch(uid):
             raise self.bad_answer("lookup", "the card lookup's answer has no usable uid for the comment")
-        assert self.card_uid is not None
-        self.upload_path = self.up.comment_upload.render(card_uid=self.card_uid, comment_uid=uid)
+        self.upload_path = self.up.comment_upload.render(card_uid=card_uid, comment_uid=uid)
         return _Comment(found.get("id"), uid, found)
 
     async def spool(self, parts: _Parts) -> _Spool:
         """The current file part to a temporary file, within ``spool_bytes`` for the whole request."""
         limit = self.options.spool_bytes
+        over = _Refusal("spool_limit", f"a file part comes before the comment's text and the file parts before the "
+                        f"text are over spool_bytes ({limit} bytes)", 413)
         if self.spooled >= limit:
-            raise _Refusal("spool_limit", f"a file part comes before the comment's text and the file parts before "
-                           f"the text are over spool_bytes ({limit} bytes)", 413)
+            raise over
         try:
             spool = _Spool(self.options.spool_dir)
         except OSError as err:
@@ -666,8 +657,7 @@ class _Run:
         async for data in parts.content():
             self.spooled += len(data)
             if self.spooled > limit:
-                raise _Refusal("spool_limit", f"a file part comes before the comment's text and the file parts "
-                               f"before the text are over spool_bytes ({limit} bytes)", 413)
+                raise over
             await spool.write(data)
         return spool
 
@@ -824,20 +814,17 @@ class _Run:
 
     # --- answers ------------------------------------------------------------------------------------------------
 
-    def error(self, status: int, code: str, message: str, **extra: Any) -> Reply:
-        payload: dict[str, Any] = {"code": code, "message": message[:1].upper() + message[1:] + ".",
-                                   "request_id": self.exchange.ensure_request_id(), **extra}
-        return Reply.json(status, payload)
+    def error(self, status: int, code: str, message: str) -> Reply:
+        return Reply.error(status, code, _sentence(message), self.exchange.ensure_request_id())
 
     def bad_answer(self, stage: str, message: str) -> _Stop | _Partial:
         if self.changed:
             return _Partial(502, f"{stage}_answer", message)
         return _Stop("failed", self.error(502, "LEGACY_UPLOAD_UPGRADE_FAILED", message), f"{stage}_answer")
 
-    def passed_on(self, reply: Reply, stage: str, status: int | None = -1) -> _Stop:
-        """The service's answer (``status``; None: the proxy core's, the service gave none) to pass on: nothing was
-        created."""
-        status = reply.status if status == -1 else status
+    def passed_on(self, reply: Reply, stage: str, status: int | None) -> _Stop:
+        """The answer to pass on when nothing was created: the service's (its ``status``), or the proxy core's when
+        the service gave none (``status`` None)."""
         if status is None:
             return _Stop("failed", reply, f"{stage}_error")
         return _Stop("denied" if status in (401, 403, 404) else "failed", reply, f"{stage}_status_{status}")
@@ -855,8 +842,10 @@ class _Run:
         if self.upload_path is not None:
             payload["replacement"] = f"POST {self.upload_path}"
         done = "the comment was saved" if comment is not None else "the request was partly carried out"
-        return self.error(status, PARTIAL_CODE, f"{done}, but not every file was uploaded: {message}; the files are "
-                          "listed with what became of each (uploaded, failed, not_sent, rolled_back, rollback_failed)", **payload)
+        text = _sentence(f"{done}, but not every file was uploaded: {message}; the files are listed with what became "
+                         "of each (uploaded, failed, not_sent, rolled_back, rollback_failed)")
+        return Reply.json(status, {"code": PARTIAL_CODE, "message": text,
+                                   "request_id": self.exchange.ensure_request_id(), **payload})
 
     def answer(self, status: int, payload: Mapping[str, Any]) -> Reply:
         reply = Reply.json(status, payload)
@@ -864,7 +853,8 @@ class _Run:
         return reply
 
     async def settle(self, work: Awaitable[Reply]) -> Reply:
-        """Runs the route's steps; whatever way they end is answered, counted and logged here."""
+        """Runs the route's steps; whatever way they end is answered, counted and logged here, and what they hold
+        (spool files, a pending read of the client's body) let go."""
         exchange = self.exchange
         try:
             reply = await work
@@ -903,7 +893,13 @@ class _Run:
             await self.rollback()
             self.record("aborted", "client_gone")
             raise
-        return self.finish("upgraded", reply, "")
+        else:
+            return self.finish("upgraded", reply, "")
+        finally:
+            for spool in self.spools:
+                spool.close()
+            if self.parts is not None:
+                await self.parts.close()
 
     def finish(self, outcome: str, reply: Reply, reason: str, *, guard_counted: bool = False) -> Reply:
         self.record(outcome, reason, guard_counted=guard_counted)
@@ -926,7 +922,7 @@ class _Run:
         """The counters, the access log's decision and note, and a warning when something was left done."""
         exchange = self.exchange
         hooks = self.up.hooks
-        self.up.counters[(exchange.tenant.name, outcome)].inc()
+        self.up.count(exchange, outcome)
         if outcome == "refused":
             if not guard_counted:
                 hooks.count(exchange, "refused")
@@ -940,29 +936,24 @@ class _Run:
             words.append(f"reason={reason}")
         if self.saved is not None:
             words.append(f"comment={self.saved.uid}")
-        statuses: dict[str, int] = {}
-        for entry in self.files:
-            statuses[entry.status] = statuses.get(entry.status, 0) + 1
-        words += [f"{status}={n}" for status, n in statuses.items()]
+        words += [f"{status}={n}" for status, n in collections.Counter(f.status for f in self.files).items()]
         note = " ".join(words)
         exchange.notes[f"{hooks.name}.upgrade"] = note
         if outcome in ("partial", "aborted") and self.changed:
             log.warning("legacy_upload_guard: upload upgrade %s; tenant %s, card %s, request id %s", note,
                         exchange.tenant.name, self.card_id, exchange.request_id)
 
-    async def cleanup(self) -> None:
-        for spool in self.spools:
-            spool.close()
-        self.spools.clear()
-        if self.parts is not None:
-            await self.parts.close()
+
+
+def _sentence(message: str) -> str:
+    return message[:1].upper() + message[1:] + "."
 
 
 def _form_head(boundary: str, field: str, head: PartHead) -> bytes:
     """The restricted upload's one part, up to its content: ``field``, the client's file name and media type."""
     name = head.filename or "file"
     plain = name if _PLAIN_FILENAME_RE.fullmatch(name) else None
-    fallback = plain or re.sub(r"[^\x20\x21\x23-\x5b\x5d-\x7e]", "_", name)[:255] or "file"
+    fallback = plain or _NOT_PLAIN_RE.sub("_", name)[:255] or "file"
     disposition = f'form-data; name="{field}"; filename="{fallback}"'
     if plain is None:
         disposition += f"; filename*=UTF-8''{quote(name, safe='')}"
