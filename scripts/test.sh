@@ -30,5 +30,14 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
       || { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; }; } >/dev/null 2>&1 \
     || echo "test.sh: could not install chromium (Debian package chromium); the status page's browser tests will skip" >&2
 fi
+# tests/deploy/test_image.py builds and runs the container image with podman (runtime runc), on a Python base that
+# mmdebstrap makes from Debian's archive (deploy/python-base-image.sh): installed the same way when missing.
+if ! { command -v podman && command -v runc && command -v mmdebstrap; } >/dev/null 2>&1 \
+    && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get install -y -qq --no-install-recommends podman runc mmdebstrap \
+      || { apt-get update -qq && apt-get install -y -qq --no-install-recommends podman runc mmdebstrap; }; } >/dev/null 2>&1 \
+    || echo "test.sh: could not install podman, runc, mmdebstrap (Debian packages); the image test will skip" >&2
+fi
 cd "$root"
 exec .venv/bin/python -m pytest "$@"
