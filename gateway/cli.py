@@ -47,15 +47,24 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    serve = sub.add_parser("serve", help="run the gateway")
-    serve.add_argument("--config", default=DEFAULT_CONFIG, help=f"configuration file (default: {DEFAULT_CONFIG})")
-    serve.add_argument("--listen", type=_listen, help="override server.listen (host:port)")
-    serve.add_argument("--admin-listen", type=_listen, help="override server.admin_listen (host:port)")
-    serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
-    serve.add_argument("--workers", type=int, default=1, help="worker processes sharing the port (default 1)")
-    serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
-    check = sub.add_parser("check-config", help="validate a configuration file and print its routes")
-    check.add_argument("config", help="configuration file")
+    config_help = f"configuration file (default: {DEFAULT_CONFIG})"
+    serve = sub.add_parser(
+        "serve", help="run the gateway", description="Runs the gateway: the public listener and the admin listener "
+        "(/metrics, /livez, /readyz, /status). SIGTERM or SIGINT drains and stops it, SIGHUP reloads the file.")
+    serve.add_argument("--config", default=DEFAULT_CONFIG, metavar="FILE", help=config_help)
+    serve.add_argument("--listen", type=_listen, metavar="HOST:PORT", help="override server.listen")
+    serve.add_argument("--admin-listen", type=_listen, metavar="HOST:PORT", help="override server.admin_listen")
+    serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
+                       help="diagnostic log on stderr, from this level up (default: %(default)s)")
+    serve.add_argument("--workers", type=int, default=1, metavar="N",
+                       help="worker processes sharing the ports, 1 to 64 (default: %(default)s)")
+    serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # set by --workers for each worker
+    check = sub.add_parser(
+        "check-config", help="validate a configuration file and print its tenants, routes and chains",
+        description="Validates a configuration file as serve would, without starting anything. Exit status 2 with "
+        "every problem listed, each with its path.")
+    check.add_argument("--config", dest="config_option", metavar="FILE", help=config_help)
+    check.add_argument("config", nargs="?", metavar="FILE", help="the same, given without --config")
     usage = sub.add_parser(
         "usage", help="who still uses deprecated behaviour (asks running gateways' admin ports, merges their reports)",
         description="Reads /deprecations from every gateway named (each answers for all of its workers) and merges "
@@ -70,8 +79,11 @@ def _parser() -> argparse.ArgumentParser:
     usage.add_argument("--top", type=int, default=10, help="clients per behaviour (default: %(default)s)")
     usage.add_argument("--timeout", type=float, default=10.0, help="seconds per gateway (default: %(default)s)")
     usage.add_argument("--json", action="store_true", help="print the merged report as JSON (/deprecations' shape)")
-    rollout = sub.add_parser("rollout", help="the phase of each dated behaviour per tenant at an instant, and why")
-    rollout.add_argument("--config", default=DEFAULT_CONFIG, help=f"configuration file (default: {DEFAULT_CONFIG})")
+    rollout = sub.add_parser(
+        "rollout", help="the phase of each dated behaviour per tenant at an instant, and why",
+        description="For each tenant and dated behaviour: the phase in force, why, the next change, brownouts ahead, "
+        "exemptions and bridges (docs/rollout.md). Exit status 2 on a config error, a bad instant or an unknown host.")
+    rollout.add_argument("--config", default=DEFAULT_CONFIG, metavar="FILE", help=config_help)
     rollout.add_argument("--at", metavar="INSTANT", help="ISO 8601 date or date-time (default: the gateway's clock)")
     rollout.add_argument("--host", help="only the tenant that serves this Host")
     return parser
@@ -339,8 +351,11 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "usage":
         return _usage(args.admin or [], args.discover or [], args.top, args.timeout, args.json)
     if args.command == "check-config":
+        if args.config and args.config_option and args.config != args.config_option:
+            print("gateway check-config: give the configuration file once (--config FILE or FILE)", file=sys.stderr)
+            return 2
         try:
-            config = load_config(args.config)
+            config = load_config(args.config_option or args.config or DEFAULT_CONFIG)
         except ConfigError as err:
             print(err, file=sys.stderr)
             return 2
