@@ -91,23 +91,37 @@ for name in sandbox gateway; do
 done
 
 gw="http://127.0.0.1:$port"
+sb="http://127.0.0.1:$sandbox_port"
+# Each command shows one thing (its comment says what); tests/integration/test_demo.py runs every one of them.
 cat <<TXT
 
-The gateway is on $gw in front of the sandbox (http://127.0.0.1:$sandbox_port); admin on http://127.0.0.1:$admin_port. Try:
+The gateway is on $gw in front of the sandbox ($sb); admin on http://127.0.0.1:$admin_port.
+Try, from the repository's root:
 
   T='Authorization: Bearer sandbox-token'
-  curl -s -H "\$T" $gw/api/latest/boards/1 | head -c 600; echo
-  curl -s -D - -o /dev/null -A legacy-demo/1.0 -H "\$T" $gw/api/latest/boards/1   # bridged: X-Gateway-Backfill
+  # The board route without cards (the sandbox plays the service after 2026-11-01): the message names the card list
+  curl -s -H "\$T" $gw/api/latest/boards/1 | grep -o '"cards_deprecation_message":"[^"]*"'
+  # The replacement: the paginated card list
   curl -s -H "\$T" '$gw/api/latest/cards?board_id=1&limit=2&offset=0'; echo
-  curl -s -H "\$T" $gw/api/v1/cards/1; echo
-  curl -si -H "\$T" -X PUT -F file=@README.md $gw/api/v1/cards/1/files      # deprecated upload
-  curl -si -H 'Authorization: Bearer legacy-uploader' -X PUT -F file=@README.md $gw/api/v1/cards/1/files  # upgraded
-  curl -si -H "\$T" -H 'Host: legacy.localhost' -X PUT -F file=@README.md $gw/api/v1/cards/1/files
-  curl -si '$gw/api/v1/cards//1/%2e%2e/1'                            # canonical path
-  curl -si '$gw/api/v1/cards/1%2Ffiles'                               # refused: encoded '/'
-  curl -s http://127.0.0.1:$admin_port/metrics | grep ^gateway_requests_total
-  .venv/bin/gateway check-config config/gateway.yaml
+  # An exempted legacy client gets its cards back: X-Gateway-Backfill
+  curl -s -D - -o /dev/null -A legacy-demo/1.0 -H "\$T" $gw/api/latest/boards/1
+  # A deprecated upload, forbidden for this company (created after 2026-05-21): 403, never forwarded
+  curl -si -H "\$T" -X PUT -F file=@README.md $gw/api/v1/cards/1/files; echo
+  # The same by the legacy uploader: performed on the restricted route (X-Gateway-Upload-Upgrade)
+  curl -si -H 'Authorization: Bearer legacy-uploader' -X PUT -F file=@README.md $gw/api/v1/cards/1/files; echo
+  # A company with the setting off: passes, with a Deprecation header
+  curl -si -H "\$T" -H 'Host: legacy.localhost' -X PUT -F file=@README.md $gw/api/v1/cards/1/files; echo
+  # A path with // and %2e%2e is normalised once, before routing: the service received /api/v1/cards/1
+  curl -s -o /dev/null -H "\$T" '$gw/api/v1/cards//1/%2e%2e/1'; curl -s $sb/_sandbox/journal | grep -o '"path":"[^"]*"' | tail -n 1
+  # Refused, never forwarded: an encoded '/'
+  curl -si -H "\$T" '$gw/api/v1/cards/1%2Ffiles'; echo
+  # One count per request
+  curl -s http://127.0.0.1:$admin_port/metrics | grep '^gateway_requests_total'
+  # The shipped config's phases in force per company, why, and what changes next
+  .venv/bin/gateway rollout --config config/gateway.yaml --host localhost
+  # The tenants, routes and chains of the shipped config
+  .venv/bin/gateway check-config --config config/gateway.yaml
 
-Ctrl-C stops both.
+The status page: http://127.0.0.1:$admin_port/status (in a browser). Ctrl-C stops both.
 TXT
 wait -n "${pids[@]}"

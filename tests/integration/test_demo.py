@@ -65,9 +65,45 @@ def test_the_demo_serves_on_the_ports_it_is_given() -> None:
         assert headers["Deprecation"] and answer["code"] == "PUBLIC_API_LEGACY_FILE_UPLOAD_DISABLED"
         with urllib.request.urlopen(f"http://127.0.0.1:{admin}/readyz", timeout=10) as resp:
             assert resp.status == 200
+        _every_printed_command_shows_what_it_says(seen)
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(20)
+
+
+# What each command the demo prints must show (a piece of its command line -> what its output must contain). A
+# printed command without an entry here fails the test: each one is there to show something.
+SHOWS = {
+    "boards/1 | grep -o": ['"cards_deprecation_message":"', "/api/latest/cards?board_id=1"],
+    "cards?board_id=1&limit=2": ['"board_id":1'],
+    "-A legacy-demo/1.0": ["HTTP/1.1 200", "X-Gateway-Backfill: done; cards=250"],
+    "-H \"$T\" -X PUT": ["HTTP/1.1 403", "PUBLIC_API_LEGACY_FILE_UPLOAD_DISABLED"],
+    "Bearer legacy-uploader": ["HTTP/1.1 200", "X-Gateway-Upload-Upgrade: upgraded; files=1"],
+    "Host: legacy.localhost": ["HTTP/1.1 200", "Deprecation: @", '"name":"README.md"'],
+    "%2e%2e": ['"path":"/api/v1/cards/1"'],
+    "%2Ffiles": ["HTTP/1.1 400", '"code": "BAD_PATH"'],
+    "/metrics": ["gateway_requests_total{"],
+    "gateway rollout": ["tenant sandbox", "board_cards: ", "next change"],
+    "gateway check-config": ["config/gateway.yaml: OK", "routes"],
+}
+
+
+def _every_printed_command_shows_what_it_says(printed: list[str]) -> None:
+    lines = [line.rstrip("\n") for line in printed]
+    block = lines[next(i for i, line in enumerate(lines) if line.startswith("Try")) + 1:]
+    commands = [line.strip() for line in block if line.startswith("  ") and not line.startswith("  #")]
+    assert commands[0].startswith("T='Authorization: Bearer sandbox-token'"), commands
+    covered = set()
+    for command in commands[1:]:
+        keys = [key for key in SHOWS if key in command]
+        assert len(keys) == 1, f"no single expectation for the demo's command {command!r}"
+        covered.add(keys[0])
+        out = subprocess.run(["bash", "-c", f"{commands[0]}\n{command}"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0, (command, out.stderr)
+        for expected in SHOWS[keys[0]]:
+            assert expected in out.stdout, f"{command}\nprints:\n{out.stdout[:3000]}"
+    assert covered == set(SHOWS), set(SHOWS) - covered
 
 
 def test_the_demo_fails_loudly_when_the_gateway_cannot_listen() -> None:
