@@ -4,13 +4,15 @@ configuration file takes it as --config with the same default, and check-config 
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
+import contextlib
+import io
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from gateway.cli import DEFAULT_CONFIG, _parser
+from gateway.cli import DEFAULT_CONFIG, _parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,9 +44,23 @@ def test_every_subcommand_reading_a_config_takes_config_with_one_default() -> No
         assert subparser.parse_args(["--config", "x.yaml"]) is not None
 
 
-def _check_config(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway", "check-config", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _check_config(*args: str) -> Ran:
+    out, err = io.StringIO(), io.StringIO()
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(["check-config", *args])
+    finally:
+        os.chdir(cwd)
+    return Ran(code, out.getvalue(), err.getvalue())
 
 
 def test_check_config_takes_the_file_either_way_and_defaults_like_serve(tmp_path: Path) -> None:

@@ -204,6 +204,7 @@ def upstream(podman: Podman, image: str) -> Iterator[Upstream]:
     """Listens on the host's address on podman's default bridge (host.containers.internal inside the containers),
     not on every interface. The bridge exists once a container has been attached to it."""
     address = _bridge_address(podman)
+    assert address, "podman's default network names no gateway address"
     try:
         server = Upstream(address)
     except OSError:
