@@ -34,7 +34,7 @@ from __future__ import annotations
 import abc
 import enum
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -414,7 +414,7 @@ class Services(abc.ABC):
                     purpose: str = "policy") -> Reply: ...
 
     @abc.abstractmethod
-    def client_body(self, exchange: Exchange, *, idle_timeout: float | None = None) -> AsyncIterator[bytes]: ...
+    def client_body(self, exchange: Exchange, *, idle_timeout: float | None = None) -> AsyncGenerator[bytes, None]: ...
 
 
 # --- the exchange -----------------------------------------------------------------------------------------------
@@ -508,7 +508,7 @@ class Exchange:
             raise RuntimeError("this exchange is not served by a proxy core")
         return await self.services.fetch(self, method, path, query=query, headers=headers, body=body, purpose=purpose)
 
-    def client_body(self, *, idle_timeout: float | None = None) -> AsyncIterator[bytes]:
+    def client_body(self, *, idle_timeout: float | None = None) -> AsyncGenerator[bytes, None]:
         """The client's request body as it arrives (``body_prefix`` first), for a policy that reads it itself:
         ``100 Continue`` is sent first if asked for; a body that stops arriving (for ``idle_timeout``, by default
         ``server.client_body_timeout``), breaks or is abandoned raises ``BodyBroken`` with the proxy core's answer

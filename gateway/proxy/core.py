@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Mapping
 
 import aiohttp
 from aiohttp import hdrs
@@ -364,7 +364,7 @@ class ProxyCore(Services):
         return Reply(upstream.status, answer, UpstreamBody(upstream, exchange, length, gate, record=False),
                      reason=upstream.reason)
 
-    def client_body(self, exchange: Exchange, *, idle_timeout: float | None = None) -> AsyncIterator[bytes]:
+    def client_body(self, exchange: Exchange, *, idle_timeout: float | None = None) -> AsyncGenerator[bytes, None]:
         return _client_body(exchange, self.body_timeout if idle_timeout is None else idle_timeout)
 
     def upstream_headers(self, exchange: Exchange) -> CIMultiDict[str]:
@@ -463,7 +463,7 @@ async def _one_chunk(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
 
-async def _client_body(exchange: Exchange, timeout: float) -> AsyncIterator[bytes]:
+async def _client_body(exchange: Exchange, timeout: float) -> AsyncGenerator[bytes, None]:
     """``client_chunks`` for a policy: a failure is ``BodyBroken`` with the proxy core's answer."""
     try:
         async for chunk in client_chunks(exchange, timeout):
