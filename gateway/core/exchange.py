@@ -32,6 +32,7 @@ and the response (and its body) last.
 from __future__ import annotations
 
 import abc
+import asyncio
 import enum
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
@@ -258,6 +259,9 @@ class Budget:
 
 # --- the reply --------------------------------------------------------------------------------------------------
 
+# ``Reply.read``: a body at least this large is joined off the event loop.
+_JOIN_ON_LOOP = 1 << 20
+
 
 class Reply:
     """A response whose head has not been sent: status, headers and a body (bytes, or a stream still arriving).
@@ -346,7 +350,11 @@ class Reply:
         except BodyBroken as broken:
             self._become(broken.reply)
             raise BodyUnavailable() from broken
-        data = b"".join(chunks)
+        if size < _JOIN_ON_LOOP:
+            data = b"".join(chunks)
+        else:
+            # A large body is joined on a worker thread (the copy lets the GIL go): the event loop is not held.
+            data = await asyncio.get_running_loop().run_in_executor(None, b"".join, chunks)
         self._body = data
         return data
 

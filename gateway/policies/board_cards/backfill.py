@@ -256,7 +256,7 @@ def _top_level(card: bytes, names: tuple[str, ...], stop: threading.Event) -> di
     depth = 0
     strings = 0
     while True:
-        quote_at = card.find(b'"', pos)
+        quote_at = _find_quote(card, pos)
         end = n if quote_at < 0 else quote_at
         for window in range(pos, end, _WINDOW):
             stop_at = min(end, window + _WINDOW)
@@ -291,11 +291,22 @@ def _top_level(card: bytes, names: tuple[str, ...], stop: threading.Event) -> di
         pos = after
 
 
+def _find_quote(data: bytes, start: int) -> int:
+    """The next '"' from ``start`` (-1: none), looked for a window at a time (each search holds the GIL)."""
+    n = len(data)
+    while start < n:
+        at = data.find(b'"', start, start + _WINDOW)
+        if at >= 0:
+            return at
+        start += _WINDOW
+    return -1
+
+
 def _string_end(data: bytes, start: int) -> int:
     """Just after the closing quote of the string whose opening quote is at ``start``."""
     at = start
     while True:
-        at = data.find(b'"', at + 1)
+        at = _find_quote(data, at + 1)
         if at < 0:
             raise ValueError("an unterminated string")
         back = at - 1

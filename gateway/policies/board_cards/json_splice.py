@@ -313,6 +313,9 @@ def drop(body: bytes, layout: Layout, extra: tuple[str, bytes] | None = None) ->
     return splice(body, edits)
 
 
+_JOIN_FROM = 1 << 20
+
+
 def array_elements(body: bytes, *, most: int | None = None) -> list[bytes]:
     """The raw bytes of each element of a JSON text whose top-level value is an array (checked as ``scan`` checks
     an array member); ``NotJSON`` otherwise. With ``most``: ``TooManyElements`` for an array of more elements, found
@@ -332,8 +335,10 @@ def array_elements(body: bytes, *, most: int | None = None) -> list[bytes]:
         raise TooManyElements(f"the array has more than {most} elements")
     elements: list[bytes] = []
     start = _skip_ws(body, pos + 1)
+    view = memoryview(body)
     for stop in ends:
-        elements.append(body[start:stop])
+        # A large element is copied by join, which lets the GIL go meanwhile (slicing would hold it).
+        elements.append(body[start:stop] if stop - start < _JOIN_FROM else b"".join((view[start:stop],)))
         start = _skip_ws(body, _skip_ws(body, stop) + 1)  # past the comma
     assert len(elements) == count
     return elements
