@@ -172,7 +172,7 @@ class Gateway:
         self.draining = False
         self._cutting = False
         # The edge's task of each request in flight (what the shutdown deadline cuts), and those it cut.
-        self._serving: dict[asyncio.Task[Any], web.BaseRequest] = {}
+        self._serving: dict[asyncio.Task[Any], tuple[web.BaseRequest, Exchange | None]] = {}
         self._cut_tasks: set[asyncio.Task[Any]] = set()
         self._running = 0  # requests between their arrival and their record
         self._all_done = asyncio.Event()
@@ -235,8 +235,10 @@ class Gateway:
             self._cutting = True
             # What has not started its answer is cut now, by the edge, so that its client gets the 503 the record
             # says (aiohttp's own shutdown, after this, would only close the connection).
-            for task, request in list(self._serving.items()):
+            for task, (request, exchange) in list(self._serving.items()):
                 if not request.writer.output_size and not task.done():
+                    if exchange is not None:
+                        exchange.notes["cut"] = "shutdown"  # what a policy that undoes its work on the way reads
                     self._cut_tasks.add(task)
                     task.cancel("shutdown deadline")
         return self._running
@@ -286,7 +288,7 @@ class Gateway:
         self._arrived()
         task = asyncio.current_task()
         if task is not None:
-            self._serving[task] = request
+            self._serving[task] = (request, None)
         try:
             classified = self._classify(request, state, started)
             if isinstance(classified, _Refusal):
@@ -294,6 +296,8 @@ class Gateway:
                 reply = refusal.reply
             else:
                 exchange = classified
+                if task is not None:
+                    self._serving[task] = (request, exchange)
                 try:
                     server = state.config.model.server
                     overridden = await resolve_body_override(

@@ -92,6 +92,10 @@ class Upgrade:
         self.ids: TTLCache[CardKey, str] | None = (
             TTLCache(maxsize=options.id_cache_size, ttl=options.id_cache_ttl) if options.id_cache_size else None
         )
+        # (tenant, Host, token, card id) -> ids of the files the bridge made there lately: never taken for a file whose
+        # answer was lost (``Run.find_stored``).
+        self.made: TTLCache[CardKey, tuple[str, ...]] = TTLCache(maxsize=max(options.id_cache_size, 1),
+                                                                 ttl=options.id_cache_ttl)
         # Swept of the spool files of processes that are gone, now (at start).
         self.spool = spool.directory(options.spool_dir)
         # Every configured tenant's series exist from the start (at 0), so that increase() sees the first one.

@@ -184,9 +184,15 @@ class Run:
             return self.lost(entry, "the service's answer to the upload is not a file record (cut off, unreadable "
                              "or of another shape)", "upload_answer")
         entry.status, entry.id = "uploaded", file_id
+        self.remember(file_id)
         comment = self.saved
         entry.record = legacy_file(record, int(self.card_id), comment.id if comment is not None else None)
         return None
+
+    def remember(self, file_id: str) -> None:
+        made = self.up.made
+        key = self.card_key()
+        made[key] = (*made.get(key, ())[-15:], file_id)
 
     async def answer_record(self, reply: Reply) -> dict[str, Any] | None:
         try:
@@ -266,7 +272,7 @@ class Run:
             files = found.get("files") if found is not None else None
         if not isinstance(files, list):
             return []
-        mine = {f.id for f in self.files if f.id is not None}
+        mine = {f.id for f in self.files if f.id is not None} | set(self.up.made.get(self.card_key(), ()))
         known = self.known
         now = service_time(reply.headers.get("Date"))
         out = []
