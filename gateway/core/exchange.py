@@ -252,10 +252,6 @@ class Budget:
         self.left -= n
         return True
 
-    def give(self, n: int) -> None:
-        """Return bytes a read no longer holds."""
-        self.left = min(self.limit, self.left + n)
-
 
 # --- the reply --------------------------------------------------------------------------------------------------
 

@@ -27,11 +27,10 @@ from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 
 from tests.adversarial_upstream import AdversarialUpstream, Board, adversarial  # noqa: F401 - fixture
-from tests.conftest import free_port, guarded_routes, multipart_body
-from tests.process_testlib import ROOT, Proc, start, wait_for
+from tests.conftest import guarded_routes, multipart_body
+from tests.process_testlib import Proc, start, wait_for
 
 MiB = 1 << 20
 UA = {"User-Agent": "legacy-app/1.0", "Authorization": "Bearer t"}
@@ -286,29 +285,13 @@ async def test_a_spool_write_error_is_answered_counted_and_logged_once(adversari
     before the text gets the documented 503, its decision, its outcome and one log line, no traceback."""
     spool = tmp_path / "spool"
     spool.mkdir()
-    port, admin = free_port(), free_port()
-    data = _config(adversarial.url, spool={"dir": str(spool)})
-    data["server"] = {"listen": f"127.0.0.1:{port}", "admin_listen": f"127.0.0.1:{admin}"}
-    path = tmp_path / "fsize.yaml"
-    path.write_text(yaml.safe_dump(data))
-    log = tmp_path / "fsize.log"
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (1 * MiB, 1 * MiB))
 
-    with log.open("wb") as out:
-        popen = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(path)], cwd=ROOT,
-                                 stdout=out, stderr=subprocess.STDOUT, preexec_fn=limit)
-    proc = Proc(popen, port, admin, path, log)
+    proc = await start(_config(adversarial.url, spool={"dir": str(spool)}), tmp_path, name="fsize", preexec=limit)
+    log = proc.log
     try:
-        async def ready() -> bool:
-            try:
-                async with aiohttp.ClientSession() as c, c.get(f"http://127.0.0.1:{admin}/readyz") as r:
-                    return r.status == 200
-            except aiohttp.ClientError:
-                return False
-
-        await wait_for(ready, 15)
         body = multipart_body([(['Content-Disposition: form-data; name="files[]"; filename="a.bin"'],
                                 os.urandom(3 * MiB)), (['Content-Disposition: form-data; name="text"'], b"t")], B)
         async with aiohttp.ClientSession() as client:

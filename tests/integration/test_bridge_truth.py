@@ -24,6 +24,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from tests.adversarial_upstream import AdversarialUpstream, adversarial  # noqa: F401 - fixture
+from tests.integration.test_upload_upgrade_aborts import until
 from tests.conftest import GatewayFactory, LineCollector, RunningGateway, guarded_routes, make_config, multipart_body
 from tests.process_testlib import samples, start, wait_for
 
@@ -76,13 +77,6 @@ def _upgrades(gw: RunningGateway, outcome: str) -> float | None:
         ("gateway_legacy_upload_upgrades_total", (("outcome", outcome), ("tenant", "acme"))))
 
 
-async def _until(check: Any, timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        assert loop.time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
-
 
 # --- files whose answer was lost --------------------------------------------------------------------------------
 
@@ -110,7 +104,7 @@ async def test_a_file_stored_behind_a_lost_answer_is_deleted_and_a_retry_leaves_
     assert len(adversarial.files("127.0.0.1", 42)) == kept
     deletes = [r for r in adversarial.received if r.method == "DELETE"]
     assert len(deletes) == 1 and deletes[0].header("Authorization") == TOKEN
-    await _until(lambda: len(lines.lines) == 1 + kept)
+    await until(lambda: len(lines.lines) == 1 + kept)
     note = json.loads(lines.lines[-1])["notes"]["legacy_upload_guard.upgrade"]
     assert note.startswith("rolled_back reason=") and "rolled_back=1" in note
     assert _upgrades(gw, "rolled_back") == 1 and _upgrades(gw, "failed") == 0
@@ -161,9 +155,9 @@ async def test_a_comment_saved_after_its_client_left_is_named(adversarial: Adver
         writer.write(f"POST /api/v1/cards/7/comments HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {TOKEN}\r\n"
                      f"Content-Type: {MP}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
         await writer.drain()
-        await _until(lambda: any(r.method == "POST" for r in adversarial.received))
+        await until(lambda: any(r.method == "POST" for r in adversarial.received))
         writer.transport.abort()
-        await _until(lambda: len(lines.lines) == 1, 5)
+        await until(lambda: len(lines.lines) == 1, 5)
     (comment,) = adversarial.card("127.0.0.1", 7).comments
     record = json.loads(lines.lines[0])
     assert record["status"] == 499

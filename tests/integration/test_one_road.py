@@ -14,6 +14,7 @@ from prometheus_client import generate_latest
 
 from gateway.rollout import FixedClock, parse_instant
 from tests.adversarial_upstream import AdversarialUpstream, Board, adversarial  # noqa: F401 - fixture
+from tests.integration.test_upload_upgrade_aborts import until
 from tests.conftest import GatewayFactory, guarded_routes, multipart_body
 from tests.process_testlib import samples
 
@@ -117,7 +118,7 @@ async def test_every_upstream_request_carries_what_the_clients_own_carries(
                                                                      ("tenant", "acme"))))
                 for purpose in ("card_lookup", "upload", "comment", "backfill_page")}
 
-    await _until(lambda: counts()["backfill_page"] is not None)
+    await until(lambda: counts()["backfill_page"] is not None)
     assert counts() == {"card_lookup": 2, "upload": 2, "comment": 1, "backfill_page": pages}
 
 
@@ -133,7 +134,7 @@ async def test_the_tenants_bound_and_its_metrics_apply_to_a_bridges_requests(
     # A text-only comment passes through (the plain road) and holds the company's one turn for a second.
     comment = multipart_body([(['Content-Disposition: form-data; name="text"'], b"hold the turn")], B)
     holding = asyncio.ensure_future(_send(gw, "POST", "/api/v1/cards/9/comments", comment, **headers))
-    await _until(lambda: bool(adversarial.received))
+    await until(lambda: bool(adversarial.received))
     put = multipart_body([(['Content-Disposition: form-data; name="file"; filename="a.txt"'], b"data")], B)
     status, answer = await _send(gw, "PUT", "/api/v1/cards/9/files", put, **headers)
     assert (await holding)[0] == 200
@@ -146,13 +147,6 @@ async def test_the_tenants_bound_and_its_metrics_apply_to_a_bridges_requests(
                 values.get(("gateway_subrequests_total", (("purpose", "card_lookup"), ("result", "busy"),
                                                           ("tenant", "acme")))))
 
-    await _until(lambda: busy()[1] is not None)
+    await until(lambda: busy()[1] is not None)
     assert busy() == (1.0, 1.0)
 
-
-async def _until(check: Any, timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        assert loop.time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)

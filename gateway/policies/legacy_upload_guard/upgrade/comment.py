@@ -20,7 +20,7 @@ from ..multipart_sniffer import Ambiguous, Boundary
 from ..multipart_splitter import PartHead
 from .body import Parts
 from .outcomes import CommentRecord, FileEntry, Partial, Refusal, Stop, log
-from .run import SKEW, CARD_ID_RE, ID_RE, Run, iso_time, service_time
+from .run import CARD_ID_RE, ID_RE, Run, made_since, service_time
 
 __all__ = ("comment",)
 
@@ -198,13 +198,8 @@ async def _look_for_comment(run: Run, text: bytes | None, stop: Stop, window: fl
     for c in comments:
         if not isinstance(c, dict) or c.get("text") != wanted:
             continue
-        if known is not None:
-            if str(c.get("id")) in known:
-                continue
-        else:
-            created = iso_time(c.get("created"))
-            if now is None or created is None or created < now - window - SKEW:
-                continue
+        if str(c.get("id")) in known if known is not None else not made_since(c, now, window):
+            continue
         found.append(c)
     if len(found) != 1:
         run.comment_unknown = True

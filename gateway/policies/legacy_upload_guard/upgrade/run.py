@@ -286,13 +286,8 @@ class Run:
                 continue
             if str(f.get("size")) != str(size):
                 continue
-            if known is not None:
-                if file_id in known:
-                    continue
-            else:
-                created = iso_time(f.get("created"))
-                if now is None or created is None or created < now - window - SKEW:
-                    continue
+            if file_id in known if known is not None else not made_since(f, now, window):
+                continue
             out.append(file_id)
         return out
 
@@ -407,6 +402,13 @@ class Run:
 
 # The purpose each stage's requests are counted under (gateway_subrequests_total).
 _PURPOSES = {"lookup": "card_lookup", "comment": "comment"}
+
+
+def made_since(entity: Mapping[str, Any], now: float | None, window: float) -> bool:
+    """Whether the service created ``entity`` within the last ``window`` seconds, by its own clock (``now``: the
+    ``Date`` of the answer that listed it), allowing ``SKEW``."""
+    created = iso_time(entity.get("created"))
+    return now is not None and created is not None and created >= now - window - SKEW
 
 
 def service_time(value: str | None) -> float | None:
