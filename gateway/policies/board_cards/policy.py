@@ -48,6 +48,8 @@ SUCCESSOR = "/api/latest/cards"
 MiB = 1 << 20
 # Bumped whenever the rewrite's output changes for the same input: part of every ETag the policy derives.
 _REWRITE_VERSION = "1"
+# Where the backfilled cards go in the board while it is assembled.
+_CARDS_HERE = b"\x00cards\x00"
 # A body at least this large is compressed on a worker thread, off the event loop.
 _OFF_LOOP_BYTES = 1 * MiB
 
@@ -622,18 +624,20 @@ class BoardCards:
         if message is not None:
             body = json_splice.set_member(body, layout, MESSAGE_KEY, message)
             layout = json_splice.scan(body, "cards", extra_key=MESSAGE_KEY)
-        pieces: list[bytes] = [b"["]
+        # The board with a placeholder where the cards go (a NUL cannot occur in JSON text), then the cards joined
+        # into it in one copy.
+        frame = json_splice.set_member(body, layout, "cards", _CARDS_HERE, before=MESSAGE_KEY,
+                                       remove=() if message is not None else (MESSAGE_KEY,))
+        head, _, tail = frame.partition(_CARDS_HERE)
+        pieces: list[bytes] = [head, b"["]
         for card in cards[:count]:
             pieces += (card, b",")
         if count:
             pieces.pop()
-        pieces.append(b"]")
-        value = b"".join(pieces)
+        pieces += (b"]", tail)
+        out = b"".join(pieces)
         del pieces
-        cards.clear()  # the caller's list: the cards are in ``value`` now
-        out = json_splice.set_member(body, layout, "cards", value, before=MESSAGE_KEY,
-                                     remove=() if message is not None else (MESSAGE_KEY,))
-        del value
+        cards.clear()  # the caller's list: the cards are in ``out`` now
         etag = f'W/"bf-{hashlib.sha256(out).hexdigest()[:20]}"'
         out, gzipped = self.encode(out, gzip_ok)
         return out, etag, gzipped
