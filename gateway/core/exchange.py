@@ -58,6 +58,7 @@ __all__ = (
     "Exchange",
     "Flow",
     "Next",
+    "Pieces",
     "Policy",
     "Refuse",
     "Reply",
@@ -235,6 +236,41 @@ async def _one(data: bytes) -> AsyncIterator[bytes]:
         yield data
 
 
+class Pieces(Body):
+    """A body in hand as pieces (bytes, or views into larger bytes: a body assembled without being copied whole),
+    sent as they are; pieces smaller than ``piece`` are gathered up to it, larger ones go in slices of it."""
+
+    def __init__(self, pieces: list[bytes | memoryview], piece: int = 1 << 20) -> None:
+        self._pieces = pieces
+        self._piece = piece
+        self.length = sum(len(p) for p in pieces)
+
+    async def chunks(self, *, as_they_come: bool = False) -> AsyncIterator[bytes]:
+        pieces, self._pieces = self._pieces, []
+        size = self._piece
+        gathered: list[bytes | memoryview] = []
+        held = 0
+        for piece in pieces:
+            if len(piece) >= size:
+                if gathered:
+                    yield b"".join(gathered)
+                    gathered, held = [], 0
+                view = memoryview(piece)
+                for at in range(0, len(view), size):
+                    yield bytes(view[at : at + size])
+                continue
+            gathered.append(piece)
+            held += len(piece)
+            if held >= size:
+                yield b"".join(gathered)
+                gathered, held = [], 0
+        if gathered:
+            yield b"".join(gathered)
+
+    def close(self) -> None:
+        self._pieces = []
+
+
 class Budget:
     """Bytes that several reads may hold together (the pages of one backfill, read in parallel): each read takes
     what it keeps from it before it keeps it, so that the reads together never hold more than ``limit``."""
@@ -360,7 +396,7 @@ class Reply:
         self._body = b""
         self._filters = []
 
-    def set_body(self, data: bytes) -> None:
+    def set_body(self, data: bytes | Body) -> None:
         """Replace the body (a stream that was not read is let go). Filters added before no longer apply."""
         self._close_stream()
         self._body = data

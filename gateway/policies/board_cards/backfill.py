@@ -15,7 +15,8 @@ Bounds hold by construction:
   before it is kept, so pages read in parallel never hold more than ``max_bytes`` together (a page that declares a
   longer body than what is left is refused before it is read);
 - **a page's length**: the scanner counts its elements without making an object of any, and a page of more than
-  ``page_size`` is refused before any card is copied or parsed;
+  ``page_size`` is refused before any card is looked at;
+- **copies**: a card is a view into its page (``Filled.cards``), never copied: the answer is assembled from views;
 - **the event loop**: a page is scanned and its cards read (only their ``id`` and ``board_id``) on a worker thread:
   the scanner releases the GIL, a small card is parsed whole (well under a millisecond), a large one is walked with
   ``bytes.find`` between its strings without being parsed, in steps that let the event loop run; the walk stops
@@ -28,6 +29,7 @@ import asyncio
 import json
 import re
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from urllib.parse import quote
@@ -90,7 +92,8 @@ class BackfillFailed(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Filled:
-    cards: list[bytes]  # each card's raw JSON, in the list's order
+    # Each card's raw JSON, in the list's order: views into the page bodies (never copied; ``fetch_cards``: bytes).
+    cards: Sequence[bytes | memoryview]
     pages: int  # page requests made
 
 
@@ -98,7 +101,7 @@ class Filled:
 class _Page:
     offset: int
     ids: list[object]
-    raw: list[bytes]
+    raw: list[memoryview]
 
 
 class _Stopped(Exception):
@@ -128,8 +131,9 @@ class CardBackfill:
 
 
 async def fetch_cards(exchange: Exchange, board: str, want: int | None, options: BackfillOptions) -> Filled:
-    """``CardBackfill(options).cards(...)``, on asyncio's default executor."""
-    return await CardBackfill(options).cards(exchange, board, want)
+    """``CardBackfill(options).cards(...)``, on asyncio's default executor, each card as bytes of its own."""
+    filled = await CardBackfill(options).cards(exchange, board, want)
+    return Filled([bytes(card) for card in filled.cards], filled.pages)
 
 
 class _Reader:
@@ -190,22 +194,23 @@ class _Reader:
         return _Page(offset, ids, raw)
 
 
-def _read_page(body: bytes, page_size: int, board: str, stop: threading.Event) -> tuple[list[object], list[bytes]]:
-    """On the worker thread: the page's cards (raw) and their ids; ``BackfillFailed`` for a page that is not a list
-    of cards of this board, or is longer than its limit."""
+def _read_page(body: bytes, page_size: int, board: str, stop: threading.Event
+               ) -> tuple[list[object], list[memoryview]]:
+    """On the worker thread: the page's cards (views into ``body``) and their ids; ``BackfillFailed`` for a page that
+    is not a list of cards of this board, or is longer than its limit."""
     try:
-        raw = json_splice.array_elements(body, most=page_size)
+        spans = json_splice.array_spans(body, most=page_size)
     except json_splice.TooManyElements:
         raise BackfillFailed("inconsistent", "longer than its limit") from None
     except json_splice.NotJSON:
         raise BackfillFailed("not_json", "not a JSON array of cards with ids") from None
-    del body
+    view = memoryview(body)
     ids: list[object] = []
-    for card in raw:
+    for start, end in spans:
         if stop.is_set():
             raise _Stopped()
         try:
-            card_id, board_id = _card_keys(card, stop)
+            card_id, board_id = _card_keys(body, start, end, stop)
         except (ValueError, TypeError, KeyError, IndexError):
             raise BackfillFailed("not_json", "not a JSON array of cards with ids") from None
         if type(card_id) not in _ID_TYPES:
@@ -213,7 +218,7 @@ def _read_page(body: bytes, page_size: int, board: str, stop: threading.Event) -
         if board_id is not _ABSENT and not _same_board(board_id, board):
             raise BackfillFailed("inconsistent", "a card of another board")
         ids.append(card_id)
-    return ids, raw
+    return ids, [view[start:end] for start, end in spans]
 
 
 def _same_board(board_id: object, board: str) -> bool:
@@ -222,15 +227,15 @@ def _same_board(board_id: object, board: str) -> bool:
     return isinstance(board_id, str) and board_id == board
 
 
-def _card_keys(card: bytes, stop: threading.Event) -> tuple[object, object]:
-    """A card's ``id`` and ``board_id`` (``_ABSENT`` when it has none); KeyError without an id, TypeError when it is
-    not an object. ``card`` is one element of an array the scanner checked by the JSON grammar."""
-    if len(card) <= _PARSED_WHOLE:
-        parsed = json.loads(card)
+def _card_keys(body: bytes, start: int, end: int, stop: threading.Event) -> tuple[object, object]:
+    """The ``id`` and ``board_id`` (``_ABSENT`` when it has none) of the card at ``body[start:end]``; KeyError without
+    an id, TypeError when it is not an object. ``body`` is an array the scanner checked by the JSON grammar."""
+    if end - start <= _PARSED_WHOLE:
+        parsed = json.loads(body[start:end])
         if not isinstance(parsed, dict):
             raise TypeError("not an object")
         return parsed["id"], parsed.get("board_id", _ABSENT)
-    values = _top_level(card, ("id", "board_id"), stop)
+    values = _top_level(body, start, end, ("id", "board_id"), stop)
     board_id = values.get("board_id")
     return (json.loads(values["id"]), _ABSENT if board_id is None else json.loads(board_id))
 
@@ -241,13 +246,11 @@ _OPEN = (b"{", b"[")
 _CLOSE = (b"}", b"]")
 
 
-def _top_level(card: bytes, names: tuple[str, ...], stop: threading.Event) -> dict[str, bytes]:
-    """The raw values (a string or a scalar, at most ``_ID_BYTES``) of the top-level members ``names`` of a large
-    JSON object, without parsing it: each string is skipped with ``bytes.find``, and brackets are counted between
-    strings, so Python runs once per string and once per megabyte (the GIL changes hands meanwhile). The last of a
-    repeated name wins, as for ``json.loads``."""
-    n = len(card)
-    pos = 0
+def _top_level(card: bytes, pos: int, n: int, names: tuple[str, ...], stop: threading.Event) -> dict[str, bytes]:
+    """The raw values (a string or a scalar, at most ``_ID_BYTES``) of the top-level members ``names`` of the large
+    JSON object at ``card[pos:n]``, without parsing it: each string is skipped with ``bytes.find``, and brackets are
+    counted between strings, so Python runs once per string and once per megabyte (the GIL changes hands
+    meanwhile). The last of a repeated name wins, as for ``json.loads``."""
     while pos < n and card[pos] in _WS:
         pos += 1
     if pos >= n or card[pos] != 0x7B:
@@ -256,7 +259,7 @@ def _top_level(card: bytes, names: tuple[str, ...], stop: threading.Event) -> di
     depth = 0
     strings = 0
     while True:
-        quote_at = _find_quote(card, pos)
+        quote_at = _find_quote(card, pos, n)
         end = n if quote_at < 0 else quote_at
         for window in range(pos, end, _WINDOW):
             stop_at = min(end, window + _WINDOW)
@@ -264,7 +267,7 @@ def _top_level(card: bytes, names: tuple[str, ...], stop: threading.Event) -> di
             depth -= sum(card.count(c, window, stop_at) for c in _CLOSE)
         if quote_at < 0:
             return found
-        after = _string_end(card, quote_at)
+        after = _string_end(card, quote_at, n)
         strings += 1
         if strings % _CHECK_EVERY == 0 and stop.is_set():
             raise _Stopped()
@@ -279,7 +282,7 @@ def _top_level(card: bytes, names: tuple[str, ...], stop: threading.Event) -> di
                 while card[start] in _WS:
                     start += 1
                 if card[start] == 0x22:
-                    stop_at = _string_end(card, start)
+                    stop_at = _string_end(card, start, n)
                 else:
                     m = _SCALAR.match(card, start, min(n, start + _ID_BYTES + 1))
                     stop_at = m.end() if m is not None else start
@@ -291,22 +294,21 @@ def _top_level(card: bytes, names: tuple[str, ...], stop: threading.Event) -> di
         pos = after
 
 
-def _find_quote(data: bytes, start: int) -> int:
-    """The next '"' from ``start`` (-1: none), looked for a window at a time (each search holds the GIL)."""
-    n = len(data)
+def _find_quote(data: bytes, start: int, n: int) -> int:
+    """The next '"' in ``data[start:n]`` (-1: none), looked for a window at a time (each search holds the GIL)."""
     while start < n:
-        at = data.find(b'"', start, start + _WINDOW)
+        at = data.find(b'"', start, min(n, start + _WINDOW))
         if at >= 0:
             return at
         start += _WINDOW
     return -1
 
 
-def _string_end(data: bytes, start: int) -> int:
+def _string_end(data: bytes, start: int, n: int) -> int:
     """Just after the closing quote of the string whose opening quote is at ``start``."""
     at = start
     while True:
-        at = _find_quote(data, at + 1)
+        at = _find_quote(data, at + 1, n)
         if at < 0:
             raise ValueError("an unterminated string")
         back = at - 1
@@ -324,11 +326,11 @@ def _before(data: bytes, at: int) -> int:
     return data[at] if at >= 0 else -1
 
 
-async def _assemble(reader: _Reader, want: int | None) -> list[bytes]:
+async def _assemble(reader: _Reader, want: int | None) -> list[memoryview]:
     options = reader.options
     size = options.page_size
     step = size - options.overlap
-    cards: list[bytes] = []
+    cards: list[memoryview] = []
     seen: set[object] = set()
     last_id: object = None
     next_offset = 0

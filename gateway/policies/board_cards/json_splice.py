@@ -36,8 +36,8 @@ except ImportError:  # not built (no C compiler at install): the exact path give
     _native_scan = None
 NATIVE = _native_scan is not None  # whether the compiled scanner is there (board_cards warns when it is not)
 
-__all__ = ("Layout", "Member", "NotJSON", "TooManyElements", "array_elements", "drop", "scan", "set_member", "splice",
-           "truncate")
+__all__ = ("Layout", "Member", "NotJSON", "TooManyElements", "array_elements", "array_spans", "drop", "scan",
+           "set_member", "splice", "truncate")
 
 
 class NotJSON(ValueError):
@@ -45,7 +45,7 @@ class NotJSON(ValueError):
 
 
 class TooManyElements(ValueError):
-    """``array_elements``: the array has more elements than the caller takes (counted, none of them copied)."""
+    """``array_spans``: the array has more elements than the caller takes (counted, no span made)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,13 +313,16 @@ def drop(body: bytes, layout: Layout, extra: tuple[str, bytes] | None = None) ->
     return splice(body, edits)
 
 
-_JOIN_FROM = 1 << 20
-
-
-def array_elements(body: bytes, *, most: int | None = None) -> list[bytes]:
+def array_elements(body: bytes) -> list[bytes]:
     """The raw bytes of each element of a JSON text whose top-level value is an array (checked as ``scan`` checks
-    an array member); ``NotJSON`` otherwise. With ``most``: ``TooManyElements`` for an array of more elements, found
-    by counting them, before any is copied (only ``most + 1`` offsets are kept)."""
+    an array member); ``NotJSON`` otherwise."""
+    return [body[start:stop] for start, stop in array_spans(body)]
+
+
+def array_spans(body: bytes, *, most: int | None = None) -> list[tuple[int, int]]:
+    """Where each element of a JSON text whose top-level value is an array starts and ends (checked as ``scan``
+    checks an array member); ``NotJSON`` otherwise. With ``most``: ``TooManyElements`` for an array of more elements,
+    found by counting them (only ``most + 1`` offsets are kept), before any span is made."""
     n = len(body)
     pos = _skip_ws(body, 0)
     if pos >= n or body[pos] != 0x5B:
@@ -333,15 +336,13 @@ def array_elements(body: bytes, *, most: int | None = None) -> list[bytes]:
         raise NotJSON(f"unexpected data after the top-level array at offset {end}")
     if most is not None and count > most:
         raise TooManyElements(f"the array has more than {most} elements")
-    elements: list[bytes] = []
+    spans: list[tuple[int, int]] = []
     start = _skip_ws(body, pos + 1)
-    view = memoryview(body)
     for stop in ends:
-        # A large element is copied by join, which lets the GIL go meanwhile (slicing would hold it).
-        elements.append(body[start:stop] if stop - start < _JOIN_FROM else b"".join((view[start:stop],)))
+        spans.append((start, stop))
         start = _skip_ws(body, _skip_ws(body, stop) + 1)  # past the comma
-    assert len(elements) == count
-    return elements
+    assert len(spans) == count
+    return spans
 
 
 def set_member(body: bytes, layout: Layout, key: str, value: bytes, *, before: str | None = None,

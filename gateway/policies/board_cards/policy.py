@@ -22,6 +22,7 @@ import re
 import weakref
 import zlib
 from collections import OrderedDict
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
@@ -30,7 +31,7 @@ from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 
-from ...core.exchange import BodyTooLarge, BodyUnavailable, Exchange, Next, Policy, Reply
+from ...core.exchange import BodyTooLarge, BodyUnavailable, Exchange, Next, Pieces, Policy, Reply
 from ...core.spec import deprecation_link, deprecation_value, http_date, successor_link
 from ...rollout.behaviour import Behaviour, DateFlag
 from ...rollout.plan import Schedule
@@ -48,7 +49,7 @@ SUCCESSOR = "/api/latest/cards"
 MiB = 1 << 20
 # Bumped whenever the rewrite's output changes for the same input: part of every ETag the policy derives.
 _REWRITE_VERSION = "1"
-# Where the backfilled cards go in the board while it is assembled.
+# Where the backfilled cards go in the board while it is assembled (a NUL cannot occur in JSON text).
 _CARDS_HERE = b"\x00cards\x00"
 # A body at least this large is compressed on a worker thread, off the event loop.
 _OFF_LOOP_BYTES = 1 * MiB
@@ -596,8 +597,9 @@ class BoardCards:
         truncated = index == 1 and len(cards) > cap
         message = self.message(board, 1, None) if truncated else None
         gzip_ok = _accepts_gzip(exchange.headers.get("Accept-Encoding"))
-        # Joined, hashed and compressed on a worker thread: the answer can be as large as max_bytes.
-        out, etag, gzipped = await asyncio.get_running_loop().run_in_executor(
+        # Hashed (and compressed) on a worker thread: the answer can be as large as max_bytes. It is never copied
+        # whole: the cards go out as views into the pages they came in.
+        pieces, etag, gzipped = await asyncio.get_running_loop().run_in_executor(
             self.workers, self.assemble, body, layout, cards, count, message, gzip_ok)
         for name in _REWRITE_DROP:
             headers.popall(name, None)
@@ -610,37 +612,43 @@ class BoardCards:
             _to_304(reply)
             call.finish("not_modified")
             return reply
-        if gzipped:
+        if gzipped is not None:
             headers["Content-Encoding"] = "gzip"
         call.finish("backfilled")
-        reply.set_body(out)
+        reply.set_body(Pieces(pieces) if gzipped is None else gzipped)
         return reply
 
-    def assemble(self, body: bytes, layout: json_splice.Layout, cards: list[bytes], count: int,
-                 message: bytes | None, gzip_ok: bool) -> tuple[bytes, str, bool]:
-        """(On a worker thread.) The board with its first ``count`` cards in place, its ETag, and the body the client
-        gets. With ``message`` (more cards than the phase shows), the message naming the rest's request is set in the
-        upstream's board, which holds fewer cards, before the cards go in."""
+    def assemble(self, body: bytes, layout: json_splice.Layout, cards: Sequence[bytes | memoryview], count: int,
+                 message: bytes | None, gzip_ok: bool) -> tuple[list[bytes | memoryview], str, bytes | None]:
+        """(On a worker thread.) The board with its first ``count`` cards in place, as pieces (the cards are views
+        into their pages), its ETag, and its gzip coding when the client takes one. With ``message`` (more cards than
+        the phase shows), the message naming the rest's request is set in the upstream's board, which holds fewer
+        cards, before the cards go in."""
         if message is not None:
             body = json_splice.set_member(body, layout, MESSAGE_KEY, message)
             layout = json_splice.scan(body, "cards", extra_key=MESSAGE_KEY)
-        # The board with a placeholder where the cards go (a NUL cannot occur in JSON text), then the cards joined
-        # into it in one copy.
+        # The board with a placeholder where the cards go (a NUL cannot occur in JSON text).
         frame = json_splice.set_member(body, layout, "cards", _CARDS_HERE, before=MESSAGE_KEY,
                                        remove=() if message is not None else (MESSAGE_KEY,))
         head, _, tail = frame.partition(_CARDS_HERE)
-        pieces: list[bytes] = [head, b"["]
+        pieces: list[bytes | memoryview] = [head + b"["]
         for card in cards[:count]:
             pieces += (card, b",")
         if count:
             pieces.pop()
-        pieces += (b"]", tail)
-        out = b"".join(pieces)
-        del pieces
-        cards.clear()  # the caller's list: the cards are in ``out`` now
-        etag = f'W/"bf-{hashlib.sha256(out).hexdigest()[:20]}"'
-        out, gzipped = self.encode(out, gzip_ok)
-        return out, etag, gzipped
+        pieces.append(b"]" + tail)
+        digest = hashlib.sha256()
+        for piece in pieces:
+            digest.update(piece)
+        etag = f'W/"bf-{digest.hexdigest()[:20]}"'
+        options = self.options
+        length = sum(len(p) for p in pieces)
+        if not gzip_ok or length < options.compress_min_bytes:
+            return pieces, etag, None
+        compressor = zlib.compressobj(options.compress_level, zlib.DEFLATED, 31)  # gzip, as gzip.compress writes
+        coded = [compressor.compress(piece) for piece in pieces]
+        coded.append(compressor.flush())
+        return [], etag, b"".join(coded)
 
 
 def build(options: Options, ctx: BuildContext) -> Policy:
