@@ -221,9 +221,11 @@ async def adversarial(tmp: Path) -> list[dict[str, Any]]:
 
     async def serve(request: web.BaseRequest) -> web.StreamResponse:
         if request.path.startswith("/api/latest/boards/"):
-            return web.json_response({"id": 9, "title": "board", "columns": [], "lanes": []})
+            board = int(request.path.rsplit("/", 1)[1])
+            return web.json_response({"id": board, "title": "board", "columns": [], "lanes": []})
         if request.path == "/api/latest/cards":
-            body = pages.get((int(request.query["limit"]), int(request.query["offset"])), b"[]")
+            hostile = request.query["board_id"] == "9"  # board 8: the warm-up's, empty
+            body = pages.get((int(request.query["limit"]), int(request.query["offset"])), b"[]") if hostile else b"[]"
             response = web.StreamResponse(headers={"Content-Type": "application/json"})
             response.content_length = len(body)
             await response.prepare(request)
@@ -263,8 +265,8 @@ async def adversarial(tmp: Path) -> list[dict[str, Any]]:
             try:
                 await wait_ready(f"http://127.0.0.1:{admin}/readyz")
                 async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as client:
-                    async with client.get(f"http://127.0.0.1:{port}/api/latest/boards/9", headers=LEGACY) as resp:
-                        await resp.read()  # warm: an empty board
+                    async with client.get(f"http://127.0.0.1:{port}/api/latest/boards/8", headers=LEGACY) as resp:
+                        await resp.read()  # warm: a backfill of an empty board
                     before = proc_status(gateway.pid, "VmHWM") or 0
                     probe = subprocess.Popen([PYTHON, "-c", _PROBE, str(admin)], stdin=subprocess.PIPE,
                                              stdout=subprocess.PIPE)

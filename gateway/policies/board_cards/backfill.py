@@ -49,6 +49,8 @@ REASONS = ("forbidden", "page_error", "upstream_error", "timeout", "too_many_pag
 # A card's id, as cards are told apart by it (spec: a number; a string is as good). Anything else (null, an object)
 # could make two cards look like one, and the list shorter than it is.
 _ID_TYPES = (int, str)
+# A page smaller than this is read on the event loop (well under a millisecond of work); a larger one on a worker.
+_ON_LOOP = 128 << 10
 # A card up to this size is parsed whole on the worker thread (a fraction of a millisecond); a larger one is walked.
 _PARSED_WHOLE = 64 << 10
 # The most bytes one id or board_id may take as written (a number of 4,300 digits would not even parse).
@@ -185,10 +187,13 @@ class _Reader:
             raise too_large from None
         except BodyNotRead:
             raise BackfillFailed("upstream_error", f"page at offset {offset}: the body broke off") from None
-        loop = asyncio.get_running_loop()
         try:
-            ids, raw = await loop.run_in_executor(self.executor, _read_page, body, options.page_size, self.board,
-                                                  self.stop)
+            if len(body) < _ON_LOOP:
+                # A small page costs less than the trip to a worker thread (a millisecond at most).
+                ids, raw = _read_page(body, options.page_size, self.board, self.stop)
+            else:
+                ids, raw = await asyncio.get_running_loop().run_in_executor(
+                    self.executor, _read_page, body, options.page_size, self.board, self.stop)
         except BackfillFailed as failed:
             raise BackfillFailed(failed.reason, f"page at offset {offset}: {failed.detail}") from None
         return _Page(offset, ids, raw)

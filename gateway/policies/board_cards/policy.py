@@ -597,10 +597,13 @@ class BoardCards:
         truncated = index == 1 and len(cards) > cap
         message = self.message(board, 1, None) if truncated else None
         gzip_ok = _accepts_gzip(exchange.headers.get("Accept-Encoding"))
-        # Hashed (and compressed) on a worker thread: the answer can be as large as max_bytes. It is never copied
-        # whole: the cards go out as views into the pages they came in.
-        pieces, etag, gzipped = await asyncio.get_running_loop().run_in_executor(
-            self.workers, self.assemble, body, layout, cards, count, message, gzip_ok)
+        # Hashed (and compressed) on a worker thread when large: the answer can be as large as max_bytes. It is never
+        # copied whole: the cards go out as views into the pages they came in.
+        if sum(len(card) for card in cards) < _OFF_LOOP_BYTES:
+            pieces, etag, gzipped = self.assemble(body, layout, cards, count, message, gzip_ok)
+        else:
+            pieces, etag, gzipped = await asyncio.get_running_loop().run_in_executor(
+                self.workers, self.assemble, body, layout, cards, count, message, gzip_ok)
         for name in _REWRITE_DROP:
             headers.popall(name, None)
         # The gateway's own validator: the answer is assembled from several upstream responses.
@@ -615,7 +618,12 @@ class BoardCards:
         if gzipped is not None:
             headers["Content-Encoding"] = "gzip"
         call.finish("backfilled")
-        reply.set_body(Pieces(pieces) if gzipped is None else gzipped)
+        if gzipped is not None:
+            reply.set_body(gzipped)
+        elif sum(len(piece) for piece in pieces) < _OFF_LOOP_BYTES:
+            reply.set_body(b"".join(pieces))  # small: it leaves with its head in one write
+        else:
+            reply.set_body(Pieces(pieces))
         return reply
 
     def assemble(self, body: bytes, layout: json_splice.Layout, cards: Sequence[bytes | memoryview], count: int,
