@@ -211,11 +211,19 @@ def _read_page(body: bytes, page_size: int, board: str, stop: threading.Event
         raise BackfillFailed("not_json", "not a JSON array of cards with ids") from None
     view = memoryview(body)
     ids: list[object] = []
-    for start, end in spans:
+    # A small page (counted already: at most page_size cards) is parsed whole, in one call; a larger one card by card.
+    whole = json.loads(body) if len(body) < _ON_LOOP else None
+    for i, (start, end) in enumerate(spans):
         if stop.is_set():
             raise _Stopped()
         try:
-            card_id, board_id = _card_keys(body, start, end, stop)
+            if whole is not None:
+                card = whole[i]
+                if not isinstance(card, dict):
+                    raise TypeError("not an object")
+                card_id, board_id = card["id"], card.get("board_id", _ABSENT)
+            else:
+                card_id, board_id = _card_keys(body, start, end, stop)
         except (ValueError, TypeError, KeyError, IndexError):
             raise BackfillFailed("not_json", "not a JSON array of cards with ids") from None
         if type(card_id) not in _ID_TYPES:

@@ -653,14 +653,29 @@ class BoardCards:
         length = sum(len(p) for p in pieces)
         if not gzip_ok or length < options.compress_min_bytes:
             return pieces, etag, None
+        if length < _OFF_LOOP_BYTES:
+            return [], etag, self.encode(b"".join(pieces), True)[0]
         compressor = zlib.compressobj(options.compress_level, zlib.DEFLATED, 31)  # gzip, as gzip.compress writes
-        coded = [compressor.compress(piece) for piece in pieces]
+        coded = [compressor.compress(b"".join(batch)) for batch in _batches(pieces, 1 << 20)]
         coded.append(compressor.flush())
         return [], etag, b"".join(coded)
 
 
 def build(options: Options, ctx: BuildContext) -> Policy:
     return BoardCards(options, ctx)
+
+
+def _batches(pieces: Sequence[bytes | memoryview], size: int) -> list[list[bytes | memoryview]]:
+    """Consecutive pieces gathered into runs of about ``size`` bytes (a large piece is a run of its own)."""
+    runs: list[list[bytes | memoryview]] = [[]]
+    held = 0
+    for piece in pieces:
+        if held >= size:
+            runs.append([])
+            held = 0
+        runs[-1].append(piece)
+        held += len(piece)
+    return runs
 
 
 def _lacks_cards(layout: json_splice.Layout, index: int, cap: int) -> bool:
