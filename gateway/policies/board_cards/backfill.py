@@ -16,7 +16,8 @@ Bounds hold by construction:
   longer body than what is left is refused before it is read);
 - **a page's length**: the scanner counts its elements without making an object of any, and a page of more than
   ``page_size`` is refused before any card is looked at;
-- **copies**: a card is a view into its page (``Filled.cards``), never copied: the answer is assembled from views;
+- **copies**: a card of a large page is a view into it (``Filled.cards``), never copied: the answer is assembled from
+  views;
 - **the event loop**: a page is scanned and its cards read (only their ``id`` and ``board_id``) on a worker thread:
   the scanner releases the GIL, a small card is parsed whole (well under a millisecond), a large one is walked with
   ``bytes.find`` between its strings without being parsed, in steps that let the event loop run; the walk stops
@@ -103,7 +104,7 @@ class Filled:
 class _Page:
     offset: int
     ids: list[object]
-    raw: list[memoryview]
+    raw: Sequence[bytes | memoryview]
 
 
 class _Stopped(Exception):
@@ -200,9 +201,10 @@ class _Reader:
 
 
 def _read_page(body: bytes, page_size: int, board: str, stop: threading.Event
-               ) -> tuple[list[object], list[memoryview]]:
-    """On the worker thread: the page's cards (views into ``body``) and their ids; ``BackfillFailed`` for a page that
-    is not a list of cards of this board, or is longer than its limit."""
+               ) -> tuple[list[object], Sequence[bytes | memoryview]]:
+    """(On the worker thread for a large page.) The page's cards (views into ``body``; a small page's are copies) and
+    their ids; ``BackfillFailed`` for a page that is not a list of cards of this board, or is longer than its
+    limit."""
     try:
         spans = json_splice.array_spans(body, most=page_size)
     except json_splice.TooManyElements:
@@ -231,6 +233,8 @@ def _read_page(body: bytes, page_size: int, board: str, stop: threading.Event
         if board_id is not _ABSENT and not _same_board(board_id, board):
             raise BackfillFailed("inconsistent", "a card of another board")
         ids.append(card_id)
+    if whole is not None:
+        return ids, [body[start:end] for start, end in spans]  # small: copies cost less than views
     return ids, [view[start:end] for start, end in spans]
 
 
@@ -339,11 +343,11 @@ def _before(data: bytes, at: int) -> int:
     return data[at] if at >= 0 else -1
 
 
-async def _assemble(reader: _Reader, want: int | None) -> list[memoryview]:
+async def _assemble(reader: _Reader, want: int | None) -> list[bytes | memoryview]:
     options = reader.options
     size = options.page_size
     step = size - options.overlap
-    cards: list[memoryview] = []
+    cards: list[bytes | memoryview] = []
     seen: set[object] = set()
     last_id: object = None
     next_offset = 0

@@ -645,20 +645,24 @@ class BoardCards:
         if count:
             pieces.pop()
         pieces.append(b"]" + tail)
+        length = sum(len(p) for p in pieces)
+        if length < _OFF_LOOP_BYTES:
+            # Small: in one piece (hashed and compressed in one call each).
+            out = b"".join(pieces)
+            out_etag = f'W/"bf-{hashlib.sha256(out).hexdigest()[:20]}"'
+            small, gzipped = self.encode(out, gzip_ok)
+            return [out], out_etag, small if gzipped else None
         digest = hashlib.sha256()
         for piece in pieces:
             digest.update(piece)
         etag = f'W/"bf-{digest.hexdigest()[:20]}"'
         options = self.options
-        length = sum(len(p) for p in pieces)
         if not gzip_ok or length < options.compress_min_bytes:
             return pieces, etag, None
-        if length < _OFF_LOOP_BYTES:
-            return [], etag, self.encode(b"".join(pieces), True)[0]
         compressor = zlib.compressobj(options.compress_level, zlib.DEFLATED, 31)  # gzip, as gzip.compress writes
-        coded = [compressor.compress(b"".join(batch)) for batch in _batches(pieces, 1 << 20)]
-        coded.append(compressor.flush())
-        return [], etag, b"".join(coded)
+        runs = [compressor.compress(b"".join(batch)) for batch in _batches(pieces, 1 << 20)]
+        runs.append(compressor.flush())
+        return [], etag, b"".join(runs)
 
 
 def build(options: Options, ctx: BuildContext) -> Policy:
