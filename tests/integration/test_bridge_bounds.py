@@ -4,7 +4,8 @@ adversarial upstream, its peak resident set read from /proc (``VmHWM``):
 - the backfill's byte budget is taken before a page's bytes are kept, so pages read in parallel never go over
   ``max_bytes`` together;
 - a page longer than ``page_size`` is refused once its elements are counted, before any is parsed or copied;
-- the admin ``/livez`` answers within 100 ms while the worst pages are processed (the event loop is never held);
+- the admin ``/livez`` answers within 100 ms (over what it takes at rest on the same machine) while the worst pages
+  are processed (the event loop is never held);
 - cards of another board fail the backfill as ``inconsistent``;
 - the spool area: one budget for the process (``503`` with ``Retry-After`` when it is spent), every spool file of a
   process that is gone removed at start, a write error answered as documented, in one log line.
@@ -154,6 +155,11 @@ async def test_the_worst_pages_hold_neither_memory_nor_the_event_loop(adversaria
     adversarial.board("127.0.0.1", 3, board)
     adversarial.prepare("127.0.0.1", 3, 100, [0])
     baseline = await _warm(proc)
+    # What /livez takes on this machine with nothing to do: the bound is 100 ms over it (on a shared machine the
+    # probe and the gateway also wait for a CPU; that wait is not the event loop's).
+    idle = _Probe(proc.admin)
+    await asyncio.sleep(1.0)
+    await idle.finish()
     probe = _Probe(proc.admin)
     try:
         await asyncio.sleep(0.3)
@@ -165,7 +171,7 @@ async def test_the_worst_pages_hold_neither_memory_nor_the_event_loop(adversaria
     growth = _status(proc.proc.pid, "VmHWM") - baseline
     # Stated bound: the page as read, a copy of it as its pieces are joined (the answer is never copied), 24 MiB.
     assert growth < 2 * page + 24 * MiB, (growth / MiB, page / MiB)
-    assert probe.count > 5 and probe.worst < 0.1, probe.worst
+    assert probe.count > 5 and probe.worst < 0.1 + idle.worst, (probe.worst, idle.worst)
 
 
 async def test_cards_of_another_board_fail_the_backfill(adversarial: AdversarialUpstream,  # noqa: F811
