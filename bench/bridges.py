@@ -14,6 +14,11 @@ of it whose legacy client (User-Agent ``bench-legacy/``) is exempted onto the ``
   sent directly to the restricted route on the sandbox (``POST /api/v1/cards/{uid}/files``), and through the gateway
   without a bridge. Throughput of each (the ratio is upgraded / direct), the gateway's RSS sampled during each
   (``VmRSS``), and its peak over its life (``VmHWM``) after the upgraded upload.
+- **Adversarial backfill** (``--adversarial``, on by default): a second gateway (``backfill.max_bytes`` 64 MiB) in
+  front of a small hostile card list served from this process, pages made ahead of time: pages of 16 MB read four at
+  a time (64 MiB and more together), one page of 3 million ids (about 50 MB), and two cards of 28 MB. For each: the
+  answer, the time, the growth of the gateway's peak resident set (``VmHWM``) and the longest answer of its admin
+  ``/livez``, asked every 10 ms by a process of its own while the backfill runs.
 
 Everything on 127.0.0.1; each run bounded by its request counts.
 """
@@ -35,6 +40,7 @@ from typing import Any
 
 import aiohttp
 import yaml
+from aiohttp import web
 from benchlib import free_port, proc_status
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -173,12 +179,133 @@ async def upload_round(client: aiohttp.ClientSession, sandbox: str, gateway: str
     return out
 
 
+# Asks /livez every 10 ms until its stdin closes; prints the longest answer time (a process of its own, so that this
+# one's work serving pages is not measured with the gateway's).
+_PROBE = """
+import http.client, json, sys, threading, time
+port, worst, count, done = int(sys.argv[1]), 0.0, 0, threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+while not done.is_set():
+    started = time.monotonic()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", "/livez")
+    c.getresponse().read()
+    c.close()
+    worst, count = max(worst, time.monotonic() - started), count + 1
+    time.sleep(0.01)
+print(json.dumps({"worst": worst, "count": count}))
+"""
+
+
+def _pages(kind: str) -> dict[tuple[int, int], bytes]:
+    """(limit, offset) -> the page, made ahead of time."""
+    out: dict[tuple[int, int], bytes] = {}
+    if kind == "parallel":
+        pad = b"x" * 160_000  # 100 cards of 160 KB: 16 MB a page; 5 pages would be 80 MB
+        for offset in (0, 99, 198, 297, 396):
+            cards = [b'{"id": %d, "board_id": 9, "description": "%s"}' % (n + 1, pad)
+                     for n in range(offset, min(offset + 100, 490))]
+            out[(100, offset)] = b"[" + b",".join(cards) + b"]"
+    elif kind == "ids":
+        out[(100, 0)] = b"[" + b", ".join(b'{"id": %d}' % n for n in range(3_000_000)) + b"]"
+    else:
+        pad = b"x" * (28 << 20)
+        out[(100, 0)] = b"[" + b",".join(b'{"id": %d, "board_id": 9, "description": "%s"}' % (n, pad)
+                                         for n in (1, 2)) + b"]"
+    return out
+
+
+async def adversarial(tmp: Path) -> list[dict[str, Any]]:
+    """The adversarial backfills, each against a fresh gateway (its peak resident set is its own)."""
+    pages: dict[tuple[int, int], bytes] = {}
+
+    async def serve(request: web.BaseRequest) -> web.StreamResponse:
+        if request.path.startswith("/api/latest/boards/"):
+            board = int(request.path.rsplit("/", 1)[1])
+            return web.json_response({"id": board, "title": "board", "columns": [], "lanes": []})
+        if request.path == "/api/latest/cards":
+            hostile = request.query["board_id"] == "9"  # board 8: the warm-up's, empty
+            body = pages.get((int(request.query["limit"]), int(request.query["offset"])), b"[]") if hostile else b"[]"
+            response = web.StreamResponse(headers={"Content-Type": "application/json"})
+            response.content_length = len(body)
+            await response.prepare(request)
+            view = memoryview(body)
+            for at in range(0, len(body), 1 << 20):
+                await response.write(view[at : at + (1 << 20)])
+            await response.write_eof()
+            return response
+        return web.json_response({})
+
+    runner = web.ServerRunner(web.Server(serve))
+    await runner.setup()
+    upstream_port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", upstream_port).start()
+    results = []
+    try:
+        for kind, expected in (("parallel", "failed; reason=too_large"), ("ids", "failed; reason=inconsistent"),
+                               ("huge_cards", "done; cards=2")):
+            pages.clear()
+            pages.update(_pages(kind))
+            port, admin = free_port(), free_port()
+            config = {
+                "server": {"listen": f"127.0.0.1:{port}", "admin_listen": f"127.0.0.1:{admin}"},
+                "access_log": {"enabled": False},
+                "tenants": [{"name": "t", "hosts": ["127.0.0.1"], "upstream": f"http://127.0.0.1:{upstream_port}",
+                             "created": "2026-06-01", "bridges": {"card_backfill": True}}],
+                "rollout": {"now": "2026-11-24T12:00:00Z", "exemptions": [
+                    {"name": "legacy", "phase": "full", "until": "2099-01-01",
+                     "header": {"name": "User-Agent", "prefix": "bench-legacy/"}, "bridge": True}]},
+                "routes": [{"name": "board", "methods": ["GET"], "paths": ["/boards/{board_id}"],
+                            "chain": [{"board_cards": {"backfill": {"max_bytes": 64 * MiB, "timeout": 60}}}]}],
+            }
+            path = tmp / f"adversarial-{kind}.yaml"
+            path.write_text(yaml.safe_dump(config))
+            gateway = subprocess.Popen([PYTHON, "-m", "gateway", "serve", "--config", str(path), "--log-level",
+                                        "error"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                await wait_ready(f"http://127.0.0.1:{admin}/readyz")
+                async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as client:
+                    async with client.get(f"http://127.0.0.1:{port}/api/latest/boards/8", headers=LEGACY) as resp:
+                        await resp.read()  # warm: a backfill of an empty board
+                    before = proc_status(gateway.pid, "VmHWM") or 0
+                    probe = subprocess.Popen([PYTHON, "-c", _PROBE, str(admin)], stdin=subprocess.PIPE,
+                                             stdout=subprocess.PIPE)
+                    await asyncio.sleep(0.3)
+                    started = time.perf_counter()
+                    async with client.get(f"http://127.0.0.1:{port}/api/latest/boards/9", headers=LEGACY) as resp:
+                        await resp.read()
+                        answer = resp.headers.get("X-Gateway-Backfill", "")
+                    seconds = time.perf_counter() - started
+                    out, _ = await asyncio.get_running_loop().run_in_executor(None, probe.communicate, b"")
+                    lag = json.loads(out)
+                growth = ((proc_status(gateway.pid, "VmHWM") or 0) - before) / MiB
+                assert answer.startswith(expected), (kind, answer)
+                row = {"kind": kind, "answer": answer, "seconds": seconds, "hwm_growth_mib": growth,
+                       "hwm_mib": before / MiB + growth, "livez_worst_ms": lag["worst"] * 1000,
+                       "livez_count": lag["count"], "largest_page_mib": max(map(len, pages.values())) / MiB}
+                results.append(row)
+                print(f"adversarial backfill {kind}: {answer} in {seconds:.2f} s; gateway peak RSS +{growth:.0f} MiB "
+                      f"(largest page {row['largest_page_mib']:.0f} MiB, max_bytes 64 MiB); /livez at worst "
+                      f"{row['livez_worst_ms']:.0f} ms over {lag['count']} probes", flush=True)
+            finally:
+                gateway.send_signal(signal.SIGTERM)
+                try:
+                    gateway.wait(15)
+                except subprocess.TimeoutExpired:
+                    gateway.kill()
+    finally:
+        await runner.cleanup()
+    return results
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--upload-mb", type=int, default=100)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--no-adversarial", dest="adversarial", action="store_false",
+                        help="skip the adversarial backfills")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         procs, sandbox, gateway, admin, pid = start(Path(tmp))
@@ -226,6 +353,8 @@ async def main() -> None:
                       f"{statistics.median(ups):.2f}, / through the gateway without a bridge "
                       f"{statistics.median(via_ups):.2f}; gateway RSS during upgraded uploads at most {peak:.0f} MiB, "
                       f"peak over its life (VmHWM) {hwm:.0f} MiB")
+            if args.adversarial:
+                results["adversarial"] = await adversarial(Path(tmp))
             if args.json:
                 args.json.write_text(json.dumps(results, indent=2))
         finally:

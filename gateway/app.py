@@ -27,6 +27,7 @@ from .core.exchange import Exchange, Next, Reply
 from .core.http import new_request_id
 from .core.routing import BadRequestTarget, Route, RouteTable, effective_method, normalise_target
 from .core.spec import template_params
+from .core.spool import SpoolArea
 from .core.tenants import TenantResolver, canonical_host
 from .ops.access_log import AccessLogWriter, LineSink, Recorder
 from .ops.metrics import Metrics
@@ -72,8 +73,11 @@ class GatewayState:
     rollout: RolloutPlan
 
 
-def build_state(config: LoadedConfig, proxy: Next, clock: Clock, metrics: Metrics) -> GatewayState:
+def build_state(config: LoadedConfig, proxy: Next, clock: Clock, metrics: Metrics,
+                spool: SpoolArea | None = None) -> GatewayState:
     model = config.model
+    if spool is None:
+        spool = SpoolArea(model.spool)
     routes = [Route.build(r.name, r.methods, r.paths, r.prefixes) for r in model.routes]
     catch_all = Route.build("catch_all", None, (), ())
     plan = config.rollout_plan()
@@ -85,7 +89,7 @@ def build_state(config: LoadedConfig, proxy: Next, clock: Clock, metrics: Metric
         chain = config.chains[route.name]
         params = frozenset(p for template in route.templates for p in template_params(template))
         ctx = BuildContext(route=route.name, params=params, clock=clock, timezone=timezone, rollout=plan,
-                           families=metrics.families)
+                           families=metrics.families, spool=spool)
         policies = [POLICIES[name].make(options, ctx) for name, options in chain]
         route.policies = tuple(name for name, _ in chain)
         route.guarded = any(b.security for name, _ in chain for b in POLICIES[name].behaviours)
@@ -160,11 +164,16 @@ class Gateway:
         self._own_client = client is None
         self._client = client
         self._config = config
+        # One spool area for the process's lifetime (its budget is the config's; a reload changes it in place).
+        self.spool = SpoolArea(config.model.spool)
         self._state: GatewayState | None = None
         self.ready = False
         # Shutdown: while draining, every answer closes its connection; at the deadline what still runs is cut.
         self.draining = False
         self._cutting = False
+        # The edge's task of each request in flight (what the shutdown deadline cuts), and those it cut.
+        self._serving: dict[asyncio.Task[Any], tuple[web.BaseRequest, Exchange | None]] = {}
+        self._cut_tasks: set[asyncio.Task[Any]] = set()
         self._running = 0  # requests between their arrival and their record
         self._all_done = asyncio.Event()
         self._all_done.set()
@@ -188,7 +197,7 @@ class Gateway:
             body_timeout=server.client_body_timeout,
             max_concurrent_per_tenant=upstream.max_concurrent_per_tenant, queue_timeout=upstream.queue_timeout,
         )
-        self._state = build_state(self._config, self.proxy, self.clock, self.metrics)
+        self._state = build_state(self._config, self.proxy, self.clock, self.metrics, self.spool)
         self.ready = True
 
     def reload(self, config: LoadedConfig) -> list[str]:
@@ -196,7 +205,13 @@ class Gateway:
 
         Returns the sections that changed but only take effect on restart (listeners, upstream pool, access log).
         """
-        self._state = build_state(config, self.proxy, self.clock, self.metrics)
+        previous = self._config.model.spool
+        self.spool.configure(config.model.spool)
+        try:
+            self._state = build_state(config, self.proxy, self.clock, self.metrics, self.spool)
+        except BaseException:
+            self.spool.configure(previous)
+            raise
         old, self._config = self._config.model, config
         new = config.model
         return [name for name in ("server", "upstream", "access_log") if getattr(old, name) != getattr(new, name)]
@@ -218,6 +233,14 @@ class Gateway:
             await asyncio.wait_for(self._all_done.wait(), timeout)
         except TimeoutError:
             self._cutting = True
+            # What has not started its answer is cut now, by the edge, so that its client gets the 503 the record
+            # says (aiohttp's own shutdown, after this, would only close the connection).
+            for task, (request, exchange) in list(self._serving.items()):
+                if not request.writer.output_size and not task.done():
+                    if exchange is not None:
+                        exchange.notes["cut"] = "shutdown"  # what a policy that undoes its work on the way reads
+                    self._cut_tasks.add(task)
+                    task.cancel("shutdown deadline")
         return self._running
 
     def make_server(self) -> web.Server:
@@ -263,6 +286,9 @@ class Gateway:
         status = 0
         client_gone = False
         self._arrived()
+        task = asyncio.current_task()
+        if task is not None:
+            self._serving[task] = (request, None)
         try:
             classified = self._classify(request, state, started)
             if isinstance(classified, _Refusal):
@@ -270,6 +296,8 @@ class Gateway:
                 reply = refusal.reply
             else:
                 exchange = classified
+                if task is not None:
+                    self._serving[task] = (request, exchange)
                 try:
                     server = state.config.model.server
                     overridden = await resolve_body_override(
@@ -277,6 +305,12 @@ class Gateway:
                         timeout=server.client_body_timeout,
                     )
                     reply = overridden or await state.handlers[exchange.route.name](exchange)
+                except asyncio.CancelledError:
+                    if task is None or task not in self._cut_tasks:
+                        raise
+                    # Cut by the shutdown deadline (``drain``): answered below, like a chain that returned then.
+                    task.uncancel()
+                    reply = self._cut(exchange)
                 except Exception:
                     log.exception("unhandled error on route %s (request id %s)", exchange.route.name,
                                   exchange.request_id)
@@ -307,6 +341,9 @@ class Gateway:
             client_gone = exchange is None or not (exchange.upstream_error or "").startswith("body_")
             raise
         finally:
+            if task is not None:
+                self._serving.pop(task, None)
+                self._cut_tasks.discard(task)
             self._left()
             if self._cutting and not delivery.complete:
                 # Still running at the shutdown deadline: cut. Its status is the one sent, or 503 if none was.

@@ -34,6 +34,7 @@ from pydantic import (
 from yarl import URL
 
 from .core.spec import RESTRICTED_BY_DEFAULT_FROM, TEMPLATE_PARAM
+from .core.spool import SpoolConfig
 from .core.tenants import Tenant, TenantResolver, canonical_host
 from .proxy.options import UpstreamConfig
 from .rollout.behaviour import Behaviour
@@ -314,6 +315,8 @@ class GatewayConfig(_Model):
     access_log: AccessLogConfig = AccessLogConfig()
     metrics: MetricsConfig = MetricsConfig()
     usage: UsageConfig = UsageConfig()
+    # Request bytes a policy holds on disk (the upload upgrade's file parts before a comment's text), per process.
+    spool: SpoolConfig = SpoolConfig()
     rollout: RolloutConfig = RolloutConfig()
     tenants: list[TenantConfig] = Field(min_length=1)
     default_tenant: str | None = None

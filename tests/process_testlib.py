@@ -82,8 +82,9 @@ def config(upstream: str, port: int, admin: int, **server: Any) -> dict[str, Any
 
 
 async def start(data: dict[str, Any], tmp_path: Path, *, env: dict[str, str] | None = None,
-                name: str = "gateway") -> Proc:
-    """A gateway process serving ``data`` (its listen addresses are set here); returns once it is ready."""
+                name: str = "gateway", preexec: Callable[[], None] | None = None) -> Proc:
+    """A gateway process serving ``data`` (its listen addresses are set here); returns once it is ready.
+    ``preexec``: run in the child before the gateway starts (a resource limit)."""
     port, admin = free_port(), free_port()
     data = {**data, "server": {**data.get("server", {}), "listen": f"127.0.0.1:{port}",
                                "admin_listen": f"127.0.0.1:{admin}"}}
@@ -92,7 +93,7 @@ async def start(data: dict[str, Any], tmp_path: Path, *, env: dict[str, str] | N
     log = tmp_path / f"{name}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(path)], cwd=ROOT,
-                                stdout=out, stderr=subprocess.STDOUT, env=env)
+                                stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=preexec)
     item = Proc(proc, port, admin, path, log)
 
     async def ready() -> bool:

@@ -14,10 +14,14 @@ This is the whole interface a policy works with. A policy is ``async def policy(
   written, or ask for the whole body up to a bound (``await reply.read(cap)``) and replace it (``reply.set_body``).
 
 A policy that does more than pass the request on (a migration bridge) has two more services of the proxy core:
-``await exchange.fetch(method, path, ...)`` sends a request of its own to the tenant's upstream (pooled, gated,
-retried like any other) and gets a ``Reply`` whose body streams; ``exchange.client_body()`` reads the client's body
-itself (``100 Continue``, the idle timeout and aborts handled as for a forwarded body), for a policy that answers
-without calling ``next``.
+``await exchange.fetch(method, path, ..., purpose=...)`` sends a request of its own to the tenant's upstream and gets
+a ``Reply`` whose body streams. It takes the very road the client's request takes (``ProxyCore.send``): the same
+forwarding headers, Host, request id, retry policy, per-tenant bound, timeouts and metrics; only the headers the
+policy passes are added (never another of the client's). ``exchange.client_body()`` reads the client's body itself
+(``100 Continue``, the idle timeout and aborts handled as for a forwarded body), for a policy that answers without
+calling ``next``, or that reads the start of the body before it decides (it then leaves what it read in
+``exchange.body_prefix`` for the upstream). ``Budget`` bounds what several reads hold together: each read takes its
+bytes from it before it keeps them.
 
 Only the proxy core prepares a response and writes to the client, after the outermost policy has returned: a
 header that any policy adds on any path (an early answer, an upstream error, a body over a cap, a HEAD) is sent.
@@ -28,9 +32,11 @@ and the response (and its body) last.
 from __future__ import annotations
 
 import abc
+import asyncio
 import enum
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aiohttp import hdrs, web
@@ -48,15 +54,18 @@ __all__ = (
     "BodyNotRead",
     "BodyTooLarge",
     "BodyUnavailable",
+    "Budget",
     "Exchange",
     "Flow",
     "Next",
+    "Pieces",
     "Policy",
     "Refuse",
     "Reply",
     "RequestBodyFilter",
     "ResponseBodyFilter",
     "Services",
+    "SubRequest",
     "UpstreamFailed",
 )
 
@@ -227,7 +236,63 @@ async def _one(data: bytes) -> AsyncIterator[bytes]:
         yield data
 
 
+class Pieces(Body):
+    """A body in hand as pieces (bytes, or views into larger bytes: a body assembled without being copied whole),
+    sent as they are; pieces smaller than ``piece`` are gathered up to it, larger ones go in slices of it."""
+
+    def __init__(self, pieces: list[bytes | memoryview], piece: int = 1 << 20) -> None:
+        self._pieces = pieces
+        self._piece = piece
+        self.length = sum(len(p) for p in pieces)
+
+    async def chunks(self, *, as_they_come: bool = False) -> AsyncIterator[bytes]:
+        pieces, self._pieces = self._pieces, []
+        size = self._piece
+        gathered: list[bytes | memoryview] = []
+        held = 0
+        for piece in pieces:
+            if len(piece) >= size:
+                if gathered:
+                    yield b"".join(gathered)
+                    gathered, held = [], 0
+                view = memoryview(piece)
+                for at in range(0, len(view), size):
+                    yield bytes(view[at : at + size])
+                continue
+            gathered.append(piece)
+            held += len(piece)
+            if held >= size:
+                yield b"".join(gathered)
+                gathered, held = [], 0
+        if gathered:
+            yield b"".join(gathered)
+
+    def close(self) -> None:
+        self._pieces = []
+
+
+class Budget:
+    """Bytes that several reads may hold together (the pages of one backfill, read in parallel): each read takes
+    what it keeps from it before it keeps it, so that the reads together never hold more than ``limit``."""
+
+    __slots__ = ("limit", "left")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.left = limit
+
+    def take(self, n: int) -> bool:
+        """Reserve ``n`` bytes; False (nothing reserved) when fewer are left."""
+        if n > self.left:
+            return False
+        self.left -= n
+        return True
+
+
 # --- the reply --------------------------------------------------------------------------------------------------
+
+# ``Reply.read``: a body at least this large is joined off the event loop.
+_JOIN_ON_LOOP = 1 << 20
 
 
 class Reply:
@@ -290,15 +355,16 @@ class Reply:
     def add_filter(self, response_filter: ResponseBodyFilter) -> None:
         self._filters.append(response_filter)
 
-    async def read(self, cap: int) -> bytes:
+    async def read(self, cap: int, *, budget: Budget | None = None) -> bytes:
         """The whole body (through the filters added so far), at most ``cap`` bytes; it becomes the reply's body.
 
-        Over the cap: ``BodyTooLarge``, and the reply still sends all of it. A source that fails part way:
-        ``BodyUnavailable``, and the reply is now the proxy core's answer for that failure.
+        Over the cap, or over what ``budget`` has left (each piece is taken from it before it is kept):
+        ``BodyTooLarge``, and the reply still sends all of it (what the budget gave for it stays taken). A source
+        that fails part way: ``BodyUnavailable``, and the reply is now the proxy core's answer for that failure.
         """
         body = self._body
         if isinstance(body, bytes) and not self._filters:
-            if len(body) > cap:
+            if len(body) > cap or (budget is not None and not budget.take(len(body))):
                 raise BodyTooLarge()
             return body
         source = self.take_body()
@@ -310,13 +376,17 @@ class Reply:
             async for piece in pieces:
                 chunks.append(piece)
                 size += len(piece)
-                if size > cap:
+                if size > cap or (budget is not None and not budget.take(len(piece))):
                     self._body = _Prefixed(chunks, pieces, source, source.length)
                     raise BodyTooLarge()
         except BodyBroken as broken:
             self._become(broken.reply)
             raise BodyUnavailable() from broken
-        data = b"".join(chunks)
+        if size < _JOIN_ON_LOOP:
+            data = b"".join(chunks)
+        else:
+            # A large body is joined on a worker thread (the copy lets the GIL go): the event loop is not held.
+            data = await asyncio.get_running_loop().run_in_executor(None, b"".join, chunks)
         self._body = data
         return data
 
@@ -326,7 +396,7 @@ class Reply:
         self._body = b""
         self._filters = []
 
-    def set_body(self, data: bytes) -> None:
+    def set_body(self, data: bytes | Body) -> None:
         """Replace the body (a stream that was not read is let go). Filters added before no longer apply."""
         self._close_stream()
         self._body = data
@@ -364,16 +434,27 @@ class UpstreamFailed(Exception):
         self.reply = reply
 
 
+@dataclass(slots=True)
+class SubRequest:
+    """One request of a policy's own, as the proxy core sent it (the access log and the metrics read them)."""
+
+    purpose: str  # what the policy named it (bounded: a metric label)
+    method: str
+    status: int | None = None  # the response head's; None when none came
+    error: str | None = None  # connect | timeout | reset | busy | other, when no response head came
+    seconds: float = 0.0  # from sending it to its response head (or its failure)
+
+
 class Services(abc.ABC):
     """What the proxy core does for a policy besides forwarding its request (see ``Exchange.fetch``)."""
 
     @abc.abstractmethod
     async def fetch(self, exchange: Exchange, method: str, path: str, *, query: str = "",
-                    headers: Mapping[str, str] | None = None, body: bytes | AsyncIterator[bytes] | None = None
-                    ) -> Reply: ...
+                    headers: Mapping[str, str] | None = None, body: bytes | AsyncIterator[bytes] | None = None,
+                    purpose: str = "policy") -> Reply: ...
 
     @abc.abstractmethod
-    def client_body(self, exchange: Exchange) -> AsyncIterator[bytes]: ...
+    def client_body(self, exchange: Exchange, *, idle_timeout: float | None = None) -> AsyncGenerator[bytes, None]: ...
 
 
 # --- the exchange -----------------------------------------------------------------------------------------------
@@ -393,8 +474,9 @@ class Exchange:
     """What the gateway knows about one request while it is being served; made once it is classified."""
 
     __slots__ = ("request", "start", "tenant", "route", "params", "path", "query", "method", "request_id",
-                 "upstream_headers", "request_filters", "decisions", "notes", "upstream_seconds", "upstream_error",
-                 "upstream_error_kind", "upstream_retries", "body_error", "services", "body_prefix", "_client")
+                 "request_id_header", "upstream_headers", "request_filters", "decisions", "notes", "upstream_seconds",
+                 "upstream_error", "upstream_error_kind", "upstream_retries", "body_error", "services", "body_prefix",
+                 "subrequests", "_client")
 
     def __init__(self, request: web.BaseRequest, start: float, tenant: Tenant, route: Route,
                  params: dict[str, str], path: str, query: str, method: str) -> None:
@@ -408,6 +490,9 @@ class Exchange:
         # Effective method (method-override headers and ``_method`` included): what the upstream receives.
         self.method = method
         self.request_id: str | None = None
+        # The header every upstream request of this exchange carries its id in (the client's own and each request
+        # of a policy's own): the request_id policy's ``header``.
+        self.request_id_header = "X-Request-Id"
         # Headers the upstream request gets on top of (value) or without (None) the client's.
         self.upstream_headers: dict[str, str | None] = {}
         # Request-body filters, in chain order (outermost policy first).
@@ -420,11 +505,15 @@ class Exchange:
         self.upstream_seconds: float | None = None  # from sending upstream to its response head
         self.upstream_error: str | None = None  # "<kind>: <error>", or "body_reset" / "body_timeout" mid-body
         self.upstream_error_kind: str | None = None  # connect | timeout | reset | other
-        self.upstream_retries: list[str] = []  # why the request was sent again ("unsent", "safe_method")
+        # Why a request was sent again ("unsent", "safe_method"): the client's, and those of a policy's own.
+        self.upstream_retries: list[str] = []
         self.body_error: str | None = None  # the request body: "aborted" (client gone), "timeout", "malformed"
         self.services: Services | None = None  # set by the gateway: the proxy core
-        # Body bytes the edge read before the chain ran (a form body's ``_method``): read again first, in order.
+        # Body bytes already read (by the edge for a form body's ``_method``, or by a policy before it decided): sent
+        # upstream first, in order, then the rest of the body.
         self.body_prefix: list[bytes] = []
+        # The requests of a policy's own sent for this exchange (None until the first).
+        self.subrequests: list[SubRequest] | None = None
         self._client: str | None | _Unset = _UNSET
 
     @property
@@ -445,25 +534,28 @@ class Exchange:
         return client
 
     async def fetch(self, method: str, path: str, *, query: str = "", headers: Mapping[str, str] | None = None,
-                    body: bytes | AsyncIterator[bytes] | None = None) -> Reply:
+                    body: bytes | AsyncIterator[bytes] | None = None, purpose: str = "policy") -> Reply:
         """A request of the policy's own to this tenant's upstream: ``path`` and ``query`` as they go on the wire
-        (percent-encoded), ``headers`` on top of Host, the forwarding headers, Via and the request id. No header of
+        (percent-encoded), ``headers`` on top of what the client's own request would carry of the gateway's: Host,
+        the forwarding headers (``X-Forwarded-*``, ``Forwarded``, ``Via``) and the request id. No other header of
         the client's is sent unless given here (a bridge passes the client's own ``Authorization``, never another).
+        ``purpose`` names it in the metrics and the access log (a few lower-case words joined by ``_``).
 
         It waits for the tenant's turn and is retried like a forwarded request; its answer's body streams (read it
         with ``reply.read(cap)``, or let it go with ``reply.discard()``). ``UpstreamFailed`` when no response head
         came; the caller bounds the total time (``asyncio.timeout``)."""
         if self.services is None:
             raise RuntimeError("this exchange is not served by a proxy core")
-        return await self.services.fetch(self, method, path, query=query, headers=headers, body=body)
+        return await self.services.fetch(self, method, path, query=query, headers=headers, body=body, purpose=purpose)
 
-    def client_body(self) -> AsyncIterator[bytes]:
-        """The client's request body as it arrives, for a policy that answers itself instead of calling ``next``:
-        ``100 Continue`` is sent first if asked for; a body that stops arriving, breaks or is abandoned raises
-        ``BodyBroken`` with the proxy core's answer (408, 400; ``body_error`` says which)."""
+    def client_body(self, *, idle_timeout: float | None = None) -> AsyncGenerator[bytes, None]:
+        """The client's request body as it arrives (``body_prefix`` first), for a policy that reads it itself:
+        ``100 Continue`` is sent first if asked for; a body that stops arriving (for ``idle_timeout``, by default
+        ``server.client_body_timeout``), breaks or is abandoned raises ``BodyBroken`` with the proxy core's answer
+        (408, 400; ``body_error`` says which)."""
         if self.services is None:
             raise RuntimeError("this exchange is not served by a proxy core")
-        return self.services.client_body(self)
+        return self.services.client_body(self, idle_timeout=idle_timeout)
 
     def ensure_request_id(self) -> str:
         """This request's id; one is made now if no ``request_id`` policy made one (an error answer names it)."""

@@ -19,13 +19,38 @@ import time
 from typing import Protocol, TextIO
 
 from aiohttp import hdrs, web
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from ..core.exchange import Exchange
+from ..core.exchange import Exchange, SubRequest
 from ..core.http import token_fingerprint
 from .metrics import NO_TENANT, Metrics
 from .usage import UsageTracker
 
-__all__ = ("AccessLogWriter", "LineSink", "Recorder")
+__all__ = ("AccessLogWriter", "LineSink", "Recorder", "SubRequestFamilies")
+
+_STATUS_CLASSES = ("0xx", "1xx", "2xx", "3xx", "4xx", "5xx")
+_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+class SubRequestFamilies:
+    """The requests of a policy's own (a bridge's lookups, pages, uploads), by what the policy named them."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "gateway_subrequests", "Requests a policy sent upstream of its own (the bridges' lookups, pages, uploads, "
+            "deletions), by tenant, purpose and result (the response's status class, or why none came: connect, "
+            "timeout, reset, busy, other).", ("tenant", "purpose", "result"), registry=registry,
+        )
+        self.duration = Histogram(
+            "gateway_subrequest_duration_seconds", "Time from sending a policy's own request to its response head, by "
+            "purpose.", ("purpose",), buckets=_BUCKETS, registry=registry,
+        )
+
+
+def _result(sub: SubRequest) -> str:
+    if sub.error is not None:
+        return sub.error
+    return _STATUS_CLASSES[min((sub.status or 0) // 100, 5)]
 
 
 class LineSink(Protocol):
@@ -69,6 +94,8 @@ class Recorder:
                 metrics.upstream_retries.labels(reason).inc()
             if exchange.notes.get("queue") == "full":
                 metrics.upstream_busy.inc()
+            if exchange.subrequests:
+                self._subrequests(exchange.tenant.name, exchange.subrequests)
             if exchange.decisions and self.usage is not None:
                 self.usage.record(exchange.decisions, client, request.headers.get(hdrs.USER_AGENT), tenant)
         if refused is not None:
@@ -81,7 +108,7 @@ class Recorder:
         # The line json.dumps(record, separators=(",", ":"), ensure_ascii=False) would write for the record
         # {time, request_id, tenant, route, method, path, status, bytes_in, bytes_out, duration, upstream_duration,
         # client[, refused][, effective_method][, decisions][, notes][, upstream_error][, upstream_retries]
-        # [, body_error]}, without
+        # [, body_error][, subrequests]}, without
         # building the dict and running the encoder's generic machinery: strings go through the encoder's escaping.
         bytes_in = request.content_length
         bytes_out = request.writer.output_size
@@ -109,7 +136,26 @@ class Recorder:
                 line += f',"upstream_retries":{_json_encode(exchange.upstream_retries)}'
             if exchange.body_error:
                 line += f',"body_error":{_json_string(exchange.body_error)}'
+            if exchange.subrequests:
+                counts: dict[str, dict[str, int]] = {}
+                for sub in exchange.subrequests:
+                    per = counts.setdefault(sub.purpose, {})
+                    result = str(sub.status) if sub.error is None else sub.error
+                    per[result] = per.get(result, 0) + 1
+                line += f',"subrequests":{_json_encode(counts)}'
         sink.write(line + "}")
+
+    def _subrequests(self, tenant: str, subrequests: list[SubRequest]) -> None:
+        """A policy's own requests: counted as the client's are (upstream errors, busy answers) and by purpose."""
+        metrics = self.metrics
+        families = metrics.families(SubRequestFamilies)
+        for sub in subrequests:
+            if sub.error == "busy":
+                metrics.upstream_busy.inc()
+            elif sub.error is not None:
+                metrics.upstream_errors.labels(sub.error).inc()
+            families.requests.labels(tenant, sub.purpose, _result(sub)).inc()
+            families.duration.labels(sub.purpose).observe(sub.seconds)
 
 
 _json_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode

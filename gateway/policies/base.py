@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
 from ..core.exchange import Policy
+from ..core.spool import SpoolArea
 from ..rollout.behaviour import Behaviour
 from ..rollout.clock import Clock
 from ..rollout.plan import RolloutPlan
@@ -49,6 +50,8 @@ class BuildContext:
     timezone: dt.tzinfo  # rollout.timezone: the zone in which configured dates begin
     rollout: RolloutPlan  # built once per config: every policy asks this one for phases
     families: Families
+    # The process's spool area (one budget for every policy's spool files; swept of dead processes' files at start).
+    spool: SpoolArea = field(default_factory=SpoolArea)
 
 
 @dataclass(frozen=True, slots=True)

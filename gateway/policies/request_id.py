@@ -1,4 +1,7 @@
-"""request_id: keep the client's request id or make one, forward it upstream and echo it on every answer."""
+"""request_id: keep the client's request id or make one, forward it upstream and echo it on every answer.
+
+Every request the gateway sends upstream for the exchange carries it under ``header``: the client's own and each
+request of a policy's own (the proxy core adds it, ``Exchange.request_id_header``)."""
 
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         else:
             rid = new_request_id()
         exchange.request_id = rid
-        exchange.upstream_headers[header] = rid
+        exchange.request_id_header = header
         reply = await next(exchange)
         reply.headers[header] = rid
         return reply

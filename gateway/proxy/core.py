@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Mapping
 
 import aiohttp
 from aiohttp import hdrs
 from multidict import CIMultiDict, CIMultiDictProxy, istr
 from yarl import URL
 
-from ..core.exchange import Body, BodyBroken, Exchange, Refuse, Reply, Services, UpstreamFailed
+from ..core.exchange import Body, BodyBroken, Exchange, Refuse, Reply, Services, SubRequest, UpstreamFailed
 from ..core.http import HOP_BY_HOP, connection_tokens
 from .gate import Gate
 from .request_body import RequestBody, client_chunks
@@ -178,11 +178,30 @@ class _Declared(Body):
 
 # A path or query a policy sends on its own: already percent-encoded, nothing that would change the request line.
 _WIRE_TARGET = re.compile(r"[\x21-\x7e]*")
+_PURPOSE = re.compile(r"[a-z][a-z0-9_]{0,39}")
+# The forwarding headers: what a request of a policy's own carries of the client's request (as the client's own
+# request carries them), besides the request id. Names starting with ``x-forwarded-`` are forwarding headers too.
+_FORWARDING = frozenset({"forwarded", "via", "x-real-ip", "x-client-ip"})
+
+
+def _is_forwarding(name: str) -> bool:
+    lower = name.lower()
+    return lower in _FORWARDING or lower.startswith("x-forwarded-")
+
+
+class _NoAnswer(Exception):
+    """The upstream gave no usable response head (``ProxyCore.send``): ``kind`` as in gateway_upstream_errors_total
+    (or ``busy``), ``reply`` the proxy core's answer for it."""
+
+    def __init__(self, kind: str, reply: Reply) -> None:
+        super().__init__(kind)
+        self.kind = kind
+        self.reply = reply
 
 
 class ProxyCore(Services):
     """Forwards a classified request to its tenant's upstream over the pooled connections of one client; does the
-    same for the requests of a policy's own (``Exchange.fetch``)."""
+    same for the requests of a policy's own (``Exchange.fetch``). Both go through ``send``: the one road."""
 
     def __init__(self, client: UpstreamClient, *, trust_forwarded: bool = False, forwarded_header: bool = False,
                  body_timeout: float = 60.0, max_concurrent_per_tenant: int = 0, queue_timeout: float = 1.0) -> None:
@@ -201,48 +220,136 @@ class ProxyCore(Services):
         tenant = exchange.tenant
         return host, host if (tenant.preserve_host and host) else tenant.upstream_host_header
 
-    async def fetch(self, exchange: Exchange, method: str, path: str, *, query: str = "",
-                    headers: Mapping[str, str] | None = None, body: bytes | AsyncIterator[bytes] | None = None
-                    ) -> Reply:
-        if not (path.startswith("/") and _WIRE_TARGET.fullmatch(path) and _WIRE_TARGET.fullmatch(query)):
-            raise ValueError("a policy's request target must be a percent-encoded absolute path")
-        request = exchange.request
-        host, upstream_host = self._host(exchange)
-        sent = CIMultiDict(((hdrs.HOST, upstream_host),))
-        sent[hdrs.X_FORWARDED_FOR] = request.remote or "unknown"
-        sent[hdrs.X_FORWARDED_PROTO] = request.scheme
-        if host:
-            sent[hdrs.X_FORWARDED_HOST] = host
-        sent[hdrs.VIA] = VIA
-        if exchange.request_id:
-            sent["X-Request-Id"] = exchange.request_id
-        if headers:
-            sent.update(headers)
-        data: AsyncIterable[bytes] | None
-        if isinstance(body, bytes):
-            sent[hdrs.CONTENT_LENGTH] = str(len(body))
-            data = _one_chunk(body) if body else None
-        else:
-            data = body
+    # --- the one road ----------------------------------------------------------------------------------------------
+
+    async def send(self, exchange: Exchange, method: str, path: str, query: str,
+                   body: AsyncIterable[bytes] | None, *, own: Mapping[str, str] | None = None,
+                   purpose: str | None = None) -> tuple[aiohttp.ClientResponse, Gate | None]:
+        """Every request the gateway sends upstream goes through here: the client's own (``purpose`` None: the
+        client's headers, filtered) and each of a policy's own (``own``: the only headers of its choosing).
+
+        Here, and only here: the headers are built (``headers``: Host, the forwarding headers, Via, the request id),
+        the tenant's turn in ``max_concurrent_per_tenant`` is taken, the request is sent with the upstream client's
+        retry policy and timeouts, and what happened is recorded on the exchange (for the access log and the
+        metrics). Returns the response (head read, body streaming) and the turn to give back once its body is done
+        with; raises ``_NoAnswer`` (no response head), or what the request body raised."""
+        headers = self.headers(exchange, own, client=purpose is None)
+        if purpose is None and exchange.request_filters and any(f.changes_length for f in exchange.request_filters):
+            headers.popall(hdrs.CONTENT_LENGTH, None)
         url = _upstream_url(exchange, path, query)
+        record: SubRequest | None = None
+        if purpose is not None:
+            record = SubRequest(purpose, method)
+            if exchange.subrequests is None:
+                exchange.subrequests = []
+            exchange.subrequests.append(record)
+        started = time.monotonic()
         turn = await self._turn(exchange)
         if isinstance(turn, Reply):
-            raise UpstreamFailed("busy", turn)
+            if record is not None:
+                record.error, record.seconds = "busy", time.monotonic() - started
+            else:
+                exchange.notes["queue"] = "full"
+            raise _NoAnswer("busy", turn)
         gate = turn
+        started = time.monotonic()
         try:
-            upstream = await self.client.request(method, url, sent, data, exchange.upstream_retries)
+            response = await self.client.request(method, url, headers, body, exchange.upstream_retries)
         except BaseException as err:
             if gate is not None:
                 gate.leave()
             if not isinstance(err, _UPSTREAM_ERRORS):
                 raise
             status, kind, code, message = _error_kind(err)
-            raise UpstreamFailed(kind, Reply.error(status, code, message, exchange.ensure_request_id())) from err
+            if record is not None:
+                record.error, record.seconds = kind, time.monotonic() - started
+            raise _NoAnswer(kind, Reply.error(status, code, message, exchange.ensure_request_id())) from err
+        seconds = time.monotonic() - started
+        if record is not None:
+            record.status, record.seconds = response.status, seconds
+        else:
+            exchange.upstream_seconds = seconds
+        return response, gate
+
+    def headers(self, exchange: Exchange, own: Mapping[str, str] | None = None, *, client: bool = True
+                ) -> CIMultiDict[str]:
+        """The headers of one upstream request of ``exchange``, Host first (where aiohttp puts it).
+
+        The client's own request (``client``): the client's headers without hop-by-hop ones, then the forwarding
+        headers, Via, the request id, and what the policies asked for (``exchange.upstream_headers``). A request of
+        a policy's own: Host, the same forwarding headers, Via and request id, then ``own``; nothing else of the
+        client's.
+
+        ``X-Forwarded-For``: every line the client sent, combined, then the client's address appended. Without
+        ``trust_forwarded_headers`` the client's ``Forwarded``, ``X-Real-IP`` and ``X-Client-IP`` are removed and
+        ``X-Forwarded-Proto``/``-Host`` set by the gateway: the upstream sees no address the gateway does not vouch
+        for as the last hop's. With ``forwarded_header``, an RFC 7239 ``Forwarded`` element for this hop is sent
+        (appended to the client's only when it is trusted)."""
+        request = exchange.request
+        incoming = request.headers
+        host, upstream_host = self._host(exchange)
+        passed = CIMultiDict(incoming)
+        _drop(passed, self._drop_names, incoming)
+        headers = CIMultiDict(((hdrs.HOST, upstream_host),))
+        if client:
+            headers.extend(passed)
+            if hdrs.CONTENT_LENGTH in headers:
+                headers[hdrs.CONTENT_LENGTH] = str(request.content_length)  # "05" reaches the upstream as "5"
+        else:
+            # Of the client's headers, the forwarding ones only: where they pass, they pass on every request.
+            headers.extend((name, value) for name, value in passed.items() if _is_forwarding(name))
+        client_ip = request.remote or "unknown"
+        claimed = [v.strip() for v in incoming.getall(hdrs.X_FORWARDED_FOR, ()) if v.strip()]
+        headers[hdrs.X_FORWARDED_FOR] = ", ".join([*claimed, client_ip])
+        if not (self.trust_forwarded and hdrs.X_FORWARDED_PROTO in incoming):
+            headers[hdrs.X_FORWARDED_PROTO] = request.scheme
+        if host and not (self.trust_forwarded and hdrs.X_FORWARDED_HOST in incoming):
+            headers[hdrs.X_FORWARDED_HOST] = host
+        if self.forwarded_header:
+            element = _forwarded_element(client_ip, request.scheme, host)
+            earlier = ", ".join(incoming.getall(hdrs.FORWARDED, ())) if self.trust_forwarded else ""
+            headers[hdrs.FORWARDED] = f"{earlier}, {element}" if earlier else element
+        via = incoming.get(hdrs.VIA)
+        headers[hdrs.VIA] = f"{via}, {VIA}" if via else VIA
+        if exchange.request_id is not None:
+            headers[exchange.request_id_header] = exchange.request_id
+        if client:
+            for name, value in exchange.upstream_headers.items():
+                if value is None:
+                    headers.popall(name, None)
+                else:
+                    headers[name] = value
+        elif own:
+            headers.update(own)
+        return headers
+
+    # --- a policy's own requests ----------------------------------------------------------------------------------
+
+    async def fetch(self, exchange: Exchange, method: str, path: str, *, query: str = "",
+                    headers: Mapping[str, str] | None = None, body: bytes | AsyncIterator[bytes] | None = None,
+                    purpose: str = "policy") -> Reply:
+        if not (path.startswith("/") and _WIRE_TARGET.fullmatch(path) and _WIRE_TARGET.fullmatch(query)):
+            raise ValueError("a policy's request target must be a percent-encoded absolute path")
+        if not _PURPOSE.fullmatch(purpose):
+            raise ValueError("a policy's request purpose is a few lower-case words joined by '_'")
+        own = dict(headers) if headers else {}
+        data: AsyncIterable[bytes] | None
+        if isinstance(body, bytes):
+            own[hdrs.CONTENT_LENGTH] = str(len(body))
+            data = _one_chunk(body) if body else None
+        else:
+            data = body
+        try:
+            upstream, gate = await self.send(exchange, method, path, query, data, own=own, purpose=purpose)
+        except _NoAnswer as failed:
+            raise UpstreamFailed(failed.kind, failed.reply) from failed.__cause__
         if not 200 <= upstream.status <= 599:
             # No interim answer is expected (no Expect is sent) and none is relayed: a 1xx here is as invalid as 999.
             upstream.close()
             if gate is not None:
                 gate.leave()
+            assert exchange.subrequests is not None
+            exchange.subrequests[-1].error = "other"
             raise UpstreamFailed("other", Reply.error(502, "UPSTREAM_ERROR", "the upstream service sent an invalid "
                                                       "response", exchange.ensure_request_id()))
         raw = upstream.headers
@@ -257,49 +364,16 @@ class ProxyCore(Services):
         return Reply(upstream.status, answer, UpstreamBody(upstream, exchange, length, gate, record=False),
                      reason=upstream.reason)
 
-    def client_body(self, exchange: Exchange) -> AsyncIterator[bytes]:
-        return _client_body(exchange, self.body_timeout)
+    def client_body(self, exchange: Exchange, *, idle_timeout: float | None = None) -> AsyncGenerator[bytes, None]:
+        return _client_body(exchange, self.body_timeout if idle_timeout is None else idle_timeout)
 
     def upstream_headers(self, exchange: Exchange) -> CIMultiDict[str]:
-        """The client's headers without hop-by-hop ones, Host first (where aiohttp puts it), then the forwarding
-        headers, Via, and what the policies asked for.
+        """The client's own request's headers (``headers``)."""
+        return self.headers(exchange)
 
-        ``X-Forwarded-For``: every line the client sent, combined, then the client's address appended. Without
-        ``trust_forwarded_headers`` the client's ``Forwarded``, ``X-Real-IP`` and ``X-Client-IP`` are removed and
-        ``X-Forwarded-Proto``/``-Host`` set by the gateway: the upstream sees no address the gateway does not vouch
-        for as the last hop's. With ``forwarded_header``, an RFC 7239 ``Forwarded`` element for this hop is sent
-        (appended to the client's only when it is trusted)."""
-        request = exchange.request
-        incoming = request.headers
-        host, upstream_host = self._host(exchange)
-        forwarded = CIMultiDict(incoming)
-        _drop(forwarded, self._drop_names, incoming)
-        headers = CIMultiDict(((hdrs.HOST, upstream_host),))
-        headers.extend(forwarded)
-        if hdrs.CONTENT_LENGTH in headers:
-            headers[hdrs.CONTENT_LENGTH] = str(request.content_length)  # "05" reaches the upstream as "5"
-        client_ip = request.remote or "unknown"
-        claimed = [v.strip() for v in incoming.getall(hdrs.X_FORWARDED_FOR, ()) if v.strip()]
-        headers[hdrs.X_FORWARDED_FOR] = ", ".join([*claimed, client_ip])
-        if not (self.trust_forwarded and hdrs.X_FORWARDED_PROTO in incoming):
-            headers[hdrs.X_FORWARDED_PROTO] = request.scheme
-        if host and not (self.trust_forwarded and hdrs.X_FORWARDED_HOST in incoming):
-            headers[hdrs.X_FORWARDED_HOST] = host
-        if self.forwarded_header:
-            element = _forwarded_element(client_ip, request.scheme, host)
-            earlier = ", ".join(incoming.getall(hdrs.FORWARDED, ())) if self.trust_forwarded else ""
-            headers[hdrs.FORWARDED] = f"{earlier}, {element}" if earlier else element
-        via = incoming.get(hdrs.VIA)
-        headers[hdrs.VIA] = f"{via}, {VIA}" if via else VIA
-        for name, value in exchange.upstream_headers.items():
-            if value is None:
-                headers.popall(name, None)
-            else:
-                headers[name] = value
-        return headers
+    # --- the client's request -------------------------------------------------------------------------------------
 
     async def __call__(self, exchange: Exchange) -> Reply:
-        headers = self.upstream_headers(exchange)
         body: AsyncIterable[bytes] | None = None
         filtered: RequestBody | None = None
         if exchange.has_body:
@@ -307,35 +381,25 @@ class ProxyCore(Services):
                 primed = await filtered_body(exchange, self.body_timeout)
                 if isinstance(primed, Reply):
                     return primed
-                if any(f.changes_length for f in exchange.request_filters):
-                    headers.popall(hdrs.CONTENT_LENGTH, None)
                 body = filtered = primed
             else:
                 body = client_chunks(exchange, self.body_timeout)
-        url = _upstream_url(exchange, exchange.path, exchange.query)
-        turn = await self._turn(exchange)
-        if isinstance(turn, Reply):
-            exchange.notes["queue"] = "full"
-            if exchange.has_body:
-                turn.close_connection = True  # its body is unread
-            return turn
-        gate = turn
-        started = time.monotonic()
         try:
             # The classified (effective) method, not the request line's: an upstream that ignores a method override
             # must not act on a method whose route chain the request never went through.
-            upstream = await self.client.request(exchange.method, url, headers, body, exchange.upstream_retries)
-        except BaseException as err:
-            if gate is not None:
-                gate.leave()
-            if not isinstance(err, _UPSTREAM_ERRORS):
-                raise
+            upstream, gate = await self.send(exchange, exchange.method, exchange.path, exchange.query, body)
+        except _NoAnswer as failed:
+            if failed.kind == "busy":
+                if exchange.has_body:
+                    failed.reply.close_connection = True  # its body is unread
+                return failed.reply
             if filtered is not None and filtered.refused is not None:
                 return filtered.refused.reply
             if exchange.body_error is not None:
                 return body_error_reply(exchange)
-            return upstream_error_reply(exchange, err)
-        exchange.upstream_seconds = time.monotonic() - started
+            cause = failed.__cause__
+            assert cause is not None
+            return upstream_error_reply(exchange, cause)
         if upstream.status == 101:
             # The gateway asks for no upgrade (Upgrade is hop-by-hop): a switch of protocols it did not ask for cannot
             # be relayed, and the connection can no longer be read as HTTP.
@@ -399,7 +463,7 @@ async def _one_chunk(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
 
-async def _client_body(exchange: Exchange, timeout: float) -> AsyncIterator[bytes]:
+async def _client_body(exchange: Exchange, timeout: float) -> AsyncGenerator[bytes, None]:
     """``client_chunks`` for a policy: a failure is ``BodyBroken`` with the proxy core's answer."""
     try:
         async for chunk in client_chunks(exchange, timeout):

@@ -22,6 +22,8 @@ from ..core.exchange import BodyBroken, Reply
 __all__ = ("Delivery", "send")
 
 _BODY_ERRORS = (ConnectionError, aiohttp.ClientPayloadError, HttpProcessingError)
+# A body in hand up to this size leaves with its head in one write; a larger one a piece of this size at a time.
+_ONE_WRITE = 1 << 20
 
 
 class Delivery:
@@ -50,14 +52,28 @@ async def send(request: web.BaseRequest, reply: Reply, delivery: Delivery | None
         del headers[hdrs.CONTENT_LENGTH]
     linger = reply.linger if reply.linger is not None and not request.content.is_eof() else None
     empty = must_be_empty_body(request.method, reply.status)
-    if isinstance(body, bytes):
-        response: web.StreamResponse = _WholeBody(status=reply.status, reason=reply.reason, _real_headers=headers)
+    if isinstance(body, bytes) and len(body) > _ONE_WRITE:
+        # A large body in hand goes a piece at a time: one write would copy all of it into the transport's buffer at
+        # once, holding the event loop.
+        response = web.StreamResponse(status=reply.status, reason=reply.reason, _real_headers=headers)
+        response.content_length = len(body)
+        if reply.close_connection or linger is not None:
+            response.force_close()
+        await response.prepare(request)
+        if not empty:
+            view = memoryview(body)
+            for at in range(0, len(body), _ONE_WRITE):
+                await response.write(view[at : at + _ONE_WRITE])
+        await response.write_eof()
+    elif isinstance(body, bytes):
+        response = _WholeBody(status=reply.status, reason=reply.reason, _real_headers=headers)
         response.content_length = len(body)
         if reply.close_connection or linger is not None:
             response.force_close()
         await response.prepare(request)
         await response.write_eof(b"" if empty else body)
     else:
+        assert not isinstance(body, bytes)
         response = web.StreamResponse(status=reply.status, reason=reply.reason, _real_headers=headers)
         if body.length is not None:
             response.content_length = body.length

@@ -136,7 +136,7 @@ class _Interleaved:
         await self.before(kw.get("query", ""))
         return await self.services.fetch(exchange, method, path, **kw)  # type: ignore[no-any-return]
 
-    def client_body(self, exchange: Exchange) -> Any:
+    def client_body(self, exchange: Exchange, *, idle_timeout: float | None = None) -> Any:
         raise NotImplementedError
 
 
@@ -176,7 +176,7 @@ class _Fake:
         self.answer = answer
 
     async def fetch(self, exchange: Exchange, method: str, path: str, *, query: str = "", headers: Any = None,
-                    body: Any = None) -> Reply:
+                    body: Any = None, purpose: str = "policy") -> Reply:
         saved = exchange.query
         exchange.query = query
         try:
@@ -184,7 +184,7 @@ class _Fake:
         finally:
             exchange.query = saved
 
-    def client_body(self, exchange: Exchange) -> Any:
+    def client_body(self, exchange: Exchange, *, idle_timeout: float | None = None) -> Any:
         raise NotImplementedError
 
 

@@ -294,13 +294,17 @@ async def test_a_token_without_access_gets_the_services_answer_and_uploads_nothi
     assert status == 403 and headers["X-Gateway-Upload-Upgrade"] == "denied; reason=upload_status_403"
     # The card's uid came from a lookup the service answered, but the client was refused: it is not told the uid.
     assert card.uid not in str(headers)
-    # Once the id mapping is cached (from a client who may write), a client who may not is still refused by the
-    # service on the upload itself, and learns nothing of the card from the gateway.
+    # Once a client who may write has had the id mapping cached, a client who may not gets exactly what it got
+    # before (issue 27: the cache is kept per token, so the answer and the requests sent do not tell it that someone
+    # used the card): its own lookup, refused; no upload; nothing of the card from the gateway.
     status, headers, _ = await send("PUT", f"{gw.url}/api/v1/cards/{card.id}/files", body)
     assert status == 200
     uploaded = restricted(sandbox)
+    before = len(await journal(sandbox))
     status, headers, answer = await send("PUT", f"{gw.url}/api/v1/cards/{card.id}/files", body, auth="Bearer nope")
-    assert status == 401 and headers["X-Gateway-Upload-Upgrade"] == "denied; reason=upload_status_401"
+    assert status == 401 and headers["X-Gateway-Upload-Upgrade"] == "denied; reason=lookup_status_401"
+    assert [(e["method"], e["path"]) for e in (await journal(sandbox))[before:]] == [
+        ("GET", f"/api/v1/cards/{card.id}")]
     text = answer.decode() if isinstance(answer, bytes) else json.dumps(answer)
     assert card.uid not in str(headers) and card.uid not in text
     assert restricted(sandbox) == uploaded

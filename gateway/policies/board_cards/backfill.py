@@ -5,23 +5,42 @@ Pages are fetched with the client's own ``Authorization`` (never another credent
 Consecutive pages overlap by ``overlap`` cards: page k+1 must contain the last card of page k, which proves that no
 card was skipped between them even if the list shifted while it was read; cards seen twice (a card inserted in
 front moves the next page's window) are dropped by id. A link that does not hold is read once more; if it still
-does not hold, the backfill fails as ``inconsistent``. Every bound (pages, cards, bytes, time) fails it likewise:
-the caller then serves the upstream's board as it came, never a partial array presented as whole.
+does not hold, the backfill fails as ``inconsistent``, as does a page longer than its limit or holding a card of
+another board. Every bound (pages, cards, bytes, time) fails it likewise: the caller then serves the upstream's board
+as it came, never a partial array presented as whole.
+
+Bounds hold by construction:
+
+- **bytes**: one ``Budget`` of ``max_bytes`` for the whole backfill; every piece of every page body is taken from it
+  before it is kept, so pages read in parallel never hold more than ``max_bytes`` together (a page that declares a
+  longer body than what is left is refused before it is read);
+- **a page's length**: the scanner counts its elements without making an object of any, and a page of more than
+  ``page_size`` is refused before any card is looked at;
+- **copies**: a card of a large page is a view into it (``Filled.cards``), never copied: the answer is assembled from
+  views;
+- **the event loop**: a page is scanned and its cards read (only their ``id`` and ``board_id``) on a worker thread:
+  the scanner releases the GIL, a small card is parsed whole (well under a millisecond), a large one is walked with
+  ``bytes.find`` between its strings without being parsed, in steps that let the event loop run; the walk stops
+  when the backfill is given up (its timeout).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ...core.exchange import BodyNotRead, BodyTooLarge, Exchange, UpstreamFailed
+from ...core.exchange import BodyNotRead, BodyTooLarge, Budget, Exchange, UpstreamFailed
 from . import json_splice
 
-__all__ = ("REASONS", "BackfillFailed", "BackfillOptions", "Filled", "fetch_cards")
+__all__ = ("REASONS", "BackfillFailed", "BackfillOptions", "CardBackfill", "Filled", "fetch_cards")
 
 LIST_PATH = "/api/latest/cards"
 MiB = 1 << 20
@@ -31,6 +50,16 @@ REASONS = ("forbidden", "page_error", "upstream_error", "timeout", "too_many_pag
 # A card's id, as cards are told apart by it (spec: a number; a string is as good). Anything else (null, an object)
 # could make two cards look like one, and the list shorter than it is.
 _ID_TYPES = (int, str)
+# A page smaller than this is read on the event loop (well under a millisecond of work); a larger one on a worker.
+_ON_LOOP = 128 << 10
+# A card up to this size is parsed whole on the worker thread (a fraction of a millisecond); a larger one is walked.
+_PARSED_WHOLE = 64 << 10
+# The most bytes one id or board_id may take as written (a number of 4,300 digits would not even parse).
+_ID_BYTES = 256
+# The walker counts brackets in windows of this size, and checks whether it should stop every so many strings.
+_WINDOW = 1 << 20
+_CHECK_EVERY = 4096
+_ABSENT = object()
 
 
 class BackfillOptions(BaseModel):
@@ -66,7 +95,8 @@ class BackfillFailed(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Filled:
-    cards: list[bytes]  # each card's raw JSON, in the list's order
+    # Each card's raw JSON, in the list's order: views into the page bodies (never copied; ``fetch_cards``: bytes).
+    cards: Sequence[bytes | memoryview]
     pages: int  # page requests made
 
 
@@ -74,18 +104,53 @@ class Filled:
 class _Page:
     offset: int
     ids: list[object]
-    raw: list[bytes]
+    raw: Sequence[bytes | memoryview]
+
+
+class _Stopped(Exception):
+    """The backfill was given up while a page was being read on the worker thread."""
+
+
+class CardBackfill:
+    """Built once per route: the options, and the worker thread(s) pages are read on (``None``: asyncio's default
+    executor)."""
+
+    def __init__(self, options: BackfillOptions, executor: Executor | None = None) -> None:
+        self.options = options
+        self.executor = executor
+
+    async def cards(self, exchange: Exchange, board: str, want: int | None) -> Filled:
+        """The board's cards in the list's order: all of them (``want`` None) or the first ``want``."""
+        options = self.options
+        reader = _Reader(exchange, board, options, self.executor)
+        try:
+            async with asyncio.timeout(options.timeout):
+                cards = await _assemble(reader, want)
+        except TimeoutError:
+            raise BackfillFailed("timeout", f"not done within {options.timeout} s") from None
+        finally:
+            reader.stop.set()  # a page still being read on the worker thread stops there
+        return Filled(cards, reader.pages)
+
+
+async def fetch_cards(exchange: Exchange, board: str, want: int | None, options: BackfillOptions) -> Filled:
+    """``CardBackfill(options).cards(...)``, on asyncio's default executor, each card as bytes of its own."""
+    filled = await CardBackfill(options).cards(exchange, board, want)
+    return Filled([bytes(card) for card in filled.cards], filled.pages)
 
 
 class _Reader:
-    def __init__(self, exchange: Exchange, board: str, options: BackfillOptions) -> None:
+    def __init__(self, exchange: Exchange, board: str, options: BackfillOptions, executor: Executor | None) -> None:
         self.exchange = exchange
+        self.board = board
         # One query value, whatever the path segment holds ('&', '=', '+' escaped; its own escapes kept): the board
         # id cannot add a parameter (a second ``limit`` would cut every page short, and the list with it).
-        self.board = quote(board, safe="%!$'()*,:@")
+        self.board_query = quote(board, safe="%!$'()*,:@")
         self.options = options
+        self.executor = executor
         self.pages = 0
-        self.bytes_left = options.max_bytes
+        self.budget = Budget(options.max_bytes)
+        self.stop = threading.Event()
         auth = exchange.headers.get("Authorization")
         self.headers = {"Accept": "application/json"}
         if auth is not None:
@@ -96,9 +161,10 @@ class _Reader:
         if self.pages >= options.max_pages:
             raise BackfillFailed("too_many_pages", f"more than max_pages={options.max_pages} pages")
         self.pages += 1
-        query = f"board_id={self.board}&limit={options.page_size}&offset={offset}"
+        query = f"board_id={self.board_query}&limit={options.page_size}&offset={offset}"
         try:
-            reply = await self.exchange.fetch("GET", LIST_PATH, query=query, headers=self.headers)
+            reply = await self.exchange.fetch("GET", LIST_PATH, query=query, headers=self.headers,
+                                              purpose="backfill_page")
         except UpstreamFailed as failed:
             raise BackfillFailed("upstream_error", f"page at offset {offset}: {failed.kind}") from None
         if reply.status in (401, 403):
@@ -110,43 +176,178 @@ class _Reader:
         if reply.headers.get("Content-Encoding", "identity").strip().lower() != "identity":
             reply.discard()
             raise BackfillFailed("not_json", f"page at offset {offset}: content coding")
+        too_large = BackfillFailed("too_large", f"pages over max_bytes={options.max_bytes}")
+        declared = reply.length
+        if declared is not None and declared > self.budget.left:
+            reply.discard()
+            raise too_large
         try:
-            body = await reply.read(self.bytes_left)
+            body = await reply.read(options.max_bytes, budget=self.budget)
         except BodyTooLarge:
             reply.discard()
-            raise BackfillFailed("too_large", f"pages over max_bytes={options.max_bytes}") from None
+            raise too_large from None
         except BodyNotRead:
             raise BackfillFailed("upstream_error", f"page at offset {offset}: the body broke off") from None
-        self.bytes_left -= len(body)
         try:
-            raw = json_splice.array_elements(body)
-            parsed = json.loads(body)
-            ids = [card["id"] for card in parsed]
-            if not all(type(card_id) in _ID_TYPES for card_id in ids):
-                raise TypeError("an id that is not a number or a string")
-        except (json_splice.NotJSON, ValueError, TypeError, KeyError):
-            raise BackfillFailed("not_json", f"page at offset {offset} is not a JSON array of cards with ids") from None
-        if len(raw) > options.page_size:
-            raise BackfillFailed("inconsistent", f"page at offset {offset} is longer than its limit")
+            if len(body) < _ON_LOOP:
+                # A small page costs less than the trip to a worker thread (a millisecond at most).
+                ids, raw = _read_page(body, options.page_size, self.board, self.stop)
+            else:
+                ids, raw = await asyncio.get_running_loop().run_in_executor(
+                    self.executor, _read_page, body, options.page_size, self.board, self.stop)
+        except BackfillFailed as failed:
+            raise BackfillFailed(failed.reason, f"page at offset {offset}: {failed.detail}") from None
         return _Page(offset, ids, raw)
 
 
-async def fetch_cards(exchange: Exchange, board: str, want: int | None, options: BackfillOptions) -> Filled:
-    """The board's cards in the list's order: all of them (``want`` None) or the first ``want``."""
-    reader = _Reader(exchange, board, options)
+def _read_page(body: bytes, page_size: int, board: str, stop: threading.Event
+               ) -> tuple[list[object], Sequence[bytes | memoryview]]:
+    """(On the worker thread for a large page.) The page's cards (views into ``body``; a small page's are copies) and
+    their ids; ``BackfillFailed`` for a page that is not a list of cards of this board, or is longer than its
+    limit."""
     try:
-        async with asyncio.timeout(options.timeout):
-            cards = await _assemble(reader, want)
-    except TimeoutError:
-        raise BackfillFailed("timeout", f"not done within {options.timeout} s") from None
-    return Filled(cards, reader.pages)
+        spans = json_splice.array_spans(body, most=page_size)
+    except json_splice.TooManyElements:
+        raise BackfillFailed("inconsistent", "longer than its limit") from None
+    except json_splice.NotJSON:
+        raise BackfillFailed("not_json", "not a JSON array of cards with ids") from None
+    view = memoryview(body)
+    ids: list[object] = []
+    # A small page (counted already: at most page_size cards) is parsed whole, in one call; a larger one card by card.
+    whole = json.loads(body) if len(body) < _ON_LOOP else None
+    for i, (start, end) in enumerate(spans):
+        if stop.is_set():
+            raise _Stopped()
+        try:
+            if whole is not None:
+                card = whole[i]
+                if not isinstance(card, dict):
+                    raise TypeError("not an object")
+                card_id, board_id = card["id"], card.get("board_id", _ABSENT)
+            else:
+                card_id, board_id = _card_keys(body, start, end, stop)
+        except (ValueError, TypeError, KeyError, IndexError):
+            raise BackfillFailed("not_json", "not a JSON array of cards with ids") from None
+        if type(card_id) not in _ID_TYPES:
+            raise BackfillFailed("not_json", "a card id that is not a number or a string")
+        if board_id is not _ABSENT and not _same_board(board_id, board):
+            raise BackfillFailed("inconsistent", "a card of another board")
+        ids.append(card_id)
+    if whole is not None:
+        return ids, [body[start:end] for start, end in spans]  # small: copies cost less than views
+    return ids, [view[start:end] for start, end in spans]
 
 
-async def _assemble(reader: _Reader, want: int | None) -> list[bytes]:
+def _same_board(board_id: object, board: str) -> bool:
+    if type(board_id) is int:
+        return board.isdigit() and int(board) == board_id
+    return isinstance(board_id, str) and board_id == board
+
+
+def _card_keys(body: bytes, start: int, end: int, stop: threading.Event) -> tuple[object, object]:
+    """The ``id`` and ``board_id`` (``_ABSENT`` when it has none) of the card at ``body[start:end]``; KeyError without
+    an id, TypeError when it is not an object. ``body`` is an array the scanner checked by the JSON grammar."""
+    if end - start <= _PARSED_WHOLE:
+        parsed = json.loads(body[start:end])
+        if not isinstance(parsed, dict):
+            raise TypeError("not an object")
+        return parsed["id"], parsed.get("board_id", _ABSENT)
+    values = _top_level(body, start, end, ("id", "board_id"), stop)
+    board_id = values.get("board_id")
+    return (json.loads(values["id"]), _ABSENT if board_id is None else json.loads(board_id))
+
+
+_WS = frozenset(b" \t\r\n")
+_SCALAR = re.compile(rb'-?[0-9][0-9.eE+\-]*|true|false|null')
+_OPEN = (b"{", b"[")
+_CLOSE = (b"}", b"]")
+
+
+def _top_level(card: bytes, pos: int, n: int, names: tuple[str, ...], stop: threading.Event) -> dict[str, bytes]:
+    """The raw values (a string or a scalar, at most ``_ID_BYTES``) of the top-level members ``names`` of the large
+    JSON object at ``card[pos:n]``, without parsing it: each string is skipped with ``bytes.find``, and brackets are
+    counted between strings, so Python runs once per string and once per megabyte (the GIL changes hands
+    meanwhile). The last of a repeated name wins, as for ``json.loads``."""
+    while pos < n and card[pos] in _WS:
+        pos += 1
+    if pos >= n or card[pos] != 0x7B:
+        raise TypeError("not an object")
+    found: dict[str, bytes] = {}
+    depth = 0
+    strings = 0
+    while True:
+        quote_at = _find_quote(card, pos, n)
+        end = n if quote_at < 0 else quote_at
+        for window in range(pos, end, _WINDOW):
+            stop_at = min(end, window + _WINDOW)
+            depth += sum(card.count(c, window, stop_at) for c in _OPEN)
+            depth -= sum(card.count(c, window, stop_at) for c in _CLOSE)
+        if quote_at < 0:
+            return found
+        after = _string_end(card, quote_at, n)
+        strings += 1
+        if strings % _CHECK_EVERY == 0 and stop.is_set():
+            raise _Stopped()
+        if depth == 1 and _before(card, quote_at) in (0x7B, 0x2C):
+            key = card[quote_at:after]
+            name = key[1:-1].decode("utf-8", "replace") if b"\\" not in key else json.loads(key)
+            if name in names:
+                colon = after
+                while card[colon] in _WS:
+                    colon += 1
+                start = colon + 1
+                while card[start] in _WS:
+                    start += 1
+                if card[start] == 0x22:
+                    stop_at = _string_end(card, start, n)
+                else:
+                    m = _SCALAR.match(card, start, min(n, start + _ID_BYTES + 1))
+                    stop_at = m.end() if m is not None else start
+                if stop_at == start or stop_at - start > _ID_BYTES:
+                    raise TypeError(f"{name} is not a short string or a number")
+                found[name] = card[start:stop_at]
+                pos = stop_at
+                continue
+        pos = after
+
+
+def _find_quote(data: bytes, start: int, n: int) -> int:
+    """The next '"' in ``data[start:n]`` (-1: none), looked for a window at a time (each search holds the GIL)."""
+    while start < n:
+        at = data.find(b'"', start, min(n, start + _WINDOW))
+        if at >= 0:
+            return at
+        start += _WINDOW
+    return -1
+
+
+def _string_end(data: bytes, start: int, n: int) -> int:
+    """Just after the closing quote of the string whose opening quote is at ``start``."""
+    at = start
+    while True:
+        at = _find_quote(data, at + 1, n)
+        if at < 0:
+            raise ValueError("an unterminated string")
+        back = at - 1
+        while data[back] == 0x5C:
+            back -= 1
+        if (at - 1 - back) % 2 == 0:
+            return at + 1
+
+
+def _before(data: bytes, at: int) -> int:
+    """The last byte before ``at`` that is not whitespace."""
+    at -= 1
+    while at >= 0 and data[at] in _WS:
+        at -= 1
+    return data[at] if at >= 0 else -1
+
+
+async def _assemble(reader: _Reader, want: int | None) -> list[bytes | memoryview]:
     options = reader.options
     size = options.page_size
     step = size - options.overlap
-    cards: list[bytes] = []
+    cards: list[bytes | memoryview] = []
     seen: set[object] = set()
     last_id: object = None
     next_offset = 0

@@ -36,11 +36,16 @@ except ImportError:  # not built (no C compiler at install): the exact path give
     _native_scan = None
 NATIVE = _native_scan is not None  # whether the compiled scanner is there (board_cards warns when it is not)
 
-__all__ = ("Layout", "Member", "NotJSON", "array_elements", "drop", "scan", "set_member", "splice", "truncate")
+__all__ = ("Layout", "Member", "NotJSON", "TooManyElements", "array_elements", "array_spans", "drop", "scan",
+           "set_member", "splice", "truncate")
 
 
 class NotJSON(ValueError):
     """The body is not a JSON object this module can edit safely; ``str()`` says why, never with the body."""
+
+
+class TooManyElements(ValueError):
+    """``array_spans``: the array has more elements than the caller takes (counted, no span made)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,23 +316,33 @@ def drop(body: bytes, layout: Layout, extra: tuple[str, bytes] | None = None) ->
 def array_elements(body: bytes) -> list[bytes]:
     """The raw bytes of each element of a JSON text whose top-level value is an array (checked as ``scan`` checks
     an array member); ``NotJSON`` otherwise."""
+    return [body[start:stop] for start, stop in array_spans(body)]
+
+
+def array_spans(body: bytes, *, most: int | None = None) -> list[tuple[int, int]]:
+    """Where each element of a JSON text whose top-level value is an array starts and ends (checked as ``scan``
+    checks an array member); ``NotJSON`` otherwise. With ``most``: ``TooManyElements`` for an array of more elements,
+    found by counting them (only ``most + 1`` offsets are kept), before any span is made."""
     n = len(body)
     pos = _skip_ws(body, 0)
     if pos >= n or body[pos] != 0x5B:
         raise NotJSON("the top-level value is not an array")
-    scanned = _native_array(body, pos, n)
+    keep = n if most is None else most + 1
+    scanned = _native_array(body, pos, keep)
     if scanned is None:
-        scanned = _scan_array(body, pos, n)
+        scanned = _scan_array(body, pos, keep)
     end, count, ends, _ = scanned
     if _skip_ws(body, end) != n:
         raise NotJSON(f"unexpected data after the top-level array at offset {end}")
-    elements: list[bytes] = []
+    if most is not None and count > most:
+        raise TooManyElements(f"the array has more than {most} elements")
+    spans: list[tuple[int, int]] = []
     start = _skip_ws(body, pos + 1)
     for stop in ends:
-        elements.append(body[start:stop])
+        spans.append((start, stop))
         start = _skip_ws(body, _skip_ws(body, stop) + 1)  # past the comma
-    assert len(elements) == count
-    return elements
+    assert len(spans) == count
+    return spans
 
 
 def set_member(body: bytes, layout: Layout, key: str, value: bytes, *, before: str | None = None,

@@ -12,15 +12,18 @@ See docs/policies/board_cards.md for the choices on compression and validators.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import gzip
 import hashlib
 import json
 import logging
 import re
+import weakref
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -28,15 +31,15 @@ from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 
-from ...core.exchange import BodyTooLarge, BodyUnavailable, Exchange, Next, Policy, Reply
+from ...core.exchange import BodyTooLarge, BodyUnavailable, Exchange, Next, Pieces, Policy, Reply
 from ...core.spec import deprecation_link, deprecation_value, http_date, successor_link
 from ...rollout.behaviour import Behaviour, DateFlag
 from ...rollout.plan import Schedule
 from ..base import BuildContext, PolicySpec
 from . import json_splice
-from .backfill import REASONS, BackfillFailed, BackfillOptions, fetch_cards
+from .backfill import REASONS, BackfillFailed, BackfillOptions, CardBackfill
 
-__all__ = ("BOARD_CARDS", "Families", "NAME", "Options", "SPEC", "build")
+__all__ = ("BOARD_CARDS", "BoardCards", "Families", "NAME", "Options", "SPEC", "build")
 
 NAME = "board_cards"
 log = logging.getLogger("gateway.board_cards")
@@ -46,6 +49,10 @@ SUCCESSOR = "/api/latest/cards"
 MiB = 1 << 20
 # Bumped whenever the rewrite's output changes for the same input: part of every ETag the policy derives.
 _REWRITE_VERSION = "1"
+# Where the backfilled cards go in the board while it is assembled (a NUL cannot occur in JSON text).
+_CARDS_HERE = b"\x00cards\x00"
+# A body at least this large is compressed on a worker thread, off the event loop.
+_OFF_LOOP_BYTES = 1 * MiB
 
 
 # Spec, "Limits" 2-3: at most 100 cards from 2026-10-01, none from 2026-11-01.
@@ -237,42 +244,86 @@ class _Signals:
                    None if removal_at is None else (removal_at, http_date(removal_at)))
 
 
-def build(options: Options, ctx: BuildContext) -> Policy:
-    if not json_splice.NATIVE:
-        log.warning(
-            "board_cards: the C JSON scanner (gateway.policies.board_cards._jsonscan) is not built (no C compiler at "
-            "install); large boards are read by the Python path, about 15 times more slowly; reinstall with gcc to "
-            "build it"
-        )
-    schedules: dict[str, Schedule] = {tenant: per[BOARD_CARDS.name] for tenant, per in ctx.rollout.schedules.items()}
-    clock = ctx.clock
-    families = ctx.families(Families)
-    phases = BOARD_CARDS.phases
-    cap = options.cap
-    page_limit = options.page_limit or cap
-    empty_array = options.removal == "empty_array"
-    max_body = options.max_body_bytes
-    memo = _Memo(options.memo_bytes) if options.memo_bytes else None
-    doc_link = deprecation_link(str(options.deprecation_link)) if options.deprecation_link else None
-    # One ETag suffix per rewriting phase: it changes whenever what the phase does to a body changes.
-    fingerprint = hashlib.sha256(
-        (options.model_dump_json() + _REWRITE_VERSION).encode()
-    ).hexdigest()[:8]
-    suffixes = {i: f".cards-{phases[i]}-{fingerprint}" for i in (1, 2)}
-    # Every series of every configured tenant exists from the start (at 0), so that increase() sees the first one.
-    counters = {
-        (tenant, phase, action): families.responses.labels(tenant, phase, action)
-        for tenant in schedules for phase in phases for action in _ACTIONS
-    }
-    removed_counters = {tenant: families.cards_removed.labels(tenant) for tenant in schedules}
-    backfill_counters = {(tenant, outcome): families.backfills.labels(tenant, outcome)
-                         for tenant in schedules for outcome in _BACKFILL_OUTCOMES}
-    # Per tenant, once: the signal headers, and what a rewritten response varies on.
-    signals = {tenant: _Signals.of(s) for tenant, s in schedules.items()} if options.signal else {}
-    rewritten_vary = {tenant: ("Accept-Encoding", *s.vary) for tenant, s in schedules.items()}
+class _Call:
+    """One request's view of the policy: its tenant, phase and label, and how its outcome is recorded."""
 
-    def signal_headers(headers: CIMultiDict[str], tenant: str, board: str, now: float) -> None:
-        own = signals.get(tenant)
+    __slots__ = ("policy", "exchange", "tenant", "index", "phase", "label", "board", "now")
+
+    def __init__(self, policy: BoardCards, exchange: Exchange, index: int, kind: str, now: float) -> None:
+        self.policy = policy
+        self.exchange = exchange
+        self.tenant = exchange.tenant.name
+        self.index = index
+        self.phase = BOARD_CARDS.phases[index]
+        self.label = self.phase if kind not in ("brownout", "exemption") else f"{self.phase}({kind})"
+        self.board = exchange.params.get("board_id", "")
+        self.now = now
+
+    def finish(self, action: str) -> None:
+        self.policy.counters[(self.tenant, self.phase, action)].inc()
+        self.exchange.decisions[NAME] = f"{self.label}:{action}"
+
+    def signal(self, headers: CIMultiDict[str]) -> None:
+        self.policy.signal_headers(headers, self.tenant, self.board, self.now)
+
+    def passed_through(self, reply: Reply, skip: _PassThrough) -> Reply:
+        """The upstream's bytes, as read: counted, logged, signalled."""
+        self.finish(skip.action)
+        log.warning(
+            "board_cards: response passed through untouched (%s: %s); tenant %s, route %s, request id %s",
+            skip.action, skip.reason, self.tenant, self.exchange.route.name, self.exchange.request_id,
+        )
+        self.signal(reply.headers)
+        return reply
+
+
+class BoardCards:
+    """The policy, built once per route (and again on reload): everything derived from the options and the rollout
+    plan; each request's state lives in a ``_Call``."""
+
+    def __init__(self, options: Options, ctx: BuildContext) -> None:
+        if not json_splice.NATIVE:
+            log.warning(
+                "board_cards: the C JSON scanner (gateway.policies.board_cards._jsonscan) is not built (no C compiler "
+                "at install); large boards are read by the Python path, about 15 times more slowly; reinstall with "
+                "gcc to build it"
+            )
+        self.options = options
+        self.schedules: dict[str, Schedule] = {tenant: per[BOARD_CARDS.name]
+                                               for tenant, per in ctx.rollout.schedules.items()}
+        self.clock = ctx.clock
+        families = ctx.families(Families)
+        phases = BOARD_CARDS.phases
+        self.cap = options.cap
+        self.page_limit = options.page_limit or options.cap
+        self.empty_array = options.removal == "empty_array"
+        self.max_body = options.max_body_bytes
+        self.memo = _Memo(options.memo_bytes) if options.memo_bytes else None
+        self.doc_link = deprecation_link(str(options.deprecation_link)) if options.deprecation_link else None
+        # One ETag suffix per rewriting phase: it changes whenever what the phase does to a body changes.
+        fingerprint = hashlib.sha256((options.model_dump_json() + _REWRITE_VERSION).encode()).hexdigest()[:8]
+        self.suffixes = {i: f".cards-{phases[i]}-{fingerprint}" for i in (1, 2)}
+        # Every series of every configured tenant exists from the start (at 0), so that increase() sees the first one.
+        self.counters = {
+            (tenant, phase, action): families.responses.labels(tenant, phase, action)
+            for tenant in self.schedules for phase in phases for action in _ACTIONS
+        }
+        self.removed_counters = {tenant: families.cards_removed.labels(tenant) for tenant in self.schedules}
+        self.backfill_counters = {(tenant, outcome): families.backfills.labels(tenant, outcome)
+                                  for tenant in self.schedules for outcome in _BACKFILL_OUTCOMES}
+        # Per tenant, once: the signal headers, and what a rewritten response varies on.
+        self.signals = {tenant: _Signals.of(s) for tenant, s in self.schedules.items()} if options.signal else {}
+        self.rewritten_vary = {tenant: ("Accept-Encoding", *s.vary) for tenant, s in self.schedules.items()}
+        # Work on whole bodies that could hold the event loop for long (a backfill's pages and its answer, gzip of a
+        # large body) runs on these threads; they end with the policy (a reload builds a new one).
+        self.workers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="board_cards")
+        weakref.finalize(self, self.workers.shutdown, wait=False)
+        self.backfill = CardBackfill(options.backfill, self.workers)
+
+    # --- headers ------------------------------------------------------------------------------------------------
+
+    def signal_headers(self, headers: CIMultiDict[str], tenant: str, board: str, now: float) -> None:
+        own = self.signals.get(tenant)
         if own is None or (own.start is not None and now < own.start):
             return
         if own.deprecation is not None:
@@ -280,9 +331,10 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         if own.sunset is not None and now < own.sunset[0]:
             headers["Sunset"] = own.sunset[1]
         headers.add("Link", successor_link(f"{SUCCESSOR}?board_id={board}"))
-        if doc_link is not None:
-            headers.add("Link", doc_link)
+        if self.doc_link is not None:
+            headers.add("Link", self.doc_link)
 
+    @staticmethod
     def vary(headers: CIMultiDict[str], names: tuple[str, ...]) -> None:
         present = {v.strip().lower() for value in headers.getall("Vary", ()) for v in value.split(",")}
         if "*" in present:
@@ -291,20 +343,20 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         if extra:
             headers.add("Vary", ", ".join(extra))
 
-    def weak_etag(upstream_etag: str | None, index: int) -> str | None:
+    def weak_etag(self, upstream_etag: str | None, index: int) -> str | None:
         if not upstream_etag:
             return None
         tags = _parse_etags(upstream_etag)
         if not tags or len(tags) != 1 or tags[0][1] == "*":
             return None
-        return f'W/"{tags[0][1]}{suffixes[index]}"'
+        return f'W/"{tags[0][1]}{self.suffixes[index]}"'
 
-    def translate_if_none_match(value: str, index: int) -> str | None:
+    def translate_if_none_match(self, value: str, index: int) -> str | None:
         """Keep only tags this phase issued, as the upstream's own; a tag from another phase can never match."""
         tags = _parse_etags(value)
         if tags is None:
             return None
-        suffix = suffixes[index]
+        suffix = self.suffixes[index]
         kept = []
         for weak, opaque in tags:
             if opaque == "*" and weak:
@@ -313,39 +365,49 @@ def build(options: Options, ctx: BuildContext) -> Policy:
                 kept.append(f'"{opaque[: -len(suffix)]}"')
         return ", ".join(kept) or None
 
-    def message(board: str, index: int, count: int | None) -> bytes:
+    # --- bodies -------------------------------------------------------------------------------------------------
+
+    def message(self, board: str, index: int, count: int | None) -> bytes:
         """``cards_deprecation_message``; in the capped phase, ``count`` None: the total is not known."""
         if index == 1:
             of = "" if count is None else f" of {count}"
             text = (
-                f"Cards on the board route are deprecated: this response holds the first {cap}{of} cards. "
-                f"Read the rest with GET {SUCCESSOR}?board_id={board}&limit={page_limit}&offset={cap}."
+                f"Cards on the board route are deprecated: this response holds the first {self.cap}{of} cards. "
+                f"Read the rest with GET {SUCCESSOR}?board_id={board}&limit={self.page_limit}&offset={self.cap}."
             )
         else:
             text = (
                 "Cards are no longer returned on the board route. "
-                f"Read them with GET {SUCCESSOR}?board_id={board}&limit={page_limit}&offset=0."
+                f"Read them with GET {SUCCESSOR}?board_id={board}&limit={self.page_limit}&offset=0."
             )
         return json.dumps(text, ensure_ascii=False).encode()
 
-    def rewrite(body: bytes, layout: json_splice.Layout, index: int, board: str) -> bytes:
+    def rewrite(self, body: bytes, layout: json_splice.Layout, index: int, board: str) -> bytes:
         """The body for a phase that withholds cards from it (``_action_of`` says it does)."""
-        extra = (MESSAGE_KEY, message(board, index, layout.count))
-        if index == 1 or empty_array:
-            return json_splice.truncate(body, layout, cap if index == 1 else 0, extra)
+        extra = (MESSAGE_KEY, self.message(board, index, layout.count))
+        if index == 1 or self.empty_array:
+            return json_splice.truncate(body, layout, self.cap if index == 1 else 0, extra)
         return json_splice.drop(body, layout, extra)
 
-    def encode(out: bytes, gzip_ok: bool) -> tuple[bytes, bool]:
+    def encode(self, out: bytes, gzip_ok: bool) -> tuple[bytes, bool]:
         """The body the client gets, and whether it is gzipped."""
+        options = self.options
         if gzip_ok and len(out) >= options.compress_min_bytes:
             return gzip.compress(out, compresslevel=options.compress_level, mtime=0), True
         return out, False
 
-    def decode(raw: bytes, coding: str) -> bytes:
+    async def encoded(self, out: bytes, gzip_ok: bool) -> tuple[bytes, bool]:
+        """``encode``, on a worker thread for a large body (zlib lets the event loop run meanwhile)."""
+        if len(out) < _OFF_LOOP_BYTES or not gzip_ok:
+            return self.encode(out, gzip_ok)
+        return await asyncio.get_running_loop().run_in_executor(self.workers, self.encode, out, gzip_ok)
+
+    def decode(self, raw: bytes, coding: str) -> bytes:
         if coding in ("", "identity"):
             return raw
         if coding not in ("gzip", "x-gzip", "deflate"):
             raise _PassThrough("passed_through_unparsed", f"content coding {coding!r}")
+        max_body = self.max_body
         inflater = zlib.decompressobj(47)  # gzip or zlib, by the header
         try:
             out = inflater.decompress(raw, max_body + 1)
@@ -357,10 +419,11 @@ def build(options: Options, ctx: BuildContext) -> Policy:
             raise _PassThrough("passed_through_unparsed", "the compressed body is truncated or has trailing data")
         return out
 
-    async def read_board(reply: Reply) -> bytes:
+    async def read_board(self, reply: Reply) -> bytes:
         """The upstream's 200 body, decoded; ``_PassThrough`` for one this policy does not read (the reply then
         still sends all of it: what was read, then the rest as it streams)."""
         headers = reply.headers
+        max_body = self.max_body
         if not _JSON_TYPE.match(headers.get("Content-Type", "")):
             raise _PassThrough("passed_through_unparsed", "not a JSON content type")
         coding = headers.get("Content-Encoding", "").strip().lower()
@@ -371,14 +434,15 @@ def build(options: Options, ctx: BuildContext) -> Policy:
             raw = await reply.read(max_body)
         except BodyTooLarge:
             raise _PassThrough("too_large", "the body is over max_body_bytes") from None
-        return decode(raw, coding)
+        return self.decode(raw, coding)
 
-    def scanned(key: tuple[str, str], body: bytes) -> _MemoEntry:
+    def scanned(self, key: tuple[str, str], body: bytes) -> _MemoEntry:
         """The body's scan: the memo's when it holds this very body, else a new one (kept)."""
+        memo = self.memo
         entry = memo.get(key, body) if memo is not None else None
         if entry is None:
             try:
-                layout = json_splice.scan(body, "cards", keep=cap, extra_key=MESSAGE_KEY)
+                layout = json_splice.scan(body, "cards", keep=self.cap, extra_key=MESSAGE_KEY)
             except json_splice.NotJSON as err:
                 raise _PassThrough("passed_through_unparsed", str(err)) from None
             entry = _MemoEntry(body, layout)
@@ -386,40 +450,27 @@ def build(options: Options, ctx: BuildContext) -> Policy:
                 memo.put(key, entry)
         return entry
 
-    def rendered(key: tuple[str, str], entry: _MemoEntry, body: bytes, index: int, board: str, action: str,
-                 gzip_ok: bool) -> tuple[bytes, bool]:
+    async def rendered(self, key: tuple[str, str], entry: _MemoEntry, body: bytes, index: int, board: str,
+                       action: str, gzip_ok: bool) -> tuple[bytes, bool]:
         """The client's body for this phase and encoding; the same scan, phase and encoding give the same output,
         so a new one is kept with the scan."""
         output = entry.rendered.get((index, gzip_ok))
         if output is None:
-            out = body if action == "untouched" else rewrite(body, entry.layout, index, board)
-            output = encode(out, gzip_ok)
-            if memo is not None and output[0] is not body:
-                memo.render(key, entry, (index, gzip_ok), output)
+            out = body if action == "untouched" else self.rewrite(body, entry.layout, index, board)
+            output = await self.encoded(out, gzip_ok)
+            if self.memo is not None and output[0] is not body:
+                self.memo.render(key, entry, (index, gzip_ok), output)
         return output
 
-    async def board_cards(exchange: Exchange, next: Next) -> Reply:
+    # --- the policy ---------------------------------------------------------------------------------------------
+
+    async def __call__(self, exchange: Exchange, next: Next) -> Reply:
         tenant = exchange.tenant.name
-        schedule = schedules[tenant]
-        now = clock.now().timestamp()
+        schedule = self.schedules[tenant]
+        now = self.clock.now().timestamp()
         index, kind = schedule.phase_and_kind(now, exchange.headers)
-        phase = phases[index]
-        board = exchange.params.get("board_id", "")
-        label = phase if kind not in ("brownout", "exemption") else f"{phase}({kind})"
-
-        def finish(action: str) -> None:
-            counters[(tenant, phase, action)].inc()
-            exchange.decisions[NAME] = f"{label}:{action}"
-
-        def passed_through(reply: Reply, skip: _PassThrough) -> Reply:
-            """The upstream's bytes, as read: counted, logged, signalled."""
-            finish(skip.action)
-            log.warning(
-                "board_cards: response passed through untouched (%s: %s); tenant %s, route %s, request id %s",
-                skip.action, skip.reason, tenant, exchange.route.name, exchange.request_id,
-            )
-            signal_headers(reply.headers, tenant, board, now)
-            return reply
+        call = _Call(self, exchange, index, kind, now)
+        cap = self.cap
 
         # The card backfill bridge: for a client whose phase shows cards (all, or up to the cap), when the tenant or
         # an exemption says so.
@@ -427,11 +478,11 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         if index == 0 and not bridged:
             reply = await next(exchange)
             if reply.status in (200, 304):
-                signal_headers(reply.headers, tenant, board, now)
-                vary(reply.headers, schedule.vary)
-                finish("untouched")
+                call.signal(reply.headers)
+                self.vary(reply.headers, schedule.vary)
+                call.finish("untouched")
             else:
-                finish("not_ok")
+                call.finish("not_ok")
             return reply
 
         # A rewriting phase: ask for bytes the policy can read and for validators it can translate.
@@ -445,7 +496,7 @@ def build(options: Options, ctx: BuildContext) -> Policy:
             # condition itself, on a full answer from the upstream.
             upstream_headers["If-None-Match"] = None
         elif if_none_match is not None:
-            upstream_headers["If-None-Match"] = translate_if_none_match(if_none_match, index)
+            upstream_headers["If-None-Match"] = self.translate_if_none_match(if_none_match, index)
         head = exchange.method == "HEAD"
         if head:
             # HEAD answers with GET's headers, so the upstream is asked for the body that GET would rewrite (the
@@ -460,115 +511,175 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         if reply.status == 304:
             # (Bridged in phase 0 the upstream was asked unconditionally: a 304 anyway is passed on as phase 0 would.)
             if index > 0:
-                etag = weak_etag(headers.get("ETag"), index)
+                etag = self.weak_etag(headers.get("ETag"), index)
                 headers.popall("ETag", None)
                 headers.popall("Last-Modified", None)
                 if etag is not None:
                     headers["ETag"] = etag
-            vary(headers, rewritten_vary[tenant])
-            signal_headers(headers, tenant, board, now)
-            finish("not_modified")
+            self.vary(headers, self.rewritten_vary[tenant])
+            call.signal(headers)
+            call.finish("not_modified")
             return reply
         if reply.status != 200:
-            finish("not_ok")
+            call.finish("not_ok")
             return reply
 
         key = (tenant, exchange.path)
         try:
-            body = await read_board(reply)
-            entry = scanned(key, body)
+            body = await self.read_board(reply)
+            entry = self.scanned(key, body)
         except _PassThrough as skip:
-            return passed_through(reply, skip)
+            return call.passed_through(reply, skip)
         except BodyUnavailable:
-            finish("not_ok")  # the upstream broke off part way: the reply is now the proxy core's error answer
+            call.finish("not_ok")  # the upstream broke off part way: the reply is now the proxy core's error answer
             return reply
         layout = entry.layout
         if bridged:
             if _lacks_cards(layout, index, cap):
-                return await backfilled(exchange, reply, body, layout, index, board, if_none_match, now, finish)
+                return await self.backfilled(call, reply, body, layout, if_none_match)
             if index == 0:
                 # The upstream's board is whole: it goes as it came (the condition judged here, see above).
-                signal_headers(headers, tenant, board, now)
-                vary(headers, rewritten_vary[tenant])
+                call.signal(headers)
+                self.vary(headers, self.rewritten_vary[tenant])
                 if _not_modified(if_none_match, headers.get("ETag")):
                     _to_304(reply)
-                    finish("not_modified")
+                    call.finish("not_modified")
                 else:
-                    finish("untouched")
+                    call.finish("untouched")
                 return reply
         if layout.target is not None and not layout.is_array:
-            return passed_through(reply, _PassThrough("passed_through_unparsed", "cards is not an array"))
+            return call.passed_through(reply, _PassThrough("passed_through_unparsed", "cards is not an array"))
 
         action, withheld = _action_of(layout, index, cap)
         gzip_ok = _accepts_gzip(exchange.headers.get("Accept-Encoding"))
-        out, gzipped = rendered(key, entry, body, index, board, action, gzip_ok)
+        out, gzipped = await self.rendered(key, entry, body, index, call.board, action, gzip_ok)
         upstream_etag = headers.get("ETag")
         for name in _REWRITE_DROP if action != "untouched" else _REENCODE_DROP:
             headers.popall(name, None)
         if gzipped:
             headers["Content-Encoding"] = "gzip"
-        etag = weak_etag(upstream_etag, index)
+        etag = self.weak_etag(upstream_etag, index)
         if etag is not None:
             headers["ETag"] = etag
-        vary(headers, rewritten_vary[tenant])
-        signal_headers(headers, tenant, board, now)
+        self.vary(headers, self.rewritten_vary[tenant])
+        call.signal(headers)
         if withheld:
-            removed_counters[tenant].inc(withheld)
+            self.removed_counters[tenant].inc(withheld)
         if bridged and _not_modified(if_none_match, headers.get("ETag")):
             _to_304(reply)
-            finish("not_modified")
+            call.finish("not_modified")
             return reply
-        finish(action)
+        call.finish(action)
         reply.set_body(out)
         return reply
 
-    async def backfilled(exchange: Exchange, reply: Reply, body: bytes, layout: json_splice.Layout, index: int,
-                         board: str, if_none_match: str | None, now: float, finish: Callable[[str], None]) -> Reply:
+    async def backfilled(self, call: _Call, reply: Reply, body: bytes, layout: json_splice.Layout,
+                         if_none_match: str | None) -> Reply:
         """The board with its cards rebuilt from the card list; on any failure, the upstream's board as it came."""
-        tenant = exchange.tenant.name
+        exchange, tenant, board, index = call.exchange, call.tenant, call.board, call.index
         headers = reply.headers
-        vary(headers, rewritten_vary[tenant])
-        signal_headers(headers, tenant, board, now)
+        self.vary(headers, self.rewritten_vary[tenant])
+        call.signal(headers)
+        cap = self.cap
         try:
             # All of them, or the cap and one more: enough to know whether the phase withholds any.
-            filled = await fetch_cards(exchange, board, None if index == 0 else cap + 1, options.backfill)
+            filled = await self.backfill.cards(exchange, board, None if index == 0 else cap + 1)
         except BackfillFailed as failed:
-            backfill_counters[(tenant, failed.reason)].inc()
+            self.backfill_counters[(tenant, failed.reason)].inc()
             exchange.notes["board_cards.backfill"] = failed.reason
             headers[BACKFILL_HEADER] = f"failed; reason={failed.reason}"
             log.warning("board_cards: card backfill not done (%s); tenant %s, board %s, request id %s",
                         failed.detail, tenant, board, exchange.request_id)
-            finish("backfill_failed")
+            call.finish("backfill_failed")
             return reply  # the bytes read: never a partial array presented as whole
         cards = filled.cards
+        count = min(len(cards), cap) if index == 1 else len(cards)
         truncated = index == 1 and len(cards) > cap
-        if truncated:
-            # More cards than the phase shows: the first ones, and the message naming the rest's request (set in the
-            # upstream's board, which holds fewer cards, before the cards go in).
-            cards = cards[:cap]
-            body = json_splice.set_member(body, layout, MESSAGE_KEY, message(board, 1, None))
-            layout = json_splice.scan(body, "cards", extra_key=MESSAGE_KEY)
-        out = json_splice.set_member(body, layout, "cards", b"[" + b",".join(cards) + b"]", before=MESSAGE_KEY,
-                                     remove=() if truncated else (MESSAGE_KEY,))
+        message = self.message(board, 1, None) if truncated else None
+        gzip_ok = _accepts_gzip(exchange.headers.get("Accept-Encoding"))
+        # Hashed (and compressed) on a worker thread when large: the answer can be as large as max_bytes. It is never
+        # copied whole: the cards go out as views into the pages they came in.
+        if sum(len(card) for card in cards) < _OFF_LOOP_BYTES:
+            pieces, etag, gzipped = self.assemble(body, layout, cards, count, message, gzip_ok)
+        else:
+            pieces, etag, gzipped = await asyncio.get_running_loop().run_in_executor(
+                self.workers, self.assemble, body, layout, cards, count, message, gzip_ok)
         for name in _REWRITE_DROP:
             headers.popall(name, None)
         # The gateway's own validator: the answer is assembled from several upstream responses.
-        headers["ETag"] = f'W/"bf-{hashlib.sha256(out).hexdigest()[:20]}"'
-        headers[BACKFILL_HEADER] = f"done; cards={len(cards)}; pages={filled.pages}"
-        backfill_counters[(tenant, "done")].inc()
-        exchange.notes["board_cards.backfill"] = f"done cards={len(cards)} pages={filled.pages}"
-        if _not_modified(if_none_match, headers["ETag"]):
+        headers["ETag"] = etag
+        headers[BACKFILL_HEADER] = f"done; cards={count}; pages={filled.pages}"
+        self.backfill_counters[(tenant, "done")].inc()
+        exchange.notes["board_cards.backfill"] = f"done cards={count} pages={filled.pages}"
+        if _not_modified(if_none_match, etag):
             _to_304(reply)
-            finish("not_modified")
+            call.finish("not_modified")
             return reply
-        out, gzipped = encode(out, _accepts_gzip(exchange.headers.get("Accept-Encoding")))
-        if gzipped:
+        if gzipped is not None:
             headers["Content-Encoding"] = "gzip"
-        finish("backfilled")
-        reply.set_body(out)
+        call.finish("backfilled")
+        if gzipped is not None:
+            reply.set_body(gzipped)
+        elif sum(len(piece) for piece in pieces) < _OFF_LOOP_BYTES:
+            reply.set_body(b"".join(pieces))  # small: it leaves with its head in one write
+        else:
+            reply.set_body(Pieces(pieces))
         return reply
 
-    return board_cards
+    def assemble(self, body: bytes, layout: json_splice.Layout, cards: Sequence[bytes | memoryview], count: int,
+                 message: bytes | None, gzip_ok: bool) -> tuple[list[bytes | memoryview], str, bytes | None]:
+        """(On a worker thread.) The board with its first ``count`` cards in place, as pieces (the cards are views
+        into their pages), its ETag, and its gzip coding when the client takes one. With ``message`` (more cards than
+        the phase shows), the message naming the rest's request is set in the upstream's board, which holds fewer
+        cards, before the cards go in."""
+        if message is not None:
+            body = json_splice.set_member(body, layout, MESSAGE_KEY, message)
+            layout = json_splice.scan(body, "cards", extra_key=MESSAGE_KEY)
+        # The board with a placeholder where the cards go (a NUL cannot occur in JSON text).
+        frame = json_splice.set_member(body, layout, "cards", _CARDS_HERE, before=MESSAGE_KEY,
+                                       remove=() if message is not None else (MESSAGE_KEY,))
+        head, _, tail = frame.partition(_CARDS_HERE)
+        pieces: list[bytes | memoryview] = [head + b"["]
+        for card in cards[:count]:
+            pieces += (card, b",")
+        if count:
+            pieces.pop()
+        pieces.append(b"]" + tail)
+        length = sum(len(p) for p in pieces)
+        if length < _OFF_LOOP_BYTES:
+            # Small: in one piece (hashed and compressed in one call each).
+            out = b"".join(pieces)
+            out_etag = f'W/"bf-{hashlib.sha256(out).hexdigest()[:20]}"'
+            small, gzipped = self.encode(out, gzip_ok)
+            return [out], out_etag, small if gzipped else None
+        digest = hashlib.sha256()
+        for piece in pieces:
+            digest.update(piece)
+        etag = f'W/"bf-{digest.hexdigest()[:20]}"'
+        options = self.options
+        if not gzip_ok or length < options.compress_min_bytes:
+            return pieces, etag, None
+        compressor = zlib.compressobj(options.compress_level, zlib.DEFLATED, 31)  # gzip, as gzip.compress writes
+        runs = [compressor.compress(b"".join(batch)) for batch in _batches(pieces, 1 << 20)]
+        runs.append(compressor.flush())
+        return [], etag, b"".join(runs)
+
+
+def build(options: Options, ctx: BuildContext) -> Policy:
+    return BoardCards(options, ctx)
+
+
+def _batches(pieces: Sequence[bytes | memoryview], size: int) -> list[list[bytes | memoryview]]:
+    """Consecutive pieces gathered into runs of about ``size`` bytes (a large piece is a run of its own)."""
+    runs: list[list[bytes | memoryview]] = [[]]
+    held = 0
+    for piece in pieces:
+        if held >= size:
+            runs.append([])
+            held = 0
+        runs[-1].append(piece)
+        held += len(piece)
+    return runs
 
 
 def _lacks_cards(layout: json_splice.Layout, index: int, cap: int) -> bool:

@@ -46,6 +46,7 @@ class PartHead:
     filename: str | None  # the file name (``filename*`` decoded, preferred over ``filename``)
     content_type: str | None  # the media type's essence, lower-cased
     file_reason: str | None  # why the guard reads it as a file part; None: a text part
+    media: str | None = None  # the part's Content-Type as the client wrote it (parameters such as charset kept)
 
     @property
     def is_file(self) -> bool:
@@ -131,9 +132,10 @@ def _head(index: int, block: bytes, reason: str | None) -> PartHead:
     if coding is not None and coding.decode("latin-1").lower() not in _PLAIN_CODINGS:
         raise Ambiguous("content_transfer_encoding",
                         f"part {index} has a Content-Transfer-Encoding that some parsers decode and others do not")
-    content_type = None
+    content_type = media_value = None
     raw_type = fields.get(b"content-type")
     if raw_type is not None:
+        media_value = raw_type.decode("latin-1")
         try:
             media = parse_media_type(raw_type.decode("latin-1"))
         except MalformedValue:  # noted by the sniffer, so refused before this; kept for the type checker
@@ -146,7 +148,7 @@ def _head(index: int, block: bytes, reason: str | None) -> PartHead:
         filename = _extended_value(params["filename*"])
     elif "filename" in params:
         filename = _raw_text(params["filename"])
-    return PartHead(index, block, _raw_text(params["name"]), filename, content_type, reason)
+    return PartHead(index, block, _raw_text(params["name"]), filename, content_type, reason, media_value)
 
 
 def _raw_text(value: str) -> str:

@@ -21,7 +21,7 @@ from multidict import CIMultiDictProxy
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ...core.exchange import Exchange, Flow, Next, Policy, Refuse, Reply, RequestBodyFilter
+from ...core.exchange import BodyBroken, Exchange, Flow, Next, Policy, Refuse, Reply, RequestBodyFilter
 from ...core.spec import (
     RESTRICTED_BY_DEFAULT_FROM,
     TEMPLATE_PARAM_RE,
@@ -42,6 +42,7 @@ from .multipart_sniffer import (
 )
 from .multipart_splitter import MultipartSplitter
 from .upgrade import PATH_TEMPLATE_PATTERN, GuardHooks, Upgrade, UpgradeFamilies, UpgradeOptions
+from .upgrade.body import chained
 
 if TYPE_CHECKING:
     from ...core.tenants import Tenant
@@ -250,7 +251,8 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         mark=lambda reply, exchange, successor: _mark_deprecated(reply, settings, exchange, successor),
         splitter=settings.splitter, linger=(options.linger_bytes, options.linger_seconds),
     )
-    upgrade = Upgrade(options.upgrade, hooks, ctx.families(UpgradeFamilies).upgrades, ctx.rollout.schedules)
+    upgrade = Upgrade(options.upgrade, hooks, ctx.families(UpgradeFamilies).upgrades, ctx.rollout.schedules,
+                      ctx.spool)
 
     async def legacy_upload_guard(exchange: Exchange, next: Next) -> Reply:
         schedule = schedules[exchange.tenant.name]
@@ -300,47 +302,90 @@ async def _enforce_file_parts(exchange: Exchange, next: Next, settings: _Setting
     if not exchange.has_body:
         return _refuse_unbridged(exchange, settings, Ambiguous("unterminated_body", "the multipart body is empty"),
                                  upgrade)
+    if upgrade is not None and not exchange.request_filters:
+        # The guard is the first to read the body (it sees it as the client sent it): it may hand it to the bridge.
+        return await _read_then_decide(exchange, next, settings, upgrade, boundary)
     # The proxy core reads the body (inviting it with 100 Continue only now) and shows it to the filter, which holds
-    # it until it decides: nothing reaches the upstream before, and nothing at all if it refuses. With the bridge,
-    # a file part hands the request over to it, with the bytes read so far (only when this filter is the first one:
-    # it then saw the body as the client sent it).
-    handover = upgrade is not None and not exchange.request_filters
-    body_filter = _FileParts(exchange, settings, settings.sniffer(boundary), handover=handover)
+    # it until it decides: nothing reaches the upstream before, and nothing at all if it refuses.
+    body_filter = _FileParts(exchange, settings, settings.sniffer(boundary))
     exchange.request_filters.append(body_filter)
     reply = await next(exchange)
-    if upgrade is not None and reply is body_filter.handover:
-        return await upgrade.comment(exchange, boundary, body_filter.seen)
     if NAME not in exchange.decisions and exchange.body_error is not None:
-        # The body broke off or stalled before the filter could decide: refused (the proxy core answered it).
-        exchange.decisions[NAME] = "refused"
-        exchange.notes[f"{NAME}.rule"] = "incomplete_body" if exchange.body_error != "timeout" else "body_timeout"
-        settings.counters[(exchange.tenant.name, "refused")].inc()
+        _refused_incomplete(exchange, settings)
     if upgrade is not None and exchange.decisions.get(NAME) == "refused":
-        # Refused before a file part handed it over: as without the bridge, and counted among its outcomes too.
+        # Refused as without the bridge (a policy before the guard reads the body: the bridge cannot take it over),
+        # and counted among its outcomes too.
         upgrade.count(exchange, "aborted" if exchange.body_error is not None else "refused")
     exchange.decisions.setdefault(NAME, "passed")
     return reply
 
 
+async def _read_then_decide(exchange: Exchange, next: Next, settings: _Settings, upgrade: Upgrade,
+                            boundary: Boundary) -> Reply:
+    """With the bridge: the guard reads the start of the body itself, through the same filter (the same rules, the
+    same look-ahead and idle timeout) the proxy core would run it through, and then takes one explicit step: a file
+    part hands the request to the bridge (nothing reaches the upstream), a body without one is forwarded exactly as
+    it came (``body_prefix``: what was read, then the rest), a refusal is answered."""
+    watch = _FileParts(exchange, settings, settings.sniffer(boundary), bridged=True)
+    source = exchange.client_body(idle_timeout=watch.idle_timeout)
+    seen: list[bytes] = []
+    held = 0
+    try:
+        try:
+            while True:
+                try:
+                    chunk = await anext(source)
+                except StopAsyncIteration:
+                    watch.on_end()  # no file part (else Refuse)
+                    break
+                seen.append(chunk)
+                held += len(chunk)
+                watch.on_data(chunk)
+                if watch.file_found:
+                    break
+                if held > watch.hold_limit:
+                    watch.on_hold_limit()
+        except BodyBroken as broken:
+            if exchange.body_error == "timeout":
+                watch.on_idle_timeout()  # the guard's own 408
+            _refused_incomplete(exchange, settings)
+            upgrade.count(exchange, "aborted")
+            return broken.reply
+    except Refuse as refused:
+        upgrade.count(exchange, "refused")
+        return refused.reply
+    finally:
+        await source.aclose()
+    if watch.file_found:
+        # The explicit step: the request is the bridge's from here, with the bytes read so far; the rest of the body
+        # is read with the server's idle timeout, as for an upload the gateway forwards.
+        return await upgrade.comment(exchange, boundary, chained(seen, exchange.client_body()))
+    exchange.body_prefix = seen
+    return await _pass(exchange, next)
+
+
+def _refused_incomplete(exchange: Exchange, settings: _Settings) -> None:
+    """The body broke off or stalled before the guard could decide: refused (the proxy core's answer says why)."""
+    exchange.decisions[NAME] = "refused"
+    exchange.notes[f"{NAME}.rule"] = "incomplete_body" if exchange.body_error != "timeout" else "body_timeout"
+    settings.counters[(exchange.tenant.name, "refused")].inc()
+
+
 class _FileParts(RequestBodyFilter):
-    """Holds a multipart body until its part headers show a file part (403, or the bridge), a structure in doubt
-    (4xx), or its end (forwarded, or 4xx for a rule broken in part headers)."""
+    """Holds a multipart body until its part headers show a file part (403; with the bridge, ``file_found``), a
+    structure in doubt (4xx), or its end (forwarded, or 4xx for a rule broken in part headers)."""
 
     def __init__(self, exchange: Exchange, settings: _Settings, sniffer: MultipartSniffer, *,
-                 handover: bool = False) -> None:
+                 bridged: bool = False) -> None:
         self._exchange = exchange
         self._settings = settings
         self._sniffer = sniffer
         self.hold_limit = settings.options.look_ahead_bytes
         self.idle_timeout = settings.options.body_read_timeout
-        # With the bridge: the bytes read (at most the look-ahead and one read), and the reply that hands over.
-        self.seen: list[bytes] = []
-        self.handover: Reply | None = None
-        self._keep = handover
+        self._bridged = bridged
+        self.file_found = False  # with the bridge: a file part, and no rule broken before it
 
     def on_data(self, chunk: bytes) -> Flow:
-        if self._keep:
-            self.seen.append(chunk)
         # The sniffer sees no byte past the look-ahead, however the body happens to be chunked.
         room = self.hold_limit - self._sniffer.bytes_fed
         self._decide(lambda: self._sniffer.feed(chunk if len(chunk) <= room else chunk[:room]))
@@ -369,14 +414,13 @@ class _FileParts(RequestBodyFilter):
         except Ambiguous as err:
             raise Refuse(_refuse(self._exchange, self._settings, err)) from None
         if verdict is Verdict.FILE:
-            if self._keep:
+            if self._bridged:
                 pending = self._sniffer.pending
                 if pending is not None:
                     # A file part wins over an ambiguity for the 403, never for a translation.
                     raise Refuse(_refuse(self._exchange, self._settings, pending))
-                # Nothing goes upstream: the guard hands the request to the bridge (this reply is never sent).
-                self.handover = _blocked(self._exchange, self._settings)
-                raise Refuse(self.handover)
+                self.file_found = True
+                return
             raise Refuse(_block(self._exchange, self._settings))
 
 

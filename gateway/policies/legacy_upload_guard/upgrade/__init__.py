@@ -1,0 +1,118 @@
+"""The upload upgrade bridge: a legacy upload that the guard would refuse with 403 is performed on the restricted
+access routes instead (spec, "Deprecated upload routes and their replacements", "Restricted access file operations",
+"Get card", "Limits" 1), for a client whose company (``bridges.upload_upgrade``) or exemption (``bridge``) says so.
+
+The units, in the order a request meets them:
+
+- ``Upgrade`` (here): built once per route; the options, the id cache, the spool directory, the counters; the guard
+  hands it a request through ``card_file`` or ``comment``, each served by a ``run.Run`` of its own;
+- ``options``: the options, the metric family, the words of the answers;
+- ``card``: ``PUT /cards/{card_id}/files`` to ``POST /cards/{card_uid}/files``;
+- ``comment``: a comment with ``files[]``: the comment, then one upload per file part (spooled when before the text);
+- ``run``: one request's state and the steps both flows share (the card's uid, an upload, finding a file whose answer
+  was lost, deleting what was made for a client who is told it was not);
+- ``body``: the body plumbing (the client's body as parts, one upload's body, the new form's part head);
+- ``outcomes``: how a run ends: its answer, its outcome, its decision and note, the warning.
+
+Every request to the service carries the client's own ``Authorization`` and nothing else of the client's (the proxy
+core adds what every upstream request carries: Host, the forwarding headers, the request id). A file is never held
+in memory: its bytes go to the service (or the spool) as they arrive, and an upload's close delimiter is only sent
+once the file part has ended cleanly (for the card route, once the whole body has): a body that breaks off, turns
+out ambiguous or is abandoned leaves the service an incomplete upload, which creates no file. What the bridge created
+for a client that is told otherwise is deleted, or named in the answer. docs/policies/legacy_upload_guard.md
+("Upload upgrade bridge") lists every answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from cachetools import TTLCache
+from prometheus_client import Counter
+
+from ....core.exchange import Exchange, Reply
+from ....core.spec import TEMPLATE_PARAM_RE
+from ....core.spool import SpoolArea
+from ..multipart_sniffer import Ambiguous, Boundary
+from ..multipart_splitter import MultipartSplitter
+from . import card, comment
+from .body import form_head
+from .options import OUTCOMES, PATH_TEMPLATE_PATTERN, UPGRADE_HEADER, UpgradeFamilies, UpgradeOptions
+from .outcomes import legacy_file, settle
+from .run import CardKey, Run
+
+__all__ = ("OUTCOMES", "PATH_TEMPLATE_PATTERN", "UPGRADE_HEADER", "GuardHooks", "Upgrade", "UpgradeFamilies",
+           "UpgradeOptions", "form_head", "legacy_file")
+
+
+@dataclass(frozen=True, slots=True)
+class GuardHooks:
+    """What the bridge takes from the guard that owns it."""
+
+    name: str  # the policy's name: its key in the access log's decisions
+    # The guard's answer to an ambiguous body (counted in its family and decided, as without the bridge).
+    refuse: Callable[[Exchange, Ambiguous], Reply]
+    # Counts a request in the guard's family (gateway_legacy_uploads_total) under a decision.
+    count: Callable[[Exchange, str], None]
+    splitter: Callable[[Boundary], MultipartSplitter]
+    linger: tuple[int, float]
+    # Marks an answer deprecated as the guard does (Deprecation, Links), with this successor URL when one is known.
+    mark: Callable[[Reply, Exchange, str | None], None]
+
+
+class _Template:
+    """A path template of the options, split once; values are percent-encoded into it."""
+
+    def __init__(self, template: str) -> None:
+        self.pieces: list[tuple[str, bool]] = []
+        pos = 0
+        for m in TEMPLATE_PARAM_RE.finditer(template):
+            self.pieces += [(template[pos : m.start()], False), (m.group(1), True)]
+            pos = m.end()
+        self.pieces.append((template[pos:], False))
+
+    def render(self, **values: str) -> str:
+        return "".join(quote(values[text], safe="") if param else text for text, param in self.pieces)
+
+
+class Upgrade:
+    """Built once per route: the options, the id cache, the spool directory, the counters; ``card_file`` and
+    ``comment`` serve one request each (their state lives in a ``Run``)."""
+
+    def __init__(self, options: UpgradeOptions, hooks: GuardHooks, counter: Counter, tenants: Iterable[str],
+                 spool: SpoolArea) -> None:
+        self.options = options
+        self.hooks = hooks
+        self.card_lookup = _Template(options.card_lookup)
+        self.card_upload = _Template(options.card_upload)
+        self.comment_upload = _Template(options.comment_upload)
+        # (tenant, Host, token, card id) -> card uid. Only ids: access is the service's to check, on every upload.
+        self.ids: TTLCache[CardKey, str] | None = (
+            TTLCache(maxsize=options.id_cache_size, ttl=options.id_cache_ttl) if options.id_cache_size else None
+        )
+        # (tenant, Host, token, card id) -> ids of the files the bridge made there lately: never taken for a file whose
+        # answer was lost (``Run.find_stored``).
+        self.made: TTLCache[CardKey, tuple[str, ...]] = TTLCache(maxsize=max(options.id_cache_size, 1),
+                                                                 ttl=options.id_cache_ttl)
+        # Swept of the spool files of processes that are gone, now (at start).
+        self.spool = spool.directory(options.spool_dir)
+        # Every configured tenant's series exist from the start (at 0), so that increase() sees the first one.
+        self.counters = {(tenant, outcome): counter.labels(tenant, outcome)
+                         for tenant in tenants for outcome in OUTCOMES}
+
+    def count(self, exchange: Exchange, outcome: str) -> None:
+        """Counts a request among the bridge's outcomes (the guard calls it for a request it ended before handing it
+        over: refused as without the bridge)."""
+        self.counters[(exchange.tenant.name, outcome)].inc()
+
+    async def card_file(self, exchange: Exchange, boundary: Boundary | None) -> Reply:
+        """``PUT /cards/{card_id}/files``: its one file part uploaded to the card."""
+        run = Run(self, exchange)
+        return await settle(run, card.card_file(run, boundary))
+
+    async def comment(self, exchange: Exchange, boundary: Boundary, source: AsyncIterator[bytes]) -> Reply:
+        """A comment create or update with file parts; ``source``: the client's body, from its first byte."""
+        run = Run(self, exchange)
+        return await settle(run, comment.comment(run, boundary, source))

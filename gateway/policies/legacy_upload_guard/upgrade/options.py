@@ -1,0 +1,101 @@
+"""The upload upgrade's options, its metric family and the words of its answers (outcomes, the header, codes)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ....core.spec import TEMPLATE_PARAM, template_params
+
+__all__ = ("OUTCOMES", "PARTIAL_CODE", "PATH_TEMPLATE_PATTERN", "UPGRADE_HEADER", "UpgradeFamilies", "UpgradeOptions")
+
+# What became of a request the bridge took on (bounded: the label of gateway_legacy_upload_upgrades_total).
+# rolled_back: the client is told the upload failed, and the file the service stored all the same was deleted;
+# left_stored: the client is told it failed, and the service stored (or may have stored) a file that was not deleted
+# (the answer names it, with its id when known).
+OUTCOMES = ("upgraded", "partial", "failed", "rolled_back", "left_stored", "denied", "aborted", "refused")
+# The response header that says what the bridge did.
+UPGRADE_HEADER = "X-Gateway-Upload-Upgrade"
+PARTIAL_CODE = "LEGACY_UPLOAD_UPGRADE_PARTIAL"
+MiB = 1 << 20
+
+# A path template of the options (and the guard's successor): percent-encoded characters and {placeholders}.
+PATH_TEMPLATE_PATTERN = rf"^/(?:[A-Za-z0-9\-._~!$&'()*+,=:@/]|%[0-9A-Fa-f]{{2}}|{TEMPLATE_PARAM})*$"
+_FIELD_PATTERN = r"^[A-Za-z0-9_.\-\[\]]{1,64}$"
+
+
+class UpgradeOptions(BaseModel):
+    """The bridge's bounds and the service's routes it uses (whether it applies is the tenant's and the exemptions')."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # The service's routes: the card lookup (GET, JSON with "uid", "files", and "comments" with their uids and files)
+    # and the restricted access uploads.
+    card_lookup: str = Field(default="/api/v1/cards/{card_id}", pattern=PATH_TEMPLATE_PATTERN, max_length=500)
+    card_upload: str = Field(default="/api/v1/cards/{card_uid}/files", pattern=PATH_TEMPLATE_PATTERN, max_length=500)
+    comment_upload: str = Field(default="/api/v1/cards/{card_uid}/comments/{comment_uid}/files",
+                                pattern=PATH_TEMPLATE_PATTERN, max_length=500)
+    # The restricted upload's form field (spec: "file"), the legacy card upload's (the service reads the file of a
+    # PUT .../files from a part of this name only), and the comment's text field.
+    upload_field: str = Field(default="file", pattern=_FIELD_PATTERN)
+    legacy_field: str = Field(default="file", pattern=_FIELD_PATTERN)
+    text_field: str = Field(default="text", pattern=_FIELD_PATTERN)
+    # card id -> card uid mappings kept, and for how long (seconds). Kept per company, Host and token: a mapping is
+    # only ever used for the very credentials (and company) whose lookup made it.
+    id_cache_size: int = Field(default=10_000, ge=0, le=1_000_000)
+    id_cache_ttl: float = Field(default=300.0, gt=0, le=86_400)
+    # The card lookup, and each other request of the bridge's own (a comment, a rollback, the answer to an upload
+    # whose client left once its whole file was sent, the search for a file whose answer was lost).
+    lookup_timeout: float = Field(default=10.0, gt=0, le=600)
+    request_timeout: float = Field(default=30.0, gt=0, le=600)
+    # File parts per comment; bytes of a comment's text parts together; bytes of the file parts spooled before a
+    # comment's text together, per request (0: a file part before the text is refused; the process's budget is
+    # spool.max_bytes); where they are spooled (default: spool.dir).
+    max_files: int = Field(default=20, ge=1, le=1000)
+    max_field_bytes: int = Field(default=1 * MiB, ge=1024, le=64 * MiB)
+    spool_bytes: int = Field(default=64 * MiB, ge=0, le=64 << 30)
+    spool_dir: str | None = Field(default=None, max_length=4096)
+    # The most read of one answer of the service (the card lookup's, a comment's, an upload's).
+    max_answer_bytes: int = Field(default=8 * MiB, ge=64 << 10, le=256 * MiB)
+    # After a comment's upload failed: how much more of the body is read (and dropped) to list the file parts that
+    # were not sent (0: only those already read are listed). At most max_files + 1 are listed; the rest are counted.
+    rest_bytes: int = Field(default=64 * MiB, ge=0, le=64 << 30)
+
+    @field_validator("spool_dir")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is not None and not os.path.isabs(value):
+            raise ValueError("spool_dir must be an absolute path")
+        return value
+
+    @model_validator(mode="after")
+    def _placeholders(self) -> UpgradeOptions:
+        wanted = {"card_lookup": {"card_id"}, "card_upload": {"card_uid"},
+                  "comment_upload": {"card_uid", "comment_uid"}}
+        for key, names in wanted.items():
+            found = set(template_params(getattr(self, key)))
+            if found != names:
+                raise ValueError(f"{key} must have the placeholders {sorted(names)}, not {sorted(found)}")
+        return self
+
+
+class UpgradeFamilies:
+    """The bridge's metric family (per tenant: tenant names come from the config, the label is bounded)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.upgrades = Counter(
+            "gateway_legacy_upload_upgrades", "Legacy uploads the upload upgrade bridge took on, by tenant and "
+            "outcome (" + ", ".join(OUTCOMES) + ").", ("tenant", "outcome"), registry=registry,
+        )
+
+
+def sentence(message: str) -> str:
+    return message[:1].upper() + message[1:] + "."
+
+
+def short(text: Any, limit: int = 255) -> Any:
+    """A client's name as an answer lists it: at most ``limit`` characters (a part header may hold 16 KiB)."""
+    return text[:limit] if isinstance(text, str) else text
