@@ -21,7 +21,7 @@ from typing import Any
 from aiohttp import hdrs, http_exceptions, web
 from multidict import CIMultiDictProxy
 
-from .config import ConfigError, LoadedConfig, expand_references, parse_model, read_yaml
+from .config import ConfigError, LoadedConfig, expand_references, parse_model, read_document
 from .core.chain import fold
 from .core.exchange import Exchange, Next, Reply
 from .core.http import new_request_id
@@ -46,10 +46,12 @@ log = logging.getLogger("gateway")
 
 def parse_config(data: Any, source: str = "config", environ: Mapping[str, str] = os.environ) -> LoadedConfig:
     """A config from parsed YAML (or a dict): ``${NAME}`` references from ``environ``, the schema, then the policy
-    registry's checks. A problem never shows a value taken from the environment."""
+    registry's checks. A problem never shows a value taken from the environment, nor the credentials of an upstream
+    URL."""
     data, secrets, problems = expand_references(data, environ)
     if problems:
         raise ConfigError(problems, source)
+    secrets = secrets.with_url_credentials(_upstream_urls(data))
     try:
         loaded = check_config(parse_model(data, source, policies=POLICIES), source)
     except ConfigError as err:
@@ -57,8 +59,21 @@ def parse_config(data: Any, source: str = "config", environ: Mapping[str, str] =
     return dataclasses.replace(loaded, secrets=secrets)
 
 
+def _upstream_urls(data: Any) -> list[str]:
+    """The upstream URLs of a config not yet checked (whatever shape it has)."""
+    tenants = data.get("tenants") if isinstance(data, dict) else None
+    if not isinstance(tenants, list):
+        return []
+    return [t["upstream"] for t in tenants if isinstance(t, dict) and isinstance(t.get("upstream"), str)]
+
+
 def load_config(path: str | Path, environ: Mapping[str, str] = os.environ) -> LoadedConfig:
-    return parse_config(read_yaml(path), str(path), environ)
+    """The file's config, or ConfigError with every problem, each with its key's path and line."""
+    document = read_document(path)
+    try:
+        return parse_config(document.data, str(path), environ)
+    except ConfigError as err:
+        raise ConfigError(document.annotate(err.problems), err.source) from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -182,15 +182,19 @@ _CUT_GRACE = 1.0
 
 
 def _reload(gateway: Gateway, config_path: str, history: ConfigHistory | None = None) -> None:
-    """SIGHUP: validate the file again and swap it in whole; a bad file leaves the running config in place."""
+    """SIGHUP: validate the file again and swap it in whole; a bad file leaves the running config in place (and so
+    does anything that fails while the new config is built: the swap is one assignment, after everything is built).
+    Either way the refusal is counted and logged, never raised into the event loop."""
     try:
         config = load_config(config_path)
         changed = gateway.reload(config)
     except ConfigError as err:
-        gateway.metrics.config_reloads.labels("failure").inc()
-        if history is not None:
-            history.refused(len(err.problems))
+        _refused(gateway, history, len(err.problems))
         log.error("reload refused, the running configuration stays: %s", err)
+        return
+    except Exception as err:  # noqa: BLE001 - a bug building a valid config must not end or bypass the refusal
+        _refused(gateway, history, 1)
+        log.error("reload refused, the running configuration stays: building it failed: %s", err, exc_info=True)
         return
     gateway.metrics.config_reloads.labels("success").inc()
     gateway.metrics.config_last_reload.set_to_current_time()
@@ -199,6 +203,12 @@ def _reload(gateway: Gateway, config_path: str, history: ConfigHistory | None = 
     log.info("configuration reloaded from %s", config_path)
     if changed:
         log.warning("reload does not apply %s: restart the gateway for them", ", ".join(changed))
+
+
+def _refused(gateway: Gateway, history: ConfigHistory | None, problems: int) -> None:
+    gateway.metrics.config_reloads.labels("failure").inc()
+    if history is not None:
+        history.refused(problems)
 
 
 def _usage(admins: Sequence[str], discover: Sequence[str], top: int, timeout: float, raw: bool) -> int:
@@ -283,13 +293,15 @@ def _rollout(config_path: str, at: str | None, host: str | None) -> int:
 
     try:
         config = load_config(config_path)
-        rollout = config.model.rollout
-        now = parse_instant(at, rollout.tzinfo) if at else clock_from_config(rollout).now()
     except ConfigError as err:
         print(err, file=sys.stderr)
         return 2
+    rollout = config.model.rollout
+    try:
+        # The problem names where the instant came from: --at, or GATEWAY_NOW (clock_from_config says so).
+        now = parse_instant(at, rollout.tzinfo) if at is not None else clock_from_config(rollout).now()
     except ValueError as err:
-        print(f"gateway: --at/GATEWAY_NOW: {err}", file=sys.stderr)
+        print(f"gateway: --at: {err}" if at is not None else f"gateway: {err}", file=sys.stderr)
         return 2
     names = None
     if host is not None:
