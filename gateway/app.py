@@ -56,6 +56,9 @@ def parse_config(data: Any, source: str = "config", environ: Mapping[str, str] =
         loaded = check_config(parse_model(data, source, policies=POLICIES), source)
     except ConfigError as err:
         raise ConfigError([secrets.redact(problem) for problem in err.problems], source) from None
+    token = loaded.model.server.admin_token
+    if token is not None:
+        secrets = secrets.with_values([token])  # written in the file rather than ${NAME}: shown as <redacted>
     return dataclasses.replace(loaded, secrets=secrets)
 
 
@@ -106,6 +109,15 @@ def build_state(config: LoadedConfig, proxy: Next, clock: Clock, metrics: Metric
         route.guarded = any(b.security for name, _ in chain for b in POLICIES[name].behaviours)
         handlers[route.name] = fold(policies, proxy)
     return GatewayState(config, config.tenant_resolver(), RouteTable(routes, catch_all), handlers, plan)
+
+
+# What the admin listener reads from the config in force at each request: a reload applies it at once.
+_LIVE_SERVER_KEYS = frozenset({"admin_token", "admin_open", "admin_hosts"})
+
+
+def _restart_part(model: Any, section: str) -> Any:
+    part = getattr(model, section)
+    return part.model_dump(exclude=_LIVE_SERVER_KEYS) if section == "server" else part
 
 
 _PARSER_CODES = {400: "MALFORMED_REQUEST", 413: "REQUEST_TOO_LARGE", 431: "HEADERS_TOO_LARGE"}
@@ -214,7 +226,7 @@ class Gateway:
         self._state = build_state(config, self.proxy, self.clock, self.metrics)
         old, self._config = self._config.model, config
         new = config.model
-        return [name for name in ("server", "upstream", "access_log") if getattr(old, name) != getattr(new, name)]
+        return [name for name in ("server", "upstream", "access_log") if _restart_part(old, name) != _restart_part(new, name)]
 
     async def close(self) -> None:
         self.ready = False

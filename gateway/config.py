@@ -46,6 +46,7 @@ from .rollout.config import ConfigDate, RolloutConfig, TenantRollout
 from .rollout.plan import RolloutPlan
 
 __all__ = (
+    "ADMIN_PATHS",
     "ChainEntry",
     "ConfigError",
     "Document",
@@ -108,6 +109,25 @@ def parse_listen(value: Any) -> ListenAddress:
 
 
 Listen = Annotated[ListenAddress, BeforeValidator(parse_listen)]
+
+# The admin paths that need the admin token, as ``server.admin_open`` names them (``/status`` also covers
+# ``/status.json``, ``/`` and ``/favicon.ico``); /livez and /readyz are always open.
+ADMIN_PATHS = ("/metrics", "/config", "/rollout", "/deprecations", "/status")
+AdminPath = Literal["/metrics", "/config", "/rollout", "/deprecations", "/status"]
+
+
+def _host_names(hosts: Sequence[str]) -> list[str]:
+    """Host names (``*.suffix`` wildcards included) or IP addresses, canonical; ValueError names a bad one."""
+    out = []
+    for host in hosts:
+        name = canonical_host(host) if not host.startswith("*.") else host.lower()
+        try:
+            ipaddress.ip_address(name.strip("[]"))
+        except ValueError:
+            if not _HOST_RE.match(name):
+                raise ValueError(f"invalid host name {host[:80]!r}") from None
+        out.append(name)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +200,24 @@ class ServerConfig(_Model):
     # the body may be read (and held) before its override, a file part or its end shows (docs/policies/
     # legacy_upload_guard.md, "Method overrides"); over it, 413 METHOD_OVERRIDE_UNDECIDED.
     method_override_look_ahead: int = Field(default=1 << 20, ge=4 << 10, le=64 << 20)
+    # The admin listener (docs/operations.md, "Admin listener"). Its token: every admin path but /livez and /readyz
+    # (and those in admin_open) needs it, as "Authorization: Bearer <token>", HTTP Basic (the token as password), or
+    # the cookie a browser gets from "?token=<token>" once. Give it as ${NAME}; unset, those paths are closed.
+    admin_token: str | None = Field(default=None, min_length=16, max_length=4096, pattern=r"^[\x21-\x7e]+$")
+    # Admin paths served without the token, opened on purpose: "/metrics" (an open scrape), any of ADMIN_PATHS, or
+    # "all".
+    admin_open: list[AdminPath] | Literal["all"] = []
+    # Host names the admin listener is known by, besides IP addresses and localhost: a request naming another Host
+    # is refused (a DNS-rebinding page in an operator's browser names its own).
+    admin_hosts: list[str] = []
+
+    @field_validator("admin_hosts")
+    @classmethod
+    def _valid_admin_hosts(cls, hosts: list[str]) -> list[str]:
+        return _host_names(hosts)
+
+    def admin_open_paths(self) -> frozenset[str]:
+        return frozenset(ADMIN_PATHS if self.admin_open == "all" else self.admin_open)
 
 
 class AccessLogConfig(_Model):
@@ -231,16 +269,7 @@ class TenantConfig(_Model):
     @field_validator("hosts")
     @classmethod
     def _valid_hosts(cls, hosts: list[str]) -> list[str]:
-        out = []
-        for host in hosts:
-            name = canonical_host(host) if not host.startswith("*.") else host.lower()
-            try:
-                ipaddress.ip_address(name.strip("[]"))
-            except ValueError:
-                if not _HOST_RE.match(name):
-                    raise ValueError(f"invalid host name {host!r}") from None
-            out.append(name)
-        return out
+        return _host_names(hosts)
 
     @field_validator("upstream")
     @classmethod
@@ -248,9 +277,8 @@ class TenantConfig(_Model):
         # The message shows the value without its credentials: as the URL parser reads it, and (the value may not
         # parse) without anything between "://" and its last "@".
         shown = repr(_masked_url(value))
-        if any(ord(c) < 0x21 or c == "\x7f" for c in value):
-            raise ValueError(f"upstream must be a URL without spaces or control characters (percent-encode them), "
-                             f"got {shown}")
+        if any(ord(c) < 0x20 or c == "\x7f" for c in value):
+            raise ValueError(f"upstream must be a URL without control characters (percent-encode them), got {shown}")
         try:
             url = URL(value)
             host, port = url.host, url.port

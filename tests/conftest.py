@@ -23,8 +23,19 @@ from gateway.app import parse_config
 from gateway.ops.metrics import Metrics
 from gateway.rollout import Clock
 
+# The admin token of the tests' gateways. Admin URLs handed to tests carry it as HTTP Basic credentials
+# (``admin_url``), which aiohttp's client sends by itself.
+ADMIN_TOKEN = "test-admin-token-0123456789abcdef"
+
+
+def admin_url(port: int, host: str = "127.0.0.1") -> str:
+    return f"http://admin:{ADMIN_TOKEN}@{host}:{port}"
+
+
+ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
 BASE_CONFIG: dict[str, Any] = {
-    "server": {"listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0"},
+    "server": {"listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0", "admin_token": ADMIN_TOKEN},
     "upstream": {"connect_timeout": 2, "read_timeout": 5},
     "access_log": {"enabled": False},
     "tenants": [
@@ -179,7 +190,8 @@ AdminFactory = Callable[..., Awaitable[str]]
 
 @pytest.fixture
 async def start_admin() -> AsyncIterator[AdminFactory]:
-    """``await start_admin(gw, **runner_options)``: a started gateway's admin app on a free port; its base URL.
+    """``await start_admin(gw, **runner_options)``: a started gateway's admin app on a free port; its base URL, with
+    the admin token as Basic credentials (``admin_url``).
 
     Request it after ``start_gateway``, so that it is stopped first."""
     runners: list[web.AppRunner] = []
@@ -189,7 +201,7 @@ async def start_admin() -> AsyncIterator[AdminFactory]:
         await runner.setup()
         runners.append(runner)
         await web.TCPSite(runner, "127.0.0.1", 0).start()
-        return f"http://127.0.0.1:{runner.addresses[0][1]}"
+        return admin_url(runner.addresses[0][1])
 
     yield start
     for runner in runners:
