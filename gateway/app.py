@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,8 +95,6 @@ def build_state(config: LoadedConfig, proxy: Next, clock: Clock, metrics: Metric
     routes = [Route.build(r.name, r.methods, r.paths, r.prefixes) for r in model.routes]
     catch_all = Route.build("catch_all", None, (), ())
     plan = config.rollout_plan()
-    # On every (re)build: the phase gauge restarts from this config's tenants; /metrics refreshes it at each scrape.
-    plan.publish(metrics.rollout_phase, clock.now().timestamp(), clear=True)
     timezone = model.rollout.tzinfo
     handlers: dict[str, Next] = {}
     for route in [*routes, catch_all]:
@@ -199,6 +197,13 @@ class Gateway:
         self.usage = UsageTracker(window_seconds=model.usage.window_seconds, max_clients=model.usage.max_clients)
         self.recorder = Recorder(self.metrics, self.usage, self.access_log if model.access_log.enabled else None,
                                  observe=model.metrics.enabled)
+        # gateway_rollout_phase: the plan in force (swapped on reload) at the gateway's clock, at each scrape.
+        self.metrics.rollout_phase.source = self._phases
+
+    def _phases(self) -> Iterable[tuple[str, str, str, float]]:
+        if self._state is None:
+            return ()
+        return self._state.rollout.phase_samples(self.clock.now().timestamp())
 
     @property
     def state(self) -> GatewayState:

@@ -13,7 +13,6 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import aiohttp
 from aiohttp import web
@@ -152,6 +151,8 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        if peers is not None and peers.orphaned():
+            stop.set()  # the supervisor died while this worker started (its SIGTERM came before the handler)
         loop.add_signal_handler(signal.SIGHUP, _reload, gateway, config_path, history, formatter)
         print(f"gateway {__version__} listening on http://{listen} (admin http://{admin_listen}"
               f"{_admin_access(config)})", flush=True)
@@ -176,7 +177,8 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
         await admin_runner.cleanup()
         if peer_runner is not None and peers is not None:
             await peer_runner.cleanup()
-            Path(peers.path).unlink(missing_ok=True)
+        if peers is not None:
+            peers.leave()
         await gateway.close()
 
 

@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import hdrs, web
 from multidict import CIMultiDict
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..core.tenants import canonical_host
 from ..rollout import Clock, RolloutPlan, report
@@ -171,16 +170,8 @@ async def _guard(request: web.Request, handler: Callable[[web.Request], Awaitabl
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    gateway = request.app[_GATEWAY]
-    # The phase gauge is right at every scrape, even when no board request has come in since a date passed.
-    gateway.state.rollout.publish(gateway.metrics.rollout_phase, gateway.clock.now().timestamp())
-    if gateway.metrics.multiprocess:
-        # Several workers: every worker's values, read from the shared directory (any worker may answer).
-        registry = CollectorRegistry()
-        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        body = generate_latest(registry)
-    else:
-        body = generate_latest(gateway.metrics.registry)
+    # Under --workers: every worker's values, read from the shared directory (any worker may answer).
+    body = request.app[_GATEWAY].metrics.scrape()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
