@@ -12,7 +12,7 @@ import pytest
 
 from gateway import cli
 from gateway.app import load_config
-from gateway.config import ConfigError, read_document
+from gateway.config import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -159,7 +159,7 @@ def test_a_file_that_is_not_utf8(tmp_path: Path) -> None:
     path = tmp_path / "gateway.yaml"
     path.write_bytes(b"server:\n  listen: \xff\n")
     with pytest.raises(ConfigError) as info:
-        read_document(path)
+        load_config(path, environ={})
     assert info.value.problems == ["line 2: the file is not UTF-8 text (byte 19)"]
 
 

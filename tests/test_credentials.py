@@ -15,7 +15,6 @@ import yaml
 
 from gateway import cli
 from gateway.app import ConfigError, parse_config
-from gateway.core.redaction import url_credentials, without_userinfo
 from gateway.ops.log_format import RedactingFormatter
 from tests.conftest import make_config
 
@@ -44,6 +43,8 @@ def _hidden(text: str, pieces: list[str]) -> None:
 
 @pytest.mark.parametrize(("password", "pieces"), PASSWORDS, ids=IDS)
 def test_the_url_parser_finds_the_whole_userinfo(password: str, pieces: list[str]) -> None:
+    from gateway.core.redaction import url_credentials, without_userinfo
+
     url = f"http://gw-user:{password}@upstream.internal:8080/base"
     assert without_userinfo(url) == "http://<redacted>@upstream.internal:8080/base"
     assert without_userinfo(f"got '{url}' from \"https://u:{password}@h/\".") == (

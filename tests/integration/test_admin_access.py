@@ -21,10 +21,11 @@ import yaml
 from aiohttp import web
 
 from gateway.cli import _reload
-from gateway.ops.admin import COOKIE, make_admin_app
+from gateway.ops.admin import make_admin_app
 from tests.conftest import ADMIN_TOKEN, GatewayFactory, RecordingUpstream, free_port, make_config, raw_exchange
 from tests.process_testlib import ROOT, wait_for
 
+COOKIE = "gateway_admin"  # the admin cookie's name (docs/operations.md)
 PROTECTED = ["/metrics", "/config", "/rollout", "/deprecations", "/status", "/status.json", "/"]
 BEARER = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
