@@ -13,14 +13,13 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import aiohttp
 from aiohttp import web
 
 from . import __version__
 from .app import Gateway, load_config
-from .config import ConfigError, ListenAddress, LoadedConfig, parse_listen
+from .config import ADMIN_PATHS, ConfigError, ListenAddress, LoadedConfig, parse_listen
 from .ops import fleet
 from .ops.admin import make_admin_app
 from .ops.log_format import RedactingFormatter
@@ -31,6 +30,8 @@ from .proxy.acceptor import Acceptor, listening_socket
 __all__ = ("main",)
 
 DEFAULT_CONFIG = "config/gateway.yaml"
+# Where `gateway usage` finds the admin token (the name the docs give the config's ${...} reference too).
+ADMIN_TOKEN_ENV = "GATEWAY_ADMIN_TOKEN"
 log = logging.getLogger("gateway")
 
 
@@ -129,7 +130,7 @@ def _raise_file_limit(config: LoadedConfig) -> None:
 
 
 async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, admin_listen: ListenAddress,
-                 *, reuse_port: bool = False) -> None:
+                 *, reuse_port: bool = False, formatter: RedactingFormatter | None = None) -> None:
     _raise_file_limit(config)
     gateway = Gateway(config)
     history = ConfigHistory()
@@ -162,8 +163,11 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        loop.add_signal_handler(signal.SIGHUP, _reload, gateway, config_path, history)
-        print(f"gateway {__version__} listening on http://{listen} (admin http://{admin_listen})", flush=True)
+        if peers is not None and peers.orphaned():
+            stop.set()  # the supervisor died while this worker started (its SIGTERM came before the handler)
+        loop.add_signal_handler(signal.SIGHUP, _reload, gateway, config_path, history, formatter)
+        print(f"gateway {__version__} listening on http://{listen} (admin http://{admin_listen}"
+              f"{_admin_access(config)})", flush=True)
         await stop.wait()
         # Readiness turns 503 first, so load balancers stop sending before the listener closes.
         gateway.ready = False
@@ -185,7 +189,8 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
         await admin_runner.cleanup()
         if peer_runner is not None and peers is not None:
             await peer_runner.cleanup()
-            Path(peers.path).unlink(missing_ok=True)
+        if peers is not None:
+            peers.leave()
         await gateway.close()
 
 
@@ -193,17 +198,31 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
 _CUT_GRACE = 1.0
 
 
-def _reload(gateway: Gateway, config_path: str, history: ConfigHistory | None = None) -> None:
-    """SIGHUP: validate the file again and swap it in whole; a bad file leaves the running config in place."""
+def _admin_access(config: LoadedConfig) -> str:
+    server = config.model.server
+    if server.admin_token is None and len(server.admin_open_paths()) < len(ADMIN_PATHS):
+        return ": /livez and /readyz only until server.admin_token is set"
+    return ""
+
+
+def _reload(gateway: Gateway, config_path: str, history: ConfigHistory | None = None,
+            formatter: RedactingFormatter | None = None) -> None:
+    """SIGHUP: validate the file again and swap it in whole; a bad file leaves the running config in place (and so
+    does anything that fails while the new config is built: the swap is one assignment, after everything is built).
+    Either way the refusal is counted and logged, never raised into the event loop."""
     try:
         config = load_config(config_path)
         changed = gateway.reload(config)
     except ConfigError as err:
-        gateway.metrics.config_reloads.labels("failure").inc()
-        if history is not None:
-            history.refused(len(err.problems))
+        _refused(gateway, history, len(err.problems))
         log.error("reload refused, the running configuration stays: %s", err)
         return
+    except Exception as err:  # noqa: BLE001 - a bug building a valid config must not end or bypass the refusal
+        _refused(gateway, history, 1)
+        log.error("reload refused, the running configuration stays: building it failed: %s", err, exc_info=True)
+        return
+    if formatter is not None:
+        formatter.use_secrets(config.secrets.redact)
     gateway.metrics.config_reloads.labels("success").inc()
     gateway.metrics.config_last_reload.set_to_current_time()
     if history is not None:
@@ -211,6 +230,12 @@ def _reload(gateway: Gateway, config_path: str, history: ConfigHistory | None = 
     log.info("configuration reloaded from %s", config_path)
     if changed:
         log.warning("reload does not apply %s: restart the gateway for them", ", ".join(changed))
+
+
+def _refused(gateway: Gateway, history: ConfigHistory | None, problems: int) -> None:
+    gateway.metrics.config_reloads.labels("failure").inc()
+    if history is not None:
+        history.refused(problems)
 
 
 def _usage(admins: Sequence[str], discover: Sequence[str], top: int, timeout: float, raw: bool) -> int:
@@ -270,7 +295,11 @@ async def _collect_usage(admins: Sequence[str], targets: Sequence[tuple[str, int
     urls = list(admins)
     for name, port in targets:
         urls += await fleet.discover(name, port)  # SourceError when the name does not resolve
-    async with aiohttp.ClientSession() as session:
+    # The admin token (server.admin_token), from the environment like the gateway's own: never an argument, which
+    # any user of the machine could read in the process list.
+    token = os.environ.get(ADMIN_TOKEN_ENV)
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    async with aiohttp.ClientSession(headers=headers) as session:
         sources = [fleet.http_source(session, url, timeout) for url in dict.fromkeys(urls)]  # each gateway once
         collected = await fleet.collect(sources, top)
     problems = [f"cannot read {name}/deprecations: {why}" for name, why in sorted(collected.failed.items())]
@@ -295,13 +324,15 @@ def _rollout(config_path: str, at: str | None, host: str | None) -> int:
 
     try:
         config = load_config(config_path)
-        rollout = config.model.rollout
-        now = parse_instant(at, rollout.tzinfo) if at else clock_from_config(rollout).now()
     except ConfigError as err:
         print(err, file=sys.stderr)
         return 2
+    rollout = config.model.rollout
+    try:
+        # The problem names where the instant came from: --at, or GATEWAY_NOW (clock_from_config says so).
+        now = parse_instant(at, rollout.tzinfo) if at is not None else clock_from_config(rollout).now()
     except ValueError as err:
-        print(f"gateway: --at/GATEWAY_NOW: {err}", file=sys.stderr)
+        print(f"gateway: --at: {err}" if at is not None else f"gateway: {err}", file=sys.stderr)
         return 2
     names = None
     if host is not None:
@@ -328,11 +359,13 @@ def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None
     return uvloop.new_event_loop
 
 
-def setup_logging(level: str) -> None:
+def setup_logging(level: str) -> RedactingFormatter:
     """The diagnostic log on stderr, every line through the redacting formatter (``ops.log_format``)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    formatter = RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler.setFormatter(formatter)
     logging.basicConfig(level=level.upper(), handlers=[handler])
+    return formatter
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -361,12 +394,13 @@ def _main(argv: Sequence[str] | None) -> int:
             return 2
         print(_describe(config))
         return 0
-    setup_logging(args.log_level)
+    formatter = setup_logging(args.log_level)
     try:
         config = load_config(args.config)
     except ConfigError as err:
         print(err, file=sys.stderr)
         return 2
+    formatter.use_secrets(config.secrets.redact)
     server = config.model.server
     listen = args.listen or server.listen
     admin_listen = args.admin_listen or server.admin_listen
@@ -379,7 +413,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return supervise(args.workers, worker_argv, server.drain_delay + server.shutdown_timeout)
     try:
         with asyncio.Runner(loop_factory=_loop_factory(server.event_loop)) as runner:
-            runner.run(_serve(args.config, config, listen, admin_listen, reuse_port=args.reuse_port))
+            runner.run(_serve(args.config, config, listen, admin_listen, reuse_port=args.reuse_port,
+                              formatter=formatter))
     except OSError as err:
         print(f"gateway: cannot listen: {err.strerror or err}", file=sys.stderr)
         return 1

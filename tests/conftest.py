@@ -9,8 +9,11 @@ from __future__ import annotations
 import asyncio
 import copy
 import hashlib
+import os
+import shutil
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,8 +26,41 @@ from gateway.app import parse_config
 from gateway.ops.metrics import Metrics
 from gateway.rollout import Clock
 
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_in_the_temporary_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The whole run uses a temporary directory of its own (TMPDIR, for this process and every process it starts:
+    gateways, their workers, browsers), and must leave it empty: a supervisor's metrics and worker directories, a
+    spool file, a test's own temporary files. (pytest's tmp_path directories stay where pytest keeps them.)"""
+    tmp_path_factory.getbasetemp()
+    private = tempfile.mkdtemp(prefix="gateway-tests-")
+    saved = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = tempfile.tempdir = private
+    try:
+        yield
+    finally:
+        if saved[0] is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved[0]
+        tempfile.tempdir = saved[1]
+        left = sorted(os.listdir(private))
+        shutil.rmtree(private, ignore_errors=True)
+    assert not left, f"the tests left these in the temporary directory: {left}"
+
+
+# The admin token of the tests' gateways. Admin URLs handed to tests carry it as HTTP Basic credentials
+# (``admin_url``), which aiohttp's client sends by itself.
+ADMIN_TOKEN = "test-admin-token-0123456789abcdef"
+
+
+def admin_url(port: int, host: str = "127.0.0.1") -> str:
+    return f"http://admin:{ADMIN_TOKEN}@{host}:{port}"
+
+
+ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
 BASE_CONFIG: dict[str, Any] = {
-    "server": {"listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0"},
+    "server": {"listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0", "admin_token": ADMIN_TOKEN},
     "upstream": {"connect_timeout": 2, "read_timeout": 5},
     "access_log": {"enabled": False},
     "tenants": [
@@ -179,7 +215,8 @@ AdminFactory = Callable[..., Awaitable[str]]
 
 @pytest.fixture
 async def start_admin() -> AsyncIterator[AdminFactory]:
-    """``await start_admin(gw, **runner_options)``: a started gateway's admin app on a free port; its base URL.
+    """``await start_admin(gw, **runner_options)``: a started gateway's admin app on a free port; its base URL, with
+    the admin token as Basic credentials (``admin_url``).
 
     Request it after ``start_gateway``, so that it is stopped first."""
     runners: list[web.AppRunner] = []
@@ -189,7 +226,7 @@ async def start_admin() -> AsyncIterator[AdminFactory]:
         await runner.setup()
         runners.append(runner)
         await web.TCPSite(runner, "127.0.0.1", 0).start()
-        return f"http://127.0.0.1:{runner.addresses[0][1]}"
+        return admin_url(runner.addresses[0][1])
 
     yield start
     for runner in runners:

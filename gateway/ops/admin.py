@@ -1,15 +1,34 @@
 """The admin listener (its own address, loopback by default): metrics, liveness, readiness, effective config,
-rollout, the usage report, and the status page that shows them to people."""
+rollout, the usage report, and the status page that shows them to people.
+
+Closed by default to what it need not serve (``_guard``): /livez and /readyz answer anyone; every other path needs
+``server.admin_token`` (or to be opened on purpose in ``server.admin_open``), and answers only requests whose
+``Host`` is one the listener is known by: an IP address, ``localhost``, or a name in ``server.admin_hosts``. A
+DNS-rebinding page in an operator's browser sends its own host name, so it never reads /config. The settings are
+read from the config in force at each request: a reload applies a new token at once.
+
+The token is taken as ``Authorization: Bearer <token>`` (Prometheus, scripts, ``gateway usage``), as HTTP Basic with
+the token as password (a browser's own prompt), or as a cookie: a browser opens any admin page once with
+``?token=<token>`` and is redirected to the same page without it, holding an HttpOnly, SameSite=Strict cookie whose
+value is derived from the token (never the token itself).
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
+import hmac
+import ipaddress
 import json
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.multiprocess import MultiProcessCollector
+from aiohttp import hdrs, web
+from multidict import CIMultiDict
+from prometheus_client import CONTENT_TYPE_LATEST
 
+from ..core.tenants import canonical_host
 from ..rollout import Clock, RolloutPlan, report
 from .fleet import Collected, collect, local_source, parse_top
 from .metrics import Metrics
@@ -22,7 +41,7 @@ if TYPE_CHECKING:
     from ..config import LoadedConfig
     from ..core.routing import RouteTable
 
-__all__ = ("Served", "make_admin_app")
+__all__ = ("COOKIE", "Served", "cookie_value", "known_host", "make_admin_app")
 
 
 class ServedState(Protocol):
@@ -51,17 +70,108 @@ _HISTORY: web.AppKey[ConfigHistory] = web.AppKey("history")
 _PEERS: web.AppKey[Peers | None] = web.AppKey("peers")
 
 
+# --- the guard: Host, then the token ---------------------------------------------------------------------------
+
+_ALWAYS_OPEN = frozenset({"/livez", "/readyz"})
+# Paths opened (admin_open) under another path's name: the status page's data, its redirect and its icon.
+_OPENED_AS = {"/status.json": "/status", "/": "/status", "/favicon.ico": "/status"}
+COOKIE = "gateway_admin"
+_REALM = 'realm="gateway admin"'
+
+
+def cookie_value(token: str) -> str:
+    """The admin cookie for ``token``: a MAC of a fixed text under the token, so the cookie never shows the token
+    (and stops working when the token is changed)."""
+    return hmac.new(token.encode(), b"gateway admin cookie v1", hashlib.sha256).hexdigest()
+
+
+def known_host(host: str | None, names: frozenset[str] | list[str]) -> bool:
+    """Whether the admin listener answers a request with this ``Host``: an IP address (a rebinding page can only
+    send its own host name), ``localhost``, or a configured name (``*.suffix`` wildcards as for tenants)."""
+    if not host:
+        return False
+    name = canonical_host(host)
+    try:
+        ipaddress.ip_address(name[1:-1] if name.startswith("[") else name)
+        return True
+    except ValueError:
+        pass
+    if name == "localhost" or name in names:
+        return True
+    return any(pattern.startswith("*.") and name.endswith(pattern[1:]) for pattern in names)
+
+
+def _error(status: int, code: str, message: str, *challenges: str) -> web.Response:
+    headers = CIMultiDict({"Cache-Control": "no-store"})
+    for challenge in challenges:  # one header each: browsers read one challenge per WWW-Authenticate line
+        headers.add(hdrs.WWW_AUTHENTICATE, challenge)
+    return web.json_response({"code": code, "message": message}, status=status, headers=headers)
+
+
+def _presented(request: web.Request) -> list[str]:
+    """Every credential the request carries: a bearer token, a Basic password, the admin cookie."""
+    found = []
+    authorization = request.headers.get(hdrs.AUTHORIZATION, "")
+    scheme, _, value = authorization.strip().partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        found.append(value.strip())
+    elif scheme.lower() == "basic":
+        try:
+            found.append(base64.b64decode(value.strip(), validate=True).decode().partition(":")[2])
+        except (binascii.Error, UnicodeDecodeError):
+            pass
+    return found
+
+
+def _authorized(request: web.Request, token: str) -> bool:
+    wanted = token.encode()
+    if any(hmac.compare_digest(given.encode(), wanted) for given in _presented(request)):
+        return True
+    cookie = request.cookies.get(COOKIE)
+    return cookie is not None and hmac.compare_digest(cookie.encode(), cookie_value(token).encode())
+
+
+def _without_token(request: web.Request) -> str:
+    """The page asked for, relative to itself (the listener may sit behind a path prefix), without ``token``."""
+    query = request.rel_url.without_query_params("token").raw_query_string
+    return (request.path.rsplit("/", 1)[-1] or "./") + (f"?{query}" if query else "")
+
+
+@web.middleware
+async def _guard(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                 ) -> web.StreamResponse:
+    if request.path in _ALWAYS_OPEN:
+        return await handler(request)  # probes: kubelet and load balancers send no token
+    server = request.app[_GATEWAY].state.config.model.server
+    hosts = request.headers.getall(hdrs.HOST, [])
+    if len(hosts) != 1 or not known_host(hosts[0], server.admin_hosts):
+        return _error(421, "UNKNOWN_HOST", "the admin listener does not answer for this Host: use its IP address, "
+                      "localhost, or a name listed in server.admin_hosts")
+    if _OPENED_AS.get(request.path, request.path) in server.admin_open_paths():
+        return await handler(request)
+    token = server.admin_token
+    if token is None:
+        return _error(403, "ADMIN_CLOSED", "server.admin_token is not set: this admin path is closed (only /livez and "
+                      "/readyz, and the paths in server.admin_open, are served)")
+    if "token" in request.rel_url.query:
+        if not hmac.compare_digest(request.rel_url.query["token"].encode(), token.encode()):
+            return _error(401, "UNAUTHORIZED", "the token is not the admin token")
+        # Once: the token leaves the address bar (and the browser's history) for a cookie.
+        response = web.Response(status=303, headers={hdrs.LOCATION: _without_token(request),
+                                                     "Cache-Control": "no-store"})
+        response.set_cookie(COOKIE, cookie_value(token), httponly=True, samesite="Strict")
+        return response
+    if _authorized(request, token):
+        return await handler(request)
+    return _error(401, "UNAUTHORIZED", "this admin path needs the admin token (server.admin_token): send "
+                  "'Authorization: Bearer <token>' (gateway usage: set GATEWAY_ADMIN_TOKEN), or open the page once "
+                  "with ?token=<token> in a browser",
+                  f"Basic {_REALM}", f"Bearer {_REALM}")
+
+
 async def _metrics(request: web.Request) -> web.Response:
-    gateway = request.app[_GATEWAY]
-    # The phase gauge is right at every scrape, even when no board request has come in since a date passed.
-    gateway.state.rollout.publish(gateway.metrics.rollout_phase, gateway.clock.now().timestamp())
-    if gateway.metrics.multiprocess:
-        # Several workers: every worker's values, read from the shared directory (any worker may answer).
-        registry = CollectorRegistry()
-        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        body = generate_latest(registry)
-    else:
-        body = generate_latest(gateway.metrics.registry)
+    # Under --workers: every worker's values, read from the shared directory (any worker may answer).
+    body = request.app[_GATEWAY].metrics.scrape()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
@@ -157,7 +267,7 @@ async def _favicon(request: web.Request) -> web.Response:
 def make_admin_app(gateway: Served, *, history: ConfigHistory | None = None, peers: Peers | None = None) -> web.Application:
     """``history``: the config's load and reload times (``gateway serve`` keeps it; by default, loaded now);
     ``peers``: this worker's siblings under ``--workers N`` (their usage reports are merged into this one's)."""
-    app = web.Application()
+    app = web.Application(middlewares=[_guard])
     app[_GATEWAY] = gateway
     app[_HISTORY] = history if history is not None else ConfigHistory()
     app[_PEERS] = peers

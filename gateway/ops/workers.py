@@ -9,13 +9,20 @@ asks its siblings: each worker also serves its own report on a Unix socket, ``<p
 the supervisor makes (``GATEWAY_WORKER_DIR``, mode 0700), and the worker asked merges the answers
 (``gateway.ops.fleet``). A socket whose worker has exited refuses connections and is left out (the supervisor
 removes it); a worker that does not answer in time makes the report fail rather than be silently partial.
+
+Nothing is left behind: the supervisor removes both directories when it exits (of a PROMETHEUS_MULTIPROC_DIR given
+to it, the metric files: the directory is the operator's, emptied at start and at exit, as prometheus-client needs
+between runs). A supervisor that is killed cannot; its workers are stopped then (PDEATHSIG), and the last of them to
+leave removes the directories (``Peers.leave``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -35,14 +42,21 @@ __all__ = ("WORKER_DIR_ENV", "Peers", "make_peer_app", "supervise")
 log = logging.getLogger("gateway.workers")
 
 WORKER_DIR_ENV = "GATEWAY_WORKER_DIR"
+# Set to 1 when the supervisor made the metrics directory (a temporary one) rather than being given it.
+_OWN_METRICS_ENV = "GATEWAY_OWN_METRICS_DIR"
+_SUPERVISOR_ENV = "GATEWAY_SUPERVISOR_PID"
 
 
 def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float) -> int:
-    own_dir = "PROMETHEUS_MULTIPROC_DIR" not in os.environ
-    metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or tempfile.mkdtemp(prefix="gateway-metrics-")
+    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    own_dir = not given
+    metrics_dir = given or tempfile.mkdtemp(prefix="gateway-metrics-")
+    if given:
+        remove_metric_files(metrics_dir)  # a previous run's counts would be added to this one's
     # Short (a Unix socket path has at most 107 bytes) and private (mkdtemp makes it 0700).
     worker_dir = tempfile.mkdtemp(prefix="gateway-workers-")
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir, WORKER_DIR_ENV: worker_dir}
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir, WORKER_DIR_ENV: worker_dir,
+           _OWN_METRICS_ENV: "1" if own_dir else "", _SUPERVISOR_ENV: str(os.getpid())}
     command = [sys.executable, "-m", "gateway", *worker_argv]
     stopping = False
     pending: list[int] = []
@@ -102,13 +116,47 @@ def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float)
                 proc.kill()
         if own_dir:
             shutil.rmtree(metrics_dir, ignore_errors=True)
+        else:
+            remove_metric_files(metrics_dir)
         shutil.rmtree(worker_dir, ignore_errors=True)
+
+
+_METRIC_FILE_RE = re.compile(r"^[a-z]+(?:_[a-z]+)?_(\d+)\.db$")  # prometheus-client's <kind>[_<mode>]_<pid>.db
+
+
+def remove_metric_files(directory: str, *, keep_running: bool = False) -> None:
+    """prometheus-client's files in ``directory``; with ``keep_running``, not those of processes still running."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        match = _METRIC_FILE_RE.match(name)
+        if match is None:
+            continue
+        if keep_running and int(match.group(1)) != os.getpid() and _running(int(match.group(1))):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(directory, name))
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _prepare_worker(supervisor: int) -> None:
     """Runs in the worker between fork and exec; ``supervisor``: the supervisor's pid."""
-    # A reload during start-up must not kill the worker: SIGHUP is ignored until its own handler is installed.
+    # A reload during start-up must not kill the worker: SIGHUP is ignored until its own handler is installed. So is
+    # SIGTERM, so that a worker stopped while it starts still leaves through its own exit (its files removed): once
+    # its handlers are installed it stops at once if the supervisor has gone meanwhile (``Peers.orphaned``).
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # If the supervisor dies without stopping it (SIGKILL, OOM), the worker is told to stop too (Linux).
     try:
         import ctypes
@@ -136,17 +184,39 @@ def _mark_dead(pid: int, metrics_dir: str) -> None:
 class Peers:
     """A worker's view of its siblings: where it serves its own usage report, and a source for each sibling's."""
 
-    def __init__(self, directory: str, pid: int | None = None, timeout: float = 5.0) -> None:
+    def __init__(self, directory: str, pid: int | None = None, timeout: float = 5.0,
+                 supervisor: int | None = None) -> None:
         self.directory = Path(directory)
         self.pid = os.getpid() if pid is None else pid
         self.path = str(self.directory / f"{self.pid}.sock")
         self.timeout = timeout  # for a sibling's answer: past it, the report fails (the sibling is stuck)
+        self.supervisor = os.getppid() if supervisor is None else supervisor
+
+    def orphaned(self) -> bool:
+        """Whether the supervisor is gone (killed: it could not stop this worker, or clean up after the run)."""
+        return os.getppid() != self.supervisor
+
+    def leave(self, environ: Mapping[str, str] = os.environ) -> None:
+        """This worker's exit: its socket goes. When the supervisor is gone (killed: nobody else will clean up),
+        each worker removes its own metric files and those of workers no longer running, then the directories if
+        they are empty, so that the last to leave leaves nothing."""
+        Path(self.path).unlink(missing_ok=True)
+        if not self.orphaned():
+            return  # the supervisor removes the directories when it exits
+        metrics_dir = environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if metrics_dir:
+            remove_metric_files(metrics_dir, keep_running=True)
+        for directory in (str(self.directory), metrics_dir if environ.get(_OWN_METRICS_ENV) == "1" else None):
+            if directory:
+                with contextlib.suppress(OSError):
+                    os.rmdir(directory)  # only once empty: the last worker to leave
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Peers | None:
         """The worker's peers under ``gateway serve --workers N``; None for a single process."""
         directory = environ.get(WORKER_DIR_ENV)
-        return cls(directory) if directory else None
+        supervisor = environ.get(_SUPERVISOR_ENV, "")
+        return cls(directory, supervisor=int(supervisor) if supervisor.isdigit() else None) if directory else None
 
     def sources(self, usage: UsageTracker) -> list[Source]:
         """This worker's report (read directly) and every sibling's (over its socket)."""

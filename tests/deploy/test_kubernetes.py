@@ -107,7 +107,8 @@ def test_each_resource_file_validates(path: Path) -> None:
 def test_gateway_config_of_each_kustomization_is_valid(directory: Path) -> None:
     for generator in kustomization(directory).get("configMapGenerator", []):
         for item in generator.get("files", []):
-            load_config(directory / item.rpartition("=")[2])  # raises ConfigError with every problem
+            # raises ConfigError with every problem (the Secret's token stands in for the pod's environment)
+            load_config(directory / item.rpartition("=")[2], environ=SECRET_ENVIRON)
 
 
 @pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=lambda p: str(p.relative_to(KUBERNETES)))
@@ -156,7 +157,35 @@ def _pod_config(docs: list[dict[str, Any]], spec: dict[str, Any], tmp_path: Path
     config_map = one(docs, "ConfigMap", volume["configMap"]["name"])
     path = tmp_path / "gateway.yaml"
     path.write_text(config_map["data"]["gateway.yaml"])
-    return load_config(path).model
+    return load_config(path, environ=SECRET_ENVIRON).model
+
+
+# What the pod's environment gets from the admin Secret (created per installation, never committed).
+ADMIN_SECRET = ("deprecation-gateway-admin", "token")
+SECRET_ENVIRON = {"GATEWAY_ADMIN_TOKEN": "stand-in-admin-token-0123456789abcdef"}
+
+
+def test_the_admin_token_comes_from_a_secret_the_service_monitor_shares(
+        rendered: tuple[list[dict[str, Any]], bool], tmp_path: Path) -> None:
+    """The pod reads the admin token from a Secret (never from the ConfigMap), Prometheus sends the same one, and
+    the probes need none: /livez and /readyz are the admin paths the gateway serves without it."""
+    docs, _ = rendered
+    _, spec, container = _pod(docs)
+    env = {e["name"]: e for e in container.get("env", [])}
+    ref = env["GATEWAY_ADMIN_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert (ref["name"], ref["key"]) == ADMIN_SECRET and not ref.get("optional"), "no token, no start"
+    config = _pod_config(docs, spec, tmp_path)
+    assert config.server.admin_token == SECRET_ENVIRON["GATEWAY_ADMIN_TOKEN"]
+    assert config.server.admin_open == [], "the scrape is authenticated, not opened"
+    volume = next(v for v in spec["volumes"] if v["name"] == "config")
+    assert "${GATEWAY_ADMIN_TOKEN}" in one(docs, "ConfigMap", volume["configMap"]["name"])["data"]["gateway.yaml"]
+    for endpoint in one(docs, "ServiceMonitor")["spec"]["endpoints"]:
+        auth = endpoint["authorization"]
+        assert auth.get("type", "Bearer") == "Bearer"
+        assert (auth["credentials"]["name"], auth["credentials"]["key"]) == ADMIN_SECRET
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"]["path"] in ("/livez", "/readyz") and "httpHeaders" not in container[probe][
+            "httpGet"]
 
 
 def test_config_map_is_generated_with_a_hash_suffix(rendered: tuple[list[dict[str, Any]], bool],

@@ -26,7 +26,8 @@ from gateway import cli
 from gateway.core.http import token_fingerprint
 from gateway.ops.admin import make_admin_app
 from gateway.ops.workers import Peers
-from tests.conftest import GatewayFactory, RecordingUpstream, RunningGateway, free_port, guarded_routes, make_config
+from tests.conftest import (ADMIN_HEADERS, ADMIN_TOKEN, GatewayFactory, RecordingUpstream, RunningGateway, admin_url, free_port, guarded_routes,
+                            make_config)
 from tests.process_testlib import ROOT, wait_for
 
 UA = "legacy-uploader/2.1"
@@ -42,7 +43,7 @@ async def admins() -> AsyncIterator[Any]:
         await runner.setup()
         runners.append(runner)
         await web.TCPSite(runner, host, port).start()
-        return f"http://{host}:{runner.addresses[0][1]}"
+        return admin_url(runner.addresses[0][1], host)
 
     yield start
     for runner in runners:
@@ -146,6 +147,7 @@ async def test_discover_asks_every_address_of_a_name(upstream: RecordingUpstream
         return real(host, *args, **kwargs)
 
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    monkeypatch.setenv("GATEWAY_ADMIN_TOKEN", ADMIN_TOKEN)  # discovered addresses carry no credentials
     loop = asyncio.get_running_loop()
     code = await loop.run_in_executor(None, lambda: cli.main(["usage", "--discover", f"admin-pods.test:{port}"]))
     out = capsys.readouterr()
@@ -190,7 +192,7 @@ async def test_deprecations_answers_for_every_worker(upstream: RecordingUpstream
     killed (and restarted by the supervisor) takes its share with it but does not break the report."""
     port, admin = free_port(), free_port()
     config = make_config(upstream.url, routes=guarded_routes())
-    config["server"] = {"listen": f"127.0.0.1:{port}", "admin_listen": f"127.0.0.1:{admin}"}
+    config["server"] = {"listen": f"127.0.0.1:{port}", "admin_listen": f"127.0.0.1:{admin}", "admin_token": ADMIN_TOKEN}
     path = tmp_path / "gateway.yaml"
     path.write_text(yaml.safe_dump(config))
     env = {**os.environ, "TMPDIR": str(tmp_path)}  # the supervisor's private directory goes there
@@ -218,12 +220,13 @@ async def test_deprecations_answers_for_every_worker(upstream: RecordingUpstream
         async with aiohttp.ClientSession() as client:
             for _ in range(6):  # whichever worker answers, the whole process
                 async with client.get(f"http://127.0.0.1:{admin}/deprecations?top=10",
-                                      headers={"Connection": "close"}) as resp:
+                                      headers={"Connection": "close", **ADMIN_HEADERS}) as resp:
                     assert resp.status == 200
                     report = (await resp.json())["legacy_upload_guard"]
                 assert report["requests"] == 40 and report["top_clients_exact"] is True
                 assert sorted(r["requests"] for r in report["top_clients"]) == [10, 10, 10, 10]
-            async with client.get(f"http://127.0.0.1:{admin}/status.json", headers={"Connection": "close"}) as resp:
+            async with client.get(f"http://127.0.0.1:{admin}/status.json",
+                                  headers={"Connection": "close", **ADMIN_HEADERS}) as resp:
                 status = await resp.json()
             assert len(status["workers"]["answered"]) == 2 and status["workers"]["failed"] == {}
             assert status["usage"]["policies"][0]["requests"] == 40
@@ -236,7 +239,7 @@ async def test_deprecations_answers_for_every_worker(upstream: RecordingUpstream
 
             for _ in range(6):  # before and after the supervisor notices
                 async with client.get(f"http://127.0.0.1:{admin}/deprecations",
-                                      headers={"Connection": "close"}) as resp:
+                                      headers={"Connection": "close", **ADMIN_HEADERS}) as resp:
                     assert resp.status == 200
                     assert (await resp.json())["legacy_upload_guard"]["requests"] == 40 - shares[victim]
             await wait_for(restarted, 15)

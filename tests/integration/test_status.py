@@ -19,7 +19,7 @@ from gateway.core.http import token_fingerprint
 from gateway.ops.admin import make_admin_app
 from gateway.ops.status import ConfigHistory
 from gateway.rollout import FixedClock, parse_instant
-from tests.conftest import GatewayFactory, RecordingUpstream, guarded_routes, make_config
+from tests.conftest import GatewayFactory, RecordingUpstream, admin_url, guarded_routes, make_config
 
 XSS = '<script>window.pwned=1</script>"><img src=x onerror=alert(1)>'
 
@@ -28,7 +28,7 @@ async def _admin(gw: Any, **kwargs: Any) -> tuple[web.AppRunner, str]:
     runner = web.AppRunner(make_admin_app(gw.gateway, **kwargs), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
-    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+    return runner, admin_url(runner.addresses[0][1])
 
 
 def _config(upstream: RecordingUpstream) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import pytest
 from playwright.async_api import Browser, Page, async_playwright
 
 from gateway.core.http import token_fingerprint
-from tests.conftest import BASE_CONFIG, RecordingUpstream, guarded_routes
+from tests.conftest import ADMIN_TOKEN, BASE_CONFIG, RecordingUpstream, guarded_routes
 from tests.process_testlib import Proc, start
 
 XSS = '<script>window.pwned=1</script>"><img src=x onerror="window.pwned=2">'
@@ -78,7 +78,10 @@ async def _open(browser: Browser, proc: Proc, **context: Any) -> tuple[Page, lis
     page.on("console", lambda msg: problems.append(f"{msg.type}: {msg.text}") if msg.type in ("error", "warning")
             else None)
     page.on("dialog", lambda dialog: problems.append(f"dialog: {dialog.message}"))
-    await page.goto(f"http://127.0.0.1:{proc.admin}/")  # redirected to /status
+    # The token once in the address: the gateway sets its cookie and redirects to / without it, which redirects to
+    # /status; the page's own requests (status.json) carry the cookie.
+    await page.goto(f"http://127.0.0.1:{proc.admin}/?token={ADMIN_TOKEN}")
+    assert page.url == f"http://127.0.0.1:{proc.admin}/status", page.url
     return page, problems
 
 
