@@ -163,8 +163,8 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        if peers is not None and peers.orphaned():
-            stop.set()  # the supervisor died while this worker started (its SIGTERM came before the handler)
+        if peers is not None and (peers.orphaned() or peers.stopping()):
+            stop.set()  # the supervisor died or was stopped while this worker started (its SIGTERM came too early)
         loop.add_signal_handler(signal.SIGHUP, _reload, gateway, config_path, history, formatter)
         print(f"gateway {__version__} listening on http://{listen} (admin http://{admin_listen}"
               f"{_admin_access(config)})", flush=True)

@@ -45,6 +45,7 @@ WORKER_DIR_ENV = "GATEWAY_WORKER_DIR"
 # Set to 1 when the supervisor made the metrics directory (a temporary one) rather than being given it.
 _OWN_METRICS_ENV = "GATEWAY_OWN_METRICS_DIR"
 _SUPERVISOR_ENV = "GATEWAY_SUPERVISOR_PID"
+_STOPPING = "stopping"  # made in the worker directory when the supervisor starts to stop
 
 
 def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float) -> int:
@@ -80,6 +81,9 @@ def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float)
                 signum = pending.pop(0)
                 if signum in (signal.SIGTERM, signal.SIGINT):
                     stopping = True
+                    # Before the signal: a worker still starting ignores it, and looks for this mark once its own
+                    # handlers are set (``Peers.stopping``).
+                    Path(worker_dir, _STOPPING).touch()
                 for proc in procs:
                     if proc.poll() is None:
                         proc.send_signal(signal.SIGTERM if signum == signal.SIGINT else signum)
@@ -192,6 +196,10 @@ class Peers:
         self.timeout = timeout  # for a sibling's answer: past it, the report fails (the sibling is stuck)
         self.supervisor = os.getppid() if supervisor is None else supervisor
 
+    def stopping(self) -> bool:
+        """Whether the supervisor was told to stop (its SIGTERM may have come while this worker ignored it)."""
+        return (self.directory / _STOPPING).exists()
+
     def orphaned(self) -> bool:
         """Whether the supervisor is gone (killed: it could not stop this worker, or clean up after the run)."""
         return os.getppid() != self.supervisor
@@ -206,6 +214,8 @@ class Peers:
         metrics_dir = environ.get("PROMETHEUS_MULTIPROC_DIR")
         if metrics_dir:
             remove_metric_files(metrics_dir, keep_running=True)
+        if not any(self.directory.glob("*.sock")):
+            (self.directory / _STOPPING).unlink(missing_ok=True)
         for directory in (str(self.directory), metrics_dir if environ.get(_OWN_METRICS_ENV) == "1" else None):
             if directory:
                 with contextlib.suppress(OSError):

@@ -116,7 +116,10 @@ async def test_scrapes_never_fail_from_start_to_exit(upstream: RecordingUpstream
             children = _children(proc.pid)
             return len(children) == 2 and all(_listening(c) for c in children)
 
-        await wait_for(both_listening, 20)
+        async def both_listening_and_scraped() -> bool:
+            return await both_listening() and bool(answers)
+
+        await wait_for(both_listening_and_scraped, 20)
         started = len(answers)
         victim = _children(proc.pid)[0]
         os.kill(victim, signal.SIGKILL)  # the supervisor restarts it
