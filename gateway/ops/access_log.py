@@ -23,7 +23,7 @@ from aiohttp import hdrs, web
 from ..core.exchange import Exchange
 from ..core.http import token_fingerprint
 from .metrics import NO_TENANT, Metrics
-from .usage import UsageTracker
+from .usage import UsageCounter
 
 __all__ = ("AccessLogWriter", "LineSink", "Recorder")
 
@@ -35,7 +35,7 @@ class LineSink(Protocol):
 class Recorder:
     """Turns a finished request into its metrics, its usage entry and its access-log line."""
 
-    def __init__(self, metrics: Metrics, usage: UsageTracker | None, sink: LineSink | None, *, observe: bool = True):
+    def __init__(self, metrics: Metrics, usage: UsageCounter | None, sink: LineSink | None, *, observe: bool = True):
         self.metrics = metrics
         self.usage = usage
         self.sink = sink  # None: no lines, metrics only

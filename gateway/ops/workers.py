@@ -4,11 +4,9 @@ The supervisor owns the signals: SIGTERM/SIGINT and SIGHUP are passed to every w
 own is restarted (at most once a second). Metrics are aggregated across workers with prometheus-client's
 multiprocess mode: every worker writes to one directory, and whichever worker answers /metrics reads them all.
 
-The usage report (admin /deprecations, the status page) lives in each worker's memory, so whichever worker is asked
-asks its siblings: each worker also serves its own report on a Unix socket, ``<pid>.sock`` in a private directory
-the supervisor makes (``GATEWAY_WORKER_DIR``, mode 0700), and the worker asked merges the answers
-(``gateway.ops.fleet``). A socket whose worker has exited refuses connections and is left out (the supervisor
-removes it); a worker that does not answer in time makes the report fail rather than be silently partial.
+Each worker writes its own share of the usage it counted to the usage ledger (``gateway.ops.ledger``), so the
+usage report (admin /deprecations, the status page), read from the ledger, is the whole process's whichever worker
+answers.
 """
 
 from __future__ import annotations
@@ -22,27 +20,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
-from aiohttp import web
-
-from .fleet import Source, local_source, parse_top, unix_source
-from .usage import UsageTracker
-
-__all__ = ("WORKER_DIR_ENV", "Peers", "make_peer_app", "supervise")
+__all__ = ("supervise",)
 
 log = logging.getLogger("gateway.workers")
-
-WORKER_DIR_ENV = "GATEWAY_WORKER_DIR"
 
 
 def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float) -> int:
     own_dir = "PROMETHEUS_MULTIPROC_DIR" not in os.environ
     metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or tempfile.mkdtemp(prefix="gateway-metrics-")
-    # Short (a Unix socket path has at most 107 bytes) and private (mkdtemp makes it 0700).
-    worker_dir = tempfile.mkdtemp(prefix="gateway-workers-")
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir, WORKER_DIR_ENV: worker_dir}
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}
     command = [sys.executable, "-m", "gateway", *worker_argv]
     stopping = False
     pending: list[int] = []
@@ -74,7 +62,6 @@ def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float)
                 if code is None:
                     continue
                 _mark_dead(proc.pid, metrics_dir)
-                Path(worker_dir, f"{proc.pid}.sock").unlink(missing_ok=True)
                 if stopping:
                     procs.remove(proc)
                     continue
@@ -102,7 +89,6 @@ def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float)
                 proc.kill()
         if own_dir:
             shutil.rmtree(metrics_dir, ignore_errors=True)
-        shutil.rmtree(worker_dir, ignore_errors=True)
 
 
 def _prepare_worker(supervisor: int) -> None:
@@ -131,47 +117,3 @@ def _mark_dead(pid: int, metrics_dir: str) -> None:
         multiprocess.mark_process_dead(pid, metrics_dir)  # type: ignore[no-untyped-call]
     except Exception:  # noqa: BLE001 - cleanup of a dead worker's gauge files is best effort
         log.debug("could not mark worker %s dead", pid, exc_info=True)
-
-
-class Peers:
-    """A worker's view of its siblings: where it serves its own usage report, and a source for each sibling's."""
-
-    def __init__(self, directory: str, pid: int | None = None, timeout: float = 5.0) -> None:
-        self.directory = Path(directory)
-        self.pid = os.getpid() if pid is None else pid
-        self.path = str(self.directory / f"{self.pid}.sock")
-        self.timeout = timeout  # for a sibling's answer: past it, the report fails (the sibling is stuck)
-
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Peers | None:
-        """The worker's peers under ``gateway serve --workers N``; None for a single process."""
-        directory = environ.get(WORKER_DIR_ENV)
-        return cls(directory) if directory else None
-
-    def sources(self, usage: UsageTracker) -> list[Source]:
-        """This worker's report (read directly) and every sibling's (over its socket)."""
-        out = [local_source(f"worker {self.pid}", usage)]
-        for path in sorted(self.directory.glob("*.sock")):
-            if path.name != f"{self.pid}.sock":
-                out.append(unix_source(str(path), f"worker {path.stem}", self.timeout))
-        return out
-
-
-_USAGE: web.AppKey[UsageTracker] = web.AppKey("usage")
-
-
-async def _peer_usage(request: web.Request) -> web.Response:
-    try:
-        top = parse_top(request.query.get("top", "20"))
-    except ValueError as err:
-        return web.json_response({"code": "BAD_QUERY", "message": str(err)}, status=400)
-    return web.json_response(request.app[_USAGE].report(top))
-
-
-def make_peer_app(usage: UsageTracker) -> web.Application:
-    """What a worker serves its siblings on its Unix socket: its own usage report only (never a merge, so a
-    question never goes round)."""
-    app = web.Application()
-    app[_USAGE] = usage
-    app.router.add_get("/usage", _peer_usage)
-    return app
