@@ -384,15 +384,21 @@ def postgres() -> Any:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def ledger_url(request: pytest.FixtureRequest, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+def ledger_url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
     """A fresh, empty ledger database: a SQLite file, or a database of its own on the session's PostgreSQL server
-    (its password as ``${LEDGER_PASSWORD}``, set in the environment, as an operator's config has it)."""
+    (``postgres_url``)."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/usage.sqlite3"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def postgres_url(postgres: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A new database on the session's PostgreSQL server; its URL has the password as ``${LEDGER_PASSWORD}`` (set in
+    the environment, which gateway processes inherit), as an operator's config has it."""
     from tests import postgres_testlib
 
-    server = request.getfixturevalue("postgres")
-    if not server.running():
-        server.start()  # a test that stopped it failed before starting it again
+    if not postgres.running():
+        postgres.start()  # a test that stopped it failed before starting it again
     monkeypatch.setenv("LEDGER_PASSWORD", postgres_testlib.PASSWORD)
-    return str(server.url(server.create_database()))
+    return str(postgres.url(postgres.create_database()))

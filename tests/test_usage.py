@@ -14,12 +14,14 @@ from typing import Any
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 
 from gateway.app import ConfigError, parse_config
 from gateway.ops.ledger.options import database_url
 from gateway.ops.ledger.query import Query, parse_when, window
 from gateway.ops.ledger.schema import metadata
-from gateway.ops.ledger.store import Store
+from gateway.ops.ledger.migrations import HEAD
+from gateway.ops.ledger.store import MIGRATIONS, Store
 from gateway.ops.usage import HOUR, UsageCounter
 
 GUARD = {"legacy_upload_guard": "legacy_uploads"}
@@ -179,6 +181,8 @@ def test_the_migrations_create_the_schema_the_code_uses(store: Store) -> None:
     with store.engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
     assert store.migrate() == ("0001", "0001")  # again: nothing to do
+    # The head the gateway compares with at start (without importing Alembic) is Alembic's own.
+    assert ScriptDirectory(str(MIGRATIONS)).get_current_head() == HEAD == store.revision()
 
 
 def test_batches_add_up_and_one_sent_twice_counts_once(store: Store) -> None:

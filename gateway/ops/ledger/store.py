@@ -14,7 +14,6 @@ other instead of failing on a lock upgrade).
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 from collections.abc import Iterator, Sequence
@@ -22,17 +21,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-from sqlalchemy import Connection, and_, case, create_engine, delete, event, func, select, text
+from sqlalchemy import Connection, and_, case, create_engine, delete, event, func, inspect, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..usage import Batch
+from .migrations import HEAD
 from .options import database_url
 from .query import DAY, Query, iso
 from .schema import batches, clients, totals
 
-__all__ = ("Store", "describe_error", "head_revision", "sqlite_path")
+__all__ = ("Store", "describe_error", "sqlite_path")
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 _LOCK_KEY = 0x6C656467  # pg_advisory_xact_lock: one process migrates at a time
@@ -114,28 +114,26 @@ class Store:
     # --- schema ---
 
     def migrate(self) -> tuple[str | None, str]:
-        """Create or upgrade the schema to the newest revision; (the revision found, the revision now)."""
-        from alembic import command
-        from alembic.config import Config
-        from alembic.runtime.migration import MigrationContext
-
-        head = head_revision()
+        """Create or upgrade the schema to the newest revision; (the revision found, the revision now). Alembic is
+        imported only when there is something to do."""
         with self._transaction(write=True, timeout=max(self.timeout, 60.0)) as conn:
             if self.dialect == "postgresql":
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
-            found = MigrationContext.configure(conn).get_current_revision()
-            if found != head:
+            found = _revision(conn)
+            if found != HEAD:
+                from alembic import command
+                from alembic.config import Config
+
                 config = Config()
                 config.set_main_option("script_location", str(MIGRATIONS))
                 config.attributes["connection"] = conn
                 command.upgrade(config, "head")
-        return found, head
+        return found, HEAD
 
     def revision(self) -> str | None:
-        from alembic.runtime.migration import MigrationContext
-
+        """The schema's revision (None: no schema yet)."""
         with self._transaction(write=False, timeout=self.timeout) as conn:
-            return MigrationContext.configure(conn).get_current_revision()
+            return _revision(conn)
 
     # --- writing ---
 
@@ -265,13 +263,11 @@ def fold_report(query: Query, total_rows: Sequence[Sequence[Any]],
             "behaviours": dict(sorted(behaviours.items()))}
 
 
-@functools.cache
-def head_revision() -> str:
-    from alembic.script import ScriptDirectory
-
-    head = ScriptDirectory(str(MIGRATIONS)).get_current_head()
-    assert head is not None, "the ledger's migrations have no head"
-    return head
+def _revision(conn: Connection) -> str | None:
+    """The revision Alembic recorded (its alembic_version table), read without importing Alembic."""
+    if not inspect(conn).has_table("alembic_version"):
+        return None
+    return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
 
 # --- SQLite: transactions started by us (pysqlite's own are deferred, and it starts none before a SELECT) ----------
