@@ -30,5 +30,13 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
       || { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; }; } >/dev/null 2>&1 \
     || echo "test.sh: could not install chromium (Debian package chromium); the status page's browser tests will skip" >&2
 fi
+# The usage ledger's tests start a real PostgreSQL server (Debian's postgresql package: initdb and pg_ctl, run by the
+# tests in a temporary directory as an unprivileged user): installed the same way when missing.
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get install -y -qq --no-install-recommends postgresql \
+      || { apt-get update -qq && apt-get install -y -qq --no-install-recommends postgresql; }; } >/dev/null 2>&1 \
+    || echo "test.sh: could not install PostgreSQL (Debian package postgresql); the usage ledger's PostgreSQL tests will skip" >&2
+fi
 cd "$root"
 exec .venv/bin/python -m pytest "$@"
