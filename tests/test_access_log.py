@@ -126,8 +126,8 @@ def test_one_record_counts_once_in_each_family() -> None:
     assert sample("gateway_requests_total", {"tenant": tenant, "route": "bo\\ard", "method": "POST",
                                              "status_class": "5xx"}) == 1
     batch = usage.take()  # what the usage ledger would write: one request, counted under each of its decisions
-    assert batch is not None and batch.requests == 2
-    totals = {(behaviour, decision): counts[0] for (_, behaviour, _, decision), counts in batch.totals.items()}
+    assert batch is not None and batch.count == 2
+    totals = {(behaviour, decision): n for (_, behaviour, _, decision), n in batch.totals.items()}
     assert totals[('x"', "é")] == 1 and sum(n for (b, _), n in totals.items() if b == "board_cards") == 1
 
 

@@ -70,16 +70,18 @@ def test_counts_by_behaviour_hour_tenant_client_and_decision() -> None:
     counter.record({}, "ignored", None, "acme")  # no decision: not deprecated use
     assert counter.pending == 7
     batch = counter.take()
-    assert batch is not None and batch.requests == 7
+    assert batch is not None and batch.count == 7
     hour = int(T0) // HOUR * HOUR
-    assert batch.totals == {(hour, "legacy_uploads", "acme", "blocked"): [5, 0],
-                            (hour, "legacy_uploads", "acme", "allowed"): [1, 0],
-                            (hour, "board_cards", "none", "capped"): [1, 0]}
-    assert batch.clients[(hour, "legacy_uploads", "acme", "aaa", "legacy-client/1.0", "blocked")] == [5, T0, T0]
-    assert batch.clients[(hour, "legacy_uploads", "acme", "aaa", "legacy-client/1.0", "allowed")] == [1, T0 + 10,
-                                                                                                    T0 + 10]
+    assert batch.totals == {(hour, "legacy_uploads", "acme", "blocked"): 5,
+                            (hour, "legacy_uploads", "acme", "allowed"): 1,
+                            (hour, "board_cards", "none", "capped"): 1}
+    assert batch.untracked == {}
+    blocked = (hour, "legacy_uploads", "acme", "aaa", "legacy-client/1.0", "blocked")
+    allowed = (hour, "legacy_uploads", "acme", "aaa", "legacy-client/1.0", "allowed")
+    assert (batch.requests[blocked], batch.first_seen[blocked], batch.last_seen[blocked]) == (5, T0, T0)
+    assert (batch.requests[allowed], batch.first_seen[allowed], batch.last_seen[allowed]) == (1, T0 + 10, T0 + 10)
     # No token, a User-Agent cut at 200 characters, a request refused before its tenant was known.
-    assert (hour, "board_cards", "none", "", "x" * 200, "capped") in batch.clients
+    assert (hour, "board_cards", "none", "", "x" * 200, "capped") in batch.requests
 
 
 def test_clients_per_behaviour_and_hour_are_bounded_and_the_rest_counted_as_untracked() -> None:
@@ -89,16 +91,16 @@ def test_clients_per_behaviour_and_hour_are_bounded_and_the_rest_counted_as_untr
         counter.record({"legacy_upload_guard": "blocked"}, f"client-{i}", None, "acme")
     counter.record({"legacy_upload_guard": "allowed"}, "client-3", None, "acme")  # tracked: another decision too
     batch = counter.take()
-    assert batch is not None and len(batch.clients) == 11
-    assert sum(v[1] for v in batch.totals.values()) == 990  # untracked
-    assert sum(v[0] for v in batch.totals.values()) == 1001  # every request is in the totals
+    assert batch is not None and len(batch.requests) == 11
+    assert sum(batch.untracked.values()) == 990
+    assert sum(batch.totals.values()) == 1001  # every request is in the totals
     counter.written(batch)
     counter.record({"legacy_upload_guard": "blocked"}, "client-999", None, "acme")  # still this hour: untracked
     clock.now += HOUR  # a new hour: a new set of clients
     counter.record({"legacy_upload_guard": "blocked"}, "client-999", None, "acme")
     batch = counter.take()
     assert batch is not None
-    assert [k[3] for k in batch.clients] == ["client-999"] and sum(v[1] for v in batch.totals.values()) == 1
+    assert [k[3] for k in batch.requests] == ["client-999"] and sum(batch.untracked.values()) == 1
 
 
 def test_a_batch_is_sent_again_as_it_was_until_it_is_written_and_memory_stays_bounded() -> None:
@@ -106,7 +108,7 @@ def test_a_batch_is_sent_again_as_it_was_until_it_is_written_and_memory_stays_bo
     for i in range(60):
         counter.record({"legacy_upload_guard": "blocked"}, f"c{i}", None, "acme")
     first = counter.take()
-    assert first is not None and len(first.clients) == 60
+    assert first is not None and len(first.requests) == 60
     # The write failed: what arrives meanwhile is held apart, within the bound on rows held in all.
     for i in range(60, 200):
         counter.record({"legacy_upload_guard": "blocked"}, f"c{i}", None, "acme")
@@ -115,7 +117,7 @@ def test_a_batch_is_sent_again_as_it_was_until_it_is_written_and_memory_stays_bo
     counter.written(first)
     second = counter.take()
     assert second is not None and second.id != first.id
-    assert len(second.clients) == 40 and sum(v[1] for v in second.totals.values()) == 100  # the rest untracked
+    assert len(second.requests) == 40 and sum(second.untracked.values()) == 100  # the rest untracked
     assert counter.dropped == 0 and counter.pending == 140
     assert counter.discard() == 140 and counter.dropped == 140 and counter.take() is None
 

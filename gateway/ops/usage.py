@@ -29,9 +29,9 @@ __all__ = ("HOUR", "Batch", "ClientKey", "TotalKey", "UsageCounter")
 HOUR = 3600
 _UA_MAX = 200
 
-# (hour, behaviour, tenant, decision) -> [requests, untracked]
+# (hour, behaviour, tenant, decision): a total's key
 TotalKey = tuple[int, str, str, str]
-# (hour, behaviour, tenant, client, user agent, decision) -> [requests, first seen, last seen]
+# (hour, behaviour, tenant, client, user agent, decision): a client row's key
 ClientKey = tuple[int, str, str, str, str, str]
 
 
@@ -39,11 +39,18 @@ ClientKey = tuple[int, str, str, str, str, str]
 class Batch:
     """Counts taken from the counter, written by the ledger in one transaction. ``id`` makes the write idempotent:
     a batch whose first attempt committed but did not say so (a connection lost during COMMIT, a write that
-    outlived its timeout) is recognised when it is sent again."""
+    outlived its timeout) is recognised when it is sent again.
 
-    totals: dict[TotalKey, list[int]]
-    clients: dict[ClientKey, list[float]]
-    requests: int
+    Flat dictionaries of numbers keyed by tuples of strings and numbers, rather than a small list per row: the
+    garbage collector stops tracking such dictionaries and keys, so that 100,000 clients held in memory do not
+    lengthen every collection of the process (and the event loop's pauses with them)."""
+
+    totals: dict[TotalKey, int]  # every request
+    untracked: dict[TotalKey, int]  # of those, the requests of clients without a row
+    requests: dict[ClientKey, int]
+    first_seen: dict[ClientKey, float]
+    last_seen: dict[ClientKey, float]
+    count: int  # requests in the batch
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
@@ -62,14 +69,16 @@ class UsageCounter:
         self.max_rows = max_rows
         self._behaviours = dict(behaviours or {})
         self._clock = clock
-        self._totals: dict[TotalKey, list[int]] = {}
-        self._clients: dict[ClientKey, list[float]] = {}
-        self._requests = 0
+        self._batch = self._empty()
         self._held: Batch | None = None
         # This hour's clients with rows, per behaviour: the max_clients bound (kept across batches).
         self._hour = 0
         self._tracked: dict[str, set[tuple[str, str, str]]] = {}
         self.dropped = 0  # requests not kept at all (memory bound reached during a long outage)
+
+    @staticmethod
+    def _empty() -> Batch:
+        return Batch({}, {}, {}, {}, {}, 0)
 
     def record(
         self, decisions: Mapping[str, str], client: str | None, user_agent: str | None, tenant: str | None = None
@@ -84,51 +93,52 @@ class UsageCounter:
         agent = user_agent[:_UA_MAX] if user_agent else ""
         client = client or ""
         tenant = NO_TENANT if tenant is None else tenant
+        batch = self._batch
         held = self._held
-        rows = len(self._clients) + (len(held.clients) if held is not None else 0)
+        rows = len(batch.requests) + (len(held.requests) if held is not None else 0)
         for policy, decision in decisions.items():
             behaviour = self._behaviours.get(policy, policy)
             total_key = (hour, behaviour, tenant, decision)
-            total = self._totals.get(total_key)
+            total = batch.totals.get(total_key)
             if total is None:
-                if len(self._totals) >= self.max_rows:
+                if len(batch.totals) >= self.max_rows:
                     self.dropped += 1
                     continue
-                total = self._totals[total_key] = [0, 0]
-            total[0] += 1
-            self._requests += 1
+                total = 0
+            batch.totals[total_key] = total + 1
+            batch.count += 1
             tracked = self._tracked.get(behaviour)
             if tracked is None:
                 tracked = self._tracked[behaviour] = set()
             who = (tenant, client, agent)
             if who not in tracked:
                 if len(tracked) >= self.max_clients:
-                    total[1] += 1
+                    batch.untracked[total_key] = batch.untracked.get(total_key, 0) + 1
                     continue
                 tracked.add(who)
             key = (hour, behaviour, tenant, client, agent, decision)
-            row = self._clients.get(key)
-            if row is None:
+            seen = batch.requests.get(key)
+            if seen is None:
                 if rows >= self.max_rows:
-                    total[1] += 1
+                    batch.untracked[total_key] = batch.untracked.get(total_key, 0) + 1
                     continue
-                row = self._clients[key] = [0, now, now]
                 rows += 1
-            row[0] += 1
-            row[2] = now
+                seen = 0
+                batch.first_seen[key] = now
+            batch.requests[key] = seen + 1
+            batch.last_seen[key] = now
 
     @property
     def pending(self) -> int:
         """Requests counted and not yet written (the batch being written included)."""
-        return self._requests + (self._held.requests if self._held is not None else 0)
+        return self._batch.count + (self._held.count if self._held is not None else 0)
 
     def take(self) -> Batch | None:
         """The batch to write now: the one whose write has not succeeded yet, if any (sent again as it was, under the
         same id), else what accumulated since; None when there is nothing. O(1): the rows are handed over as they
         are, never copied on the event loop."""
-        if self._held is None and self._totals:
-            self._held = Batch(self._totals, self._clients, self._requests)
-            self._totals, self._clients, self._requests = {}, {}, 0
+        if self._held is None and self._batch.totals:
+            self._held, self._batch = self._batch, self._empty()
         return self._held
 
     def written(self, batch: Batch) -> None:
@@ -141,6 +151,6 @@ class UsageCounter:
         that was."""
         lost = self.pending
         self._held = None
-        self._totals, self._clients, self._requests = {}, {}, 0
+        self._batch = self._empty()
         self.dropped += lost
         return lost
