@@ -1,4 +1,4 @@
-"""One record per request: its metrics, its entry in the usage report, and one JSON access-log line.
+"""One record per request: its metrics, its count in the usage ledger, and one JSON access-log line.
 
 The edge calls ``Recorder.record`` once per request, from the ``finally`` around everything it does for it
 (classification, the chain, writing the answer), however the request ends: answered, refused before routing,
