@@ -78,7 +78,9 @@ def _pg_url(server: Any) -> str:
 # --- 1. throughput -------------------------------------------------------------------------------------------------
 
 
-def throughput(tmp: Path, rounds: int, duration: float, postgres: Any) -> dict[str, list[float]]:
+def throughput(tmp: Path, rounds: int, duration: float, postgres: Any) -> tuple[dict[str, list[float]],
+                                                                               dict[str, list[float]]]:
+    """Requests per second, and the gateway's CPU seconds per request (steadier on a shared machine), per round."""
     wrk = shutil.which("wrk")
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     if not wrk or not Path(nginx).exists():
@@ -89,6 +91,8 @@ def throughput(tmp: Path, rounds: int, duration: float, postgres: Any) -> dict[s
         variants["PostgreSQL"] = {"url": _pg_url(postgres)}
     ports = harness.pick_ports(18480, 1 + 2 * len(variants))
     results: dict[str, list[float]] = {name: [] for name in variants}
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
+    pids: dict[str, int] = {}
     totals: dict[str, int] = {name: 0 for name in variants}
     script = tmp / "clients.lua"
     script.write_text(WRK_SCRIPT)
@@ -122,17 +126,22 @@ def throughput(tmp: Path, rounds: int, duration: float, postgres: Any) -> dict[s
             status, answer = harness.http(f"http://{harness.HOST}:{port}/api/v1/boards/1")
             assert status == 200 and json.loads(answer)["cards"], (name, status, answer[:200])
             urls[name] = f"http://{harness.HOST}:{port}/api/v1/boards/1"
+            pids[name] = proc.pid
         names = list(variants)
         for rnd in range(rounds):
             order = names[rnd % len(names):] + names[: rnd % len(names)]
             for name in order:
+                before = harness.proc_cpu(pids[name])
                 out = harness.subprocess.run([wrk, "-t1", "-c50", f"-d{int(duration)}s", "-s", str(script),
                                               urls[name]], capture_output=True, text=True, timeout=duration + 30)
+                used = harness.proc_cpu(pids[name]) - before
                 parsed = harness.parse_wrk(out.stdout)
                 results[name].append(parsed["rps"])
                 requests = int(_wrk_requests(out.stdout))
                 totals[name] += requests
-                print(f"round {rnd + 1}: ledger {name}: {parsed['rps']:,.0f} req/s ({requests} requests)", flush=True)
+                cpu[name].append(used / max(requests, 1))
+                print(f"round {rnd + 1}: ledger {name}: {parsed['rps']:,.0f} req/s ({requests} requests, "
+                      f"{used / max(requests, 1) * 1e6:.0f} µs CPU each)", flush=True)
         # The ledger kept every request (the probe request included): read back from each database.
         for i, (name, ledger) in enumerate(variants.items()):
             if "url" not in ledger:
@@ -141,7 +150,7 @@ def throughput(tmp: Path, rounds: int, duration: float, postgres: Any) -> dict[s
             status, answer = harness.http(f"http://{harness.HOST}:{admin}/deprecations?since=1h&top=1", timeout=60)
             kept = json.loads(answer)["behaviours"]["board_cards"]["requests"] if status == 200 else None
             print(f"ledger {name}: {kept} requests in the ledger, wrk counted {totals[name] + 1} answered")
-    return results
+    return results, cpu
 
 
 def _wrk_requests(output: str) -> float:
@@ -264,12 +273,16 @@ def main() -> int:
         with open("/proc/loadavg") as f:
             print(f"load average at start: {f.read().split()[:3]}")
         if not args.skip_throughput:
-            results = throughput(tmp, args.rounds, args.duration, postgres)
-            base = results["off"]
-            print("\n| usage ledger | req/s (median) | vs off (median of per-round ratios) |\n|---|---|---|")
+            results, cpu = throughput(tmp, args.rounds, args.duration, postgres)
+            base, base_cpu = results["off"], cpu["off"]
+            print("\n| usage ledger | req/s (median) | vs off (median of per-round ratios) | per-round ratios | "
+                  "CPU per request | vs off |\n|---|---|---|---|---|---|")
             for name, values in results.items():
-                ratio = statistics.median(v / b for v, b in zip(values, base, strict=True))
-                print(f"| {name} | {statistics.median(values):,.0f} | {ratio:.3f}x |")
+                ratios = [v / b for v, b in zip(values, base, strict=True)]
+                cpu_ratio = statistics.median(c / b for c, b in zip(cpu[name], base_cpu, strict=True))
+                print(f"| {name} | {statistics.median(values):,.0f} | {statistics.median(ratios):.3f}x | "
+                      f"{', '.join(f'{r:.2f}' for r in ratios)} | {statistics.median(cpu[name]) * 1e6:.0f} µs | "
+                      f"{cpu_ratio:.3f}x |")
         print()
         for line in flush_cost(tmp, args.clients, postgres):
             print(f"- {line}")

@@ -320,3 +320,40 @@ async def test_the_command_line_says_what_is_wrong(upstream: RecordingUpstream, 
     config.write_text(yaml.safe_dump(data))
     out = await loop.run_in_executor(None, lambda: _usage(config))
     assert out.returncode == 2 and "the usage ledger is off" in out.stderr
+
+
+async def test_a_database_that_is_down_hides_nothing_and_stops_nothing(
+        upstream: RecordingUpstream, start_gateway: Any, start_admin: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ledger's database unreachable from the start, its password from the environment: the gateway serves and
+    is ready, /deprecations says the ledger cannot be read, and no admin answer shows the password."""
+    from tests.conftest import make_config
+
+    secret = "s3cr3t-ledger-pw"
+    monkeypatch.setenv("LEDGER_SECRET", secret)
+    url = f"postgresql://gw:${{LEDGER_SECRET}}@127.0.0.1:{free_port()}/ledger"
+    gw = await start_gateway(make_config(upstream.url, routes=guarded_routes(),
+                                         usage={"ledger": {"url": url, "flush_interval": 0.05, "flush_timeout": 1}}))
+    admin = await start_admin(gw)
+    texts = []
+    async with aiohttp.ClientSession() as client:
+        async with client.put(gw.url + "/api/v1/cards/1/files", data=b"x") as resp:
+            assert resp.status == 403  # served, and counted in memory
+        async with client.get(admin + "/readyz") as resp:
+            assert resp.status == 200
+        async with client.get(admin + "/deprecations") as resp:
+            assert resp.status == 503
+            body = await resp.json()
+            texts.append(json.dumps(body))
+        assert body["code"] == "LEDGER_UNAVAILABLE" and "connection" in body["message"].lower()
+        for path in ("/config", "/status", "/status.json", "/metrics"):
+            async with client.get(admin + path) as resp:
+                assert resp.status == 200, path
+                texts.append(await resp.text())
+    config = json.loads(texts[1])["config"]
+    shown = config["usage"]["ledger"]["url"]  # credentials masked (or shown as their ${NAME} reference)
+    assert shown.startswith("postgresql://") and shown.endswith("@127.0.0.1:" + url.rsplit(":", 1)[1])
+    status = json.loads(texts[3])
+    assert status["ledger"]["state"] == "failing" and status["ledger"]["pending"] == 1
+    assert status["usage"]["problem"].startswith("the usage ledger cannot be read")
+    assert "gateway_usage_ledger_up 0.0" in texts[4]
+    assert all(secret not in text for text in texts)
