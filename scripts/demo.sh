@@ -32,7 +32,8 @@ sed "s#http://127.0.0.1:8081#http://127.0.0.1:${sandbox_port}#g" "$config" > "$w
 # For the demo only, so that both bridges can be seen end to end: a legacy client (User-Agent legacy-demo/...)
 # exempted onto the "full" phase with the card backfill bridge (the sandbox plays the service's own withdrawal), and
 # a legacy uploader (its own token, "legacy-uploader": a security behaviour is exempted by token only) whose refused
-# uploads the upload upgrade bridge performs on the restricted routes.
+# uploads the upload upgrade bridge performs on the restricted routes. The usage ledger in the demo's own directory
+# (unless the config names one): the demo leaves nothing behind.
 .venv/bin/python - "$work/gateway.yaml" <<'PY'
 import hashlib, sys, yaml
 path = sys.argv[1]
@@ -44,6 +45,7 @@ rollout["exemptions"] = [*(rollout.get("exemptions") or []), {
     "header": {"name": "User-Agent", "prefix": "legacy-demo/"}, "bridge": True}, {
     "name": "demo-legacy-uploader", "behaviour": "legacy_uploads", "phase": "forbidden", "until": "2099-01-01",
     "token_fingerprint": uploader, "bridge": True}]
+data.setdefault("usage", {}).setdefault("ledger", {}).setdefault("url", f"sqlite:///{path.rpartition('/')[0]}/usage.sqlite3")
 yaml.safe_dump(data, open(path, "w"), sort_keys=False)
 PY
 .venv/bin/gateway check-config "$work/gateway.yaml" >/dev/null
