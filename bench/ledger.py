@@ -160,6 +160,110 @@ def _wrk_requests(output: str) -> float:
     return float(match.group(1)) if match else 0.0
 
 
+# --- 1b. the same, counted in instructions (callgrind): steady on a machine shared with other work ------------------
+
+
+def instructions(tmp: Path, requests: int, postgres: Any) -> dict[str, tuple[float, float]]:
+    """User-space instructions of the gateway process (every thread) under valgrind's callgrind, counted in windows
+    (callgrind_control: zero, then dump): ``requests`` GETs of the board by 1,000 client tokens in turn (the
+    request's path, the ledger's counting included), then the ledger's write of all of them (a read of
+    ``/deprecations`` writes this process's counts first; a second read, with nothing left to write, is subtracted).
+    Returns, per variant: (instructions per request on the request's path, instructions of that one write)."""
+    import http.client
+    import re
+    import signal
+    import subprocess
+
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    # "off" twice: the difference between its two runs is the measurement's own noise (hash seeds, memory layout).
+    variants: dict[str, dict[str, Any]] = {"off": {"enabled": False},
+                                           "SQLite": {"url": f"sqlite:///{tmp}/usage-i.sqlite3", "flush_interval": 3600},
+                                           "off, again": {"enabled": False}}
+    if postgres is not None:
+        variants["PostgreSQL"] = {"url": _pg_url(postgres), "flush_interval": 3600}
+    counts: dict[str, tuple[float, float]] = {}
+    with harness.Stack() as stack:
+        docroot = tmp / "www-i"
+        (docroot / "api/v1/boards").mkdir(parents=True)
+        (docroot / "api/v1/boards/1").write_bytes(json.dumps(BOARD).encode())
+        upstream_port = harness.pick_ports(18580, 1)[0]
+        conf = harness.nginx_conf(tmp, "upstream-i", NGINX_BOARD.format(host=harness.HOST, port=upstream_port,
+                                                                        docroot=docroot))
+        upstream = stack.start(harness.Proc("upstream-i", [nginx, "-p", str(tmp), "-c", str(conf)], tmp))
+        harness.wait_ready(upstream, harness.port_accepts(upstream_port))
+        for name, ledger in variants.items():
+            port, admin = harness.pick_ports(18590, 2)
+            config = {
+                "server": {"listen": f"{harness.HOST}:{port}", "admin_listen": f"{harness.HOST}:{admin}",
+                           "shutdown_timeout": 5},
+                "tenants": [{"name": "bench", "hosts": [harness.HOST],
+                             "upstream": f"http://{harness.HOST}:{upstream_port}", "created": "2025-01-01"}],
+                "routes": [{"name": "board", "methods": ["GET", "HEAD"], "paths": ["/boards/{board_id}"],
+                            "chain": [{"board_cards": {"cap": 100}}]}],
+                "usage": {"ledger": {**ledger, "flush_timeout": 120}},
+            }
+            path = tmp / f"gw-i-{name}.yaml"
+            path.write_text(json.dumps(config))
+            out = tmp / f"callgrind-{name}.out"
+            argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+                    sys.executable, "-m", "gateway", "serve", "--config", str(path),
+                    "--log-level", "warning"]
+            env = {**os.environ, "GATEWAY_NOW": "2026-09-15T00:00:00Z"}
+            proc = stack.start(harness.Proc(f"gw-i-{name}", argv, tmp, f"gw-i-{name}.log", env=env, cwd=tmp))
+            harness.wait_ready(proc, lambda a=admin: harness.http(f"http://{harness.HOST}:{a}/readyz")[0] == 200,
+                               timeout=300)
+            conn = http.client.HTTPConnection(harness.HOST, port, timeout=60)
+
+            def get(i: int) -> None:
+                conn.request("GET", "/api/v1/boards/1", headers={"Authorization": f"Bearer client-{i % 1000}",
+                                                                 "User-Agent": "bench-client/1.0"})
+                answer = conn.getresponse()
+                answer.read()
+                assert answer.status == 200
+
+            def control(*argv: str) -> None:
+                subprocess.run(["callgrind_control", *argv, str(proc.pid)], capture_output=True, check=True)
+
+            def read() -> None:
+                status, _ = harness.http(f"http://{harness.HOST}:{admin}/deprecations?since=1h&top=1", timeout=300)
+                assert status == 200, status
+
+            for i in range(1000):  # warm up: first-request paths, every client once, the ledger's first write
+                get(i)
+            if "url" in ledger:
+                read()
+                read()
+            control("-i", "on")
+            control("-z")
+            for i in range(requests):
+                get(i)
+            control("-d")  # window 1: the requests
+            if "url" in ledger:
+                read()
+                control("-d")  # window 2: the write of what they counted, and a read
+                read()
+                control("-d")  # window 3: a read with nothing to write
+            control("-i", "off")
+            conn.close()
+            proc.popen.send_signal(signal.SIGTERM)
+            proc.popen.wait(600)
+            stack.stop(proc)
+            windows = []
+            for suffix in (".1", ".2", ".3"):
+                dump = Path(f"{out}{suffix}")
+                if dump.exists():
+                    total = re.search(r"^totals:\s*(\d+)", dump.read_text(errors="replace"), re.MULTILINE)
+                    assert total is not None, dump
+                    windows.append(int(total.group(1)))
+            flush = float(windows[1] - windows[2]) if len(windows) == 3 else 0.0
+            counts[name] = (windows[0] / requests, flush)
+            print(f"instructions: ledger {name}: {counts[name][0] / 1e6:.4f} M per request, one write of them "
+                  f"{flush / 1e6:.1f} M", flush=True)
+    return counts
+
+
 # --- 2. one flush of 100,000 clients ------------------------------------------------------------------------------
 
 
@@ -266,6 +370,8 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=10)
     parser.add_argument("--clients", type=int, default=100_000)
     parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--instructions", type=int, default=0, metavar="N",
+                        help="also count instructions per request under callgrind over N requests (e.g. 4000)")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gw-ledger-bench-"))
     postgres = _postgres()
@@ -283,6 +389,16 @@ def main() -> int:
                 print(f"| {name} | {statistics.median(values):,.0f} | {statistics.median(ratios):.3f}x | "
                       f"{', '.join(f'{r:.2f}' for r in ratios)} | {statistics.median(cpu[name]) * 1e6:.0f} µs | "
                       f"{cpu_ratio:.3f}x |")
+        if args.instructions:
+            counts = instructions(tmp, args.instructions, postgres)
+            base = counts["off"][0]
+            n = args.instructions
+            print(f"\n| usage ledger | instructions per request (request's path) | vs off | one write of {n:,} "
+                  f"requests by 1,000 clients | with it: a write per {n:,} requests | a write per 40,000 requests "
+                  "(10 s at 4,000 req/s) |\n|---|---:|---:|---:|---:|---:|")
+            for name, (path, flush) in counts.items():
+                print(f"| {name} | {path / 1e6:.4f} M | {path / base:.3f}x | {flush / 1e6:.1f} M | "
+                      f"{(path + flush / n) / base:.3f}x | {(path + flush / 40_000) / base:.3f}x |")
         print()
         for line in flush_cost(tmp, args.clients, postgres):
             print(f"- {line}")

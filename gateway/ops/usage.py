@@ -73,6 +73,7 @@ class UsageCounter:
         self._held: Batch | None = None
         # This hour's clients with rows, per behaviour: the max_clients bound (kept across batches).
         self._hour = 0
+        self._hour_end = 0
         self._tracked: dict[str, set[tuple[str, str, str]]] = {}
         self.dropped = 0  # requests not kept at all (memory bound reached during a long outage)
 
@@ -83,50 +84,54 @@ class UsageCounter:
     def record(
         self, decisions: Mapping[str, str], client: str | None, user_agent: str | None, tenant: str | None = None
     ) -> None:
+        """On the request's path: a few dictionary updates (the common case, a client already counted this hour,
+        takes no other step)."""
         if not decisions:
             return
         now = self._clock()
-        hour = int(now) - int(now) % HOUR
-        if hour != self._hour:
-            self._hour = hour
+        if now >= self._hour_end or now < self._hour:
+            self._hour = int(now) - int(now) % HOUR
+            self._hour_end = self._hour + HOUR
             self._tracked = {}
+        hour = self._hour
         agent = user_agent[:_UA_MAX] if user_agent else ""
         client = client or ""
         tenant = NO_TENANT if tenant is None else tenant
         batch = self._batch
-        held = self._held
-        rows = len(batch.requests) + (len(held.requests) if held is not None else 0)
+        totals, requests = batch.totals, batch.requests
         for policy, decision in decisions.items():
             behaviour = self._behaviours.get(policy, policy)
             total_key = (hour, behaviour, tenant, decision)
-            total = batch.totals.get(total_key)
+            total = totals.get(total_key)
             if total is None:
-                if len(batch.totals) >= self.max_rows:
+                if len(totals) >= self.max_rows:
                     self.dropped += 1
                     continue
                 total = 0
-            batch.totals[total_key] = total + 1
+            totals[total_key] = total + 1
             batch.count += 1
-            tracked = self._tracked.get(behaviour)
-            if tracked is None:
-                tracked = self._tracked[behaviour] = set()
-            who = (tenant, client, agent)
-            if who not in tracked:
-                if len(tracked) >= self.max_clients:
-                    batch.untracked[total_key] = batch.untracked.get(total_key, 0) + 1
-                    continue
-                tracked.add(who)
             key = (hour, behaviour, tenant, client, agent, decision)
-            seen = batch.requests.get(key)
+            seen = requests.get(key)
             if seen is None:
-                if rows >= self.max_rows:
-                    batch.untracked[total_key] = batch.untracked.get(total_key, 0) + 1
+                if not self._new_row(batch, total_key, behaviour, (tenant, client, agent)):
                     continue
-                rows += 1
                 seen = 0
                 batch.first_seen[key] = now
-            batch.requests[key] = seen + 1
+            requests[key] = seen + 1
             batch.last_seen[key] = now
+
+    def _new_row(self, batch: Batch, total_key: TotalKey, behaviour: str, who: tuple[str, str, str]) -> bool:
+        """Whether a client row not yet held may be added; if not, its request counts as untracked."""
+        tracked = self._tracked.get(behaviour)
+        if tracked is None:
+            tracked = self._tracked[behaviour] = set()
+        held = self._held
+        rows = len(batch.requests) + (len(held.requests) if held is not None else 0)
+        if (who not in tracked and len(tracked) >= self.max_clients) or rows >= self.max_rows:
+            batch.untracked[total_key] = batch.untracked.get(total_key, 0) + 1
+            return False
+        tracked.add(who)
+        return True
 
     @property
     def pending(self) -> int:
