@@ -127,7 +127,7 @@ def test_one_record_counts_once_in_each_family() -> None:
                                              "status_class": "5xx"}) == 1
     batch = usage.take()  # what the usage ledger would write: one request, counted under each of its decisions
     assert batch is not None and batch.count == 2
-    totals = {(behaviour, decision): n for (_, behaviour, _, decision), n in batch.totals.items()}
+    totals = {(behaviour, decision): n for (_, behaviour, _, decision), (n, _) in batch.totals().items()}
     assert totals[('x"', "é")] == 1 and sum(n for (b, _), n in totals.items() if b == "board_cards") == 1
 
 

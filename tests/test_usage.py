@@ -72,9 +72,9 @@ def test_counts_by_behaviour_hour_tenant_client_and_decision() -> None:
     batch = counter.take()
     assert batch is not None and batch.count == 7
     hour = int(T0) // HOUR * HOUR
-    assert batch.totals == {(hour, "legacy_uploads", "acme", "blocked"): 5,
-                            (hour, "legacy_uploads", "acme", "allowed"): 1,
-                            (hour, "board_cards", "none", "capped"): 1}
+    assert batch.totals() == {(hour, "legacy_uploads", "acme", "blocked"): (5, 0),
+                              (hour, "legacy_uploads", "acme", "allowed"): (1, 0),
+                              (hour, "board_cards", "none", "capped"): (1, 0)}
     assert batch.untracked == {}
     blocked = (hour, "legacy_uploads", "acme", "aaa", "legacy-client/1.0", "blocked")
     allowed = (hour, "legacy_uploads", "acme", "aaa", "legacy-client/1.0", "allowed")
@@ -93,7 +93,8 @@ def test_clients_per_behaviour_and_hour_are_bounded_and_the_rest_counted_as_untr
     batch = counter.take()
     assert batch is not None and len(batch.requests) == 11
     assert sum(batch.untracked.values()) == 990
-    assert sum(batch.totals.values()) == 1001  # every request is in the totals
+    assert sum(n for n, _ in batch.totals().values()) == 1001  # every request is in the totals
+    assert batch.totals()[(int(T0) // HOUR * HOUR, "legacy_uploads", "acme", "blocked")] == (1000, 990)
     counter.written(batch)
     counter.record({"legacy_upload_guard": "blocked"}, "client-999", None, "acme")  # still this hour: untracked
     clock.now += HOUR  # a new hour: a new set of clients
@@ -122,13 +123,15 @@ def test_a_batch_is_sent_again_as_it_was_until_it_is_written_and_memory_stays_bo
     assert counter.discard() == 140 and counter.dropped == 140 and counter.take() is None
 
 
-def test_totals_are_bounded_too_and_what_is_not_kept_is_counted() -> None:
+def test_untracked_keys_are_bounded_too_and_what_is_not_kept_is_counted() -> None:
     clock = FakeTime()
     counter = UsageCounter(max_rows=3, clock=clock)
-    for i in range(5):  # a long outage: one new hour after another
-        counter.record({"p": "d"}, "c", None, "t")
+    for i in range(3):
+        counter.record({"p": "d"}, f"c{i}", None, "t")  # the bound on client rows: reached
+    for i in range(5):  # a long outage: one new hour after another, each with a new client
         clock.now += HOUR
-    assert counter.pending == 3 and counter.dropped == 2
+        counter.record({"p": "d"}, f"new{i}", None, "t")
+    assert counter.pending == 6 and counter.dropped == 2  # 3 rows, 3 hours of untracked requests
 
 
 # --- windows and URLs -------------------------------------------------------------------------------------------

@@ -11,8 +11,9 @@ Memory is bounded by construction:
 - per behaviour and hour, at most ``max_clients`` clients (tenant, fingerprint, User-Agent) get rows; the requests of
   the others count in the totals as untracked, as the in-memory report did before the ledger;
 - at most ``max_rows`` client rows are held (the batch being written and what came since): while the database cannot
-  be written, a client not yet held counts as untracked rather than growing memory; and at most ``max_rows`` total
-  rows (an outage of many hours): past that, requests are dropped, and counted as such (``dropped``).
+  be written, a client not yet held counts as untracked rather than growing memory; and at most ``max_rows`` keys
+  of untracked requests (an outage of many hours): past that, requests are dropped, and counted as such
+  (``dropped``).
 """
 
 from __future__ import annotations
@@ -45,13 +46,23 @@ class Batch:
     garbage collector stops tracking such dictionaries and keys, so that 100,000 clients held in memory do not
     lengthen every collection of the process (and the event loop's pauses with them)."""
 
-    totals: dict[TotalKey, int]  # every request
-    untracked: dict[TotalKey, int]  # of those, the requests of clients without a row
     requests: dict[ClientKey, int]
     first_seen: dict[ClientKey, float]
     last_seen: dict[ClientKey, float]
+    untracked: dict[TotalKey, int]  # the requests of clients without a row
     count: int  # requests in the batch
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def totals(self) -> dict[TotalKey, tuple[int, int]]:
+        """Every request per hour, behaviour, tenant and decision, and how many of them were untracked: summed here,
+        by the ledger's thread, rather than counted a second time on each request's path."""
+        sums: dict[TotalKey, int] = {}
+        for (hour, behaviour, tenant, _, _, decision), n in self.requests.items():
+            key = (hour, behaviour, tenant, decision)
+            sums[key] = sums.get(key, 0) + n
+        for key, n in self.untracked.items():
+            sums[key] = sums.get(key, 0) + n
+        return {key: (n, self.untracked.get(key, 0)) for key, n in sums.items()}
 
 
 class UsageCounter:
@@ -79,7 +90,7 @@ class UsageCounter:
 
     @staticmethod
     def _empty() -> Batch:
-        return Batch({}, {}, {}, {}, {}, 0)
+        return Batch({}, {}, {}, {}, 0)
 
     def record(
         self, decisions: Mapping[str, str], client: str | None, user_agent: str | None, tenant: str | None = None
@@ -98,40 +109,43 @@ class UsageCounter:
         client = client or ""
         tenant = NO_TENANT if tenant is None else tenant
         batch = self._batch
-        totals, requests = batch.totals, batch.requests
+        requests = batch.requests
         for policy, decision in decisions.items():
             behaviour = self._behaviours.get(policy, policy)
-            total_key = (hour, behaviour, tenant, decision)
-            total = totals.get(total_key)
-            if total is None:
-                if len(totals) >= self.max_rows:
-                    self.dropped += 1
-                    continue
-                total = 0
-            totals[total_key] = total + 1
-            batch.count += 1
             key = (hour, behaviour, tenant, client, agent, decision)
             seen = requests.get(key)
             if seen is None:
-                if not self._new_row(batch, total_key, behaviour, (tenant, client, agent)):
+                if not self._new_row(batch, hour, behaviour, tenant, decision, (tenant, client, agent)):
                     continue
                 seen = 0
                 batch.first_seen[key] = now
             requests[key] = seen + 1
             batch.last_seen[key] = now
+            batch.count += 1
 
-    def _new_row(self, batch: Batch, total_key: TotalKey, behaviour: str, who: tuple[str, str, str]) -> bool:
-        """Whether a client row not yet held may be added; if not, its request counts as untracked."""
+    def _new_row(self, batch: Batch, hour: int, behaviour: str, tenant: str, decision: str,
+                 who: tuple[str, str, str]) -> bool:
+        """Whether a client row not yet held may be added; if not, the request counts as untracked (or, past the
+        bound on what is held, as dropped)."""
         tracked = self._tracked.get(behaviour)
         if tracked is None:
             tracked = self._tracked[behaviour] = set()
         held = self._held
         rows = len(batch.requests) + (len(held.requests) if held is not None else 0)
-        if (who not in tracked and len(tracked) >= self.max_clients) or rows >= self.max_rows:
-            batch.untracked[total_key] = batch.untracked.get(total_key, 0) + 1
+        if (who in tracked or len(tracked) < self.max_clients) and rows < self.max_rows:
+            tracked.add(who)
+            return True
+        untracked = batch.untracked
+        total_key = (hour, behaviour, tenant, decision)
+        if total_key in untracked:
+            untracked[total_key] += 1
+        elif len(untracked) < self.max_rows:
+            untracked[total_key] = 1
+        else:
+            self.dropped += 1
             return False
-        tracked.add(who)
-        return True
+        batch.count += 1
+        return False
 
     @property
     def pending(self) -> int:
@@ -142,7 +156,7 @@ class UsageCounter:
         """The batch to write now: the one whose write has not succeeded yet, if any (sent again as it was, under the
         same id), else what accumulated since; None when there is nothing. O(1): the rows are handed over as they
         are, never copied on the event loop."""
-        if self._held is None and self._batch.totals:
+        if self._held is None and self._batch.count:
             self._held, self._batch = self._batch, self._empty()
         return self._held
 

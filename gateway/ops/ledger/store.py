@@ -154,9 +154,9 @@ class Store:
                 return False
             if forget is not None:
                 conn.execute(delete(batches).where(batches.c.id == forget))
-            untracked = batch.untracked
-            for keys in _chunks(sorted(batch.totals)):
-                conn.exec_driver_sql(self._totals_sql, [(*k, batch.totals[k], untracked.get(k, 0)) for k in keys])
+            totals = batch.totals()
+            for keys in _chunks(sorted(totals)):
+                conn.exec_driver_sql(self._totals_sql, [(*k, *totals[k]) for k in keys])
             requests, first, last = batch.requests, batch.first_seen, batch.last_seen
             for keys in _chunks(sorted(requests)):
                 conn.exec_driver_sql(self._clients_sql, [(*k, requests[k], first[k], last[k]) for k in keys])
