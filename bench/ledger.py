@@ -370,6 +370,7 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=10)
     parser.add_argument("--clients", type=int, default=100_000)
     parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--keep-tmp", action="store_true", help="keep the temporary directory (callgrind's dumps)")
     parser.add_argument("--instructions", type=int, default=0, metavar="N",
                         help="also count instructions per request under callgrind over N requests (e.g. 4000)")
     args = parser.parse_args()
@@ -409,7 +410,10 @@ def main() -> int:
             from tests import postgres_testlib
 
             postgres_testlib.remove(postgres)
-        shutil.rmtree(tmp, ignore_errors=True)
+        if args.keep_tmp:
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

@@ -84,7 +84,7 @@ class UsageCounter:
         self._held: Batch | None = None
         # This hour's clients with rows, per behaviour: the max_clients bound (kept across batches).
         self._hour = 0
-        self._hour_end = 0
+        self._hour_start = self._hour_end = 0.0
         self._tracked: dict[str, set[tuple[str, str, str]]] = {}
         self.dropped = 0  # requests not kept at all (memory bound reached during a long outage)
 
@@ -100,9 +100,9 @@ class UsageCounter:
         if not decisions:
             return
         now = self._clock()
-        if now >= self._hour_end or now < self._hour:
+        if not self._hour_start <= now < self._hour_end:  # (floats: a float compared with an int costs more)
             self._hour = int(now) - int(now) % HOUR
-            self._hour_end = self._hour + HOUR
+            self._hour_start, self._hour_end = float(self._hour), float(self._hour + HOUR)
             self._tracked = {}
         hour = self._hour
         agent = user_agent[:_UA_MAX] if user_agent else ""
