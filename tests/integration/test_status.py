@@ -66,6 +66,11 @@ async def test_the_page_escapes_what_clients_send_and_is_locked_down(
                 raw_json = await resp.text()
             async with client.get(admin + "/config") as resp:
                 config = await resp.json()
+            for path in ("/status?since=yesterday", "/status.json?until=soon"):  # the page's window: /deprecations'
+                async with client.get(admin + path) as resp:
+                    assert resp.status == 400 and (await resp.json())["code"] == "BAD_QUERY", path
+            async with client.get(admin + "/status.json?since=2h&until=1h") as resp:
+                assert resp.status == 200 and (await resp.json())["usage"]["policies"] == []  # before the request
     finally:
         await runner.cleanup()
     # The client's text is text: escaped, never markup.

@@ -357,3 +357,29 @@ async def test_a_database_that_is_down_hides_nothing_and_stops_nothing(
     assert status["usage"]["problem"].startswith("the usage ledger cannot be read")
     assert "gateway_usage_ledger_up 0.0" in texts[4]
     assert all(secret not in text for text in texts)
+
+
+async def test_retention_deletes_old_hours_when_the_gateway_starts(upstream: RecordingUpstream,
+                                                                    tmp_path: Path) -> None:
+    """Hours older than usage.ledger.retention_days go (each process checks at start, then hourly); newer stay."""
+    from gateway.ops.ledger.store import Store
+    from gateway.ops.usage import UsageCounter
+
+    url = f"sqlite:///{tmp_path}/usage.sqlite3"
+    store = Store(url)
+    store.migrate()
+    for days_ago, client in ((40, "old"), (20, "recent")):
+        at = time.time() - days_ago * 86400
+        counter = UsageCounter(behaviours={"legacy_upload_guard": "legacy_uploads"}, clock=lambda at=at: at)
+        counter.record({"legacy_upload_guard": "blocked"}, client, UA, "acme")
+        batch = counter.take()
+        assert batch is not None and store.write(batch, at)
+    store.close()
+    config = _config(upstream.url, url, retention_days=30)
+    proc = await start(config, tmp_path)
+    try:
+        report = await proc.get_json("/deprecations?since=60d")  # after the first write, which prunes first
+    finally:
+        proc.stop()
+    rows = report["behaviours"]["legacy_uploads"]["top_clients"]
+    assert [row["client"] for row in rows] == ["recent"] and report["behaviours"]["legacy_uploads"]["requests"] == 1
