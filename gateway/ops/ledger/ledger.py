@@ -194,7 +194,7 @@ class Ledger:
         self._wake.set()
         await self._task
         try:
-            written = await asyncio.wait_for(self.flush(), self.options.flush_timeout + 1)
+            written = await asyncio.wait_for(self.flush(prune=False), self.options.flush_timeout + 1)
         except TimeoutError:
             written = False
         if not written and self.counter.pending:
@@ -231,12 +231,13 @@ class Ledger:
 
     # --- writing ---
 
-    async def flush(self) -> bool:
-        """Write what is held now (after the flush in progress, if any); True when nothing is left unwritten."""
+    async def flush(self, *, prune: bool = True) -> bool:
+        """Write what is held now (after the flush in progress, if any); True when nothing is left unwritten.
+        ``prune``: apply retention first when it is due (not in the last write, which has only flush_timeout)."""
         assert self._lock is not None
         async with self._lock:
             try:
-                await self._write()
+                await self._write(prune)
             except _Failure as err:
                 self._failed(str(err))
                 return False
@@ -245,14 +246,14 @@ class Ledger:
             self._succeeded()
             return True
 
-    async def _write(self) -> None:
+    async def _write(self, prune: bool) -> None:
         options = self.options
         if self._schema is None:
             self._schema = await self._call(self._migrate, max(options.flush_timeout, 60.0))
         store = self._store
         assert store is not None
         now = self._clock()
-        if now >= self._next_prune:
+        if prune and now >= self._next_prune:
             before = int(now - options.retention_days * 86400) // HOUR * HOUR
             await self._call(functools.partial(store.prune, before, now - _BATCH_IDS_KEPT),
                              max(options.flush_timeout, 60.0))
