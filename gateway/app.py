@@ -31,7 +31,8 @@ from .core.spool import SpoolArea
 from .core.tenants import TenantResolver, canonical_host
 from .ops.access_log import AccessLogWriter, LineSink, Recorder
 from .ops.metrics import Metrics
-from .ops.usage import UsageTracker
+from .ops.ledger import Ledger, LedgerFamilies
+from .ops.usage import UsageCounter
 from .policies import POLICIES, BuildContext, check_config
 from .proxy.body_override import resolve_body_override
 from .proxy.core import ProxyCore
@@ -122,6 +123,12 @@ def _restart_part(model: Any, section: str) -> Any:
     return part.model_dump(exclude=_LIVE_SERVER_KEYS) if section == "server" else part
 
 
+def _behaviours_of_policies() -> dict[str, str]:
+    """A policy's name -> the dated behaviour its decisions are about (each deprecation policy declares one): the
+    ledger counts usage by behaviour, as the rollout and the status page's timelines name it."""
+    return {name: spec.behaviours[0].name for name, spec in POLICIES.items() if len(spec.behaviours) == 1}
+
+
 _PARSER_CODES = {400: "MALFORMED_REQUEST", 413: "REQUEST_TOO_LARGE", 431: "HEADERS_TOO_LARGE"}
 # What the answer says, by the kind of error (most specific first). The parser's own text is never echoed: it can
 # quote the request's bytes (a header with a token, a signed query string), whatever parser (C or Python) wrote it.
@@ -203,7 +210,15 @@ class Gateway:
         self._all_done = asyncio.Event()
         self._all_done.set()
         model = config.model
-        self.usage = UsageTracker(window_seconds=model.usage.window_seconds, max_clients=model.usage.max_clients)
+        # Who uses deprecated behaviour: counted per request in memory, written to the ledger in the background.
+        self.usage: UsageCounter | None = None
+        self.ledger: Ledger | None = None
+        ledger = model.usage.ledger
+        if ledger.enabled:
+            self.usage = UsageCounter(max_clients=model.usage.max_clients, max_rows=ledger.max_pending_clients,
+                                      behaviours=_behaviours_of_policies())
+            self.ledger = Ledger(ledger, self.usage, redact=config.secrets.redact,
+                                 families=self.metrics.families(LedgerFamilies))
         self.recorder = Recorder(self.metrics, self.usage, self.access_log if model.access_log.enabled else None,
                                  observe=model.metrics.enabled)
         # gateway_rollout_phase: the plan in force (swapped on reload) at the gateway's clock, at each scrape.
@@ -230,12 +245,15 @@ class Gateway:
             max_concurrent_per_tenant=upstream.max_concurrent_per_tenant, queue_timeout=upstream.queue_timeout,
         )
         self._state = build_state(self._config, self.proxy, self.clock, self.metrics, self.spool)
+        if self.ledger is not None:
+            await self.ledger.start()  # in the background: the gateway serves whether its database answers or not
         self.ready = True
 
     def reload(self, config: LoadedConfig) -> list[str]:
         """Build everything from the new config first, then swap it in with one assignment.
 
-        Returns the sections that changed but only take effect on restart (listeners, upstream pool, access log).
+        Returns the sections that changed but only take effect on restart (listeners, upstream pool, access log,
+        usage ledger).
         """
         previous = self._config.model.spool
         self.spool.configure(config.model.spool)
@@ -246,10 +264,14 @@ class Gateway:
             raise
         old, self._config = self._config.model, config
         new = config.model
-        return [name for name in ("server", "upstream", "access_log") if _restart_part(old, name) != _restart_part(new, name)]
+        restart = ("server", "upstream", "access_log", "usage")
+        return [name for name in restart if _restart_part(old, name) != _restart_part(new, name)]
 
     async def close(self) -> None:
+        """After the requests in flight: the ledger's last write, the access log, the upstream pool."""
         self.ready = False
+        if self.ledger is not None:
+            await self.ledger.close()
         flush = getattr(self.access_log, "flush", None)
         if flush is not None:
             flush()

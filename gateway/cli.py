@@ -1,30 +1,28 @@
 """Command line: ``gateway serve``, ``gateway check-config``, ``gateway rollout``, ``gateway usage``,
-``gateway --version``. Parsing and wiring only."""
+``gateway migrate``, ``gateway --version``. Parsing and wiring only."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import resource
 import signal
 import sys
-import time
 from collections.abc import Callable, Sequence
+from typing import Literal
 
-import aiohttp
 from aiohttp import web
 
 from . import __version__
 from .app import Gateway, load_config
 from .config import ADMIN_PATHS, ConfigError, ListenAddress, LoadedConfig, parse_listen
-from .ops import fleet
 from .ops.admin import make_admin_app
+from .ops.ledger import commands as ledger_commands
 from .ops.log_format import RedactingFormatter
 from .ops.status import ConfigHistory
-from .ops.workers import Peers, make_peer_app, supervise
+from .ops.workers import Peers, supervise
 from .proxy.acceptor import Acceptor, listening_socket
 
 __all__ = ("main",)
@@ -67,19 +65,27 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--config", dest="config_option", metavar="FILE", help=config_help)
     check.add_argument("config", nargs="?", metavar="FILE", help="the same, given without --config")
     usage = sub.add_parser(
-        "usage", help="who still uses deprecated behaviour (asks running gateways' admin ports, merges their reports)",
-        description="Reads /deprecations from every gateway named (each answers for all of its workers) and merges "
-        "the reports: counts add up exactly, and the top clients are asked for until the merged list is exact. "
-        "Exit status 1 when a gateway could not be read (what the others answered is still printed).")
-    usage.add_argument("--admin", action="append", metavar="URL",
-                       help="a gateway's admin base URL; repeat for several (default: http://127.0.0.1:9090 when "
-                       "no --discover is given)")
-    usage.add_argument("--discover", action="append", metavar="NAME:PORT",
-                       help="ask every address (A and AAAA) NAME resolves to on PORT, e.g. a Kubernetes headless "
-                       "Service (deprecation-gateway-admin-pods:9090); repeatable")
-    usage.add_argument("--top", type=int, default=10, help="clients per behaviour (default: %(default)s)")
-    usage.add_argument("--timeout", type=float, default=10.0, help="seconds per gateway (default: %(default)s)")
-    usage.add_argument("--json", action="store_true", help="print the merged report as JSON (/deprecations' shape)")
+        "usage", help="who still uses deprecated behaviour: read from the usage ledger",
+        description="Reads the usage ledger the configuration names (usage.ledger.url: with PostgreSQL, the database "
+        "every replica writes to, so the answer is the fleet's). Windows are whole hours, UTC. Exit status 1 when "
+        "the ledger cannot be read, 2 for a bad argument or configuration.")
+    usage.add_argument("--config", default=DEFAULT_CONFIG, metavar="FILE", help=config_help)
+    usage.add_argument("--since", default=ledger_commands.DEFAULT_SINCE, metavar="WHEN",
+                       help="start: 30d, 12h, 2w ago, or an ISO 8601 date or time (default: %(default)s)")
+    usage.add_argument("--until", metavar="WHEN", help="end, the same forms (default: now)")
+    usage.add_argument("--tenant", help="only this company (a tenant name from the configuration)")
+    usage.add_argument("--behaviour", help="only this dated behaviour (legacy_uploads, board_cards)")
+    usage.add_argument("--top", type=int, metavar="N",
+                       help="clients per behaviour (default: 20; --csv: every client; 0: every client)")
+    usage.add_argument("--order", choices=("requests", "recent"), default="requests",
+                       help="clients with the most requests first, or the most recently seen (default: %(default)s)")
+    output = usage.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="the report as JSON (/deprecations' shape)")
+    output.add_argument("--csv", action="store_true",
+                        help="one line per client: the list of clients to contact")
+    migrate = sub.add_parser(
+        "migrate", help="create or upgrade the usage ledger's schema (gateway serve also does it at start)")
+    migrate.add_argument("--config", default=DEFAULT_CONFIG, metavar="FILE", help=config_help)
     rollout = sub.add_parser(
         "rollout", help="the phase of each dated behaviour per tenant at an instant, and why",
         description="For each tenant and dated behaviour: the phase in force, why, the next change, brownouts ahead, "
@@ -107,6 +113,7 @@ def _describe(config: LoadedConfig) -> str:
         lines.append(f"  {route.name}: {methods} {paths}\n      chain: {chain} -> upstream")
     chain = " -> ".join(name for name, _ in config.chains["catch_all"]) or "(none)"
     lines.append(f"  catch_all: everything else\n      chain: {chain} -> upstream")
+    lines.append(ledger_commands.describe(config))
     return "\n".join(lines)
 
 
@@ -134,19 +141,15 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
     _raise_file_limit(config)
     gateway = Gateway(config)
     history = ConfigHistory()
+    peers = Peers.from_environ()  # under --workers: the supervisor's marks
     await gateway.start()
     server = config.model.server
-    # Under --workers N: siblings ask this worker for its usage report on a Unix socket (gateway.ops.workers).
-    peers = Peers.from_environ()
     # aiohttp's own shutdown closes connections and drops the rest of a body still arriving: it runs only after the
     # gateway's drain (below), when nothing is left in flight but what the deadline cuts.
     runner = web.ServerRunner(gateway.make_server(), shutdown_timeout=_CUT_GRACE)
-    admin_runner = web.AppRunner(make_admin_app(gateway, history=history, peers=peers), access_log=None)
-    peer_runner = web.AppRunner(make_peer_app(gateway.usage), access_log=None) if peers is not None else None
+    admin_runner = web.AppRunner(make_admin_app(gateway, history=history), access_log=None)
     await runner.setup()
     await admin_runner.setup()
-    if peer_runner is not None:
-        await peer_runner.setup()
     acceptor: Acceptor | None = None
     try:
         try:
@@ -157,8 +160,6 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
         acceptor = Acceptor(sock, runner.server)
         await web.TCPSite(admin_runner, admin_listen.host, admin_listen.port, reuse_address=True,
                           reuse_port=reuse_port).start()
-        if peer_runner is not None and peers is not None:
-            await web.UnixSite(peer_runner, peers.path).start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -187,11 +188,9 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
             await acceptor.close()
         await runner.cleanup()
         await admin_runner.cleanup()
-        if peer_runner is not None and peers is not None:
-            await peer_runner.cleanup()
+        await gateway.close()  # the usage ledger's last write, within usage.ledger.flush_timeout
         if peers is not None:
             peers.leave()
-        await gateway.close()
 
 
 # After the drain: how long aiohttp's shutdown gives the requests the deadline cut to unwind (their records).
@@ -236,87 +235,6 @@ def _refused(gateway: Gateway, history: ConfigHistory | None, problems: int) -> 
     gateway.metrics.config_reloads.labels("failure").inc()
     if history is not None:
         history.refused(problems)
-
-
-def _usage(admins: Sequence[str], discover: Sequence[str], top: int, timeout: float, raw: bool) -> int:
-    if not 1 <= top <= fleet.MAX_TOP:
-        print(f"gateway: --top must be from 1 to {fleet.MAX_TOP}", file=sys.stderr)
-        return 2
-    try:
-        targets = [fleet.parse_name_port(value) for value in discover]
-    except ValueError as err:
-        print(f"gateway: --discover: {err}", file=sys.stderr)
-        return 2
-    if not admins and not targets:
-        admins = ["http://127.0.0.1:9090"]
-    try:
-        collected, problems = asyncio.run(_collect_usage(admins, targets, top, timeout))
-    except fleet.SourceError as err:
-        print(f"gateway: {err}", file=sys.stderr)
-        return 1
-    for problem in problems:
-        print(f"gateway: {problem}", file=sys.stderr)
-    if not collected.answered:
-        return 1
-    report = collected.report
-    if raw:
-        print(json.dumps(report, indent=2))
-        return 1 if problems else 0
-    count = len(collected.answered)
-    print(f"merged from {count} gateway{'s' if count != 1 else ''}: {', '.join(collected.answered)}"
-          if count > 1 else f"from {collected.answered[0]}")
-    if not report:
-        print("no deprecated behaviour used in the window")
-    wall = time.time()
-    for policy, data in report.items():
-        decisions = ", ".join(f"{k} {v}" for k, v in sorted(data["by_decision"].items()))
-        print(f"{policy}: {data['requests']} requests in the last {data['window_seconds']:.0f}s ({decisions})")
-        tenants = ", ".join(f"{t} {sum(d.values())}" for t, d in data["by_tenant"].items())
-        if tenants:
-            print(f"  by tenant: {tenants}")
-        if data["untracked_clients_requests"]:
-            print(f"  {data['untracked_clients_requests']} requests from clients over usage.max_clients (not listed)")
-        if not data["top_clients_exact"]:
-            print(f"  not exact: counts are lower bounds (upper bound after <=); a client not listed made at most "
-                  f"{data['unlisted_max']}")
-        if data["top_clients"]:
-            print(f"  {'requests':>10}  {'client':<12}  {'tenant':<12}  {'last seen':<9}  user agent")
-        for row in data["top_clients"]:
-            count_text = str(row["requests"]) + (f"<={row['requests_max']}" if "requests_max" in row else "")
-            seen = row["last_seen"]
-            ago = _ago(wall - seen) if seen else "-"
-            print(f"  {count_text:>10}  {row['client'] or '-':<12}  {row['tenant'] or '-':<12}  {ago:<9}  "
-                  f"{_printable(row['user_agent']) if row['user_agent'] else '-'}")
-    return 1 if problems else 0
-
-
-async def _collect_usage(admins: Sequence[str], targets: Sequence[tuple[str, int]], top: int,
-                         timeout: float) -> tuple[fleet.Collected, list[str]]:
-    urls = list(admins)
-    for name, port in targets:
-        urls += await fleet.discover(name, port)  # SourceError when the name does not resolve
-    # The admin token (server.admin_token), from the environment like the gateway's own: never an argument, which
-    # any user of the machine could read in the process list.
-    token = os.environ.get(ADMIN_TOKEN_ENV)
-    headers = {"Authorization": f"Bearer {token}"} if token else None
-    async with aiohttp.ClientSession(headers=headers) as session:
-        sources = [fleet.http_source(session, url, timeout) for url in dict.fromkeys(urls)]  # each gateway once
-        collected = await fleet.collect(sources, top)
-    problems = [f"cannot read {name}/deprecations: {why}" for name, why in sorted(collected.failed.items())]
-    return collected, problems
-
-
-def _ago(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit} ago"
-    return f"{seconds}s ago"
-
-
-def _printable(text: str) -> str:
-    """A User-Agent (a client's own text) for a terminal: control characters (escape sequences) as \\xNN."""
-    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
 
 
 def _rollout(config_path: str, at: str | None, host: str | None) -> int:
@@ -381,8 +299,17 @@ def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "rollout":
         return _rollout(args.config, args.at, args.host)
-    if args.command == "usage":
-        return _usage(args.admin or [], args.discover or [], args.top, args.timeout, args.json)
+    if args.command in ("usage", "migrate"):
+        try:
+            config = load_config(args.config)
+        except ConfigError as err:
+            print(err, file=sys.stderr)
+            return 2
+        if args.command == "migrate":
+            return ledger_commands.migrate(config)
+        output: Literal["text", "json", "csv"] = "json" if args.json else "csv" if args.csv else "text"
+        return ledger_commands.usage(config, since=args.since, until=args.until, tenant=args.tenant,
+                                     behaviour=args.behaviour, top=args.top, order=args.order, output=output)
     if args.command == "check-config":
         if args.config and args.config_option and args.config != args.config_option:
             print("gateway check-config: give the configuration file once (--config FILE or FILE)", file=sys.stderr)
@@ -410,7 +337,9 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.workers > 1:
         worker_argv = ["serve", "--config", args.config, "--listen", str(listen), "--admin-listen", str(admin_listen),
                        "--log-level", args.log_level, "--reuse-port"]
-        return supervise(args.workers, worker_argv, server.drain_delay + server.shutdown_timeout)
+        # A worker's SIGTERM budget: the drain, the requests in flight, then the usage ledger's last write.
+        budget = server.drain_delay + server.shutdown_timeout + config.model.usage.ledger.flush_timeout
+        return supervise(args.workers, worker_argv, budget)
     try:
         with asyncio.Runner(loop_factory=_loop_factory(server.event_loop)) as runner:
             runner.run(_serve(args.config, config, listen, admin_listen, reuse_port=args.reuse_port,

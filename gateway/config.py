@@ -41,6 +41,7 @@ from .core.redaction import MASK, url_credentials, without_userinfo
 from .core.spec import RESTRICTED_BY_DEFAULT_FROM, TEMPLATE_PARAM
 from .core.spool import SpoolConfig
 from .core.tenants import Tenant, TenantResolver, canonical_host
+from .ops.ledger.options import LedgerConfig
 from .proxy.options import UpstreamConfig
 from .rollout.behaviour import Behaviour
 from .rollout.config import ConfigDate, RolloutConfig, TenantRollout
@@ -231,9 +232,10 @@ class MetricsConfig(_Model):
 
 
 class UsageConfig(_Model):
-    # "Who still uses deprecated behaviour" (admin /deprecations): the window and the clients kept per bucket.
-    window_seconds: float = Field(default=3600.0, ge=60, le=7 * 86400)
+    # "Who still uses deprecated behaviour" (admin /deprecations and /status, gateway usage): the clients that get
+    # rows per behaviour and hour in each process, and the ledger that keeps them (docs/operations.md).
     max_clients: int = Field(default=1000, ge=10, le=100_000)
+    ledger: LedgerConfig = LedgerConfig()
 
 
 class TenantBridges(_Model):

@@ -63,6 +63,9 @@ BASE_CONFIG: dict[str, Any] = {
     "server": {"listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0", "admin_token": ADMIN_TOKEN},
     "upstream": {"connect_timeout": 2, "read_timeout": 5},
     "access_log": {"enabled": False},
+    # The usage ledger in memory (a real SQLite database, gone with the gateway): a test that needs a file or
+    # PostgreSQL says so.
+    "usage": {"ledger": {"url": "sqlite://"}},
     "tenants": [
         {"name": "acme", "hosts": ["127.0.0.1", "localhost", "acme.test"], "upstream": "http://127.0.0.1:1",
          "created": "2026-06-01"},
@@ -399,3 +402,40 @@ def chunked_responder(body: bytes, piece: int, headers: dict[str, str] | None = 
         return resp
 
     return respond
+
+
+# --- The usage ledger's databases ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Any:
+    """One PostgreSQL server for the session (tests/postgres_testlib.py); skipped, saying why, where it cannot run."""
+    from tests import postgres_testlib
+
+    try:
+        server = postgres_testlib.start_postgres()
+    except RuntimeError as err:
+        pytest.skip(str(err))
+    yield server
+    postgres_testlib.remove(server)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger_url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+    """A fresh, empty ledger database: a SQLite file, or a database of its own on the session's PostgreSQL server
+    (``postgres_url``)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/usage.sqlite3"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def postgres_url(postgres: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A new database on the session's PostgreSQL server; its URL has the password as ``${LEDGER_PASSWORD}`` (set in
+    the environment, which gateway processes inherit), as an operator's config has it."""
+    from tests import postgres_testlib
+
+    if not postgres.running():
+        postgres.start()  # a test that stopped it failed before starting it again
+    monkeypatch.setenv("LEDGER_PASSWORD", postgres_testlib.PASSWORD)
+    return str(postgres.url(postgres.create_database()))

@@ -92,6 +92,10 @@ async def start(data: dict[str, Any], tmp_path: Path, *, env: dict[str, str] | N
     port, admin = free_port(), free_port()
     data = {**data, "server": {"admin_token": ADMIN_TOKEN, **data.get("server", {}), "listen": f"127.0.0.1:{port}",
                                "admin_listen": f"127.0.0.1:{admin}"}}
+    usage = data.get("usage", {})
+    if "url" not in usage.get("ledger", {}):
+        # Never the default file in the working directory (the repository): one in the test's own directory.
+        data["usage"] = {**usage, "ledger": {**usage.get("ledger", {}), "url": f"sqlite:///{tmp_path}/{name}.sqlite3"}}
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
     log = tmp_path / f"{name}.log"

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime as dt
 import hashlib
 import hmac
 import ipaddress
 import json
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import hdrs, web
@@ -30,18 +32,16 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..core.tenants import canonical_host
 from ..rollout import Clock, RolloutPlan, report
-from .fleet import Collected, collect, local_source, parse_top
+from .ledger import DEFAULT_SINCE, Ledger, LedgerUnavailable, Query, parse_when, window
 from .metrics import Metrics
 from .status import ConfigHistory, config_digest, shown_config, status_data
 from .status_page import CONTENT_SECURITY_POLICY, render_page
-from .usage import UsageTracker
-from .workers import Peers
 
 if TYPE_CHECKING:
     from ..config import LoadedConfig
     from ..core.routing import RouteTable
 
-__all__ = ("COOKIE", "Served", "cookie_value", "known_host", "make_admin_app")
+__all__ = ("COOKIE", "MAX_TOP", "Served", "cookie_value", "known_host", "make_admin_app", "usage_query")
 
 
 class ServedState(Protocol):
@@ -58,7 +58,7 @@ class Served(Protocol):
 
     metrics: Metrics
     clock: Clock
-    usage: UsageTracker
+    ledger: Ledger | None  # None: usage.ledger.enabled is false
     ready: bool
 
     @property
@@ -67,7 +67,11 @@ class Served(Protocol):
 
 _GATEWAY: web.AppKey[Served] = web.AppKey("gateway")
 _HISTORY: web.AppKey[ConfigHistory] = web.AppKey("history")
-_PEERS: web.AppKey[Peers | None] = web.AppKey("peers")
+
+# The most clients /deprecations?top= lists per behaviour.
+MAX_TOP = 100_000
+# The clients the status page lists per behaviour (most recently seen first).
+_PAGE_CLIENTS = 50
 
 
 # --- the guard: Host, then the token ---------------------------------------------------------------------------
@@ -199,37 +203,74 @@ async def _rollout(request: web.Request) -> web.Response:
     return web.json_response(report(gateway.state.rollout, gateway.clock.now()))
 
 
-async def _usage(app: web.Application, top: int) -> Collected:
-    """The usage report of the whole process: this worker's, merged with every sibling's under --workers N."""
-    usage = app[_GATEWAY].usage
-    peers = app[_PEERS]
-    sources = peers.sources(usage) if peers is not None else [local_source("this process", usage)]
-    return await collect(sources, top)
+def usage_query(params: Mapping[str, str], *, now: float, tz: dt.tzinfo, top: int = 20,
+                order: str = "requests") -> Query:
+    """A ledger query from ``since``, ``until`` (30d, 12h, 2w, or an ISO date or time, read in ``tz``), ``tenant``,
+    ``behaviour``, ``top`` and ``order`` (requests, recent); ValueError naming the bad one."""
+    since = parse_when(params.get("since") or DEFAULT_SINCE, now, tz)
+    until = parse_when(params["until"], now, tz) if params.get("until") else now
+    if until <= since:
+        raise ValueError("until must be after since")
+    text = params.get("top")
+    if text is not None:
+        try:
+            top = int(text)
+        except ValueError:
+            top = 0
+        if not 1 <= top <= MAX_TOP:
+            raise ValueError(f"top must be an integer from 1 to {MAX_TOP}")
+    order = params.get("order", order)
+    if order not in ("requests", "recent"):
+        raise ValueError("order must be requests or recent")
+    start, end = window(since, until)
+    return Query(start, end, tenant=params.get("tenant") or None, behaviour=params.get("behaviour") or None,
+                 top=top, order="recent" if order == "recent" else "requests")
+
+
+def _problem(status: int, code: str, message: str) -> web.Response:
+    return web.json_response({"code": code, "message": message}, status=status)
+
+
+_LEDGER_OFF = "the usage ledger is off (usage.ledger.enabled: false): no usage is recorded"
 
 
 async def _deprecations(request: web.Request) -> web.Response:
+    gateway = request.app[_GATEWAY]
     try:
-        top = parse_top(request.query.get("top", "20"))
+        query = usage_query(request.query, now=time.time(), tz=gateway.state.config.model.rollout.tzinfo)
     except ValueError as err:
-        return web.json_response({"code": "BAD_QUERY", "message": str(err)}, status=400)
-    collected = await _usage(request.app, top)
-    if collected.failed:
-        # Never a silently partial report: the caller (gateway usage, a script) would count wrong.
-        missing = "; ".join(f"{name}: {why}" for name, why in sorted(collected.failed.items()))
-        return web.json_response({"code": "WORKERS_UNAVAILABLE", "message": f"not every worker answered ({missing})",
-                                  "failed": collected.failed}, status=503)
-    return web.json_response(collected.report)
+        return _problem(400, "BAD_QUERY", str(err))
+    if gateway.ledger is None:
+        return _problem(404, "LEDGER_OFF", _LEDGER_OFF)
+    try:
+        return web.json_response(await gateway.ledger.report(query))
+    except LedgerUnavailable as err:
+        return _problem(503, "LEDGER_UNAVAILABLE", str(err))
 
 
 async def _status_data(request: web.Request) -> dict[str, Any]:
     gateway = request.app[_GATEWAY]
     state = gateway.state
-    collected = await _usage(request.app, 20)
-    peers = request.app[_PEERS]
+    ledger = gateway.ledger
+    wall = time.time()
+    usage: dict[str, Any] | None = None
+    daily: list[tuple[str, str, int, int]] = []
+    problem: str | None = None
+    query = usage_query(request.query, now=wall, tz=state.config.model.rollout.tzinfo, top=_PAGE_CLIENTS,
+                        order="recent")
+    if ledger is None:
+        problem = _LEDGER_OFF
+    else:
+        try:
+            usage = await ledger.report(query)
+            # Requests per day for the charts: everything retention keeps (a few rows per day and company).
+            daily = await ledger.daily(*window(wall - ledger.options.retention_days * 86400, wall))
+        except LedgerUnavailable as err:
+            problem = str(err)
     return status_data(
         config=state.config, plan=state.rollout, clock=gateway.clock, history=request.app[_HISTORY],
-        usage=collected.report, usage_sources=collected.answered if peers is not None else (),
-        usage_failed=collected.failed,
+        usage=usage, daily=daily, ledger=ledger.status() if ledger is not None else None, usage_problem=problem,
+        wall=wall,
     )
 
 
@@ -242,12 +283,19 @@ _PAGE_HEADERS = {
 
 
 async def _status(request: web.Request) -> web.Response:
-    page = render_page(await _status_data(request))
+    try:
+        data = await _status_data(request)
+    except ValueError as err:
+        return _problem(400, "BAD_QUERY", str(err))
+    page = render_page(data)
     return web.Response(text=page, content_type="text/html", charset="utf-8", headers=_PAGE_HEADERS)
 
 
 async def _status_json(request: web.Request) -> web.Response:
-    data = await _status_data(request)
+    try:
+        data = await _status_data(request)
+    except ValueError as err:
+        return _problem(400, "BAD_QUERY", str(err))
     return web.json_response(data, dumps=_dumps, headers={"Cache-Control": "no-store",
                                                           "X-Content-Type-Options": "nosniff"})
 
@@ -264,13 +312,11 @@ async def _favicon(request: web.Request) -> web.Response:
     return web.Response(status=204)  # browsers ask for one; the page has none (and logs no error for it)
 
 
-def make_admin_app(gateway: Served, *, history: ConfigHistory | None = None, peers: Peers | None = None) -> web.Application:
-    """``history``: the config's load and reload times (``gateway serve`` keeps it; by default, loaded now);
-    ``peers``: this worker's siblings under ``--workers N`` (their usage reports are merged into this one's)."""
+def make_admin_app(gateway: Served, *, history: ConfigHistory | None = None) -> web.Application:
+    """``history``: the config's load and reload times (``gateway serve`` keeps it; by default, loaded now)."""
     app = web.Application(middlewares=[_guard])
     app[_GATEWAY] = gateway
     app[_HISTORY] = history if history is not None else ConfigHistory()
-    app[_PEERS] = peers
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/livez", _livez)
     app.router.add_get("/readyz", _readyz)

@@ -4,13 +4,11 @@ The supervisor owns the signals: SIGTERM/SIGINT and SIGHUP are passed to every w
 own is restarted (at most once a second). Metrics are aggregated across workers with prometheus-client's
 multiprocess mode: every worker writes to one directory, and whichever worker answers /metrics reads them all.
 
-The usage report (admin /deprecations, the status page) lives in each worker's memory, so whichever worker is asked
-asks its siblings: each worker also serves its own report on a Unix socket, ``<pid>.sock`` in a private directory
-the supervisor makes (``GATEWAY_WORKER_DIR``, mode 0700), and the worker asked merges the answers
-(``gateway.ops.fleet``). A socket whose worker has exited refuses connections and is left out (the supervisor
-removes it); a worker that does not answer in time makes the report fail rather than be silently partial.
+Each worker writes its own share of the usage it counted to the usage ledger (``gateway.ops.ledger``), so the
+usage report (admin /deprecations, the status page), read from the ledger, is the whole process's whichever worker
+answers.
 
-Nothing is left behind: the supervisor removes both directories when it exits (of a PROMETHEUS_MULTIPROC_DIR given
+Nothing is left behind: the supervisor removes its directories when it exits (of a PROMETHEUS_MULTIPROC_DIR given
 to it, the metric files: the directory is the operator's, emptied at start and at exit, as prometheus-client needs
 between runs). A supervisor that is killed cannot; its workers are stopped then (PDEATHSIG), and the last of them to
 leave removes the directories (``Peers.leave``).
@@ -32,12 +30,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from aiohttp import web
-
-from .fleet import Source, local_source, parse_top, unix_source
-from .usage import UsageTracker
-
-__all__ = ("WORKER_DIR_ENV", "Peers", "make_peer_app", "supervise")
+__all__ = ("WORKER_DIR_ENV", "Peers", "supervise")
 
 log = logging.getLogger("gateway.workers")
 
@@ -54,7 +47,7 @@ def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float)
     metrics_dir = given or tempfile.mkdtemp(prefix="gateway-metrics-")
     if given:
         remove_metric_files(metrics_dir)  # a previous run's counts would be added to this one's
-    # Short (a Unix socket path has at most 107 bytes) and private (mkdtemp makes it 0700).
+    # Private (mkdtemp makes it 0700): where the supervisor marks that it is stopping.
     worker_dir = tempfile.mkdtemp(prefix="gateway-workers-")
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir, WORKER_DIR_ENV: worker_dir,
            _OWN_METRICS_ENV: "1" if own_dir else "", _SUPERVISOR_ENV: str(os.getpid())}
@@ -92,7 +85,6 @@ def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float)
                 if code is None:
                     continue
                 _mark_dead(proc.pid, metrics_dir)
-                Path(worker_dir, f"{proc.pid}.sock").unlink(missing_ok=True)
                 if stopping:
                     procs.remove(proc)
                     continue
@@ -186,14 +178,10 @@ def _mark_dead(pid: int, metrics_dir: str) -> None:
 
 
 class Peers:
-    """A worker's view of its siblings: where it serves its own usage report, and a source for each sibling's."""
+    """A worker's view of its run: whether the supervisor is stopping or gone, and the clean-up after it."""
 
-    def __init__(self, directory: str, pid: int | None = None, timeout: float = 5.0,
-                 supervisor: int | None = None) -> None:
+    def __init__(self, directory: str, supervisor: int | None = None) -> None:
         self.directory = Path(directory)
-        self.pid = os.getpid() if pid is None else pid
-        self.path = str(self.directory / f"{self.pid}.sock")
-        self.timeout = timeout  # for a sibling's answer: past it, the report fails (the sibling is stuck)
         self.supervisor = os.getppid() if supervisor is None else supervisor
 
     def stopping(self) -> bool:
@@ -205,17 +193,15 @@ class Peers:
         return os.getppid() != self.supervisor
 
     def leave(self, environ: Mapping[str, str] = os.environ) -> None:
-        """This worker's exit: its socket goes. When the supervisor is gone (killed: nobody else will clean up),
-        each worker removes its own metric files and those of workers no longer running, then the directories if
-        they are empty, so that the last to leave leaves nothing."""
-        Path(self.path).unlink(missing_ok=True)
+        """This worker's exit. When the supervisor is gone (killed: nobody else will clean up), each worker removes
+        its own metric files and those of workers no longer running, then the directories if they are empty, so
+        that the last to leave leaves nothing."""
         if not self.orphaned():
             return  # the supervisor removes the directories when it exits
         metrics_dir = environ.get("PROMETHEUS_MULTIPROC_DIR")
         if metrics_dir:
             remove_metric_files(metrics_dir, keep_running=True)
-        if not any(self.directory.glob("*.sock")):
-            (self.directory / _STOPPING).unlink(missing_ok=True)
+        (self.directory / _STOPPING).unlink(missing_ok=True)
         for directory in (str(self.directory), metrics_dir if environ.get(_OWN_METRICS_ENV) == "1" else None):
             if directory:
                 with contextlib.suppress(OSError):
@@ -227,31 +213,3 @@ class Peers:
         directory = environ.get(WORKER_DIR_ENV)
         supervisor = environ.get(_SUPERVISOR_ENV, "")
         return cls(directory, supervisor=int(supervisor) if supervisor.isdigit() else None) if directory else None
-
-    def sources(self, usage: UsageTracker) -> list[Source]:
-        """This worker's report (read directly) and every sibling's (over its socket)."""
-        out = [local_source(f"worker {self.pid}", usage)]
-        for path in sorted(self.directory.glob("*.sock")):
-            if path.name != f"{self.pid}.sock":
-                out.append(unix_source(str(path), f"worker {path.stem}", self.timeout))
-        return out
-
-
-_USAGE: web.AppKey[UsageTracker] = web.AppKey("usage")
-
-
-async def _peer_usage(request: web.Request) -> web.Response:
-    try:
-        top = parse_top(request.query.get("top", "20"))
-    except ValueError as err:
-        return web.json_response({"code": "BAD_QUERY", "message": str(err)}, status=400)
-    return web.json_response(request.app[_USAGE].report(top))
-
-
-def make_peer_app(usage: UsageTracker) -> web.Application:
-    """What a worker serves its siblings on its Unix socket: its own usage report only (never a merge, so a
-    question never goes round)."""
-    app = web.Application()
-    app[_USAGE] = usage
-    app.router.add_get("/usage", _peer_usage)
-    return app

@@ -85,7 +85,7 @@ def stack(tmp_path: Path) -> Iterator[dict[str, object]]:
     sandbox = subprocess.Popen([PYTHON, "-m", "sandbox", "--port", str(sandbox_port), "--log-level", "warning"],
                                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     log = (tmp_path / "gateway.log").open("w+")
-    gateway = subprocess.Popen([PYTHON, "-m", "gateway", "serve", "--config", str(path)], cwd=ROOT, env=env,
+    gateway = subprocess.Popen([PYTHON, "-m", "gateway", "serve", "--config", str(path)], cwd=tmp_path, env=env,
                                stdout=log, stderr=subprocess.STDOUT)
     try:
         _wait_http(f"http://127.0.0.1:{sandbox_port}/_sandbox/journal")
@@ -135,6 +135,7 @@ def test_serve_reports_a_busy_port_clearly(tmp_path: Path) -> None:
         busy.listen()
         port = busy.getsockname()[1]
         config = {"server": {"listen": f"127.0.0.1:{port}", "admin_listen": f"127.0.0.1:{free_port()}"},
+                  "usage": {"ledger": {"url": f"sqlite:///{tmp_path}/usage.sqlite3"}},
                   "tenants": [{"name": "a", "hosts": ["a.test"], "upstream": "http://127.0.0.1:1"}]}
         path = tmp_path / "busy.yaml"
         path.write_text(yaml.safe_dump(config))

@@ -94,7 +94,7 @@ SHOWS = {
     "%2e%2e": ['"path":"/api/v1/cards/1"'],
     "%2Ffiles": ["HTTP/1.1 400", '"code": "BAD_PATH"'],
     "/metrics": ["gateway_requests_total{"],
-    "gateway usage": ["board_cards: "],
+    "gateway usage": ["board_cards: ", "legacy_uploads: ", "legacy-demo/1.0"],
     "gateway rollout": ["tenant sandbox", "board_cards: ", "next change"],
     "gateway check-config": ["config/gateway.yaml: OK", "routes"],
 }
