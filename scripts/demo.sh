@@ -126,7 +126,7 @@ Try, from the repository's root:
   # One count per request
   curl -s -H "Authorization: Bearer $GATEWAY_ADMIN_TOKEN" http://127.0.0.1:$admin_port/metrics | grep '^gateway_requests_total'
   # Who still uses deprecated behaviour, client by client: read from the usage ledger (written every second here)
-  .venv/bin/gateway usage --config $work/gateway.yaml --since 1h
+  GATEWAY_ADMIN_TOKEN=$GATEWAY_ADMIN_TOKEN .venv/bin/gateway usage --config $work/gateway.yaml --since 1h
   # The shipped config's phases in force per company, why, and what changes next
   .venv/bin/gateway rollout --config config/gateway.yaml --host localhost
   # The tenants, routes and chains of the shipped config

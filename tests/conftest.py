@@ -33,6 +33,7 @@ def nothing_left_in_the_temporary_directory(tmp_path_factory: pytest.TempPathFac
     spool file, a test's own temporary files. (pytest's tmp_path directories stay where pytest keeps them.)"""
     tmp_path_factory.getbasetemp()
     private = tempfile.mkdtemp(prefix="gateway-tests-")
+    os.chmod(private, 0o711)  # others may pass through, not list: PostgreSQL runs as its own user in a directory below
     saved = os.environ.get("TMPDIR"), tempfile.tempdir
     os.environ["TMPDIR"] = tempfile.tempdir = private
     try:

@@ -285,7 +285,8 @@ async def test_the_demo_config_reads_well_on_a_laptop_and_on_a_phone(
     _seed(url)
     config = _demo_config(tmp_path, upstream.url)
     config["usage"] = {"ledger": {"url": url, "retention_days": 36500}}  # the seeded months, whatever today is
-    proc = await start(config, tmp_path, env={**os.environ, "GATEWAY_NOW": "2026-11-25T12:00:00Z"})
+    proc = await start(config, tmp_path, env={**os.environ, "GATEWAY_NOW": "2026-11-25T12:00:00Z",
+                                              "GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN})  # the demo's admin_token names it
     try:
         for name, viewport in (("laptop", {"width": 1280, "height": 900}), ("phone", {"width": 390, "height": 844})):
             page, problems = await _open(browser, proc, viewport=viewport, is_mobile=name == "phone")

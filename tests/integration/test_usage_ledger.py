@@ -28,7 +28,7 @@ import yaml
 
 from gateway import cli
 from gateway.core.http import token_fingerprint
-from tests.conftest import BASE_CONFIG, RecordingUpstream, free_port, guarded_routes
+from tests.conftest import ADMIN_HEADERS, ADMIN_TOKEN, BASE_CONFIG, RecordingUpstream, free_port, guarded_routes
 from tests.process_testlib import ROOT, Proc, samples, start, wait_for
 
 UA = "legacy-uploader/2.1"
@@ -144,7 +144,8 @@ async def test_each_worker_writes_its_own_share(upstream: RecordingUpstream, tmp
     a worker killed and restarted by the supervisor keeps what it had written."""
     port, admin = free_port(), free_port()
     config = _config(upstream.url, f"sqlite:///{tmp_path}/usage.sqlite3", flush_interval=0.2)
-    config["server"] = {"listen": f"127.0.0.1:{port}", "admin_listen": f"127.0.0.1:{admin}"}
+    config["server"] = {"listen": f"127.0.0.1:{port}", "admin_listen": f"127.0.0.1:{admin}",
+                        "admin_token": ADMIN_TOKEN}
     path = tmp_path / "gateway.yaml"
     path.write_text(yaml.safe_dump(config))
     log = (tmp_path / "gateway.log").open("wb")
@@ -174,7 +175,7 @@ async def test_each_worker_writes_its_own_share(upstream: RecordingUpstream, tmp
 
             async def requests() -> int:
                 async with client.get(f"http://127.0.0.1:{admin}/deprecations?since=1h",
-                                      headers={"Connection": "close"}) as resp:
+                                      headers={"Connection": "close", **ADMIN_HEADERS}) as resp:
                     assert resp.status == 200
                     return int((await resp.json())["behaviours"]["legacy_uploads"]["requests"])
 
@@ -250,7 +251,7 @@ async def test_the_database_stopped_under_load_fails_and_slows_no_request(
         async with aiohttp.ClientSession() as client:
             async with client.get(f"http://127.0.0.1:{ledger.admin}/readyz") as resp:
                 assert resp.status == 200  # the gateway serves without its database
-            async with client.get(f"http://127.0.0.1:{ledger.admin}/deprecations") as resp:
+            async with client.get(f"http://127.0.0.1:{ledger.admin}/deprecations", headers=ADMIN_HEADERS) as resp:
                 body = await resp.text()
                 assert resp.status == 503 and json.loads(body)["code"] == "LEDGER_UNAVAILABLE"
         recovered = time.monotonic()
