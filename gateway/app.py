@@ -36,9 +36,9 @@ from .ops.usage import UsageCounter
 from .policies import POLICIES, BuildContext, check_config
 from .proxy.body_override import resolve_body_override
 from .proxy.core import ProxyCore
-from .proxy.listener import Listener
+from .server.listener import Listener
 from .proxy.upstream import UpstreamClient
-from .proxy.writer import Delivery, send
+from .server.writer import Delivery, send
 from .rollout import Clock, RolloutPlan, clock_from_config
 
 __all__ = ("ConfigError", "Gateway", "GatewayState", "build_state", "load_config", "parse_config", "parser_error_text")

@@ -23,7 +23,7 @@ from .ops.ledger import commands as ledger_commands
 from .ops.log_format import RedactingFormatter
 from .ops.status import ConfigHistory
 from .ops.workers import Peers, supervise
-from .proxy.acceptor import Acceptor, listening_socket
+from .server.acceptor import Acceptor, listening_socket
 
 __all__ = ("main",)
 

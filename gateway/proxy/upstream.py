@@ -17,7 +17,7 @@ One retry policy, at most one retry, each one reported to the caller (``retried`
   known: only a GET, HEAD, OPTIONS or TRACE without a body is sent again, and only with ``retry_safe_methods``.
   Never a DELETE, PUT, POST or PATCH.
 
-The private aiohttp API this relies on is listed, and checked at import, in ``aiohttp_private``.
+The private aiohttp API this relies on is listed, and checked when the server loads, in ``server.aiohttp_private``.
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ from aiohttp.typedefs import LooseHeaders
 from multidict import CIMultiDict, istr
 from yarl import URL
 
-from . import aiohttp_private  # noqa: F401 - checks, at import, the private API used below
-from .options import UpstreamConfig
+from ..config.upstream import UpstreamConfig
 
 __all__ = ("UpstreamClient",)
 

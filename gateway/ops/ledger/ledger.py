@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..usage import HOUR, UsageCounter
-from .options import LedgerConfig
+from ...config.ledger import LedgerConfig
 
 if TYPE_CHECKING:
     from .query import Query

@@ -30,7 +30,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from ..usage import Batch
 from .migrations import HEAD
-from .options import database_url
+from ...config.ledger import database_url
 from .query import DAY, Query, iso
 from .schema import batches, clients, totals
 

@@ -37,15 +37,15 @@ from pydantic import (
 )
 from yarl import URL
 
-from .core.redaction import MASK, url_credentials, without_userinfo
-from .core.spec import RESTRICTED_BY_DEFAULT_FROM, TEMPLATE_PARAM
-from .core.spool import SpoolConfig
-from .core.tenants import Tenant, TenantResolver, canonical_host
-from .ops.ledger.options import LedgerConfig
-from .proxy.options import UpstreamConfig
-from .rollout.behaviour import Behaviour
-from .rollout.config import ConfigDate, RolloutConfig, TenantRollout
-from .rollout.plan import RolloutPlan
+from ..core.redaction import MASK, url_credentials, without_userinfo
+from ..core.spec import RESTRICTED_BY_DEFAULT_FROM, TEMPLATE_PARAM
+from ..core.spool import SpoolConfig
+from ..core.tenants import Tenant, TenantResolver, canonical_host
+from ..rollout.behaviour import Behaviour
+from ..rollout.config import ConfigDate, RolloutConfig, TenantRollout
+from ..rollout.plan import RolloutPlan
+from .ledger import LedgerConfig
+from .upstream import UpstreamConfig
 
 __all__ = (
     "ADMIN_PATHS",

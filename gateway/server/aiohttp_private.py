@@ -9,8 +9,8 @@ message naming it, instead of misbehaving at run time. Nothing else in the gatew
 | ``ClientRequest.update_headers``, ``update_auto_headers`` (overridden) | ``proxy/upstream.py`` | the upstream is sent the headers as the proxy core built them, with none added |
 | ``BaseConnector.connect(req, traces=, timeout=)``, ``ResponseHandler.set_response_params(...)`` | ``proxy/upstream.py`` | a pooled connection and the response parser's limits, as ``ClientSession._request`` sets them |
 | ``aiohttp.helpers.TimerNoop`` | ``proxy/upstream.py`` | no total timeout per request: the timeouts are per connect and per read |
-| ``web_protocol.RequestHandler`` (subclassed): ``_make_error_handler(err_info)``, ``_manager``; ``web.Server.__call__``, ``_loop``, ``_kwargs`` | ``proxy/listener.py`` | a request the HTTP parser rejects goes through the gateway's own edge like every other: a JSON answer whose text never quotes the request's bytes, and exactly one access-log record |
-| ``web.StreamResponse(_real_headers=)``, ``StreamResponse._send_headers_immediately`` (a class attribute overridden), ``aiohttp.helpers.must_be_empty_body`` | ``proxy/writer.py`` | the reply's headers handed over without a copy, and a body in hand sent with its head in one write (what ``web.Response`` does, without its per-response handling of text, charsets and compression): part of what keeps small requests as cheap as a minimal aiohttp proxy |
+| ``web_protocol.RequestHandler`` (subclassed): ``_make_error_handler(err_info)``, ``_manager``; ``web.Server.__call__``, ``_loop``, ``_kwargs`` | ``server/listener.py`` | a request the HTTP parser rejects goes through the gateway's own edge like every other: a JSON answer whose text never quotes the request's bytes, and exactly one access-log record |
+| ``web.StreamResponse(_real_headers=)``, ``StreamResponse._send_headers_immediately`` (a class attribute overridden), ``aiohttp.helpers.must_be_empty_body`` | ``server/writer.py`` | the reply's headers handed over without a copy, and a body in hand sent with its head in one write (what ``web.Response`` does, without its per-response handling of text, charsets and compression): part of what keeps small requests as cheap as a minimal aiohttp proxy |
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def check() -> None:
     missing = [name for name, present in _CHECKS if not present()]
     if missing:
         raise RuntimeError(
-            f"aiohttp {aiohttp.__version__} lacks private API the gateway relies on (see gateway/proxy/"
+            f"aiohttp {aiohttp.__version__} lacks private API the gateway relies on (see gateway/server/"
             "aiohttp_private.py; install the version pinned in requirements.lock): " + "; ".join(missing)
         )
 
