@@ -15,7 +15,7 @@ from yarl import URL
 
 from gateway.core.exchange import Exchange
 from gateway.core.http import token_fingerprint
-from gateway.core.routing import Route
+from gateway.core.route import Route
 from gateway.core.tenants import Tenant
 from gateway.ops.access_log import Recorder, _seconds, _timestamp
 from gateway.ops.metrics import Metrics

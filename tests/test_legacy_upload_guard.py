@@ -11,15 +11,8 @@ from typing import Any
 import pytest
 
 from gateway.app import ConfigError, parse_config
-from gateway.policies.legacy_upload_guard.multipart_sniffer import (
-    Ambiguous,
-    Boundary,
-    MalformedValue,
-    MultipartSniffer,
-    Verdict,
-    form_data_boundary,
-    parse_media_type,
-)
+from gateway.core.multipart import Ambiguous, Boundary, MalformedValue, form_data_boundary, parse_media_type
+from gateway.policies.legacy_upload_guard.multipart_sniffer import MultipartSniffer, Verdict
 from gateway.core.exchange import Exchange
 from gateway.ops.metrics import Metrics
 from gateway.policies import POLICIES

@@ -40,7 +40,7 @@ from yarl import URL
 from ..core.redaction import MASK, url_credentials, without_userinfo
 from ..core.spec import RESTRICTED_BY_DEFAULT_FROM, TEMPLATE_PARAM
 from ..core.spool import SpoolConfig
-from ..core.tenants import Tenant, TenantResolver, canonical_host
+from ..core.tenants import Tenant, canonical_host
 from ..rollout.behaviour import Behaviour
 from ..rollout.config import ConfigDate, RolloutConfig, TenantRollout
 from ..rollout.plan import RolloutPlan
@@ -490,12 +490,6 @@ class LoadedConfig:
 
     def tenants(self) -> list[Tenant]:
         return [t.resolve() for t in self.model.tenants]
-
-    def tenant_resolver(self) -> TenantResolver:
-        """Host -> tenant for this config (``default_tenant`` for hosts no tenant names)."""
-        tenants = self.tenants()
-        default = next((t for t in tenants if t.name == self.model.default_tenant), None)
-        return TenantResolver(tenants, default)
 
     def shown(self) -> dict[str, Any]:
         """The config as loaded, for people: secrets shown as their references, credentials in URLs masked."""

@@ -45,16 +45,19 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from .http import new_request_id, token_fingerprint
 
 if TYPE_CHECKING:
-    from .routing import Route
+    from .route import Route
     from .tenants import Tenant
 
 __all__ = (
     "Body",
     "BodyBroken",
+    "BodyError",
     "BodyNotRead",
     "BodyTooLarge",
     "BodyUnavailable",
     "Budget",
+    "Cut",
+    "Delivery",
     "Exchange",
     "Flow",
     "Next",
@@ -66,8 +69,47 @@ __all__ = (
     "ResponseBodyFilter",
     "Services",
     "SubRequest",
+    "UpstreamError",
     "UpstreamFailed",
 )
+
+
+# --- what the parts of the gateway tell each other about an exchange -------------------------------------------
+
+
+class BodyError(enum.StrEnum):
+    """Why the client's body could not be read to its end (``Exchange.body_error``)."""
+
+    ABORTED = "aborted"  # the client went away
+    TIMEOUT = "timeout"  # it stopped arriving
+    MALFORMED = "malformed"  # its framing broke (the client is still there)
+
+
+class UpstreamError(enum.StrEnum):
+    """Why an upstream request got no (whole) answer: the ``kind`` of gateway_upstream_errors_total, and ``BUSY``
+    when the tenant's turn in ``upstream.max_concurrent_per_tenant`` did not come."""
+
+    CONNECT = "connect"
+    TIMEOUT = "timeout"
+    RESET = "reset"
+    OTHER = "other"
+    BUSY = "busy"
+
+
+class Cut(enum.StrEnum):
+    """Why the gateway itself cut an exchange short (``Exchange.cut``)."""
+
+    SHUTDOWN = "shutdown"  # the shutdown deadline passed before it had started its answer
+
+
+class Delivery:
+    """What became of a reply: ``complete`` once its last byte was handed to the connection (lingering after it,
+    and a client that leaves then, does not change what it was answered)."""
+
+    __slots__ = ("complete",)
+
+    def __init__(self) -> None:
+        self.complete = False
 
 
 # --- the request body -------------------------------------------------------------------------------------------
@@ -425,10 +467,10 @@ class Reply:
 
 
 class UpstreamFailed(Exception):
-    """A request of a policy's own got no response head: ``kind`` is connect, timeout, reset, busy or other (as in
-    ``gateway_upstream_errors_total``); ``reply`` is what the proxy core would answer for it."""
+    """A request of a policy's own got no response head: ``kind`` says why; ``reply`` is what the proxy core would
+    answer for it."""
 
-    def __init__(self, kind: str, reply: Reply) -> None:
+    def __init__(self, kind: UpstreamError, reply: Reply) -> None:
         super().__init__(kind)
         self.kind = kind
         self.reply = reply
@@ -441,7 +483,7 @@ class SubRequest:
     purpose: str  # what the policy named it (bounded: a metric label)
     method: str
     status: int | None = None  # the response head's; None when none came
-    error: str | None = None  # connect | timeout | reset | busy | other, when no response head came
+    error: UpstreamError | None = None  # when no response head came
     seconds: float = 0.0  # from sending it to its response head (or its failure)
 
 
@@ -476,7 +518,7 @@ class Exchange:
     __slots__ = ("request", "start", "tenant", "route", "params", "path", "query", "method", "request_id",
                  "request_id_header", "upstream_headers", "request_filters", "decisions", "notes", "upstream_seconds",
                  "upstream_error", "upstream_error_kind", "upstream_retries", "body_error", "services", "body_prefix",
-                 "subrequests", "_client")
+                 "subrequests", "queue_full", "cut", "_client")
 
     def __init__(self, request: web.BaseRequest, start: float, tenant: Tenant, route: Route,
                  params: dict[str, str], path: str, query: str, method: str) -> None:
@@ -499,21 +541,23 @@ class Exchange:
         self.request_filters: list[RequestBodyFilter] = []
         # Policy name -> decision label, for the access log, the metrics and the usage report.
         self.decisions: dict[str, str] = {}
-        # More fields for the access-log line ("legacy_upload_guard.rule": the rule behind a refusal).
+        # A policy's fields for the access-log line ("legacy_upload_guard.rule": the rule behind a refusal).
         self.notes: dict[str, str] = {}
         # What the proxy core saw (the access log and the metrics read them):
         self.upstream_seconds: float | None = None  # from sending upstream to its response head
         self.upstream_error: str | None = None  # "<kind>: <error>", or "body_reset" / "body_timeout" mid-body
-        self.upstream_error_kind: str | None = None  # connect | timeout | reset | other
+        self.upstream_error_kind: UpstreamError | None = None
         # Why a request was sent again ("unsent", "safe_method"): the client's, and those of a policy's own.
         self.upstream_retries: list[str] = []
-        self.body_error: str | None = None  # the request body: "aborted" (client gone), "timeout", "malformed"
+        self.body_error: BodyError | None = None
         self.services: Services | None = None  # set by the gateway: the proxy core
         # Body bytes already read (by the edge for a form body's ``_method``, or by a policy before it decided): sent
         # upstream first, in order, then the rest of the body.
         self.body_prefix: list[bytes] = []
         # The requests of a policy's own sent for this exchange (None until the first).
         self.subrequests: list[SubRequest] | None = None
+        self.queue_full = False  # answered 503 UPSTREAM_BUSY: the tenant's turn did not come
+        self.cut: Cut | None = None  # cut short by the gateway itself (a policy that undoes its work reads it)
         self._client: str | None | _Unset = _UNSET
 
     @property

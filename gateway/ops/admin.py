@@ -39,16 +39,23 @@ from .status_page import CONTENT_SECURITY_POLICY, render_page
 
 if TYPE_CHECKING:
     from ..config import LoadedConfig
-    from ..core.routing import RouteTable
+    from ..core.route import Route
 
 __all__ = ("COOKIE", "MAX_TOP", "Served", "cookie_value", "known_host", "make_admin_app", "usage_query")
+
+
+class ServedRoutes(Protocol):
+    @property
+    def routes(self) -> tuple[Route, ...]: ...
+    @property
+    def catch_all(self) -> Route: ...
 
 
 class ServedState(Protocol):
     @property
     def config(self) -> LoadedConfig: ...
     @property
-    def routes(self) -> RouteTable: ...
+    def routes(self) -> ServedRoutes: ...
     @property
     def rollout(self) -> RolloutPlan: ...
 

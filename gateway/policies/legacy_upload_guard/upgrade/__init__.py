@@ -33,9 +33,9 @@ from cachetools import TTLCache
 from prometheus_client import Counter
 
 from ....core.exchange import Exchange, Reply
+from ....core.multipart import Ambiguous, Boundary
 from ....core.spec import TEMPLATE_PARAM_RE
 from ....core.spool import SpoolArea
-from ..multipart_sniffer import Ambiguous, Boundary
 from ..multipart_splitter import MultipartSplitter
 from . import card, comment
 from .body import form_head
