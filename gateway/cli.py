@@ -28,8 +28,6 @@ from .proxy.acceptor import Acceptor, listening_socket
 __all__ = ("main",)
 
 DEFAULT_CONFIG = "config/gateway.yaml"
-# Where `gateway usage` finds the admin token (the name the docs give the config's ${...} reference too).
-ADMIN_TOKEN_ENV = "GATEWAY_ADMIN_TOKEN"
 log = logging.getLogger("gateway")
 
 
