@@ -222,6 +222,21 @@ class _Prefixed(Body):
         self._source.close()
 
 
+class _InHand(Body):
+    """A body read whole and kept as the pieces it arrived in (``Reply.read_pieces``), not joined."""
+
+    def __init__(self, pieces: list[bytes], size: int) -> None:
+        self.pieces = pieces
+        self.length = size
+
+    async def chunks(self, *, as_they_come: bool = False) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            yield piece
+
+    def close(self) -> None:
+        return
+
+
 async def _one(data: bytes) -> AsyncIterator[bytes]:
     if data:
         yield data
@@ -285,7 +300,7 @@ class Reply:
     @property
     def streamed(self) -> bool:
         """Whether the body is still to be read from its source (False: it is in hand, ``read`` costs nothing)."""
-        return not isinstance(self._body, bytes)
+        return not isinstance(self._body, (bytes, _InHand))
 
     def add_filter(self, response_filter: ResponseBodyFilter) -> None:
         self._filters.append(response_filter)
@@ -301,24 +316,44 @@ class Reply:
             if len(body) > cap:
                 raise BodyTooLarge()
             return body
+        data = b"".join(await self.read_pieces(cap))
+        self._body = data
+        return data
+
+    async def read_pieces(self, cap: int, each: Callable[[bytes], object] | None = None) -> list[bytes]:
+        """Like ``read``, but the body stays the pieces it arrived in (no copy of it is made to join them); they
+        become the reply's body, sent as they are unless it is replaced. ``each`` is called with every piece as it
+        arrives, between the event loop's other work: a reader that works on the body as it comes never holds the
+        loop for the whole body at once. Over the cap and on a source that fails part way: as ``read``.
+        """
+        body = self._body
+        if not self._filters and isinstance(body, (bytes, _InHand)):
+            pieces = body.pieces if isinstance(body, _InHand) else [body] if body else []
+            if sum(map(len, pieces)) > cap:
+                raise BodyTooLarge()
+            if each is not None:
+                for piece in pieces:
+                    each(piece)
+            return pieces
         source = self.take_body()
         assert not isinstance(source, bytes)
-        pieces = source.chunks(as_they_come=True)
+        stream = source.chunks(as_they_come=True)
         chunks: list[bytes] = []
         size = 0
         try:
-            async for piece in pieces:
+            async for piece in stream:
                 chunks.append(piece)
                 size += len(piece)
                 if size > cap:
-                    self._body = _Prefixed(chunks, pieces, source, source.length)
+                    self._body = _Prefixed(chunks, stream, source, source.length)
                     raise BodyTooLarge()
+                if each is not None:
+                    each(piece)
         except BodyBroken as broken:
             self._become(broken.reply)
             raise BodyUnavailable() from broken
-        data = b"".join(chunks)
-        self._body = data
-        return data
+        self._body = _InHand(chunks, size)
+        return chunks
 
     def discard(self) -> None:
         """Let a streamed body go unread: for a policy that answers with another reply than the one it got."""

@@ -161,7 +161,7 @@ def _parse_etags(value: str) -> list[tuple[bool, str]] | None:
 
 @dataclass(slots=True)
 class _MemoEntry:
-    body: bytes
+    body: json_splice.Text
     layout: json_splice.Layout
     # (phase index, gzip accepted) -> (body, gzipped): outputs that are new bytes (not the upstream's body as it is).
     rendered: dict[tuple[int, bool], tuple[bytes, bool]] = field(default_factory=dict)
@@ -181,12 +181,12 @@ class _Memo:
         self.size = 0
         self.entries: OrderedDict[tuple[str, str], _MemoEntry] = OrderedDict()
 
-    def get(self, key: tuple[str, str], body: bytes) -> _MemoEntry | None:
-        entry = self.entries.get(key)
-        if entry is None or entry.body != body:
-            return None
+    def kept(self, key: tuple[str, str]) -> _MemoEntry | None:
+        """The entry kept for ``key``: a new body is compared with its body as it arrives (``used`` if equal)."""
+        return self.entries.get(key)
+
+    def used(self, key: tuple[str, str]) -> None:
         self.entries.move_to_end(key)
-        return entry
 
     def put(self, key: tuple[str, str], entry: _MemoEntry) -> None:
         old = self.entries.pop(key, None)
@@ -328,7 +328,7 @@ def build(options: Options, ctx: BuildContext) -> Policy:
             )
         return json.dumps(text, ensure_ascii=False).encode()
 
-    def rewrite(body: bytes, layout: json_splice.Layout, index: int, board: str) -> bytes:
+    def rewrite(body: json_splice.Text, layout: json_splice.Layout, index: int, board: str) -> bytes:
         """The body for a phase that withholds cards from it (``_action_of`` says it does)."""
         extra = (MESSAGE_KEY, message(board, index, layout.count))
         if index == 1 or empty_array:
@@ -357,44 +357,51 @@ def build(options: Options, ctx: BuildContext) -> Policy:
             raise _PassThrough("passed_through_unparsed", "the compressed body is truncated or has trailing data")
         return out
 
-    async def read_board(reply: Reply) -> bytes:
-        """The upstream's 200 body, decoded; ``_PassThrough`` for one this policy does not read (the reply then
-        still sends all of it: what was read, then the rest as it streams)."""
+    async def read_board(reply: Reply, key: tuple[str, str]) -> tuple[json_splice.Text, _MemoEntry]:
+        """The upstream's 200 body, decoded, and its scan; ``_PassThrough`` for one this policy does not read (the
+        reply then still sends all of it: what was read, then the rest as it streams).
+
+        The body is scanned while it arrives, a piece at a time between the event loop's other work, and kept as
+        those pieces, never joined. A body equal byte for byte to the one the memo keeps for this board is only
+        compared with it, not scanned: the memo's scan is used (a compressed body is decoded whole, then read)."""
         headers = reply.headers
         if not _JSON_TYPE.match(headers.get("Content-Type", "")):
             raise _PassThrough("passed_through_unparsed", "not a JSON content type")
         coding = headers.get("Content-Encoding", "").strip().lower()
+        identity = coding in ("", "identity")
         length = reply.length
-        if length is not None and length > max_body and coding in ("", "identity"):
+        if length is not None and length > max_body and identity:
             raise _PassThrough("too_large", f"Content-Length {length} is over max_body_bytes")
+        kept = memo.kept(key) if memo is not None else None
+        reader = json_splice.Reader("cards", keep=cap, extra_key=MESSAGE_KEY, same_as=kept.body if kept else None)
         try:
-            raw = await reply.read(max_body)
+            raw = await reply.read_pieces(max_body, reader.feed if identity else None)
         except BodyTooLarge:
             raise _PassThrough("too_large", "the body is over max_body_bytes") from None
-        return decode(raw, coding)
+        if not identity:
+            reader.feed(decode(b"".join(raw), coding))
+        if memo is not None and kept is not None and reader.same:
+            memo.used(key)
+            return kept.body, kept
+        try:
+            layout = reader.layout()
+        except json_splice.NotJSON as err:
+            raise _PassThrough("passed_through_unparsed", str(err)) from None
+        entry = _MemoEntry(reader.body, layout)
+        if memo is not None:
+            memo.put(key, entry)
+        return entry.body, entry
 
-    def scanned(key: tuple[str, str], body: bytes) -> _MemoEntry:
-        """The body's scan: the memo's when it holds this very body, else a new one (kept)."""
-        entry = memo.get(key, body) if memo is not None else None
-        if entry is None:
-            try:
-                layout = json_splice.scan(body, "cards", keep=cap, extra_key=MESSAGE_KEY)
-            except json_splice.NotJSON as err:
-                raise _PassThrough("passed_through_unparsed", str(err)) from None
-            entry = _MemoEntry(body, layout)
-            if memo is not None:
-                memo.put(key, entry)
-        return entry
-
-    def rendered(key: tuple[str, str], entry: _MemoEntry, body: bytes, index: int, board: str, action: str,
-                 gzip_ok: bool) -> tuple[bytes, bool]:
+    def rendered(key: tuple[str, str], entry: _MemoEntry, body: json_splice.Text, index: int, board: str,
+                 action: str, gzip_ok: bool) -> tuple[bytes, bool]:
         """The client's body for this phase and encoding; the same scan, phase and encoding give the same output,
         so a new one is kept with the scan."""
         output = entry.rendered.get((index, gzip_ok))
         if output is None:
-            out = body if action == "untouched" else rewrite(body, entry.layout, index, board)
+            whole = bytes(body) if action == "untouched" else b""  # (pieces joined once, kept joined)
+            out = whole if action == "untouched" else rewrite(body, entry.layout, index, board)
             output = encode(out, gzip_ok)
-            if memo is not None and output[0] is not body:
+            if memo is not None and output[0] is not whole:
                 memo.render(key, entry, (index, gzip_ok), output)
         return output
 
@@ -475,8 +482,7 @@ def build(options: Options, ctx: BuildContext) -> Policy:
 
         key = (tenant, exchange.path)
         try:
-            body = await read_board(reply)
-            entry = scanned(key, body)
+            body, entry = await read_board(reply, key)
         except _PassThrough as skip:
             return passed_through(reply, skip)
         except BodyUnavailable:
@@ -522,7 +528,7 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         reply.set_body(out)
         return reply
 
-    async def backfilled(exchange: Exchange, reply: Reply, body: bytes, layout: json_splice.Layout, index: int,
+    async def backfilled(exchange: Exchange, reply: Reply, body: json_splice.Text, layout: json_splice.Layout, index: int,
                          board: str, if_none_match: str | None, now: float, finish: Callable[[str], None]) -> Reply:
         """The board with its cards rebuilt from the card list; on any failure, the upstream's board as it came."""
         tenant = exchange.tenant.name
