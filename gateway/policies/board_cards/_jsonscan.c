@@ -645,57 +645,40 @@ static inline int inside_string(const Scanner *s, const Classes *k)
     return s->in_string && !(k->quote | k->backslash | k->control) && !(s->hex_pending | s->escape_carry);
 }
 
-/* The whole blocks of ``p[0:n]`` (n a multiple of 64). */
-static int blocks_portable(Scanner *s, const unsigned char *p, Py_ssize_t n)
-{
-    Classes k;
-    for (Py_ssize_t i = 0; i < n; i += 64) {
-#ifdef HAVE_X86
-        classify_sse2(p + i, &k);
-#else
-        classify_bytes(p + i, &k);
-#endif
-        if (inside_string(s, &k)) {
-            s->base += 64;
-            continue;
-        }
-        int fail = 0;
-        uint64_t quotes = k.quote & ~escapes(s, p + i, k.backslash, &fail);
-        if (fail)
-            return -1;
-        int r = structure(s, p + i, &k, quotes, prefix_xor(quotes) ^ s->in_string);
-        if (r < 0)
-            return r;
-        s->base += 64;
+/* The whole blocks of ``p[0:n]`` (n a multiple of 64): the bytes classified by ``CLASSIFY``, the strings' inside by
+ * ``PREFIX_XOR``. One function per instruction set. */
+#define BLOCKS(CLASSIFY, PREFIX_XOR)                                                                                 \
+    {                                                                                                          \
+        Classes k;                                                                                             \
+        for (Py_ssize_t i = 0; i < n; i += 64) {                                                               \
+            CLASSIFY(p + i, &k);                                                                               \
+            if (inside_string(s, &k)) {                                                                        \
+                s->base += 64;                                                                                 \
+                continue;                                                                                      \
+            }                                                                                                  \
+            int fail = 0;                                                                                      \
+            uint64_t quotes = k.quote & ~escapes(s, p + i, k.backslash, &fail);                                \
+            if (fail)                                                                                          \
+                return -1;                                                                                     \
+            int r = structure(s, p + i, &k, quotes, PREFIX_XOR(quotes) ^ s->in_string);                        \
+            if (r < 0)                                                                                         \
+                return r;                                                                                      \
+            s->base += 64;                                                                                     \
+        }                                                                                                      \
+        return 0;                                                                                              \
     }
-    return 0;
-}
+
+static int blocks_bytes(Scanner *s, const unsigned char *p, Py_ssize_t n) BLOCKS(classify_bytes, prefix_xor)
 
 #ifdef HAVE_X86
+static int blocks_sse2(Scanner *s, const unsigned char *p, Py_ssize_t n) BLOCKS(classify_sse2, prefix_xor)
+
 __attribute__((target("avx2,pclmul"))) static int blocks_avx2(Scanner *s, const unsigned char *p, Py_ssize_t n)
-{
-    Classes k;
-    for (Py_ssize_t i = 0; i < n; i += 64) {
-        classify_avx2(p + i, &k);
-        if (inside_string(s, &k)) {
-            s->base += 64;
-            continue;
-        }
-        int fail = 0;
-        uint64_t quotes = k.quote & ~escapes(s, p + i, k.backslash, &fail);
-        if (fail)
-            return -1;
-        int r = structure(s, p + i, &k, quotes, prefix_xor_clmul(quotes) ^ s->in_string);
-        if (r < 0)
-            return r;
-        s->base += 64;
-    }
-    return 0;
-}
+    BLOCKS(classify_avx2, prefix_xor_clmul)
 #endif
 
 typedef int (*BlocksFn)(Scanner *, const unsigned char *, Py_ssize_t);
-static BlocksFn blocks = blocks_portable;
+static BlocksFn blocks = blocks_bytes; /* the best the CPU has, chosen at import */
 
 /* ``p[0:n]``: the waiting bytes completed to a block first, whole blocks read in place, the rest kept. */
 static int feed_bytes(Scanner *s, const unsigned char *p, Py_ssize_t n)
@@ -900,10 +883,12 @@ static PyObject *simd(PyObject *self, PyObject *unused)
 {
     (void)self, (void)unused;
 #ifdef HAVE_X86
-    return PyUnicode_FromString(blocks == blocks_avx2 ? "avx2" : "sse2");
-#else
-    return PyUnicode_FromString("none");
+    if (blocks == blocks_avx2)
+        return PyUnicode_FromString("avx2");
+    if (blocks == blocks_sse2)
+        return PyUnicode_FromString("sse2");
 #endif
+    return PyUnicode_FromString("none");
 }
 
 static PyObject *use_simd(PyObject *self, PyObject *arg)
@@ -918,18 +903,20 @@ static PyObject *use_simd(PyObject *self, PyObject *arg)
         Py_RETURN_TRUE;
     }
     if (strcmp(name, "sse2") == 0) {
-        blocks = blocks_portable;
+        blocks = blocks_sse2;
         Py_RETURN_TRUE;
     }
-#else
-    if (strcmp(name, "none") == 0)
-        Py_RETURN_TRUE;
 #endif
+    if (strcmp(name, "none") == 0) {
+        blocks = blocks_bytes;
+        Py_RETURN_TRUE;
+    }
     Py_RETURN_FALSE;
 }
 
 static PyMethodDef module_methods[] = {
-    {"simd", simd, METH_NOARGS, "simd() -> str: the instructions blocks are classified with (avx2, sse2 or none)."},
+    {"simd", simd, METH_NOARGS,
+     "simd() -> str: the instructions blocks are classified with (avx2, sse2, or none: byte by byte)."},
     {"use_simd", use_simd, METH_O,
      "use_simd(name) -> bool: classify with these instructions from now on, if the CPU has them (for tests)."},
     {NULL, NULL, 0, NULL},
@@ -948,6 +935,7 @@ PyMODINIT_FUNC PyInit__jsonscan(void)
 #endif
 #ifdef HAVE_X86
     __builtin_cpu_init();
+    blocks = blocks_sse2;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("pclmul"))
         blocks = blocks_avx2;
 #endif
