@@ -3,6 +3,7 @@
     .venv/bin/python bench/board_cards.py [--duration 5] [--rounds 3] [--baseline DIR] [--json FILE]
     .venv/bin/python bench/board_cards.py --instructions 12 [--baseline DIR]   # callgrind, user-space instructions
     .venv/bin/python bench/board_cards.py --latency [--baseline DIR]           # 1 KB p99 while boards are rewritten
+    .venv/bin/python bench/board_cards.py --scan [--baseline DIR]              # the scan alone, in-process
 
 Starts an upstream that serves the board (with a strong ETag) and a 1 KB JSON document (``/small``), then one
 gateway per row, each with its clock fixed by GATEWAY_NOW, and drives each with ``wrk -c4 -t2``:
@@ -29,6 +30,9 @@ reported: a count the other work on the machine does not move (system calls and 
 whose board route rewrites cold, first alone ("idle") then while a client reads ``--board-rate`` boards a second
 from it, rounds interleaved; the ratio of the p99 under board load to the idle p99, for each rewriting phase, for
 pass-through boards at the same rate, and for the baseline.
+
+``--scan``: the scan alone, in-process CPU time, on the board written three ways (compact, indented by 2, every
+non-ASCII character as a \\uXXXX escape): the native path, the exact path (as without the C module) and the baseline.
 
 The machine's load (``/proc/loadavg``) is printed at the start and the end, and written with the results.
 """
@@ -236,6 +240,68 @@ def baseline_hold(tree: Path, body: bytes) -> float:
         out = subprocess.run([PYTHON, "-c", BASELINE_HOLD, str(Path(tmp) / "board.json")], cwd=tree, check=True,
                              env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True)
     return float(out.stdout.strip())
+
+
+SCAN_TIMES = r'''
+import json, statistics, sys, time
+from gateway.policies.board_cards import json_splice
+body = open(sys.argv[1], "rb").read()
+runs = []
+for _ in range(int(sys.argv[2])):
+    start = time.process_time()
+    json_splice.scan(body, "cards", keep=100, extra_key="cards_deprecation_message")
+    runs.append(time.process_time() - start)
+print(json.dumps(statistics.median(runs) * 1000))
+'''
+
+
+def scan_bodies(cards: int, padding: int) -> dict[str, bytes]:
+    """The benchmark's board three ways: compact, indented by 2, and with every non-ASCII character escaped."""
+    from tests.board_fixtures import board_dict
+
+    board = board_dict(cards, padding=padding)
+    return {
+        "compact": board_bytes(cards, padding=padding),
+        "indented by 2": json.dumps(board, ensure_ascii=False, indent=2).encode(),
+        "\\uXXXX escapes for all non-ASCII text": json.dumps(board, separators=(",", ":")).encode(),
+    }
+
+
+def scan_table(args: argparse.Namespace, results: dict[str, Any]) -> None:
+    """In-process CPU time of one unseen board's scan (median of 21 runs; 5 for the exact path), each tree reading
+    the same bytes in its own process."""
+    out: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, body in scan_bodies(args.cards, args.padding).items():
+            path = Path(tmp) / "board.json"
+            path.write_bytes(body)
+
+            def timed(tree: Path, runs: int, exact: bool = False) -> float:
+                code = SCAN_TIMES
+                if exact:
+                    code = code.replace("from gateway.policies.board_cards import json_splice",
+                                        "from gateway.policies.board_cards import json_splice\n"
+                                        "json_splice._Scanner = None")
+                done = subprocess.run([PYTHON, "-c", code, str(path), str(runs)], cwd=tree, check=True, text=True,
+                                      env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True)
+                return float(done.stdout)
+
+            row = {"bytes": len(body), "native_ms": timed(ROOT, 21), "exact_ms": timed(ROOT, 5, exact=True)}
+            if args.baseline is not None:
+                row["baseline_ms"] = timed(args.baseline.resolve(), 21)
+            out[label] = row
+            print(f"  {label}: {row}", flush=True)
+    results["scan"] = out
+    print()
+    print("| body | native scan | exact path (no C module) | |" + (" baseline's native scan | this vs baseline |"
+                                                                  if args.baseline else ""))
+    print("|---|---:|---:|---:|" + ("---:|---:|" if args.baseline else ""))
+    for label, row in out.items():
+        line = (f"| {label}, {row['bytes'] / 1e6:.1f} MB | {row['native_ms']:.2f} ms | {row['exact_ms']:.1f} ms | "
+                f"{row['exact_ms'] / row['native_ms']:.0f}x |")
+        if args.baseline is not None:
+            line += f" {row['baseline_ms']:.2f} ms | {row['native_ms'] / row['baseline_ms']:.2f}x |"
+        print(line)
 
 
 ROWS: list[tuple[str, str | None, dict[str, Any] | None]] = [
@@ -464,6 +530,8 @@ def main() -> int:
                         "under callgrind over N requests per row, instead of the wrk rows")
     parser.add_argument("--latency", action="store_true", help="measure the 1 KB p99 while boards are rewritten, "
                         "instead of the wrk rows")
+    parser.add_argument("--scan", action="store_true", help="time the scan alone in-process on the board written three "
+                        "ways (compact, indented, escaped), instead of the wrk rows")
     parser.add_argument("--board-rate", type=float, default=10.0, help="boards a second during --latency "
                         "(default: %(default)s)")
     parser.add_argument("--connections", type=int, default=50, help="wrk connections for the 1 KB requests of "
@@ -474,7 +542,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-board-cards-"))
     (work / "board.json").write_bytes(body)
     (work / "upstream.py").write_text(UPSTREAM)
-    mode = "instructions" if args.instructions else "latency" if args.latency else "throughput"
+    mode = "instructions" if args.instructions else "latency" if args.latency else "scan" if args.scan else "throughput"
     print(f"board: {args.cards} cards, {len(body) / 1e6:.1f} MB; {mode}; load average {loadavg()}", flush=True)
     results: dict[str, Any] = {"board_bytes": len(body), "cards": args.cards, "rounds": args.rounds, "mode": mode,
                                "duration": args.duration, "load_start": loadavg()}
@@ -483,7 +551,9 @@ def main() -> int:
         upstream_port = free_port()
         procs.append(subprocess.Popen([PYTHON, str(work / "upstream.py"), str(upstream_port), str(work / "board.json")]))
         wait_port(upstream_port, proc=procs[0])
-        if args.instructions:
+        if args.scan:
+            scan_table(args, results)
+        elif args.instructions:
             instructions(args, work, upstream_port, results)
         elif args.latency:
             latency(args, work, upstream_port, results)

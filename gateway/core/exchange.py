@@ -11,7 +11,8 @@ This is the whole interface a policy works with. A policy is ``async def policy(
 - **response head**: what ``next`` returns is a ``Reply`` whose head has not been sent: the policy edits
   ``reply.headers`` (and status) before returning it; the chain unwinds innermost first;
 - **response body**: it may add a ``ResponseBodyFilter`` (``reply.add_filter``), which sees each chunk as it is
-  written, or ask for the whole body up to a bound (``await reply.read(cap)``) and replace it (``reply.set_body``).
+  written, or ask for the whole body up to a bound (``await reply.read(cap)``; ``reply.read_pieces(cap, each)`` keeps
+  it as the pieces it arrived in and hands each to ``each`` as it comes) and replace it (``reply.set_body``).
 
 A policy that does more than pass the request on (a migration bridge) has two more services of the proxy core:
 ``await exchange.fetch(method, path, ...)`` sends a request of its own to the tenant's upstream (pooled, gated,

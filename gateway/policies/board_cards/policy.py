@@ -241,7 +241,7 @@ def build(options: Options, ctx: BuildContext) -> Policy:
     if not json_splice.NATIVE:
         log.warning(
             "board_cards: the C JSON scanner (gateway.policies.board_cards._jsonscan) is not built (no C compiler at "
-            "install); large boards are read by the Python path, about 15 times more slowly; reinstall with gcc to "
+            "install); large boards are read by the Python path, about 35 times more slowly; reinstall with gcc to "
             "build it"
         )
     schedules: dict[str, Schedule] = {tenant: per[BOARD_CARDS.name] for tenant, per in ctx.rollout.schedules.items()}
