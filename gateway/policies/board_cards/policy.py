@@ -398,10 +398,10 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         so a new one is kept with the scan."""
         output = entry.rendered.get((index, gzip_ok))
         if output is None:
-            whole = bytes(body) if action == "untouched" else b""  # (pieces joined once, kept joined)
-            out = whole if action == "untouched" else rewrite(body, entry.layout, index, board)
+            plain = action == "untouched"
+            out = bytes(body) if plain else rewrite(body, entry.layout, index, board)  # (pieces joined once, kept so)
             output = encode(out, gzip_ok)
-            if memo is not None and output[0] is not whole:
+            if memo is not None and not (plain and output[0] is out):
                 memo.render(key, entry, (index, gzip_ok), output)
         return output
 
@@ -528,8 +528,9 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         reply.set_body(out)
         return reply
 
-    async def backfilled(exchange: Exchange, reply: Reply, body: json_splice.Text, layout: json_splice.Layout, index: int,
-                         board: str, if_none_match: str | None, now: float, finish: Callable[[str], None]) -> Reply:
+    async def backfilled(exchange: Exchange, reply: Reply, body: json_splice.Text, layout: json_splice.Layout,
+                         index: int, board: str, if_none_match: str | None, now: float,
+                         finish: Callable[[str], None]) -> Reply:
         """The board with its cards rebuilt from the card list; on any failure, the upstream's board as it came."""
         tenant = exchange.tenant.name
         headers = reply.headers
