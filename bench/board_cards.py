@@ -31,7 +31,8 @@ whose board route rewrites cold, first alone ("idle") then while a client reads 
 from it, rounds interleaved; the ratio of the p99 under board load to the idle p99, for each rewriting phase, for
 pass-through boards at the same rate, and for the baseline.
 
-``--scan``: the scan alone, in-process CPU time, on the board written three ways (compact, indented by 2, every
+``--scan``: the scan alone, in-process CPU time (with ``--instructions 1``: and instructions under callgrind), on
+the board written three ways (compact, indented by 2, every
 non-ASCII character as a \\uXXXX escape): the native path, the exact path (as without the C module) and the baseline.
 
 The machine's load (``/proc/loadavg``) is printed at the start and the end, and written with the results.
@@ -246,7 +247,7 @@ def baseline_hold(tree: Path, body: bytes) -> float:
 
 
 SCAN_TIMES = r'''
-import json, statistics, sys, time
+import json, sys, time
 from gateway.policies.board_cards import json_splice
 body = open(sys.argv[1], "rb").read()
 runs = []
@@ -254,7 +255,7 @@ for _ in range(int(sys.argv[2])):
     start = time.process_time()
     json_splice.scan(body, "cards", keep=100, extra_key="cards_deprecation_message")
     runs.append(time.process_time() - start)
-print(json.dumps(statistics.median(runs) * 1000))
+print(json.dumps(runs))
 '''
 
 
@@ -270,16 +271,32 @@ def scan_bodies(cards: int, padding: int) -> dict[str, bytes]:
     }
 
 
+def scan_instructions(tree: Path, path: Path, tmp: str) -> float:
+    """Instructions of one scan under callgrind: a process making 3 scans less one making 1, halved (start-up,
+    imports and reading the file cancel out)."""
+    counts = []
+    for runs in (1, 3):
+        out = Path(tmp) / f"scan-{runs}.callgrind"
+        done = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", PYTHON, "-c", SCAN_TIMES,
+                               str(path), str(runs)], cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
+                              capture_output=True, text=True, check=True)
+        total = re.search(r"Collected : (\d+)", done.stderr)
+        if total is None:
+            raise RuntimeError("no instruction count from callgrind")
+        counts.append(int(total.group(1)))
+    return (counts[1] - counts[0]) / 2
+
+
 def scan_table(args: argparse.Namespace, results: dict[str, Any]) -> None:
-    """In-process CPU time of one unseen board's scan (median of 21 runs; 5 for the exact path), each tree reading
-    the same bytes in its own process."""
+    """In-process CPU time of one unseen board's scan, each tree reading the same bytes in its own processes, the trees
+    taking turns (5 turns of 5 runs; the exact path 3 of 1): the median over all runs."""
     out: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for label, body in scan_bodies(args.cards, args.padding).items():
             path = Path(tmp) / "board.json"
             path.write_bytes(body)
 
-            def timed(tree: Path, runs: int, exact: bool = False) -> float:
+            def timed(tree: Path, runs: int, exact: bool = False) -> list[float]:
                 code = SCAN_TIMES
                 if exact:
                     code = code.replace("from gateway.policies.board_cards import json_splice",
@@ -287,14 +304,35 @@ def scan_table(args: argparse.Namespace, results: dict[str, Any]) -> None:
                                         "json_splice._Scanner = None")
                 done = subprocess.run([PYTHON, "-c", code, str(path), str(runs)], cwd=tree, check=True, text=True,
                                       env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True)
-                return float(done.stdout)
+                return [t * 1000 for t in json.loads(done.stdout)]
 
-            row = {"bytes": len(body), "native_ms": timed(ROOT, 21), "exact_ms": timed(ROOT, 5, exact=True)}
-            if args.baseline is not None:
-                row["baseline_ms"] = timed(args.baseline.resolve(), 21)
+            native: list[float] = []
+            baseline: list[float] = []
+            exact: list[float] = []
+            for turn in range(5):
+                native += timed(ROOT, 5)
+                if args.baseline is not None:
+                    baseline += timed(args.baseline.resolve(), 5)
+                if turn < 3:
+                    exact += timed(ROOT, 1, exact=True)
+            row = {"bytes": len(body), "native_ms": statistics.median(native), "exact_ms": statistics.median(exact)}
+            if baseline:
+                row["baseline_ms"] = statistics.median(baseline)
+            if args.instructions:
+                row["native_instructions"] = scan_instructions(ROOT, path, tmp)
+                if args.baseline is not None:
+                    row["baseline_instructions"] = scan_instructions(args.baseline.resolve(), path, tmp)
             out[label] = row
             print(f"  {label}: {row}", flush=True)
     results["scan"] = out
+    if args.instructions:
+        print()
+        print("| body | instructions per scan | baseline's | this vs baseline |")
+        print("|---|---:|---:|---:|")
+        for label, row in out.items():
+            base = row.get("baseline_instructions")
+            print(f"| {label} | {row['native_instructions'] / 1e6:.1f} M | "
+                  + (f"{base / 1e6:.1f} M | {row['native_instructions'] / base:.2f}x |" if base else " | |"))
     print()
     print("| body | native scan | exact path (no C module) | |" + (" baseline's native scan | this vs baseline |"
                                                                   if args.baseline else ""))
@@ -545,7 +583,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-board-cards-"))
     (work / "board.json").write_bytes(body)
     (work / "upstream.py").write_text(UPSTREAM)
-    mode = "instructions" if args.instructions else "latency" if args.latency else "scan" if args.scan else "throughput"
+    mode = "scan" if args.scan else "instructions" if args.instructions else "latency" if args.latency else "throughput"
     print(f"board: {args.cards} cards, {len(body) / 1e6:.1f} MB; {mode}; load average {loadavg()}", flush=True)
     results: dict[str, Any] = {"board_bytes": len(body), "cards": args.cards, "rounds": args.rounds, "mode": mode,
                                "duration": args.duration, "load_start": loadavg()}
@@ -555,7 +593,7 @@ def main() -> int:
         procs.append(subprocess.Popen([PYTHON, str(work / "upstream.py"), str(upstream_port), str(work / "board.json")]))
         wait_port(upstream_port, proc=procs[0])
         if args.scan:
-            scan_table(args, results)
+            scan_table(args, results)  # (with --instructions N: also callgrind counts per scan, N unused)
         elif args.instructions:
             instructions(args, work, upstream_port, results)
         elif args.latency:
