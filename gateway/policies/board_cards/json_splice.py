@@ -16,14 +16,14 @@ as ``Pieces``, never joined; every function here takes either ``bytes`` or ``Pie
 
 Speed: the native path (``_jsonscan``, a small C module built with the package) reads the whole text in one pass,
 64 bytes at a time with SIMD compares and bit arithmetic, by the same rules as the exact path below, at about
-0.1 ns a byte; it reads piece by piece, so a large body is read while it arrives, a little at a time, and the event
+0.2 ns a byte; it reads piece by piece, so a large body is read while it arrives, a little at a time, and the event
 loop is never held for the whole of it. It only vouches for what the exact path accepts: whatever it cannot (a text
 that is not JSON, nesting deeper than it reads, a repeated ``cards``) goes to the exact path, which gives the answer
 and the reason. Without the compiled module every body is read by the exact path: the same answers, more slowly.
 
 The exact path skips nested values with one precompiled regular expression per value (nesting up to ``_FAST_DEPTH``
 levels in the pattern, deeper values by an explicit stack), so Python runs once per top-level member and once per
-array element, not once per token; the regex engine visits every byte of every string (about 7 ns a byte).
+array element, not once per token; the regex engine visits every byte of every string (about 6 ns a byte).
 """
 
 from __future__ import annotations
