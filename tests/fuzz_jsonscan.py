@@ -27,6 +27,7 @@ from typing import Any
 
 from gateway.policies.board_cards import _jsonscan, json_splice
 from tests.test_json_splice import _MUTATIONS, MESSAGE, Writer, _card_array_document, _layout_fields
+from tests.test_jsonscan import exact as top_array_exact
 
 VARIANTS = [name for name in ("avx2", "sse2", "none") if _jsonscan.use_simd(name)]
 _EXTRA = [b"\xe6\x97\xa5", b"\xf0\x9f", b"\\u00", b"\\\\\\", b'\\"\\"', b"]}", b"[{", b"1e", b"-", b"tru", b"0.",
@@ -88,17 +89,6 @@ def _damage(rng: random.Random, body: bytes) -> bytes:
     return bytes(data)
 
 
-def _top_array_exact(text: bytes, keep: int) -> Any:
-    try:
-        pos = json_splice._skip_ws(text, 0)
-        if pos >= len(text) or text[pos] != 0x5B:
-            return None
-        end, count, ends, last_end = json_splice._scan_array(text, pos, keep)
-    except json_splice.NotJSON:
-        return None
-    return None if json_splice._skip_ws(text, end) != len(text) else (count, ends, last_end, end)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=200_000)
@@ -129,7 +119,7 @@ def main() -> int:
             scanner = _jsonscan.Scanner(keep, top_array=True)
             for piece in _cut(rng, text):
                 scanner.feed(piece)
-            got, want = scanner.finish(), _top_array_exact(text, keep)
+            got, want = scanner.finish(), top_array_exact(text, keep)
             if got != want:
                 print(f"case {case}: top-level array disagreement\ntext={text!r}\nkeep={keep}\nexact={want}\n"
                       f"native={got}")
