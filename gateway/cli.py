@@ -19,6 +19,7 @@ from . import __version__
 from .app import Gateway, load_config
 from .config import ADMIN_PATHS, ConfigError, ListenAddress, LoadedConfig, parse_listen
 from .ops.admin import make_admin_app
+from .ops.gc_pauses import freeze_startup
 from .ops.ledger import commands as ledger_commands
 from .ops.log_format import RedactingFormatter
 from .ops.status import ConfigHistory
@@ -148,6 +149,7 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
     admin_runner = web.AppRunner(make_admin_app(gateway, history=history), access_log=None)
     await runner.setup()
     await admin_runner.setup()
+    freeze_startup()  # before the first request: no full collection walks start-up's objects again
     acceptor: Acceptor | None = None
     try:
         try:
