@@ -20,6 +20,7 @@ from .app import Gateway, load_config
 from .config import ADMIN_PATHS, ConfigError, ListenAddress, LoadedConfig, parse_listen
 from .edge.tenancy import TenantResolver
 from .ops.admin import make_admin_app
+from .ops.gc_pauses import freeze_startup
 from .ops.ledger import commands as ledger_commands
 from .ops.log_format import RedactingFormatter
 from .ops.status import ConfigHistory
@@ -29,8 +30,6 @@ from .server.acceptor import Acceptor, listening_socket
 __all__ = ("main",)
 
 DEFAULT_CONFIG = "config/gateway.yaml"
-# Where `gateway usage` finds the admin token (the name the docs give the config's ${...} reference too).
-ADMIN_TOKEN_ENV = "GATEWAY_ADMIN_TOKEN"
 log = logging.getLogger("gateway")
 
 
@@ -151,6 +150,7 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
     admin_runner = web.AppRunner(make_admin_app(gateway, history=history), access_log=None)
     await runner.setup()
     await admin_runner.setup()
+    freeze_startup()  # before the first request: no full collection walks start-up's objects again
     acceptor: Acceptor | None = None
     try:
         try:

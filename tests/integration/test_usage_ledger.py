@@ -263,13 +263,13 @@ async def test_the_database_stopped_under_load_fails_and_slows_no_request(
                 metrics.get(("gateway_usage_ledger_pending_requests", ())) == 0.0
 
         await wait_for(written, 20)
+        metrics = await ledger.metrics()
     finally:
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
         if not postgres.running():
             postgres.start()
-    metrics = await ledger.metrics()
-    await _stop(ledger, plain)
+        await _stop(ledger, plain)  # on every path: a failed assertion must not leave two gateways running
     assert statuses == {"ledger": {403: len(latencies["ledger"])}, "plain": {403: len(latencies["plain"])}}
     during = {name: [d for t, d in values if outage <= t < recovered] for name, values in latencies.items()}
     assert min(len(v) for v in during.values()) > 50, {k: len(v) for k, v in during.items()}

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from ..gc_pauses import freeze_startup
 from ..usage import HOUR, UsageCounter
 from ...config.ledger import LedgerConfig
 
@@ -280,6 +281,9 @@ class Ledger:
         found, head = self._store.migrate()
         if found != head:
             log.info("usage ledger %s: schema %s (was %s)", self.shown_url, head, found or "empty")
+        # SQLAlchemy's (and Alembic's) modules are here for the process's life: out of the collector's sight like the
+        # start-up's (``gateway.cli.freeze_startup``), or each full collection walks them while holding the GIL.
+        freeze_startup(full=False)
         return head
 
     async def _call(self, fn: Callable[[], T], timeout: float, *, read: bool = False) -> T:
