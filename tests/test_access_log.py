@@ -20,7 +20,7 @@ from gateway.core.tenants import Tenant
 from gateway.ops.access_log import Recorder, _seconds, _timestamp
 from gateway.ops.metrics import Metrics
 from gateway.ops.usage import UsageCounter
-from tests.conftest import LineCollector
+from tests.gateway_testlib import LineCollector
 
 
 @dataclass

@@ -15,7 +15,7 @@ from gateway.app import parse_config
 from gateway.ops.metrics import Metrics
 from gateway.policies import BEHAVIOURS, BuildContext
 from gateway.rollout import FixedClock, RolloutConfig, RolloutPlan, rollout_problems
-from tests.conftest import make_config
+from tests.gateway_testlib import make_config
 from tests.policy_testlib import Terminal, exchange_for, mocked_request
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"

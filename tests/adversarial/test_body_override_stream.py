@@ -10,7 +10,7 @@ import asyncio
 import hashlib
 import json
 
-from tests.conftest import CountingUpstream, RunningGateway, parse_responses, read_answer
+from tests.gateway_testlib import CountingUpstream, RunningGateway, parse_responses, read_answer
 
 B = "stream-B0undary"
 FILE_HEAD = (f"--{B}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.bin\"\r\n"

@@ -16,7 +16,7 @@ from gateway.ops.metrics import Metrics
 from gateway.policies.legacy_upload_guard import DISABLED_CODE, NAME
 from gateway.core.multipart import Ambiguous, MalformedValue, form_data_boundary, parse_media_type
 from gateway.policies.legacy_upload_guard.multipart_sniffer import MultipartSniffer
-from tests.conftest import guarded_routes, make_config
+from tests.gateway_testlib import guarded_routes, make_config
 from tests.differential.parsers import Protocol as _Protocol
 from tests.policy_testlib import Terminal, build_policy, config_of, exchange_for, mocked_request
 

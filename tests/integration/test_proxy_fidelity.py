@@ -13,7 +13,7 @@ import pytest
 from aiohttp import http_exceptions, web
 
 from gateway.app import parser_error_text
-from tests.conftest import (
+from tests.gateway_testlib import (
     GatewayFactory,
     Received,
     RecordingUpstream,

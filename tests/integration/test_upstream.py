@@ -14,7 +14,7 @@ from yarl import URL
 
 from gateway.config.upstream import UpstreamConfig
 from gateway.proxy.upstream import UpstreamClient
-from tests.conftest import free_port
+from tests.gateway_testlib import free_port
 
 
 @dataclass
