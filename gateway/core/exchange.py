@@ -36,7 +36,7 @@ import abc
 import asyncio
 import enum
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -274,45 +274,39 @@ class _Prefixed(Body):
         self._source.close()
 
 
-class _InHand(Body):
-    """A body read whole and kept as the pieces it arrived in (``Reply.read_pieces``), not joined."""
-
-    def __init__(self, pieces: list[bytes], size: int) -> None:
-        self.pieces = pieces
-        self.length = size
-
-    async def chunks(self, *, as_they_come: bool = False) -> AsyncIterator[bytes]:
-        for piece in self.pieces:
-            yield piece
-
-    def close(self) -> None:
-        return
-
-
 async def _one(data: bytes) -> AsyncIterator[bytes]:
     if data:
         yield data
 
 
 class Pieces(Body):
-    """A body in hand as pieces (bytes, or views into larger bytes: a body assembled without being copied whole),
-    sent as they are; pieces smaller than ``piece`` are gathered up to it, larger ones go in slices of it."""
+    """A body in hand as pieces, never joined whole: the pieces it arrived in (``Reply.read_pieces``), or a body
+    assembled from views into larger bytes (``set_body(Pieces(...))``). It is sent a piece at a time: a piece of
+    64 KiB or more as it is (one larger than ``piece`` in slices of it), smaller ones gathered up to ``piece``, so
+    that many small views do not make as many small writes."""
 
-    def __init__(self, pieces: list[bytes | memoryview], piece: int = 1 << 20) -> None:
-        self._pieces = pieces
+    def __init__(self, pieces: Sequence[bytes | memoryview], *, piece: int = 1 << 20, budgeted: bool = False) -> None:
+        self.pieces = list(pieces)
+        self.length = sum(len(p) for p in self.pieces)
+        self.budgeted = budgeted  # read by ``read_pieces``: a budget it was read against took its bytes then
         self._piece = piece
-        self.length = sum(len(p) for p in pieces)
+
+    def as_bytes(self) -> list[bytes]:
+        """The pieces, each as bytes (a view is copied: it is a part of other bytes)."""
+        return [p if isinstance(p, bytes) else bytes(p) for p in self.pieces]
 
     async def chunks(self, *, as_they_come: bool = False) -> AsyncIterator[bytes]:
-        pieces, self._pieces = self._pieces, []
         size = self._piece
         gathered: list[bytes | memoryview] = []
         held = 0
-        for piece in pieces:
-            if len(piece) >= size:
+        for piece in self.pieces:
+            if len(piece) >= _GATHER_BELOW:
                 if gathered:
                     yield b"".join(gathered)
                     gathered, held = [], 0
+                if len(piece) <= size:
+                    yield piece if isinstance(piece, bytes) else bytes(piece)
+                    continue
                 view = memoryview(piece)
                 for at in range(0, len(view), size):
                     yield bytes(view[at : at + size])
@@ -326,7 +320,7 @@ class Pieces(Body):
             yield b"".join(gathered)
 
     def close(self) -> None:
-        self._pieces = []
+        return  # nothing to let go: the pieces are in memory
 
 
 class Budget:
@@ -351,6 +345,8 @@ class Budget:
 
 # ``Reply.read``: a body at least this large is joined off the event loop.
 _JOIN_ON_LOOP = 1 << 20
+# A piece of a body in hand smaller than this is gathered with its neighbours before it is written.
+_GATHER_BELOW = 64 * 1024
 
 
 class Reply:
@@ -408,7 +404,7 @@ class Reply:
     @property
     def streamed(self) -> bool:
         """Whether the body is still to be read from its source (False: it is in hand, ``read`` costs nothing)."""
-        return not isinstance(self._body, (bytes, _InHand))
+        return not isinstance(self._body, (bytes, Pieces))
 
     def add_filter(self, response_filter: ResponseBodyFilter) -> None:
         self._filters.append(response_filter)
@@ -443,11 +439,12 @@ class Reply:
         ``read``.
         """
         body = self._body
-        if not self._filters and isinstance(body, (bytes, _InHand)):
-            pieces = body.pieces if isinstance(body, _InHand) else [body] if body else []
+        if not self._filters and isinstance(body, (bytes, Pieces)):
+            pieces = body.as_bytes() if isinstance(body, Pieces) else [body] if body else []
             size = sum(map(len, pieces))
-            # A body already read in pieces took its budget then; bytes in hand take theirs now.
-            if size > cap or (budget is not None and isinstance(body, bytes) and not budget.take(size)):
+            # A body this method read took its budget then; any other body in hand takes it now.
+            counted = isinstance(body, Pieces) and body.budgeted
+            if size > cap or (budget is not None and not counted and not budget.take(size)):
                 raise BodyTooLarge()
             if each is not None:
                 for piece in pieces:
@@ -470,7 +467,7 @@ class Reply:
         except BodyBroken as broken:
             self._become(broken.reply)
             raise BodyUnavailable() from broken
-        self._body = _InHand(chunks, size)
+        self._body = Pieces(chunks, budgeted=True)
         return chunks
 
     def discard(self) -> None:

@@ -166,8 +166,9 @@ def _skip_ws(body: bytes, pos: int) -> int:
 
 
 class Pieces:
-    """A body kept as the pieces it arrived in, not joined: its length, slices and comparisons read the pieces
-    where they are. ``bytes(pieces)`` joins them once (and keeps only the joined copy)."""
+    """A body's text kept as the pieces it arrived in, not joined: its length, slices and comparisons read the pieces
+    where they are. ``bytes(pieces)`` joins them once (and keeps only the joined copy). A view for reading and
+    comparing (the scan, the memo); the body a reply holds and sends is ``core.exchange.Pieces``."""
 
     __slots__ = ("_pieces", "_starts", "_size")
 
