@@ -1,42 +1,5 @@
 """The configuration: the YAML file and its schema, every section's options included (``schema``, ``upstream``,
 ``ledger``). A schema the other parts read: it imports no policy, no proxy and no aiohttp."""
 
-from .schema import (
-    ADMIN_PATHS,
-    ChainEntry,
-    ConfigError,
-    Document,
-    GatewayConfig,
-    ListenAddress,
-    LoadedConfig,
-    RouteConfig,
-    Secrets,
-    TenantConfig,
-    expand_references,
-    loc,
-    parse_listen,
-    parse_model,
-    pydantic_problems,
-    read_document,
-    read_yaml,
-)
-
-__all__ = (
-    "ADMIN_PATHS",
-    "ChainEntry",
-    "ConfigError",
-    "Document",
-    "GatewayConfig",
-    "ListenAddress",
-    "LoadedConfig",
-    "RouteConfig",
-    "Secrets",
-    "TenantConfig",
-    "expand_references",
-    "loc",
-    "parse_listen",
-    "parse_model",
-    "pydantic_problems",
-    "read_document",
-    "read_yaml",
-)
+from .schema import *  # noqa: F403 - the package's names are the schema module's
+from .schema import __all__ as __all__
