@@ -1,34 +1,7 @@
-"""One exchange: a classified request on its way through its route's chain, and the reply that comes back.
-
-This is the whole interface a policy works with. A policy is ``async def policy(exchange, next) -> Reply``:
-
-- **request head**: it reads ``exchange`` (tenant, route, path parameters, effective method, the client's headers),
-  may change what the upstream is sent (``upstream_headers``, ``method``, ``path``), or answer at once by returning a
-  ``Reply`` without calling ``next``;
-- **request body**: it may add a ``RequestBodyFilter`` to ``exchange.request_filters``; the proxy core reads the body
-  and runs each chunk through the filters in chain order: a filter passes bytes (as they are or transformed), holds
-  them until it decides (up to its ``hold_limit``), or refuses with a reply (``raise Refuse(reply)``);
-- **response head**: what ``next`` returns is a ``Reply`` whose head has not been sent: the policy edits
-  ``reply.headers`` (and status) before returning it; the chain unwinds innermost first;
-- **response body**: it may add a ``ResponseBodyFilter`` (``reply.add_filter``), which sees each chunk as it is
-  written, or ask for the whole body up to a bound (``await reply.read(cap)``; ``reply.read_pieces(cap, each)`` keeps
-  it as the pieces it arrived in and hands each to ``each`` as it comes) and replace it (``reply.set_body``).
-
-A policy that does more than pass the request on (a migration bridge) has two more services of the proxy core:
-``await exchange.fetch(method, path, ..., purpose=...)`` sends a request of its own to the tenant's upstream and gets
-a ``Reply`` whose body streams. It takes the very road the client's request takes (``ProxyCore.send``): the same
-forwarding headers, Host, request id, retry policy, per-tenant bound, timeouts and metrics; only the headers the
-policy passes are added (never another of the client's). ``exchange.client_body()`` reads the client's body itself
-(``100 Continue``, the idle timeout and aborts handled as for a forwarded body), for a policy that answers without
-calling ``next``, or that reads the start of the body before it decides (it then leaves what it read in
-``exchange.body_prefix`` for the upstream). ``Budget`` bounds what several reads hold together: each read takes its
-bytes from it before it keeps them.
-
-Only the proxy core prepares a response and writes to the client, after the outermost policy has returned: a
-header that any policy adds on any path (an early answer, an upstream error, a body over a cap, a HEAD) is sent.
-The order rule of the chain holds for every phase: the first listed policy sees the request (and its body) first
-and the response (and its body) last.
-"""
+"""One exchange: a classified request on its way through its route's chain, and the reply that comes back. This is the
+whole interface a policy works with (``Exchange``, ``Reply``, the body-phase types, the proxy core's ``Services``,
+``Budget``); docs/architecture.md ("The phases a policy can act in", "A policy's own requests, and its bounds") says
+how a policy uses it and which rules the proxy core enforces."""
 
 from __future__ import annotations
 
