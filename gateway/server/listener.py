@@ -9,26 +9,17 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from ..config.schema import ServerConfig
+from ..edge.serve import Edge
 from ..ops.metrics import Metrics
 from . import aiohttp_private  # noqa: F401 - checks, at import, the private API used below
 
-__all__ = ("Edge", "Event", "Events", "Listener", "make_listener", "metric_events")
-
-
-class Edge(Protocol):
-    async def serve(self, request: web.BaseRequest) -> web.StreamResponse: ...
-
-    async def serve_unparsed(
-        self, request: web.BaseRequest, status: int, exc: BaseException | None
-    ) -> web.StreamResponse: ...
-
-    async def serve_busy(self, request: web.BaseRequest) -> web.StreamResponse: ...
+__all__ = ("Event", "Events", "Listener", "make_listener", "metric_events")
 
 
 class Event(enum.Enum):
