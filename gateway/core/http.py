@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from multidict import CIMultiDictProxy
 
-__all__ = ("HOP_BY_HOP", "connection_tokens", "new_request_id", "token_fingerprint")
+__all__ = ("HOP_BY_HOP", "connection_tokens", "new_request_id", "random_hex", "token_fingerprint")
 
 # RFC 9110 7.6.1 (and the de facto Keep-Alive and Proxy-Connection): never forwarded by a proxy.
 HOP_BY_HOP = frozenset(
@@ -40,8 +40,9 @@ def connection_tokens(headers: CIMultiDictProxy[str]) -> frozenset[str]:
     return frozenset(t.strip().lower() for v in values for t in v.split(",") if t.strip())
 
 
-class _RequestIds:
-    """128 random bits from os.urandom as 32 hex digits, drawn 4 KiB at a time: one getrandom(2) per 256 ids."""
+class _RandomHex:
+    """Random bits from os.urandom as hex digits (32 by default: a request id, 128 bits), drawn 4 KiB at a time: one
+    getrandom(2) per 256 request ids. Trace and span ids (``core.tracecontext``) are drawn from the same buffer."""
 
     __slots__ = ("_hex", "_next")
 
@@ -49,20 +50,21 @@ class _RequestIds:
         self._hex = ""
         self._next = 0
 
-    def __call__(self) -> str:
+    def __call__(self, digits: int = 32) -> str:
         start = self._next
-        if start >= len(self._hex):
+        end = start + digits
+        if end > len(self._hex):
             self._hex = os.urandom(4096).hex()
-            start = 0
-        self._next = start + 32
-        return self._hex[start : start + 32]
+            start, end = 0, digits
+        self._next = end
+        return self._hex[start:end]
 
     def forget(self) -> None:
         self._hex = ""
         self._next = 0
 
 
-new_request_id = _RequestIds()
+new_request_id = random_hex = _RandomHex()
 # A forked child draws its own bits: it must not hand out the ids its parent has buffered.
 os.register_at_fork(after_in_child=new_request_id.forget)
 
