@@ -64,6 +64,36 @@ _CLOSE_TIMEOUT = 5.0
 # A recorded attribute's longest value (a User-Agent can be long); the SDK cuts longer ones.
 _MAX_ATTRIBUTE_LENGTH = 1024
 _DROP_REASONS = ("queue_full", "export_failed", "shutdown")
+# The SDK's loggers that speak of every failed export (a collector down: a few lines a second, for as long as it is).
+_EXPORT_LOGGERS = ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "opentelemetry.sdk._shared_internal")
+_LOG_INTERVAL = 60.0
+
+
+class _Sparse(logging.Filter):
+    """At most one line a minute from the exporter: the metric counts every dropped span; the log says it started."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._next = 0.0
+        self._held = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        if now < self._next:
+            self._held += 1
+            return False
+        self._next = now + _LOG_INTERVAL
+        if self._held:
+            record.msg = f"{record.msg} (and {self._held} more trace export messages in the last minute)"
+            self._held = 0
+        return True
+
+
+def _sparse_export_logs() -> None:
+    for name in _EXPORT_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _Sparse) for f in logger.filters):
+            logger.addFilter(_Sparse())
 
 
 class TraceFamilies:
@@ -246,6 +276,7 @@ class SpanExport:
     def __init__(self, config: TracingConfig, metrics: Metrics) -> None:
         export = config.export
         families = metrics.families(TraceFamilies)
+        _sparse_export_logs()
         self._ids = _Ids()
         self.sampler = ParentBased(TraceIdRatioBased(config.sample_ratio))
         exporter = OTLPSpanExporter(
