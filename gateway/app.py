@@ -290,8 +290,8 @@ class Gateway:
         delivery = Delivery()
         status = 0
         client_gone = False
-        self._arrived()
         trace = self.tracing.begin(request)  # the client's trace continued (or a new one): the server span starts
+        self._arrived()
         task = asyncio.current_task()
         if task is not None:
             self._serving[task] = (request, None)
@@ -391,8 +391,8 @@ class Gateway:
         started = time.monotonic()
         status = refusal.reply.status
         delivery = Delivery()
-        self._arrived()
         trace = self.tracing.begin(request, parsed=parsed)
+        self._arrived()
         try:
             return await send(request, refusal.reply, delivery)
         finally:

@@ -40,33 +40,33 @@ def connection_tokens(headers: CIMultiDictProxy[str]) -> frozenset[str]:
     return frozenset(t.strip().lower() for v in values for t in v.split(",") if t.strip())
 
 
-class _RandomHex:
+_hex = ""  # random hex digits not handed out yet, from _hex[_next:]
+_next = 0
+
+
+def random_hex(digits: int = 32) -> str:
     """Random bits from os.urandom as hex digits (32 by default: a request id, 128 bits), drawn 4 KiB at a time: one
     getrandom(2) per 256 request ids. Trace and span ids (``core.tracecontext``) are drawn from the same buffer."""
-
-    __slots__ = ("_hex", "_next")
-
-    def __init__(self) -> None:
-        self._hex = ""
-        self._next = 0
-
-    def __call__(self, digits: int = 32) -> str:
-        start = self._next
-        end = start + digits
-        if end > len(self._hex):
-            self._hex = os.urandom(4096).hex()
-            start, end = 0, digits
-        self._next = end
-        return self._hex[start:end]
-
-    def forget(self) -> None:
-        self._hex = ""
-        self._next = 0
+    global _hex, _next
+    start = _next
+    end = start + digits
+    if end > len(_hex):
+        _hex = os.urandom(4096).hex()
+        start, end = 0, digits
+    _next = end
+    return _hex[start:end]
 
 
-new_request_id = random_hex = _RandomHex()
+new_request_id = random_hex
+
+
+def _forget() -> None:
+    global _hex, _next
+    _hex, _next = "", 0
+
+
 # A forked child draws its own bits: it must not hand out the ids its parent has buffered.
-os.register_at_fork(after_in_child=new_request_id.forget)
+os.register_at_fork(after_in_child=_forget)
 
 
 def token_fingerprint(authorization: str | None) -> str | None:

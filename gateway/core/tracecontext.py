@@ -38,6 +38,7 @@ __all__ = (
     "TraceContext",
     "TraceParent",
     "format_traceparent",
+    "new_ids",
     "new_span_id",
     "new_trace_id",
     "parse_traceparent",
@@ -57,8 +58,10 @@ _ZERO_TRACE = "0" * 32
 _ZERO_SPAN = "0" * 16
 # key = simple-key / multi-tenant-key (Level 1, as its test suite checks it; the OpenTelemetry SDK reads the same).
 # value = 0*255(chr) nblk-chr: printable ASCII but ',' and '=', not ending with a space.
-_KEY_RE = re.compile(r"[a-z][a-z0-9_\-*/]{0,255}|[a-z0-9][a-z0-9_\-*/]{0,240}@[a-z][a-z0-9_\-*/]{0,13}")
-_VALUE_RE = re.compile(r"[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]")
+_KEY = r"[a-z][a-z0-9_\-*/]{0,255}|[a-z0-9][a-z0-9_\-*/]{0,240}@[a-z][a-z0-9_\-*/]{0,13}"
+_VALUE = r"[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]"
+_MEMBER_RE = re.compile(f"({_KEY})=(?:{_VALUE})")
+_SAMPLED = frozenset("13579bdf")  # the second hex digit of the flags, when its lowest bit is set
 _OWS = " \t"
 
 
@@ -75,7 +78,9 @@ def parse_traceparent(values: Sequence[str]) -> TraceParent | None:
     trace is started, and ``tracestate`` is not read)."""
     if len(values) != 1:
         return None  # none, or given twice: which one would be the caller's?
-    value = values[0].strip(_OWS)
+    value = values[0]
+    if len(value) != 55:
+        value = value.strip(_OWS)
     match = _TRACEPARENT_RE.fullmatch(value)
     if match is None:
         return None
@@ -84,7 +89,7 @@ def parse_traceparent(values: Sequence[str]) -> TraceParent | None:
         return None
     if trace_id == _ZERO_TRACE or parent_id == _ZERO_SPAN:
         return None
-    return TraceParent(trace_id, parent_id, bool(int(flags, 16) & 1))
+    return TraceParent(trace_id, parent_id, flags[1] in _SAMPLED)
 
 
 def parse_tracestate(values: Sequence[str]) -> str:
@@ -98,8 +103,11 @@ def parse_tracestate(values: Sequence[str]) -> str:
             member = item.strip(_OWS)
             if not member:
                 continue
-            key, equals, rest = member.partition("=")
-            if not equals or key in keys or not _KEY_RE.fullmatch(key) or not _VALUE_RE.fullmatch(rest):
+            match = _MEMBER_RE.fullmatch(member)
+            if match is None:
+                return ""
+            key = match[1]
+            if key in keys:
                 return ""
             keys.add(key)
             members.append(member)
@@ -130,6 +138,15 @@ def new_trace_id() -> str:
     while trace_id == _ZERO_TRACE:
         trace_id = random_hex(32)
     return trace_id
+
+
+def new_ids() -> tuple[str, str]:
+    """A new trace id and span id (what ``new_trace_id`` and ``new_span_id`` give), drawn at once."""
+    digits = random_hex(48)
+    trace_id, span_id = digits[:32], digits[32:]
+    if trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
+        return new_trace_id(), new_span_id()
+    return trace_id, span_id
 
 
 def new_span_id() -> str:

@@ -14,6 +14,7 @@ sampled makes no SDK object either: the same decision is taken here first, from 
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -23,8 +24,9 @@ from ..core.tracecontext import (
     TRACEPARENT,
     TRACESTATE,
     TraceContext,
+    TraceParent,
+    new_ids,
     new_span_id,
-    new_trace_id,
     parse_traceparent,
     parse_tracestate,
 )
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
     from .trace_export import SpanExport
 
 __all__ = ("ExportConfig", "Tracing", "TracingConfig", "ratio_bound")
+
+log = logging.getLogger("gateway.tracing")
 
 def ratio_bound(ratio: float) -> int:
     """A trace id whose low 64 bits are below this is sampled: the rule of the SDK's ``TraceIdRatioBased``."""
@@ -73,26 +77,41 @@ class Tracing:
         ``new_traces`` is off: then None). With export, its server span starts now if the trace is sampled.
         ``parsed``: False for a request the HTTP parser rejected (its headers are not read)."""
         headers = request.headers
-        values = headers.getall(TRACEPARENT, ()) if parsed else ()
-        parent = parse_traceparent(values) if values else None
+        parent = None
+        if parsed and TRACEPARENT in headers:
+            parent = parse_traceparent(headers.getall(TRACEPARENT))
         if parent is None:
             if not self._new_traces:
                 return None
-            trace_id = new_trace_id()
+            trace_id, span_id = new_ids()
             bound = self._bound
             sampled = bound is None or int(trace_id[16:], 16) < bound
-            tracestate = ""
-        else:
-            trace_id, sampled = parent.trace_id, parent.sampled
-            tracestate = parse_tracestate(headers.getall(TRACESTATE, ()))
-        export = self._export
-        if export is not None and sampled:
-            return export.begin(request, trace_id, parent, tracestate)
-        return TraceContext(trace_id, new_span_id(), sampled, parent.parent_id if parent else None, tracestate)
+            if self._export is not None and sampled:
+                return self._recorded(request, trace_id, None, "") or TraceContext(trace_id, span_id, sampled)
+            return TraceContext(trace_id, span_id, sampled)
+        tracestate = parse_tracestate(headers.getall(TRACESTATE, ()))
+        if self._export is not None and parent.sampled:
+            recorded = self._recorded(request, parent.trace_id, parent, tracestate)
+            if recorded is not None:
+                return recorded
+        return TraceContext(parent.trace_id, new_span_id(), parent.sampled, parent.parent_id, tracestate)
+
+    def _recorded(self, request: web.BaseRequest, trace_id: str, parent: TraceParent | None,
+                  tracestate: str) -> TraceContext | None:
+        """The request's server span, recorded; None if the SDK failed (the request goes on, its trace unrecorded)."""
+        assert self._export is not None
+        try:
+            return self._export.begin(request, trace_id, parent, tracestate)
+        except Exception:
+            log.exception("trace export: a span could not be started")
+            return None
 
     def end(self, trace: TraceContext, request: web.BaseRequest, exchange: Exchange | None, status: int,
             refused: str | None = None) -> None:
         """The request was answered (``status``, as the access log records it): its server span ends."""
         export = self._export
         if export is not None:
-            export.end(trace, request, exchange, status, refused)
+            try:
+                export.end(trace, request, exchange, status, refused)
+            except Exception:
+                log.exception("trace export: a span could not be ended")
