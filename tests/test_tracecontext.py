@@ -159,6 +159,12 @@ def test_the_edge_continues_a_clients_trace_with_a_span_of_its_own() -> None:
     spans = {trace.client_span("GET", None, None).traceparent for _ in range(3)}  # type: ignore[arg-type]
     # Each upstream request: the client's trace, a parent id of its own, the flag as received.
     assert len(spans) == 3 and all(re.fullmatch(rf"00-{TID}-[0-9a-f]{{16}}-01", s) for s in spans)
+    # The first one's id was drawn with the request's own (one draw): a different slice of it, not the same id.
+    assert trace.span_id not in {s.split("-")[2] for s in spans}
+    new = _trace([])
+    assert new is not None
+    first, second = (new.client_span("GET", None, None).traceparent.split("-")[2] for _ in range(2))  # type: ignore[arg-type]
+    assert len({new.span_id, first, second, new.trace_id[:16], new.trace_id[16:]}) == 5
     unsampled = _trace([("traceparent", f"00-{TID}-{PID}-00")])
     assert unsampled is not None and not unsampled.sampled
 

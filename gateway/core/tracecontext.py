@@ -37,8 +37,9 @@ __all__ = (
     "TRACESTATE",
     "TraceContext",
     "TraceParent",
+    "continued_trace",
     "format_traceparent",
-    "new_ids",
+    "new_trace",
     "new_span_id",
     "new_trace_id",
     "parse_traceparent",
@@ -62,6 +63,7 @@ _KEY = r"[a-z][a-z0-9_\-*/]{0,255}|[a-z0-9][a-z0-9_\-*/]{0,240}@[a-z][a-z0-9_\-*
 _VALUE = r"[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]"
 _MEMBER_RE = re.compile(f"({_KEY})=(?:{_VALUE})")
 _SAMPLED = frozenset("13579bdf")  # the second hex digit of the flags, when its lowest bit is set
+_new_tuple = tuple.__new__
 _OWS = " \t"
 
 
@@ -89,13 +91,17 @@ def parse_traceparent(values: Sequence[str]) -> TraceParent | None:
         return None
     if trace_id == _ZERO_TRACE or parent_id == _ZERO_SPAN:
         return None
-    return TraceParent(trace_id, parent_id, flags[1] in _SAMPLED)
+    # TraceParent(...) without the Python-level __new__ a NamedTuple has (half the cost of this function).
+    return _new_tuple(TraceParent, (trace_id, parent_id, flags[1] in _SAMPLED))
 
 
 def parse_tracestate(values: Sequence[str]) -> str:
     """The ``tracestate`` to send on, from every value of it the request carries (joined in order): its members as
     received, without optional whitespace, at most ``MAX_TRACESTATE`` characters; "" when there is none or it is
     invalid."""
+    if len(values) == 1 and "," not in values[0]:  # one member: the common case
+        member = values[0].strip(_OWS)
+        return member if len(member) <= MAX_TRACESTATE and _MEMBER_RE.fullmatch(member) else ""
     members: list[str] = []
     keys: set[str] = set()
     for value in values:
@@ -140,21 +146,34 @@ def new_trace_id() -> str:
     return trace_id
 
 
-def new_ids() -> tuple[str, str]:
-    """A new trace id and span id (what ``new_trace_id`` and ``new_span_id`` give), drawn at once."""
-    digits = random_hex(48)
-    trace_id, span_id = digits[:32], digits[32:]
-    if trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
-        return new_trace_id(), new_span_id()
-    return trace_id, span_id
-
-
 def new_span_id() -> str:
     """64 random bits as 16 hex digits, never all zeros."""
     span_id = random_hex(16)
     while span_id == _ZERO_SPAN:
         span_id = random_hex(16)
     return span_id
+
+
+def new_trace(bound: int | None = None) -> TraceContext:
+    """A trace started by the gateway: its id, the gateway's span, and a span id drawn with them for the first upstream
+    request (one draw from the random buffer per request, where most requests make one upstream request). Sampled
+    when the trace id's low 64 bits are below ``bound`` (None: always; see ``ops.tracing.ratio_bound``)."""
+    digits = random_hex(64)
+    trace_id, span_id = digits[:32], digits[32:48]
+    if trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
+        trace_id, span_id = new_trace_id(), new_span_id()
+    sampled = bound is None or int(trace_id[16:], 16) < bound
+    return TraceContext(trace_id, span_id, sampled, spare=digits[48:])
+
+
+def continued_trace(parent: TraceParent, tracestate: str) -> TraceContext:
+    """The client's trace, continued: a span of the gateway's own under the caller's (and one drawn with it for the
+    first upstream request)."""
+    digits = random_hex(32)
+    span_id = digits[:16]
+    if span_id == _ZERO_SPAN:
+        span_id = new_span_id()
+    return TraceContext(parent.trace_id, span_id, parent.sampled, parent.parent_id, tracestate, spare=digits[16:])
 
 
 class ClientSpan:
@@ -178,16 +197,25 @@ class TraceContext:
     """One request's place in a trace: the trace, the gateway's span for the request (what the access log names), the
     caller's span when the client sent a valid ``traceparent``, the sampled flag passed on, and the ``tracestate``."""
 
-    __slots__ = ("trace_id", "span_id", "sampled", "parent_id", "tracestate")
+    __slots__ = ("trace_id", "span_id", "sampled", "parent_id", "tracestate", "_spare")
 
     def __init__(self, trace_id: str, span_id: str, sampled: bool, parent_id: str | None = None,
-                 tracestate: str = "") -> None:
+                 tracestate: str = "", *, spare: str = "") -> None:
         self.trace_id = trace_id
         self.span_id = span_id
         self.sampled = sampled
         self.parent_id = parent_id
         self.tracestate = tracestate
+        self._spare = spare  # a span id drawn ahead for the first upstream request ("" when none)
 
     def client_span(self, method: str, url: URL, purpose: str | None) -> ClientSpan:
         """The span of one upstream request (``purpose``: a policy's own request's, None for the client's own)."""
-        return ClientSpan(format_traceparent(self.trace_id, new_span_id(), self.sampled), self.tracestate)
+        span_id = self._spare
+        if span_id:
+            self._spare = ""
+        else:
+            span_id = random_hex(16)
+        if span_id == _ZERO_SPAN:
+            span_id = new_span_id()
+        # format_traceparent, inline: this runs for every upstream request.
+        return ClientSpan(f"00-{self.trace_id}-{span_id}-{'01' if self.sampled else '00'}", self.tracestate)

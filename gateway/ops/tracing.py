@@ -25,8 +25,8 @@ from ..core.tracecontext import (
     TRACESTATE,
     TraceContext,
     TraceParent,
-    new_ids,
-    new_span_id,
+    continued_trace,
+    new_trace,
     parse_traceparent,
     parse_tracestate,
 )
@@ -83,18 +83,16 @@ class Tracing:
         if parent is None:
             if not self._new_traces:
                 return None
-            trace_id, span_id = new_ids()
-            bound = self._bound
-            sampled = bound is None or int(trace_id[16:], 16) < bound
-            if self._export is not None and sampled:
-                return self._recorded(request, trace_id, None, "") or TraceContext(trace_id, span_id, sampled)
-            return TraceContext(trace_id, span_id, sampled)
-        tracestate = parse_tracestate(headers.getall(TRACESTATE, ()))
+            trace = new_trace(self._bound)
+            if self._export is not None and trace.sampled:
+                return self._recorded(request, trace.trace_id, None, "") or trace
+            return trace
+        tracestate = parse_tracestate(headers.getall(TRACESTATE, ())) if TRACESTATE in headers else ""
         if self._export is not None and parent.sampled:
             recorded = self._recorded(request, parent.trace_id, parent, tracestate)
             if recorded is not None:
                 return recorded
-        return TraceContext(parent.trace_id, new_span_id(), parent.sampled, parent.parent_id, tracestate)
+        return continued_trace(parent, tracestate)
 
     def _recorded(self, request: web.BaseRequest, trace_id: str, parent: TraceParent | None,
                   tracestate: str) -> TraceContext | None:
