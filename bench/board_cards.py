@@ -1,33 +1,57 @@
 """Benchmark of board_cards: a ~10 MB board of 5,000 cards through the gateway in each phase, in one run.
 
-    .venv/bin/python bench/board_cards.py [--duration 10] [--cards 5000] [--json FILE]
+    .venv/bin/python bench/board_cards.py [--duration 5] [--rounds 3] [--baseline DIR] [--json FILE]
+    .venv/bin/python bench/board_cards.py --instructions 12 [--baseline DIR]   # callgrind, user-space instructions
+    .venv/bin/python bench/board_cards.py --latency [--baseline DIR]           # 1 KB p99 while boards are rewritten
+    .venv/bin/python bench/board_cards.py --scan [--baseline DIR]              # the scan alone, in-process
 
-Starts an upstream that serves the board (with a strong ETag), then one gateway per row, each with its clock fixed
-by GATEWAY_NOW, and drives each with ``wrk -c4 -t2``:
+Starts an upstream that serves the board (with a strong ETag) and a 1 KB JSON document (``/small``), then one
+gateway per row, each with its clock fixed by GATEWAY_NOW, and drives each with ``wrk -c4 -t2``:
 
 - ``pass-through``: the board route with no policy (the baseline the ratios are against);
 - ``full``: board_cards before the cap date (bytes untouched, headers added);
 - ``capped`` and ``removed``: the two rewriting phases, with the memo of identical bodies (the default);
-- ``capped, cold`` and ``removed, cold``: the same with ``memo_bytes: 0``, so every request scans the body.
+- ``capped, cold`` and ``removed, cold``: the same with ``memo_bytes: 0``, so every request scans the body (a board
+  never seen before, every time).
 
 Rows take turns for ``--rounds`` rounds (medians are reported), so a change in the machine's load during the
-run falls on every row alike. For each row: requests per second, mean and p99 latency, the gateway process's CPU time per request
-(``/proc/PID/stat``), and the ratio to pass-through. It also times the rewrite itself in-process (scan + splice,
-and the memo hit: a byte comparison with the cached body), which is the "CPU time of the rewrite per request".
+run falls on every row alike. For each row: requests per second, mean and p99 latency, the gateway process's CPU time
+per request (``/proc/PID/stat``), and both as ratios to pass-through. It also times the rewrite itself in-process
+(scan + splice, the memo hit, and the longest the event loop is held by one piece of the body).
+
+``--baseline DIR``: another checkout of the gateway (an earlier commit, its C module built), measured in the same
+rounds; its rows are compared with its own pass-through.
+
+``--instructions N``: instead of wrk, each of pass-through, capped cold and removed cold (and the baseline's) is run
+under valgrind's callgrind for N sequential requests after a warm-up, and the user-space instructions per request are
+reported: a count the other work on the machine does not move (system calls and the kernel's copies are not in it).
+
+``--latency``: 1 KB requests (``wrk -t1 -c50`` on ``/small``, as bench/run.py's 1 KB scenario) against a gateway
+whose board route rewrites cold, first alone ("idle") then while a client reads ``--board-rate`` boards a second
+from it, rounds interleaved; the ratio of the p99 under board load to the idle p99, for each rewriting phase, for
+pass-through boards at the same rate, and for the baseline.
+
+``--scan``: the scan alone, in-process CPU time (with ``--instructions 1``: and instructions under callgrind), on
+the board written three ways (compact, indented by 2, every
+non-ASCII character as a \\uXXXX escape): the native path, the exact path (as without the C module) and the baseline.
+
+The machine's load (``/proc/loadavg``) is printed at the start and the end, and written with the results.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import re
+import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -46,32 +70,85 @@ UPSTREAM = r'''
 import sys
 from aiohttp import web
 body = open(sys.argv[2], "rb").read()
+small = (b'{"id":1,"title":"' + b"x" * 1000)[:1022] + b'"}'
 async def board(request):
     if request.headers.get("If-None-Match") == '"board-v1"':
         return web.Response(status=304, headers={"ETag": '"board-v1"'})
     return web.Response(body=body, content_type="application/json", headers={"ETag": '"board-v1"'})
+async def one_kb(request):
+    return web.Response(body=small, content_type="application/json")
 app = web.Application()
+app.router.add_get("/small", one_kb)
 app.router.add_get("/{tail:.*}", board)
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
 '''
 
 
-def gateway_config(upstream_port: int, port: int, options: dict[str, Any] | None) -> str:
+def gateway_config(upstream_port: int, port: int, options: dict[str, Any] | None, *, production: bool = False) -> str:
+    """The board route with board_cards (``options``; None: no policy). ``production``: the access log and the
+    request_id chain on, as bench/run.py's gateway (for the 1 KB requests of ``--latency``)."""
     route: dict[str, Any] = {"name": "board", "methods": ["GET", "HEAD"], "paths": ["/boards/{board_id}"]}
     if options is not None:
         route["chain"] = [{"board_cards": options}]
-    config = {
+    config: dict[str, Any] = {
         "server": {"listen": f"127.0.0.1:{port}", "admin_listen": f"127.0.0.1:{free_port()}"},
-        "access_log": {"enabled": False},
+        "access_log": {"enabled": production},
         "tenants": [{"name": "bench", "hosts": ["127.0.0.1"], "upstream": f"http://127.0.0.1:{upstream_port}"}],
         "routes": [route],
     }
+    if production:
+        config["global_chain"] = ["request_id"]
     return json.dumps(config)  # JSON is YAML
 
 
-def wrk(url: str, duration: int) -> dict[str, float]:
-    out = subprocess.run(["wrk", "-c4", "-t2", f"-d{duration}s", "--latency", url], capture_output=True, text=True,
-                         check=True).stdout
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def start_gateway(work: Path, tree: Path, upstream_port: int, phase: str | None, options: dict[str, Any] | None,
+                  *, production: bool = False, prefix: list[str] | None = None) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    config = work / f"gateway-{port}.yaml"
+    config.write_text(gateway_config(upstream_port, port, options, production=production))
+    env = {**os.environ, "GATEWAY_NOW": INSTANTS[phase or "full"], "PYTHONPATH": str(tree)}
+    proc = subprocess.Popen([*(prefix or []), PYTHON, "-m", "gateway", "serve", "--config", str(config),
+                             "--log-level", "warning"], cwd=tree, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL if prefix else None)
+    wait_port(port, timeout=180 if prefix else 15, proc=proc)
+    return proc, port
+
+
+def fetch(port: int, path: str = "/api/latest/boards/1", conn: http.client.HTTPConnection | None = None) -> int:
+    """One GET read to its end; the body's size (RuntimeError unless 200)."""
+    own = conn is None
+    conn = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        data = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"{path}: status {response.status}")
+        return len(data)
+    finally:
+        if own:
+            conn.close()
+
+
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def wrk(url: str, duration: int, connections: int = 4, threads: int = 2) -> dict[str, float]:
+    out = subprocess.run(["wrk", f"-c{connections}", f"-t{threads}", f"-d{duration}s", "--timeout", "10s", "--latency",
+                          url], capture_output=True, text=True, check=True, timeout=duration + 60).stdout
     requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     mean = _ms(re.search(r"Latency\s+([\d.]+\w+)", out).group(1))  # type: ignore[union-attr]
@@ -87,30 +164,398 @@ def _ms(text: str) -> float:
 def time_rewrite(body: bytes, repeat: int = 5) -> dict[str, float]:
     """In-process CPU time of the rewrite itself, best of ``repeat``, in milliseconds."""
 
-    def best(fn: Any) -> float:
-        times = []
-        for _ in range(repeat):
+    def best(fn: Any, times: int = repeat) -> float:
+        runs = []
+        for _ in range(times):
             start = time.process_time()
             fn()
-            times.append(time.process_time() - start)
-        return min(times) * 1000
+            runs.append(time.process_time() - start)
+        return min(runs) * 1000
 
     extra = ("cards_deprecation_message", b'"moved"')
     layout = json_splice.scan(body, "cards", keep=100, extra_key=extra[0])
     copy = bytes(bytearray(body))
-    native = json_splice._native_scan
-    json_splice._native_scan = None  # the scan by the exact path alone (as without the C module), for comparison
+    # The pieces the gateway reads are uvloop's reads: 256,000 bytes (the HTTP parser hands them over as they are).
+    pieces = [body[i : i + PIECE] for i in range(0, len(body), PIECE)]
+
+    def read_in_pieces() -> None:
+        reader = json_splice.Reader("cards", keep=100, extra_key=extra[0])
+        for piece in pieces:
+            reader.feed(piece)
+        reader.layout()
+
+    def longest_piece() -> float:
+        """The longest one piece's read holds the event loop (wall time, best of ``repeat`` bodies)."""
+        longest = []
+        for _ in range(repeat):
+            reader = json_splice.Reader("cards", keep=100, extra_key=extra[0])
+            worst = 0.0
+            for piece in pieces:
+                start = time.perf_counter()
+                reader.feed(piece)
+                worst = max(worst, time.perf_counter() - start)
+            start = time.perf_counter()
+            reader.layout()
+            longest.append(max(worst, time.perf_counter() - start))
+        return min(longest) * 1000
+
+    scanner = json_splice._Scanner
+    json_splice._Scanner = None  # the scan by the exact path alone (as without the C module), for comparison
     try:
-        scan_without_native = best(lambda: json_splice.scan(body, "cards", keep=100, extra_key=extra[0]))
+        scan_without_native = best(lambda: json_splice.scan(body, "cards", keep=100, extra_key=extra[0]), 3)
     finally:
-        json_splice._native_scan = native
+        json_splice._Scanner = scanner
     return {
         "scan_ms": best(lambda: json_splice.scan(body, "cards", keep=100, extra_key=extra[0])),
+        "scan_in_pieces_ms": best(read_in_pieces),
+        "longest_hold_ms": longest_piece(),
         "scan_without_native_ms": scan_without_native,
+        "join_ms": best(lambda: b"".join(pieces)),
         "cap_splice_ms": best(lambda: json_splice.truncate(body, layout, 100, extra)),
         "drop_splice_ms": best(lambda: json_splice.drop(body, layout, extra)),
         "memo_hit_ms": best(lambda: copy == body),
     }
+
+
+PIECE = 256_000
+
+BASELINE_HOLD = r'''
+import sys, time
+from gateway.policies.board_cards import json_splice
+body = open(sys.argv[1], "rb").read()
+pieces = [body[i : i + 256_000] for i in range(0, len(body), 256_000)]
+extra = ("cards_deprecation_message", b'"moved"')
+runs = []
+for _ in range(5):
+    start = time.perf_counter()
+    joined = b"".join(pieces)  # Reply.read, after the last piece
+    layout = json_splice.scan(joined, "cards", keep=100, extra_key=extra[0])
+    json_splice.truncate(joined, layout, 100, extra)
+    runs.append(time.perf_counter() - start)
+print(min(runs) * 1000)
+'''
+
+
+def baseline_hold(tree: Path, body: bytes) -> float:
+    """How long the baseline holds the event loop per cold capped board, in ms (best of 5): it joins the body after
+    the last piece, scans and splices it, all in one turn of the loop."""
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "board.json").write_bytes(body)
+        out = subprocess.run([PYTHON, "-c", BASELINE_HOLD, str(Path(tmp) / "board.json")], cwd=tree, check=True,
+                             env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True)
+    return float(out.stdout.strip())
+
+
+SCAN_TIMES = r'''
+import json, sys, time
+from gateway.policies.board_cards import json_splice
+body = open(sys.argv[1], "rb").read()
+runs = []
+for _ in range(int(sys.argv[2])):
+    start = time.process_time()
+    json_splice.scan(body, "cards", keep=100, extra_key="cards_deprecation_message")
+    runs.append(time.process_time() - start)
+print(json.dumps(runs))
+'''
+
+
+def scan_bodies(cards: int, padding: int) -> dict[str, bytes]:
+    """The benchmark's board three ways: compact, indented by 2, and with every non-ASCII character escaped."""
+    from tests.board_fixtures import board_dict
+
+    board = board_dict(cards, padding=padding)
+    return {
+        "compact": board_bytes(cards, padding=padding),
+        "indented by 2": json.dumps(board, ensure_ascii=False, indent=2).encode(),
+        "\\uXXXX escapes for all non-ASCII text": json.dumps(board, separators=(",", ":")).encode(),
+    }
+
+
+def scan_instructions(tree: Path, path: Path, tmp: str) -> float:
+    """Instructions of one scan under callgrind: a process making 3 scans less one making 1, halved (start-up,
+    imports and reading the file cancel out)."""
+    counts = []
+    for runs in (1, 3):
+        out = Path(tmp) / f"scan-{runs}.callgrind"
+        done = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", PYTHON, "-c", SCAN_TIMES,
+                               str(path), str(runs)], cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
+                              capture_output=True, text=True, check=True)
+        total = re.search(r"Collected : (\d+)", done.stderr)
+        if total is None:
+            raise RuntimeError("no instruction count from callgrind")
+        counts.append(int(total.group(1)))
+    return (counts[1] - counts[0]) / 2
+
+
+def scan_table(args: argparse.Namespace, results: dict[str, Any]) -> None:
+    """In-process CPU time of one unseen board's scan, each tree reading the same bytes in its own processes, the trees
+    taking turns (5 turns of 5 runs; the exact path 3 of 1): the median over all runs."""
+    out: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, body in scan_bodies(args.cards, args.padding).items():
+            path = Path(tmp) / "board.json"
+            path.write_bytes(body)
+
+            def timed(tree: Path, runs: int, exact: bool = False) -> list[float]:
+                code = SCAN_TIMES
+                if exact:
+                    code = code.replace("from gateway.policies.board_cards import json_splice",
+                                        "from gateway.policies.board_cards import json_splice\n"
+                                        "json_splice._Scanner = None")
+                done = subprocess.run([PYTHON, "-c", code, str(path), str(runs)], cwd=tree, check=True, text=True,
+                                      env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True)
+                return [t * 1000 for t in json.loads(done.stdout)]
+
+            native: list[float] = []
+            baseline: list[float] = []
+            exact: list[float] = []
+            for turn in range(5):
+                native += timed(ROOT, 5)
+                if args.baseline is not None:
+                    baseline += timed(args.baseline.resolve(), 5)
+                if turn < 3:
+                    exact += timed(ROOT, 1, exact=True)
+            row = {"bytes": len(body), "native_ms": statistics.median(native), "exact_ms": statistics.median(exact)}
+            if baseline:
+                row["baseline_ms"] = statistics.median(baseline)
+            if args.instructions:
+                row["native_instructions"] = scan_instructions(ROOT, path, tmp)
+                if args.baseline is not None:
+                    row["baseline_instructions"] = scan_instructions(args.baseline.resolve(), path, tmp)
+            out[label] = row
+            print(f"  {label}: {row}", flush=True)
+    results["scan"] = out
+    if args.instructions:
+        print()
+        print("| body | instructions per scan | baseline's | this vs baseline |")
+        print("|---|---:|---:|---:|")
+        for label, row in out.items():
+            base = row.get("baseline_instructions")
+            print(f"| {label} | {row['native_instructions'] / 1e6:.1f} M | "
+                  + (f"{base / 1e6:.1f} M | {row['native_instructions'] / base:.2f}x |" if base else " | |"))
+    print()
+    print("| body | native scan | exact path (no C module) | |" + (" baseline's native scan | this vs baseline |"
+                                                                  if args.baseline else ""))
+    print("|---|---:|---:|---:|" + ("---:|---:|" if args.baseline else ""))
+    for label, row in out.items():
+        line = (f"| {label}, {row['bytes'] / 1e6:.1f} MB | {row['native_ms']:.2f} ms | {row['exact_ms']:.1f} ms | "
+                f"{row['exact_ms'] / row['native_ms']:.0f}x |")
+        if args.baseline is not None:
+            line += f" {row['baseline_ms']:.2f} ms | {row['native_ms'] / row['baseline_ms']:.2f}x |"
+        print(line)
+
+
+ROWS: list[tuple[str, str | None, dict[str, Any] | None]] = [
+    ("pass-through", None, None),
+    ("full", "full", {}),
+    ("capped", "capped", {}),
+    ("removed", "removed", {}),
+    ("capped, cold", "capped", {"memo_bytes": 0}),
+    ("removed, cold", "removed", {"memo_bytes": 0}),
+]
+
+
+def trees(args: argparse.Namespace) -> list[tuple[str, Path]]:
+    out = [("", ROOT)]
+    if args.baseline is not None:
+        out.append((" [baseline]", args.baseline.resolve()))
+    return out
+
+
+def throughput(args: argparse.Namespace, work: Path, upstream_port: int, results: dict[str, Any]) -> None:
+    rows = [(name + suffix, phase, options, tree) for suffix, tree in trees(args) for name, phase, options in ROWS]
+    samples: dict[str, list[dict[str, float]]] = {name: [] for name, _, _, _ in rows}
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        gateways: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
+        for name, phase, options, tree in rows:
+            proc, port = start_gateway(work, tree, upstream_port, phase, options)
+            procs.append(proc)
+            url = f"http://127.0.0.1:{port}/api/latest/boards/1"
+            subprocess.run(["wrk", "-c1", "-t1", "-d1s", url], capture_output=True, check=True)  # warm up
+            gateways[name] = (proc, url)
+        # Rows take turns, round after round, so a change in the machine's load falls on all of them alike.
+        for round_no in range(args.rounds):
+            order = list(gateways.items())
+            order = order[round_no % len(order):] + order[: round_no % len(order)]  # a different row first each round
+            for name, (proc, url) in order:
+                before = cpu_seconds(proc.pid)
+                sample = wrk(url, args.duration)
+                sample["cpu_ms"] = (cpu_seconds(proc.pid) - before) * 1000
+                samples[name].append(sample)
+            print(f"  round {round_no + 1}/{args.rounds} (load {loadavg()}): " + ", ".join(
+                f"{name} {samples[name][-1]['rps']:.1f}" for name in gateways), flush=True)
+    finally:
+        stop(procs)
+    rows_out: dict[str, Any] = {}
+    for name, runs in samples.items():
+        requests = sum(r["requests"] for r in runs)
+        rows_out[name] = {
+            "rps": statistics.median(r["rps"] for r in runs),
+            "mean_ms": statistics.median(r["mean_ms"] for r in runs),
+            "p99_ms": statistics.median(r["p99_ms"] for r in runs),
+            "requests": requests,
+            "gateway_cpu_ms_per_request": sum(r["cpu_ms"] for r in runs) / max(requests, 1),
+            "per_round_rps": [r["rps"] for r in runs],
+        }
+    # Per-round ratios to the same tree's pass-through, measured minutes apart at most: their median is steadier
+    # than the ratio of two medians on a shared machine.
+    for name, row in rows_out.items():
+        suffix = " [baseline]" if name.endswith(" [baseline]") else ""
+        base = samples["pass-through" + suffix]
+        row["vs_pass_through"] = statistics.median(
+            r["rps"] / b["rps"] for r, b in zip(samples[name], base))
+        row["cpu_vs_pass_through"] = row["gateway_cpu_ms_per_request"] / rows_out["pass-through" + suffix][
+            "gateway_cpu_ms_per_request"]
+    results["rows"] = rows_out
+    print()
+    print("| row | req/s | vs pass-through (median of rounds) | mean latency | p99 latency | gateway CPU per request | "
+          "CPU vs pass-through |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, row in rows_out.items():
+        print(f"| {name} | {row['rps']:.1f} | {row['vs_pass_through']:.2f}x | {row['mean_ms']:.1f} ms "
+              f"| {row['p99_ms']:.1f} ms | {row['gateway_cpu_ms_per_request']:.2f} ms | "
+              f"{row['cpu_vs_pass_through']:.2f}x |")
+    if args.baseline is not None:
+        print()
+        print("| row | this tree vs baseline: req/s (median of rounds) | CPU per request |")
+        print("|---|---:|---:|")
+        for name, _, _ in ROWS:
+            mine, theirs = samples[name], samples[name + " [baseline]"]
+            ratio = statistics.median(a["rps"] / b["rps"] for a, b in zip(mine, theirs))
+            cpu = rows_out[name]["gateway_cpu_ms_per_request"] / rows_out[name + " [baseline]"][
+                "gateway_cpu_ms_per_request"]
+            print(f"| {name} | {ratio:.2f}x | {cpu:.2f}x |")
+
+
+def instructions(args: argparse.Namespace, work: Path, upstream_port: int, results: dict[str, Any]) -> None:
+    """User-space instructions per request under callgrind (valgrind), for the rows that matter to the rewrite."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
+    counts: dict[str, float] = {}
+    for suffix, tree in trees(args):
+        for name, phase, options in (ROWS[0], ROWS[4], ROWS[5]):
+            out = work / f"callgrind-{len(counts)}.out"
+            prefix = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+            proc, port = start_gateway(work, tree, upstream_port, phase, options, prefix=prefix)
+            try:
+                for _ in range(3):
+                    fetch(port)  # warm up: imports, first-request paths, the allocator's arenas
+                subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], capture_output=True, check=True)
+                for _ in range(args.instructions):
+                    fetch(port)
+                subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], capture_output=True, check=True)
+            finally:
+                stop([proc])
+            text = out.read_text(errors="replace")
+            total = re.search(r"^totals:\s*(\d+)", text, re.MULTILINE)  # ("summary:" counts from the start only)
+            if total is None:
+                raise RuntimeError(f"no instruction count in {out}")
+            counts[name + suffix] = int(total.group(1)) / args.instructions
+            print(f"  {name + suffix}: {counts[name + suffix] / 1e6:.1f} M instructions per request", flush=True)
+    results["instructions_per_request"] = counts
+    print()
+    print("| row | user-space instructions per request (callgrind) | vs pass-through |" +
+          (" vs baseline |" if args.baseline else ""))
+    print("|---|---:|---:|" + ("---:|" if args.baseline else ""))
+    for name, count in counts.items():
+        suffix = " [baseline]" if name.endswith(" [baseline]") else ""
+        line = f"| {name} | {count / 1e6:.1f} M | {count / counts['pass-through' + suffix]:.2f}x |"
+        if args.baseline:
+            line += f" {count / counts[name.removesuffix(' [baseline]') + ' [baseline]']:.2f}x |" if not suffix else " |"
+        print(line)
+
+
+class BoardLoad:
+    """A client reading ``rate`` boards a second from the gateway (one at a time, paced), in a thread."""
+
+    def __init__(self, port: int, rate: float) -> None:
+        self.port = port
+        self.period = 1.0 / rate
+        self.done = 0
+        self.failed: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        next_at = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                fetch(self.port, conn=conn)
+                self.done += 1
+                next_at += self.period
+                self._stop.wait(max(0.0, next_at - time.monotonic()))
+        except Exception as err:  # reported by the caller
+            self.failed = repr(err)
+        finally:
+            conn.close()
+
+    def __enter__(self) -> BoardLoad:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(120)
+
+
+def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: dict[str, Any]) -> None:
+    """1 KB p99 with the board route idle, and while boards are read from it at ``--board-rate``."""
+    setups = [(f"{label}{suffix}", tree, phase, options) for suffix, tree in trees(args)
+              for label, phase, options in (("capped, cold", "capped", {"memo_bytes": 0}),
+                                            ("removed, cold", "removed", {"memo_bytes": 0}),
+                                            ("pass-through boards", None, None))]
+    samples: dict[str, dict[str, list[dict[str, float]]]] = {name: {"idle": [], "boards": []} for name, *_ in setups}
+    boards: dict[str, int] = {name: 0 for name, *_ in setups}
+    seconds = {name: 0.0 for name, *_ in setups}
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        gateways = {}
+        for name, tree, phase, options in setups:
+            proc, port = start_gateway(work, tree, upstream_port, phase, options, production=True)
+            procs.append(proc)
+            subprocess.run(["wrk", "-c10", "-t1", "-d1s", f"http://127.0.0.1:{port}/small"], capture_output=True,
+                           check=True)
+            fetch(port)
+            gateways[name] = port
+        for round_no in range(args.rounds):
+            order = list(gateways.items())
+            order = order[round_no % len(order):] + order[: round_no % len(order)]
+            for name, port in order:
+                url = f"http://127.0.0.1:{port}/small"
+                samples[name]["idle"].append(wrk(url, args.duration, connections=args.connections, threads=1))
+                start = time.monotonic()
+                with BoardLoad(port, args.board_rate) as load:
+                    samples[name]["boards"].append(wrk(url, args.duration, connections=args.connections, threads=1))
+                seconds[name] += time.monotonic() - start
+                if load.failed:
+                    raise RuntimeError(f"{name}: the board client failed: {load.failed}")
+                boards[name] += load.done
+            print(f"  round {round_no + 1}/{args.rounds} (load {loadavg()}): " + ", ".join(
+                f"{name} p99 {samples[name]['idle'][-1]['p99_ms']:.1f} -> {samples[name]['boards'][-1]['p99_ms']:.1f} ms"
+                for name in gateways), flush=True)
+    finally:
+        stop(procs)
+    out: dict[str, Any] = {}
+    for name, runs in samples.items():
+        out[name] = {
+            "idle_p99_ms": statistics.median(r["p99_ms"] for r in runs["idle"]),
+            "boards_p99_ms": statistics.median(r["p99_ms"] for r in runs["boards"]),
+            "p99_ratio": statistics.median(b["p99_ms"] / i["p99_ms"] for i, b in zip(runs["idle"], runs["boards"])),
+            "idle_rps": statistics.median(r["rps"] for r in runs["idle"]),
+            "boards_rps": statistics.median(r["rps"] for r in runs["boards"]),
+            "boards_per_s": boards[name] / max(seconds[name], 1e-9),
+        }
+    results["latency"] = out
+    print()
+    print(f"1 KB requests, wrk -t1 -c{args.connections}, idle and while a client reads {args.board_rate:g} boards/s:")
+    print("| board route | 1 KB p99 idle | p99 under boards | ratio (median of rounds) | 1 KB req/s idle / under "
+          "boards | boards/s done |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, row in out.items():
+        print(f"| {name} | {row['idle_p99_ms']:.2f} ms | {row['boards_p99_ms']:.2f} ms | {row['p99_ratio']:.2f}x | "
+              f"{row['idle_rps']:.0f} / {row['boards_rps']:.0f} | {row['boards_per_s']:.1f} |")
 
 
 def main() -> int:
@@ -122,87 +567,57 @@ def main() -> int:
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--baseline", type=Path, help="another checkout of the gateway (an earlier commit, its C "
                         "module built): every row is also measured on it, in the same rounds")
+    parser.add_argument("--instructions", type=int, metavar="N", help="count user-space instructions per request "
+                        "under callgrind over N requests per row, instead of the wrk rows")
+    parser.add_argument("--latency", action="store_true", help="measure the 1 KB p99 while boards are rewritten, "
+                        "instead of the wrk rows")
+    parser.add_argument("--scan", action="store_true", help="time the scan alone in-process on the board written three "
+                        "ways (compact, indented, escaped), instead of the wrk rows")
+    parser.add_argument("--board-rate", type=float, default=10.0, help="boards a second during --latency "
+                        "(default: %(default)s)")
+    parser.add_argument("--connections", type=int, default=50, help="wrk connections for the 1 KB requests of "
+                        "--latency (default: %(default)s)")
     args = parser.parse_args()
 
     body = board_bytes(args.cards, padding=args.padding)
     work = Path(tempfile.mkdtemp(prefix="bench-board-cards-"))
     (work / "board.json").write_bytes(body)
     (work / "upstream.py").write_text(UPSTREAM)
-    print(f"board: {args.cards} cards, {len(body) / 1e6:.1f} MB; wrk -c4 -t2 -d{args.duration}s per row, "
-          f"{args.rounds} rounds (medians)", flush=True)
-
-    rows: list[tuple[str, str | None, dict[str, Any] | None, Path]] = [
-        ("pass-through", None, None, ROOT),
-        ("full", "full", {}, ROOT),
-        ("capped", "capped", {}, ROOT),
-        ("removed", "removed", {}, ROOT),
-        ("capped, cold", "capped", {"memo_bytes": 0}, ROOT),
-        ("removed, cold", "removed", {"memo_bytes": 0}, ROOT),
-    ]
-    if args.baseline is not None:
-        rows += [(f"{name} [baseline]", phase, options, args.baseline.resolve()) for name, phase, options, _ in rows]
+    mode = "scan" if args.scan else "instructions" if args.instructions else "latency" if args.latency else "throughput"
+    print(f"board: {args.cards} cards, {len(body) / 1e6:.1f} MB; {mode}; load average {loadavg()}", flush=True)
+    results: dict[str, Any] = {"board_bytes": len(body), "cards": args.cards, "rounds": args.rounds, "mode": mode,
+                               "duration": args.duration, "load_start": loadavg()}
     procs: list[subprocess.Popen[bytes]] = []
-    results: dict[str, Any] = {"board_bytes": len(body), "cards": args.cards, "rounds": args.rounds, "rows": {}}
-    samples: dict[str, list[dict[str, float]]] = {name: [] for name, _, _, _ in rows}
     try:
         upstream_port = free_port()
         procs.append(subprocess.Popen([PYTHON, str(work / "upstream.py"), str(upstream_port), str(work / "board.json")]))
-        wait_port(upstream_port)
-        gateways: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
-        for name, phase, options, tree in rows:
-            port = free_port()
-            config = work / f"gateway-{port}.yaml"
-            config.write_text(gateway_config(upstream_port, port, options))
-            env = {**os.environ, "GATEWAY_NOW": INSTANTS[phase or "full"], "PYTHONPATH": str(tree)}
-            proc = subprocess.Popen([PYTHON, "-m", "gateway", "serve", "--config", str(config), "--log-level",
-                                     "warning"], cwd=tree, env=env, stdout=subprocess.DEVNULL)
-            procs.append(proc)
-            wait_port(port)
-            url = f"http://127.0.0.1:{port}/api/latest/boards/1"
-            subprocess.run(["wrk", "-c1", "-t1", "-d1s", url], capture_output=True, check=True)  # warm up
-            gateways[name] = (proc, url)
-        # Rows take turns, round after round, so a change in the machine's load falls on all of them alike.
-        for round_no in range(args.rounds):
-            for name, (proc, url) in gateways.items():
-                before = cpu_seconds(proc.pid)
-                sample = wrk(url, args.duration)
-                sample["cpu_ms"] = (cpu_seconds(proc.pid) - before) * 1000
-                samples[name].append(sample)
-            print(f"  round {round_no + 1}/{args.rounds}: " + ", ".join(
-                f"{name} {samples[name][-1]['rps']:.1f}" for name in gateways), flush=True)
+        wait_port(upstream_port, proc=procs[0])
+        if args.scan:
+            scan_table(args, results)  # (with --instructions N: also callgrind counts per scan, N unused)
+        elif args.instructions:
+            instructions(args, work, upstream_port, results)
+        elif args.latency:
+            latency(args, work, upstream_port, results)
+        else:
+            throughput(args, work, upstream_port, results)
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-    for name, runs in samples.items():
-        requests = sum(r["requests"] for r in runs)
-        results["rows"][name] = {
-            "rps": statistics.median(r["rps"] for r in runs),
-            "mean_ms": statistics.median(r["mean_ms"] for r in runs),
-            "p99_ms": statistics.median(r["p99_ms"] for r in runs),
-            "requests": requests,
-            "gateway_cpu_ms_per_request": sum(r["cpu_ms"] for r in runs) / max(requests, 1),
-        }
-    results["rewrite"] = time_rewrite(body)
-    print()
-    print("| row | req/s | vs pass-through | vs full (untouched) | mean latency | p99 latency | gateway CPU per request |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for name, row in results["rows"].items():
-        # A baseline row is compared with the baseline's own pass-through and full rows.
-        suffix = " [baseline]" if name.endswith(" [baseline]") else ""
-        base = results["rows"]["pass-through" + suffix]["rps"]
-        full = results["rows"]["full" + suffix]["rps"]
-        print(f"| {name} | {row['rps']:.1f} | {row['rps'] / base:.2f}x | {row['rps'] / full:.2f}x | {row['mean_ms']:.1f} ms "
-              f"| {row['p99_ms']:.1f} ms | {row['gateway_cpu_ms_per_request']:.1f} ms |")
-    rw = results["rewrite"]
-    print()
-    print(f"rewrite CPU per request (in-process, best of 5): scan {rw['scan_ms']:.1f} ms (without the native path "
-          f"{rw['scan_without_native_ms']:.1f} ms), cap splice "
-          f"{rw['cap_splice_ms']:.2f} ms, removal splice {rw['drop_splice_ms']:.3f} ms, memo hit (byte comparison) "
-          f"{rw['memo_hit_ms']:.2f} ms")
+        stop(procs)
+        shutil.rmtree(work, ignore_errors=True)
+    if mode == "throughput":
+        results["rewrite"] = rw = time_rewrite(body)
+        if args.baseline is not None:
+            rw["baseline_hold_ms"] = baseline_hold(args.baseline.resolve(), body)
+        print()
+        print(f"rewrite CPU per request (in-process, best of 5): scan {rw['scan_ms']:.2f} ms whole, "
+              f"{rw['scan_in_pieces_ms']:.2f} ms fed in pieces of {PIECE:,} bytes (longest hold of the loop "
+              f"{rw['longest_hold_ms']:.3f} ms); without the native path {rw['scan_without_native_ms']:.1f} ms; joining "
+              f"the pieces (no longer done) {rw['join_ms']:.2f} ms; cap splice {rw['cap_splice_ms']:.2f} ms, removal "
+              f"splice {rw['drop_splice_ms']:.3f} ms, memo hit (byte comparison) {rw['memo_hit_ms']:.2f} ms")
+        if "baseline_hold_ms" in rw:
+            print(f"longest hold of the event loop per cold capped board: {rw['longest_hold_ms']:.3f} ms here, "
+                  f"{rw['baseline_hold_ms']:.2f} ms in the baseline (join, scan and splice in one turn)")
+    results["load_end"] = loadavg()
+    print(f"load average at the end: {results['load_end']}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

@@ -81,8 +81,11 @@ key="$({
 } | sha256sum | cut -c1-12)"
 ref="$name:$suite-$key"
 
-# One maker at a time; a second caller waits and then finds the image.
-exec 9>"${TMPDIR:-/tmp}/python-base-image.lock"
+# One maker at a time on the machine (podman's image store is the machine's); a second caller waits and then finds
+# the image. The lock is the machine's too, not the caller's TMPDIR.
+lockdir=/run/lock
+[ -d "$lockdir" ] && [ -w "$lockdir" ] || lockdir=/tmp
+exec 9>"$lockdir/deprecation-gateway-python-base-image.lock"
 flock 9
 if [ "$rebuild" = 0 ] && podman image exists "$ref"; then
   echo "$ref"

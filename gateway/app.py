@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from typing import Any
 from aiohttp import hdrs, http_exceptions, web
 from multidict import CIMultiDictProxy
 
-from .config import ConfigError, LoadedConfig, expand_references, parse_model, read_yaml
+from .config import ConfigError, LoadedConfig, expand_references, parse_model, read_document
 from .core.chain import fold
 from .core.exchange import Exchange, Next, Reply
 from .core.http import new_request_id
@@ -31,8 +31,9 @@ from .core.spool import SpoolArea
 from .core.tenants import TenantResolver, canonical_host
 from .ops.access_log import AccessLogWriter, LineSink, Recorder
 from .ops.metrics import Metrics
+from .ops.ledger import Ledger, LedgerFamilies
 from .ops.tracing import Tracing
-from .ops.usage import UsageTracker
+from .ops.usage import UsageCounter
 from .policies import POLICIES, BuildContext, check_config
 from .proxy.body_override import resolve_body_override
 from .proxy.core import ProxyCore
@@ -48,19 +49,37 @@ log = logging.getLogger("gateway")
 
 def parse_config(data: Any, source: str = "config", environ: Mapping[str, str] = os.environ) -> LoadedConfig:
     """A config from parsed YAML (or a dict): ``${NAME}`` references from ``environ``, the schema, then the policy
-    registry's checks. A problem never shows a value taken from the environment."""
+    registry's checks. A problem never shows a value taken from the environment, nor the credentials of an upstream
+    URL."""
     data, secrets, problems = expand_references(data, environ)
     if problems:
         raise ConfigError(problems, source)
+    secrets = secrets.with_url_credentials(_upstream_urls(data))
     try:
         loaded = check_config(parse_model(data, source, policies=POLICIES), source)
     except ConfigError as err:
         raise ConfigError([secrets.redact(problem) for problem in err.problems], source) from None
+    token = loaded.model.server.admin_token
+    if token is not None:
+        secrets = secrets.with_values([token])  # written in the file rather than ${NAME}: shown as <redacted>
     return dataclasses.replace(loaded, secrets=secrets)
 
 
+def _upstream_urls(data: Any) -> list[str]:
+    """The upstream URLs of a config not yet checked (whatever shape it has)."""
+    tenants = data.get("tenants") if isinstance(data, dict) else None
+    if not isinstance(tenants, list):
+        return []
+    return [t["upstream"] for t in tenants if isinstance(t, dict) and isinstance(t.get("upstream"), str)]
+
+
 def load_config(path: str | Path, environ: Mapping[str, str] = os.environ) -> LoadedConfig:
-    return parse_config(read_yaml(path), str(path), environ)
+    """The file's config, or ConfigError with every problem, each with its key's path and line."""
+    document = read_document(path)
+    try:
+        return parse_config(document.data, str(path), environ)
+    except ConfigError as err:
+        raise ConfigError(document.annotate(err.problems), err.source) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +101,6 @@ def build_state(config: LoadedConfig, proxy: Next, clock: Clock, metrics: Metric
     routes = [Route.build(r.name, r.methods, r.paths, r.prefixes) for r in model.routes]
     catch_all = Route.build("catch_all", None, (), ())
     plan = config.rollout_plan()
-    # On every (re)build: the phase gauge restarts from this config's tenants; /metrics refreshes it at each scrape.
-    plan.publish(metrics.rollout_phase, clock.now().timestamp(), clear=True)
     timezone = model.rollout.tzinfo
     handlers: dict[str, Next] = {}
     for route in [*routes, catch_all]:
@@ -96,6 +113,21 @@ def build_state(config: LoadedConfig, proxy: Next, clock: Clock, metrics: Metric
         route.guarded = any(b.security for name, _ in chain for b in POLICIES[name].behaviours)
         handlers[route.name] = fold(policies, proxy)
     return GatewayState(config, config.tenant_resolver(), RouteTable(routes, catch_all), handlers, plan)
+
+
+# What the admin listener reads from the config in force at each request: a reload applies it at once.
+_LIVE_SERVER_KEYS = frozenset({"admin_token", "admin_open", "admin_hosts"})
+
+
+def _restart_part(model: Any, section: str) -> Any:
+    part = getattr(model, section)
+    return part.model_dump(exclude=_LIVE_SERVER_KEYS) if section == "server" else part
+
+
+def _behaviours_of_policies() -> dict[str, str]:
+    """A policy's name -> the dated behaviour its decisions are about (each deprecation policy declares one): the
+    ledger counts usage by behaviour, as the rollout and the status page's timelines name it."""
+    return {name: spec.behaviours[0].name for name, spec in POLICIES.items() if len(spec.behaviours) == 1}
 
 
 _PARSER_CODES = {400: "MALFORMED_REQUEST", 413: "REQUEST_TOO_LARGE", 431: "HEADERS_TOO_LARGE"}
@@ -179,10 +211,25 @@ class Gateway:
         self._all_done = asyncio.Event()
         self._all_done.set()
         model = config.model
-        self.usage = UsageTracker(window_seconds=model.usage.window_seconds, max_clients=model.usage.max_clients)
+        # Who uses deprecated behaviour: counted per request in memory, written to the ledger in the background.
+        self.usage: UsageCounter | None = None
+        self.ledger: Ledger | None = None
+        ledger = model.usage.ledger
+        if ledger.enabled:
+            self.usage = UsageCounter(max_clients=model.usage.max_clients, max_rows=ledger.max_pending_clients,
+                                      behaviours=_behaviours_of_policies())
+            self.ledger = Ledger(ledger, self.usage, redact=config.secrets.redact,
+                                 families=self.metrics.families(LedgerFamilies))
         self.recorder = Recorder(self.metrics, self.usage, self.access_log if model.access_log.enabled else None,
                                  observe=model.metrics.enabled)
         self.tracing = Tracing(model.tracing, self.metrics)
+        # gateway_rollout_phase: the plan in force (swapped on reload) at the gateway's clock, at each scrape.
+        self.metrics.rollout_phase.source = self._phases
+
+    def _phases(self) -> Iterable[tuple[str, str, str, float]]:
+        if self._state is None:
+            return ()
+        return self._state.rollout.phase_samples(self.clock.now().timestamp())
 
     @property
     def state(self) -> GatewayState:
@@ -201,12 +248,15 @@ class Gateway:
         )
         self._state = build_state(self._config, self.proxy, self.clock, self.metrics, self.spool)
         self.tracing.start()
+        if self.ledger is not None:
+            await self.ledger.start()  # in the background: the gateway serves whether its database answers or not
         self.ready = True
 
     def reload(self, config: LoadedConfig) -> list[str]:
         """Build everything from the new config first, then swap it in with one assignment.
 
-        Returns the sections that changed but only take effect on restart (listeners, upstream pool, access log).
+        Returns the sections that changed but only take effect on restart (listeners, upstream pool, access log,
+        usage ledger).
         """
         previous = self._config.model.spool
         self.spool.configure(config.model.spool)
@@ -217,11 +267,15 @@ class Gateway:
             raise
         old, self._config = self._config.model, config
         new = config.model
-        return [name for name in ("server", "upstream", "access_log", "tracing")
-                if getattr(old, name) != getattr(new, name)]
+        restart = ("server", "upstream", "access_log", "usage", "tracing")
+        return [name for name in restart if _restart_part(old, name) != _restart_part(new, name)]
 
     async def close(self) -> None:
+        """After the requests in flight: the ledger's last write, the access log, the upstream pool, then the spans
+        still queued for export (bounded in time)."""
         self.ready = False
+        if self.ledger is not None:
+            await self.ledger.close()
         flush = getattr(self.access_log, "flush", None)
         if flush is not None:
             flush()

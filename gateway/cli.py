@@ -1,31 +1,29 @@
 """Command line: ``gateway serve``, ``gateway check-config``, ``gateway rollout``, ``gateway usage``,
-``gateway --version``. Parsing and wiring only."""
+``gateway migrate``, ``gateway --version``. Parsing and wiring only."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import resource
 import signal
 import sys
-import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
+from typing import Literal
 
-import aiohttp
 from aiohttp import web
 
 from . import __version__
 from .app import Gateway, load_config
-from .config import ConfigError, ListenAddress, LoadedConfig, parse_listen
-from .ops import fleet
+from .config import ADMIN_PATHS, ConfigError, ListenAddress, LoadedConfig, parse_listen
 from .ops.admin import make_admin_app
+from .ops.gc_pauses import freeze_startup
+from .ops.ledger import commands as ledger_commands
 from .ops.log_format import RedactingFormatter
 from .ops.status import ConfigHistory
-from .ops.workers import Peers, make_peer_app, supervise
+from .ops.workers import Peers, supervise
 from .proxy.acceptor import Acceptor, listening_socket
 
 __all__ = ("main",)
@@ -66,19 +64,27 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--config", dest="config_option", metavar="FILE", help=config_help)
     check.add_argument("config", nargs="?", metavar="FILE", help="the same, given without --config")
     usage = sub.add_parser(
-        "usage", help="who still uses deprecated behaviour (asks running gateways' admin ports, merges their reports)",
-        description="Reads /deprecations from every gateway named (each answers for all of its workers) and merges "
-        "the reports: counts add up exactly, and the top clients are asked for until the merged list is exact. "
-        "Exit status 1 when a gateway could not be read (what the others answered is still printed).")
-    usage.add_argument("--admin", action="append", metavar="URL",
-                       help="a gateway's admin base URL; repeat for several (default: http://127.0.0.1:9090 when "
-                       "no --discover is given)")
-    usage.add_argument("--discover", action="append", metavar="NAME:PORT",
-                       help="ask every address (A and AAAA) NAME resolves to on PORT, e.g. a Kubernetes headless "
-                       "Service (deprecation-gateway-admin-pods:9090); repeatable")
-    usage.add_argument("--top", type=int, default=10, help="clients per behaviour (default: %(default)s)")
-    usage.add_argument("--timeout", type=float, default=10.0, help="seconds per gateway (default: %(default)s)")
-    usage.add_argument("--json", action="store_true", help="print the merged report as JSON (/deprecations' shape)")
+        "usage", help="who still uses deprecated behaviour: read from the usage ledger",
+        description="Reads the usage ledger the configuration names (usage.ledger.url: with PostgreSQL, the database "
+        "every replica writes to, so the answer is the fleet's). Windows are whole hours, UTC. Exit status 1 when "
+        "the ledger cannot be read, 2 for a bad argument or configuration.")
+    usage.add_argument("--config", default=DEFAULT_CONFIG, metavar="FILE", help=config_help)
+    usage.add_argument("--since", default=ledger_commands.DEFAULT_SINCE, metavar="WHEN",
+                       help="start: 30d, 12h, 2w ago, or an ISO 8601 date or time (default: %(default)s)")
+    usage.add_argument("--until", metavar="WHEN", help="end, the same forms (default: now)")
+    usage.add_argument("--tenant", help="only this company (a tenant name from the configuration)")
+    usage.add_argument("--behaviour", help="only this dated behaviour (legacy_uploads, board_cards)")
+    usage.add_argument("--top", type=int, metavar="N",
+                       help="clients per behaviour (default: 20; --csv: every client; 0: every client)")
+    usage.add_argument("--order", choices=("requests", "recent"), default="requests",
+                       help="clients with the most requests first, or the most recently seen (default: %(default)s)")
+    output = usage.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="the report as JSON (/deprecations' shape)")
+    output.add_argument("--csv", action="store_true",
+                        help="one line per client: the list of clients to contact")
+    migrate = sub.add_parser(
+        "migrate", help="create or upgrade the usage ledger's schema (gateway serve also does it at start)")
+    migrate.add_argument("--config", default=DEFAULT_CONFIG, metavar="FILE", help=config_help)
     rollout = sub.add_parser(
         "rollout", help="the phase of each dated behaviour per tenant at an instant, and why",
         description="For each tenant and dated behaviour: the phase in force, why, the next change, brownouts ahead, "
@@ -106,6 +112,7 @@ def _describe(config: LoadedConfig) -> str:
         lines.append(f"  {route.name}: {methods} {paths}\n      chain: {chain} -> upstream")
     chain = " -> ".join(name for name, _ in config.chains["catch_all"]) or "(none)"
     lines.append(f"  catch_all: everything else\n      chain: {chain} -> upstream")
+    lines.append(ledger_commands.describe(config))
     return "\n".join(lines)
 
 
@@ -129,23 +136,20 @@ def _raise_file_limit(config: LoadedConfig) -> None:
 
 
 async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, admin_listen: ListenAddress,
-                 *, reuse_port: bool = False) -> None:
+                 *, reuse_port: bool = False, formatter: RedactingFormatter | None = None) -> None:
     _raise_file_limit(config)
     gateway = Gateway(config)
     history = ConfigHistory()
+    peers = Peers.from_environ()  # under --workers: the supervisor's marks
     await gateway.start()
     server = config.model.server
-    # Under --workers N: siblings ask this worker for its usage report on a Unix socket (gateway.ops.workers).
-    peers = Peers.from_environ()
     # aiohttp's own shutdown closes connections and drops the rest of a body still arriving: it runs only after the
     # gateway's drain (below), when nothing is left in flight but what the deadline cuts.
     runner = web.ServerRunner(gateway.make_server(), shutdown_timeout=_CUT_GRACE)
-    admin_runner = web.AppRunner(make_admin_app(gateway, history=history, peers=peers), access_log=None)
-    peer_runner = web.AppRunner(make_peer_app(gateway.usage), access_log=None) if peers is not None else None
+    admin_runner = web.AppRunner(make_admin_app(gateway, history=history), access_log=None)
     await runner.setup()
     await admin_runner.setup()
-    if peer_runner is not None:
-        await peer_runner.setup()
+    freeze_startup()  # before the first request: no full collection walks start-up's objects again
     acceptor: Acceptor | None = None
     try:
         try:
@@ -156,14 +160,15 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
         acceptor = Acceptor(sock, runner.server)
         await web.TCPSite(admin_runner, admin_listen.host, admin_listen.port, reuse_address=True,
                           reuse_port=reuse_port).start()
-        if peer_runner is not None and peers is not None:
-            await web.UnixSite(peer_runner, peers.path).start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        loop.add_signal_handler(signal.SIGHUP, _reload, gateway, config_path, history)
-        print(f"gateway {__version__} listening on http://{listen} (admin http://{admin_listen})", flush=True)
+        if peers is not None and (peers.orphaned() or peers.stopping()):
+            stop.set()  # the supervisor died or was stopped while this worker started (its SIGTERM came too early)
+        loop.add_signal_handler(signal.SIGHUP, _reload, gateway, config_path, history, formatter)
+        print(f"gateway {__version__} listening on http://{listen} (admin http://{admin_listen}"
+              f"{_admin_access(config)})", flush=True)
         await stop.wait()
         # Readiness turns 503 first, so load balancers stop sending before the listener closes.
         gateway.ready = False
@@ -183,27 +188,40 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
             await acceptor.close()
         await runner.cleanup()
         await admin_runner.cleanup()
-        if peer_runner is not None and peers is not None:
-            await peer_runner.cleanup()
-            Path(peers.path).unlink(missing_ok=True)
-        await gateway.close()
+        await gateway.close()  # the usage ledger's last write, within usage.ledger.flush_timeout
+        if peers is not None:
+            peers.leave()
 
 
 # After the drain: how long aiohttp's shutdown gives the requests the deadline cut to unwind (their records).
 _CUT_GRACE = 1.0
 
 
-def _reload(gateway: Gateway, config_path: str, history: ConfigHistory | None = None) -> None:
-    """SIGHUP: validate the file again and swap it in whole; a bad file leaves the running config in place."""
+def _admin_access(config: LoadedConfig) -> str:
+    server = config.model.server
+    if server.admin_token is None and len(server.admin_open_paths()) < len(ADMIN_PATHS):
+        return ": /livez and /readyz only until server.admin_token is set"
+    return ""
+
+
+def _reload(gateway: Gateway, config_path: str, history: ConfigHistory | None = None,
+            formatter: RedactingFormatter | None = None) -> None:
+    """SIGHUP: validate the file again and swap it in whole; a bad file leaves the running config in place (and so
+    does anything that fails while the new config is built: the swap is one assignment, after everything is built).
+    Either way the refusal is counted and logged, never raised into the event loop."""
     try:
         config = load_config(config_path)
         changed = gateway.reload(config)
     except ConfigError as err:
-        gateway.metrics.config_reloads.labels("failure").inc()
-        if history is not None:
-            history.refused(len(err.problems))
+        _refused(gateway, history, len(err.problems))
         log.error("reload refused, the running configuration stays: %s", err)
         return
+    except Exception as err:  # noqa: BLE001 - a bug building a valid config must not end or bypass the refusal
+        _refused(gateway, history, 1)
+        log.error("reload refused, the running configuration stays: building it failed: %s", err, exc_info=True)
+        return
+    if formatter is not None:
+        formatter.use_secrets(config.secrets.redact)
     gateway.metrics.config_reloads.labels("success").inc()
     gateway.metrics.config_last_reload.set_to_current_time()
     if history is not None:
@@ -213,81 +231,10 @@ def _reload(gateway: Gateway, config_path: str, history: ConfigHistory | None = 
         log.warning("reload does not apply %s: restart the gateway for them", ", ".join(changed))
 
 
-def _usage(admins: Sequence[str], discover: Sequence[str], top: int, timeout: float, raw: bool) -> int:
-    if not 1 <= top <= fleet.MAX_TOP:
-        print(f"gateway: --top must be from 1 to {fleet.MAX_TOP}", file=sys.stderr)
-        return 2
-    try:
-        targets = [fleet.parse_name_port(value) for value in discover]
-    except ValueError as err:
-        print(f"gateway: --discover: {err}", file=sys.stderr)
-        return 2
-    if not admins and not targets:
-        admins = ["http://127.0.0.1:9090"]
-    try:
-        collected, problems = asyncio.run(_collect_usage(admins, targets, top, timeout))
-    except fleet.SourceError as err:
-        print(f"gateway: {err}", file=sys.stderr)
-        return 1
-    for problem in problems:
-        print(f"gateway: {problem}", file=sys.stderr)
-    if not collected.answered:
-        return 1
-    report = collected.report
-    if raw:
-        print(json.dumps(report, indent=2))
-        return 1 if problems else 0
-    count = len(collected.answered)
-    print(f"merged from {count} gateway{'s' if count != 1 else ''}: {', '.join(collected.answered)}"
-          if count > 1 else f"from {collected.answered[0]}")
-    if not report:
-        print("no deprecated behaviour used in the window")
-    wall = time.time()
-    for policy, data in report.items():
-        decisions = ", ".join(f"{k} {v}" for k, v in sorted(data["by_decision"].items()))
-        print(f"{policy}: {data['requests']} requests in the last {data['window_seconds']:.0f}s ({decisions})")
-        tenants = ", ".join(f"{t} {sum(d.values())}" for t, d in data["by_tenant"].items())
-        if tenants:
-            print(f"  by tenant: {tenants}")
-        if data["untracked_clients_requests"]:
-            print(f"  {data['untracked_clients_requests']} requests from clients over usage.max_clients (not listed)")
-        if not data["top_clients_exact"]:
-            print(f"  not exact: counts are lower bounds (upper bound after <=); a client not listed made at most "
-                  f"{data['unlisted_max']}")
-        if data["top_clients"]:
-            print(f"  {'requests':>10}  {'client':<12}  {'tenant':<12}  {'last seen':<9}  user agent")
-        for row in data["top_clients"]:
-            count_text = str(row["requests"]) + (f"<={row['requests_max']}" if "requests_max" in row else "")
-            seen = row["last_seen"]
-            ago = _ago(wall - seen) if seen else "-"
-            print(f"  {count_text:>10}  {row['client'] or '-':<12}  {row['tenant'] or '-':<12}  {ago:<9}  "
-                  f"{_printable(row['user_agent']) if row['user_agent'] else '-'}")
-    return 1 if problems else 0
-
-
-async def _collect_usage(admins: Sequence[str], targets: Sequence[tuple[str, int]], top: int,
-                         timeout: float) -> tuple[fleet.Collected, list[str]]:
-    urls = list(admins)
-    for name, port in targets:
-        urls += await fleet.discover(name, port)  # SourceError when the name does not resolve
-    async with aiohttp.ClientSession() as session:
-        sources = [fleet.http_source(session, url, timeout) for url in dict.fromkeys(urls)]  # each gateway once
-        collected = await fleet.collect(sources, top)
-    problems = [f"cannot read {name}/deprecations: {why}" for name, why in sorted(collected.failed.items())]
-    return collected, problems
-
-
-def _ago(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit} ago"
-    return f"{seconds}s ago"
-
-
-def _printable(text: str) -> str:
-    """A User-Agent (a client's own text) for a terminal: control characters (escape sequences) as \\xNN."""
-    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+def _refused(gateway: Gateway, history: ConfigHistory | None, problems: int) -> None:
+    gateway.metrics.config_reloads.labels("failure").inc()
+    if history is not None:
+        history.refused(problems)
 
 
 def _rollout(config_path: str, at: str | None, host: str | None) -> int:
@@ -295,13 +242,15 @@ def _rollout(config_path: str, at: str | None, host: str | None) -> int:
 
     try:
         config = load_config(config_path)
-        rollout = config.model.rollout
-        now = parse_instant(at, rollout.tzinfo) if at else clock_from_config(rollout).now()
     except ConfigError as err:
         print(err, file=sys.stderr)
         return 2
+    rollout = config.model.rollout
+    try:
+        # The problem names where the instant came from: --at, or GATEWAY_NOW (clock_from_config says so).
+        now = parse_instant(at, rollout.tzinfo) if at is not None else clock_from_config(rollout).now()
     except ValueError as err:
-        print(f"gateway: --at/GATEWAY_NOW: {err}", file=sys.stderr)
+        print(f"gateway: --at: {err}" if at is not None else f"gateway: {err}", file=sys.stderr)
         return 2
     names = None
     if host is not None:
@@ -328,11 +277,13 @@ def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None
     return uvloop.new_event_loop
 
 
-def setup_logging(level: str) -> None:
+def setup_logging(level: str) -> RedactingFormatter:
     """The diagnostic log on stderr, every line through the redacting formatter (``ops.log_format``)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    formatter = RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler.setFormatter(formatter)
     logging.basicConfig(level=level.upper(), handlers=[handler])
+    return formatter
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -348,8 +299,17 @@ def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "rollout":
         return _rollout(args.config, args.at, args.host)
-    if args.command == "usage":
-        return _usage(args.admin or [], args.discover or [], args.top, args.timeout, args.json)
+    if args.command in ("usage", "migrate"):
+        try:
+            config = load_config(args.config)
+        except ConfigError as err:
+            print(err, file=sys.stderr)
+            return 2
+        if args.command == "migrate":
+            return ledger_commands.migrate(config)
+        output: Literal["text", "json", "csv"] = "json" if args.json else "csv" if args.csv else "text"
+        return ledger_commands.usage(config, since=args.since, until=args.until, tenant=args.tenant,
+                                     behaviour=args.behaviour, top=args.top, order=args.order, output=output)
     if args.command == "check-config":
         if args.config and args.config_option and args.config != args.config_option:
             print("gateway check-config: give the configuration file once (--config FILE or FILE)", file=sys.stderr)
@@ -361,12 +321,13 @@ def _main(argv: Sequence[str] | None) -> int:
             return 2
         print(_describe(config))
         return 0
-    setup_logging(args.log_level)
+    formatter = setup_logging(args.log_level)
     try:
         config = load_config(args.config)
     except ConfigError as err:
         print(err, file=sys.stderr)
         return 2
+    formatter.use_secrets(config.secrets.redact)
     server = config.model.server
     listen = args.listen or server.listen
     admin_listen = args.admin_listen or server.admin_listen
@@ -376,10 +337,13 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.workers > 1:
         worker_argv = ["serve", "--config", args.config, "--listen", str(listen), "--admin-listen", str(admin_listen),
                        "--log-level", args.log_level, "--reuse-port"]
-        return supervise(args.workers, worker_argv, server.drain_delay + server.shutdown_timeout)
+        # A worker's SIGTERM budget: the drain, the requests in flight, then the usage ledger's last write.
+        budget = server.drain_delay + server.shutdown_timeout + config.model.usage.ledger.flush_timeout
+        return supervise(args.workers, worker_argv, budget)
     try:
         with asyncio.Runner(loop_factory=_loop_factory(server.event_loop)) as runner:
-            runner.run(_serve(args.config, config, listen, admin_listen, reuse_port=args.reuse_port))
+            runner.run(_serve(args.config, config, listen, admin_listen, reuse_port=args.reuse_port,
+                              formatter=formatter))
     except OSError as err:
         print(f"gateway: cannot listen: {err.strerror or err}", file=sys.stderr)
         return 1

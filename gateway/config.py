@@ -7,15 +7,19 @@ what ``gateway.app.load_config`` runs. This module imports no policy.
 Defaults that come from the service spec live here: a company created on or after 2026-05-21 has restricted file
 access and the forbid-legacy-uploads setting on, unless the config says otherwise; forbid without restricted
 access is an error.
+
+Every value is read as what its key means, not as what YAML made of it: the file's timestamps stay text (a date
+key parses its own value, so ``2026-02-30`` is a problem of that key, and a quoted date is a date), and the schema
+is strict (``true`` is not the number 1, ``"5"`` is not a number). Each problem names its key's path and, for a
+file, its line (``Document.annotate``).
 """
 
 from __future__ import annotations
 
-import datetime as dt
+import dataclasses
 import ipaddress
 import re
-from collections.abc import Collection, Mapping, Sequence
-import dataclasses
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -33,18 +37,22 @@ from pydantic import (
 )
 from yarl import URL
 
+from .core.redaction import MASK, url_credentials, without_userinfo
 from .core.spec import RESTRICTED_BY_DEFAULT_FROM, TEMPLATE_PARAM
 from .core.spool import SpoolConfig
 from .core.tenants import Tenant, TenantResolver, canonical_host
+from .ops.ledger.options import LedgerConfig
 from .ops.tracing_options import TracingConfig
 from .proxy.options import UpstreamConfig
 from .rollout.behaviour import Behaviour
-from .rollout.config import RolloutConfig, TenantRollout
+from .rollout.config import ConfigDate, RolloutConfig, TenantRollout
 from .rollout.plan import RolloutPlan
 
 __all__ = (
+    "ADMIN_PATHS",
     "ChainEntry",
     "ConfigError",
+    "Document",
     "GatewayConfig",
     "ListenAddress",
     "LoadedConfig",
@@ -56,6 +64,7 @@ __all__ = (
     "Secrets",
     "expand_references",
     "pydantic_problems",
+    "read_document",
     "read_yaml",
 )
 
@@ -104,6 +113,25 @@ def parse_listen(value: Any) -> ListenAddress:
 
 Listen = Annotated[ListenAddress, BeforeValidator(parse_listen)]
 
+# The admin paths that need the admin token, as ``server.admin_open`` names them (``/status`` also covers
+# ``/status.json``, ``/`` and ``/favicon.ico``); /livez and /readyz are always open.
+ADMIN_PATHS = ("/metrics", "/config", "/rollout", "/deprecations", "/status")
+AdminPath = Literal["/metrics", "/config", "/rollout", "/deprecations", "/status"]
+
+
+def _host_names(hosts: Sequence[str]) -> list[str]:
+    """Host names (``*.suffix`` wildcards included) or IP addresses, canonical; ValueError names a bad one."""
+    out = []
+    for host in hosts:
+        name = canonical_host(host) if not host.startswith("*.") else host.lower()
+        try:
+            ipaddress.ip_address(name.strip("[]"))
+        except ValueError:
+            if not _HOST_RE.match(name):
+                raise ValueError(f"invalid host name {host[:80]!r}") from None
+        out.append(name)
+    return out
+
 
 @dataclass(frozen=True, slots=True)
 class ChainEntry:
@@ -140,7 +168,8 @@ Chain = list[Annotated[ChainEntry, BeforeValidator(_parse_chain_entry)]]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: a value of the wrong YAML type is a problem, never coerced (true is not 1, "5" is not 5)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class ServerConfig(_Model):
@@ -174,6 +203,24 @@ class ServerConfig(_Model):
     # the body may be read (and held) before its override, a file part or its end shows (docs/policies/
     # legacy_upload_guard.md, "Method overrides"); over it, 413 METHOD_OVERRIDE_UNDECIDED.
     method_override_look_ahead: int = Field(default=1 << 20, ge=4 << 10, le=64 << 20)
+    # The admin listener (docs/operations.md, "Admin listener"). Its token: every admin path but /livez and /readyz
+    # (and those in admin_open) needs it, as "Authorization: Bearer <token>", HTTP Basic (the token as password), or
+    # the cookie a browser gets from "?token=<token>" once. Give it as ${NAME}; unset, those paths are closed.
+    admin_token: str | None = Field(default=None, min_length=16, max_length=4096, pattern=r"^[\x21-\x7e]+$")
+    # Admin paths served without the token, opened on purpose: "/metrics" (an open scrape), any of ADMIN_PATHS, or
+    # "all".
+    admin_open: list[AdminPath] | Literal["all"] = []
+    # Host names the admin listener is known by, besides IP addresses and localhost: a request naming another Host
+    # is refused (a DNS-rebinding page in an operator's browser names its own).
+    admin_hosts: list[str] = []
+
+    @field_validator("admin_hosts")
+    @classmethod
+    def _valid_admin_hosts(cls, hosts: list[str]) -> list[str]:
+        return _host_names(hosts)
+
+    def admin_open_paths(self) -> frozenset[str]:
+        return frozenset(ADMIN_PATHS if self.admin_open == "all" else self.admin_open)
 
 
 class AccessLogConfig(_Model):
@@ -186,9 +233,10 @@ class MetricsConfig(_Model):
 
 
 class UsageConfig(_Model):
-    # "Who still uses deprecated behaviour" (admin /deprecations): the window and the clients kept per bucket.
-    window_seconds: float = Field(default=3600.0, ge=60, le=7 * 86400)
+    # "Who still uses deprecated behaviour" (admin /deprecations and /status, gateway usage): the clients that get
+    # rows per behaviour and hour in each process, and the ledger that keeps them (docs/operations.md).
     max_clients: int = Field(default=1000, ge=10, le=100_000)
+    ledger: LedgerConfig = LedgerConfig()
 
 
 class TenantBridges(_Model):
@@ -205,7 +253,7 @@ class TenantConfig(_Model):
     name: str = Field(pattern=_NAME_RE)
     hosts: list[str] = Field(min_length=1)
     upstream: str
-    created: dt.date | None = None
+    created: ConfigDate | None = None
     restricted_file_access: bool | None = None
     forbid_legacy_uploads: bool | None = None
     # Send the client's Host to the upstream instead of the upstream's own authority.
@@ -225,23 +273,23 @@ class TenantConfig(_Model):
     @field_validator("hosts")
     @classmethod
     def _valid_hosts(cls, hosts: list[str]) -> list[str]:
-        out = []
-        for host in hosts:
-            name = canonical_host(host) if not host.startswith("*.") else host.lower()
-            try:
-                ipaddress.ip_address(name.strip("[]"))
-            except ValueError:
-                if not _HOST_RE.match(name):
-                    raise ValueError(f"invalid host name {host!r}") from None
-            out.append(name)
-        return out
+        return _host_names(hosts)
 
     @field_validator("upstream")
     @classmethod
     def _valid_upstream(cls, value: str) -> str:
-        url = URL(value)
-        if url.scheme not in ("http", "https") or not url.host:
-            raise ValueError(f"upstream must be an http:// or https:// URL, got {value!r}")
+        # The message shows the value without its credentials: as the URL parser reads it, and (the value may not
+        # parse) without anything between "://" and its last "@".
+        shown = repr(_masked_url(value))
+        if any(ord(c) < 0x20 or c == "\x7f" for c in value):
+            raise ValueError(f"upstream must be a URL without control characters (percent-encode them), got {shown}")
+        try:
+            url = URL(value)
+            host, port = url.host, url.port
+        except (ValueError, TypeError):
+            raise ValueError(f"upstream is not a valid URL: {shown}") from None
+        if url.scheme not in ("http", "https") or not host or port == 0:
+            raise ValueError(f"upstream must be an http:// or https:// URL, got {shown}")
         if url.query_string or url.fragment:
             raise ValueError("upstream must not have a query or fragment")
         return value
@@ -327,46 +375,67 @@ class GatewayConfig(_Model):
     routes: list[RouteConfig] = []
     catch_all: CatchAllConfig = CatchAllConfig()
 
-    @model_validator(mode="after")
-    def _cross_checks(self) -> GatewayConfig:
+    def cross_problems(self) -> list[str]:
+        """What no single key shows: names and hosts used twice, a default tenant that is none. Each problem names
+        the key that repeats or refers (so that a file's problem gets its line)."""
         problems: list[str] = []
         seen_tenants: set[str] = set()
         seen_hosts: dict[str, str] = {}
-        for tenant in self.tenants:
+        for i, tenant in enumerate(self.tenants):
             if tenant.name in seen_tenants:
-                problems.append(f"tenant name {tenant.name!r} is used twice")
+                problems.append(f"{loc(['tenants', i, 'name'])}: tenant name {tenant.name!r} is used twice")
             seen_tenants.add(tenant.name)
-            for host in tenant.hosts:
+            for j, host in enumerate(tenant.hosts):
                 if host in seen_hosts:
-                    problems.append(f"host {host!r} belongs to both {seen_hosts[host]!r} and {tenant.name!r}")
+                    problems.append(f"{loc(['tenants', i, 'hosts', j])}: host {host!r} belongs to both "
+                                    f"{seen_hosts[host]!r} and {tenant.name!r}")
                 seen_hosts[host] = tenant.name
         if self.default_tenant is not None and self.default_tenant not in seen_tenants:
-            problems.append(f"default_tenant {self.default_tenant!r} is not a tenant name")
+            problems.append(f"default_tenant: default_tenant {self.default_tenant!r} is not a tenant name")
         seen_routes: set[str] = set()
-        for route in self.routes:
+        for i, route in enumerate(self.routes):
             if route.name in seen_routes or route.name == "catch_all":
-                problems.append(f"route name {route.name!r} is used twice or reserved")
+                problems.append(f"{loc(['routes', i, 'name'])}: route name {route.name!r} is used twice or reserved")
             seen_routes.add(route.name)
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
+        return problems
+
+
+def _masked_url(value: str) -> str:
+    """A URL for a message: its userinfo masked as the parser reads it and, for a value that may not parse, also
+    whatever lies between "://" and its last "@"."""
+    value = without_userinfo(value)
+    scheme, sep, rest = value.partition("://")
+    if sep and "@" in rest:
+        rest = MASK + "@" + rest.rpartition("@")[2]
+    return scheme + sep + rest
 
 
 _REFERENCE_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_USERINFO_RE = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)[^/@\s\"']+@")
 
 
 @dataclass(frozen=True, slots=True)
 class Secrets:
     """Values the config took from the environment (``${NAME}``), shown as their reference wherever the config is
-    shown: ``check-config``, the admin ``/config``, problems and log lines. Credentials in a URL are masked too."""
+    shown: ``check-config``, the admin ``/config``, problems and log lines. Credentials in a URL are masked too: the
+    userinfo of any URL (found by the URL parser, ``core.redaction``), and every spelling of the credentials of the
+    config's own URLs wherever they appear."""
 
     shown: Mapping[str, str] = dataclasses.field(default_factory=dict)  # value -> what is shown instead
 
     def redact(self, text: str) -> str:
-        for value, reference in self.shown.items():
-            text = text.replace(value, reference)
-        return _USERINFO_RE.sub(r"\g<scheme><redacted>@", text)
+        # Longest first: a secret that contains another is replaced whole.
+        for value in sorted(self.shown, key=len, reverse=True):
+            if value in text:
+                text = text.replace(value, self.shown[value])
+        return without_userinfo(text)
+
+    def with_values(self, values: Collection[str], shown: str = MASK) -> Secrets:
+        """These secrets and more values (credentials of a URL, a token written in the file), shown as ``shown``."""
+        added = {value: shown for value in values if value and value not in self.shown}
+        return Secrets({**self.shown, **added}) if added else self
+
+    def with_url_credentials(self, urls: Collection[str]) -> Secrets:
+        return self.with_values({c for url in urls for c in url_credentials(url)})
 
     def redact_data(self, data: Any) -> Any:
         """A JSON-ready structure with every string redacted."""
@@ -443,12 +512,17 @@ class LoadedConfig:
 
 
 def loc(parts: Sequence[int | str]) -> str:
+    """A key's path as problems name it: ``routes[3].chain[1].board_cards.cap`` (a key's unprintable characters as
+    ``\\xNN``, so that a problem is one line of plain text)."""
     out = ""
     for part in parts:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + str(part)
+            text = str(part)
+            if not text.isprintable():
+                text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+            out += ("." if out else "") + text
     return out or "(top level)"
 
 
@@ -460,21 +534,113 @@ def pydantic_problems(err: ValidationError, prefix: Sequence[int | str] = ()) ->
     return problems
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A duplicated key in the file is a mistake, not a silent override."""
+_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+# Aliases let a small file stand for a huge (or endless) structure: more values than this is a problem.
+_MAX_VALUES = 100_000
 
 
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+class _Loader(yaml.SafeLoader):
+    """The file's YAML for the schema: a duplicated key is a mistake, not a silent override, and a timestamp stays
+    the text it was (the key that holds it reads it: a date key says ``2026-02-30`` is no date, a string key keeps
+    ``2026-01-01`` as written)."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != _TIMESTAMP_TAG]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> dict[Any, Any]:
     mapping: dict[Any, Any] = {}
     for key_node, value_node in node.value:
-        key = loader.construct_object(key_node)
+        key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, Hashable):
+            raise yaml.constructor.ConstructorError(None, None, "a key must be a plain value, not a list or mapping",
+                                                    key_node.start_mark)
         if key in mapping:
             raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
         mapping[key] = loader.construct_object(value_node, deep=True)
     return mapping
 
 
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+def _construct_text(loader: _Loader, node: yaml.Node) -> str:
+    return str(loader.construct_scalar(node))  # type: ignore[arg-type]  # an explicit !!timestamp: text as well
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_Loader.add_constructor(_TIMESTAMP_TAG, _construct_text)
+
+
+class _Unreadable(Exception):
+    def __init__(self, message: str, node: yaml.Node) -> None:
+        super().__init__(message)
+        self.line = node.start_mark.line + 1
+
+
+def _key_lines(loader: _Loader, root: yaml.Node) -> dict[str, int]:
+    """Each key's and item's path (as problems name it, ``loc``) -> the line it is written on. Refuses an alias
+    that contains itself and a document of more than ``_MAX_VALUES`` values, before anything is built from it."""
+    lines: dict[str, int] = {}
+    count = 0
+    open_nodes: set[int] = set()
+
+    def walk(node: yaml.Node, path: list[int | str]) -> None:
+        nonlocal count
+        count += 1
+        if count > _MAX_VALUES:
+            raise _Unreadable(f"more than {_MAX_VALUES} values (aliases included)", node)
+        if not isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+            return
+        if id(node) in open_nodes:
+            raise _Unreadable("an alias refers to a mapping or list that contains it", node)
+        open_nodes.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                lines.setdefault(loc([*path, i]), item.start_mark.line + 1)
+                walk(item, [*path, i])
+        else:
+            for key_node, value_node in node.value:
+                key = loader.construct_object(key_node) if isinstance(key_node, yaml.ScalarNode) else None
+                if isinstance(key, (str, int)):
+                    lines.setdefault(loc([*path, key]), key_node.start_mark.line + 1)
+                    walk(value_node, [*path, key])
+                else:
+                    walk(value_node, path)
+        open_nodes.discard(id(node))
+
+    walk(root, [])
+    return lines
+
+
+_PARENT_RE = re.compile(r"(\[\d+\]|\.[^.\[]*|^[^.\[]+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """A config file's YAML and where each of its keys is written."""
+
+    data: Any
+    lines: Mapping[str, int] = dataclasses.field(default_factory=dict)  # loc(path) -> line (1-based)
+
+    def line_of(self, path: str) -> int | None:
+        """The line of ``path``, or of its nearest ancestor written in the file (a missing key: its mapping)."""
+        while path:
+            line = self.lines.get(path)
+            if line is not None:
+                return line
+            path = _PARENT_RE.sub("", path)
+        return None
+
+    def annotate(self, problems: Sequence[str]) -> list[str]:
+        """Each problem (``path: message``) with the line of its path: ``line 12: path: message``."""
+        out = []
+        for problem in problems:
+            known = [i for i in range(len(problem)) if problem.startswith(": ", i) and problem[:i] in self.lines]
+            path = problem[:known[-1]] if known else problem.partition(": ")[0]
+            line = self.line_of(path)
+            out.append(f"line {line}: {problem}" if line is not None else problem)
+        return out
 
 
 def parse_model(data: Any, source: str = "config", *, policies: Collection[str] | None = None) -> GatewayConfig:
@@ -483,23 +649,57 @@ def parse_model(data: Any, source: str = "config", *, policies: Collection[str] 
     if not isinstance(data, dict):
         raise ConfigError(["(top level): expected a mapping"], source)
     try:
-        return GatewayConfig.model_validate(data, context={"policies": policies} if policies is not None else None)
+        model = GatewayConfig.model_validate(data, context={"policies": policies} if policies is not None else None)
     except ValidationError as err:
         raise ConfigError(pydantic_problems(err), source) from None
+    problems = model.cross_problems()
+    if problems:
+        raise ConfigError(problems, source)
+    return model
+
+
+def read_document(path: str | Path) -> Document:
+    """The file's YAML (duplicated keys refused) and the line of each key, or ConfigError."""
+    source = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as err:
+        raise ConfigError([f"cannot read the file: {err.strerror or err}"], source) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[:err.start].count(b"\n") + 1
+        raise ConfigError([f"line {line}: the file is not UTF-8 text (byte {err.start + 1})"], source) from None
+    try:
+        loader = _Loader(text)  # its reader refuses characters YAML does not allow (NUL) at once
+    except yaml.YAMLError as err:
+        raise ConfigError([_yaml_problem(err)], source) from None
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return Document(None)
+        lines = _key_lines(loader, node)
+        return Document(loader.construct_document(node), lines)
+    except yaml.YAMLError as err:
+        raise ConfigError([_yaml_problem(err)], source) from None
+    except _Unreadable as err:
+        raise ConfigError([f"line {err.line}: {err}"], source) from None
+    except RecursionError:
+        raise ConfigError(["invalid YAML: nested too deeply"], source) from None
+    finally:
+        loader.dispose()
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    mark = getattr(err, "problem_mark", None)
+    if mark is None and isinstance(err, yaml.reader.ReaderError):
+        text = err.reason[:1].lower() + err.reason[1:]  # an unacceptable character: where, from its position
+        return f"invalid YAML: {text} (character {err.position + 1})"
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+    problem = getattr(err, "problem", None) or str(err)
+    return f"{where}invalid YAML: {problem}"
 
 
 def read_yaml(path: str | Path) -> Any:
     """The file's YAML (duplicated keys refused), or ConfigError."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError([f"cannot read the file: {err.strerror or err}"], source) from None
-    try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(err, "problem", None) or str(err)
-        raise ConfigError([f"{where}invalid YAML: {problem}"], source) from None
-    return data
+    return read_document(path).data

@@ -29,14 +29,19 @@ work="$(mktemp -d -t gateway-demo.XXXXXX)"
 # The default config, in front of the sandbox on the port chosen here.
 config="${GATEWAY_CONFIG:-config/gateway.yaml}"
 sed "s#http://127.0.0.1:8081#http://127.0.0.1:${sandbox_port}#g" "$config" > "$work/gateway.yaml"
+# The admin listener answers only /livez and /readyz without its token: the demo makes one for this run, given to
+# the gateway through the environment as a Secret would be (server.admin_token: "${GATEWAY_ADMIN_TOKEN}").
+export GATEWAY_ADMIN_TOKEN="${GATEWAY_ADMIN_TOKEN:-$(.venv/bin/python -c 'import secrets; print(secrets.token_hex(16))')}"
 # For the demo only, so that both bridges can be seen end to end: a legacy client (User-Agent legacy-demo/...)
 # exempted onto the "full" phase with the card backfill bridge (the sandbox plays the service's own withdrawal), and
 # a legacy uploader (its own token, "legacy-uploader": a security behaviour is exempted by token only) whose refused
-# uploads the upload upgrade bridge performs on the restricted routes.
+# uploads the upload upgrade bridge performs on the restricted routes. The usage ledger in the demo's own directory
+# (unless the config names one): the demo leaves nothing behind.
 .venv/bin/python - "$work/gateway.yaml" <<'PY'
 import hashlib, sys, yaml
 path = sys.argv[1]
 data = yaml.safe_load(open(path))
+data.setdefault("server", {})["admin_token"] = "${GATEWAY_ADMIN_TOKEN}"
 rollout = data.setdefault("rollout", {})
 uploader = hashlib.sha256(b"Bearer legacy-uploader").hexdigest()[:12]
 rollout["exemptions"] = [*(rollout.get("exemptions") or []), {
@@ -44,6 +49,9 @@ rollout["exemptions"] = [*(rollout.get("exemptions") or []), {
     "header": {"name": "User-Agent", "prefix": "legacy-demo/"}, "bridge": True}, {
     "name": "demo-legacy-uploader", "behaviour": "legacy_uploads", "phase": "forbidden", "until": "2099-01-01",
     "token_fingerprint": uploader, "bridge": True}]
+ledger = data.setdefault("usage", {}).setdefault("ledger", {})
+ledger.setdefault("url", f"sqlite:///{path.rpartition('/')[0]}/usage.sqlite3")
+ledger.setdefault("flush_interval", 1)  # the demo's usage command shows its own requests a second later
 yaml.safe_dump(data, open(path, "w"), sort_keys=False)
 PY
 .venv/bin/gateway check-config "$work/gateway.yaml" >/dev/null
@@ -116,12 +124,16 @@ Try, from the repository's root:
   # Refused, never forwarded: an encoded '/'
   curl -si -H "\$T" '$gw/api/v1/cards/1%2Ffiles'; echo
   # One count per request
-  curl -s http://127.0.0.1:$admin_port/metrics | grep '^gateway_requests_total'
+  curl -s -H "Authorization: Bearer $GATEWAY_ADMIN_TOKEN" http://127.0.0.1:$admin_port/metrics | grep '^gateway_requests_total'
+  # Who still uses deprecated behaviour, client by client: read from the usage ledger (written every second here)
+  GATEWAY_ADMIN_TOKEN=$GATEWAY_ADMIN_TOKEN .venv/bin/gateway usage --config $work/gateway.yaml --since 1h
   # The shipped config's phases in force per company, why, and what changes next
   .venv/bin/gateway rollout --config config/gateway.yaml --host localhost
   # The tenants, routes and chains of the shipped config
   .venv/bin/gateway check-config --config config/gateway.yaml
 
-The status page: http://127.0.0.1:$admin_port/status (in a browser). Ctrl-C stops both.
+The status page, in a browser (the token once in the address; a cookie keeps you in):
+http://127.0.0.1:$admin_port/status?token=$GATEWAY_ADMIN_TOKEN
+Ctrl-C stops both.
 TXT
 wait -n "${pids[@]}"

@@ -39,5 +39,13 @@ if ! { command -v podman && command -v runc && command -v mmdebstrap; } >/dev/nu
       || { apt-get update -qq && apt-get install -y -qq --no-install-recommends podman runc mmdebstrap; }; } >/dev/null 2>&1 \
     || echo "test.sh: could not install podman, runc, mmdebstrap (Debian packages); the image test will skip" >&2
 fi
+# The usage ledger's tests start a real PostgreSQL server (Debian's postgresql package: initdb and pg_ctl, run by the
+# tests in a temporary directory as an unprivileged user): installed the same way when missing.
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get install -y -qq --no-install-recommends postgresql \
+      || { apt-get update -qq && apt-get install -y -qq --no-install-recommends postgresql; }; } >/dev/null 2>&1 \
+    || echo "test.sh: could not install PostgreSQL (Debian package postgresql); the usage ledger's PostgreSQL tests will skip" >&2
+fi
 cd "$root"
 exec .venv/bin/python -m pytest "$@"

@@ -9,8 +9,11 @@ from __future__ import annotations
 import asyncio
 import copy
 import hashlib
+import os
+import shutil
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,10 +26,47 @@ from gateway.app import parse_config
 from gateway.ops.metrics import Metrics
 from gateway.rollout import Clock
 
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_in_the_temporary_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The whole run uses a temporary directory of its own (TMPDIR, for this process and every process it starts:
+    gateways, their workers, browsers), and must leave it empty: a supervisor's metrics and worker directories, a
+    spool file, a test's own temporary files. (pytest's tmp_path directories stay where pytest keeps them.)"""
+    tmp_path_factory.getbasetemp()
+    private = tempfile.mkdtemp(prefix="gateway-tests-")
+    os.chmod(private, 0o711)  # others may pass through, not list: PostgreSQL runs as its own user in a directory below
+    saved = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = tempfile.tempdir = private
+    try:
+        yield
+    finally:
+        if saved[0] is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved[0]
+        tempfile.tempdir = saved[1]
+        left = sorted(os.listdir(private))
+        shutil.rmtree(private, ignore_errors=True)
+    assert not left, f"the tests left these in the temporary directory: {left}"
+
+
+# The admin token of the tests' gateways. Admin URLs handed to tests carry it as HTTP Basic credentials
+# (``admin_url``), which aiohttp's client sends by itself.
+ADMIN_TOKEN = "test-admin-token-0123456789abcdef"
+
+
+def admin_url(port: int, host: str = "127.0.0.1") -> str:
+    return f"http://admin:{ADMIN_TOKEN}@{host}:{port}"
+
+
+ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
 BASE_CONFIG: dict[str, Any] = {
-    "server": {"listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0"},
+    "server": {"listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0", "admin_token": ADMIN_TOKEN},
     "upstream": {"connect_timeout": 2, "read_timeout": 5},
     "access_log": {"enabled": False},
+    # The usage ledger in memory (a real SQLite database, gone with the gateway): a test that needs a file or
+    # PostgreSQL says so.
+    "usage": {"ledger": {"url": "sqlite://"}},
     "tenants": [
         {"name": "acme", "hosts": ["127.0.0.1", "localhost", "acme.test"], "upstream": "http://127.0.0.1:1",
          "created": "2026-06-01"},
@@ -179,7 +219,8 @@ AdminFactory = Callable[..., Awaitable[str]]
 
 @pytest.fixture
 async def start_admin() -> AsyncIterator[AdminFactory]:
-    """``await start_admin(gw, **runner_options)``: a started gateway's admin app on a free port; its base URL.
+    """``await start_admin(gw, **runner_options)``: a started gateway's admin app on a free port; its base URL, with
+    the admin token as Basic credentials (``admin_url``).
 
     Request it after ``start_gateway``, so that it is stopped first."""
     runners: list[web.AppRunner] = []
@@ -189,7 +230,7 @@ async def start_admin() -> AsyncIterator[AdminFactory]:
         await runner.setup()
         runners.append(runner)
         await web.TCPSite(runner, "127.0.0.1", 0).start()
-        return f"http://127.0.0.1:{runner.addresses[0][1]}"
+        return admin_url(runner.addresses[0][1])
 
     yield start
     for runner in runners:
@@ -362,3 +403,40 @@ def chunked_responder(body: bytes, piece: int, headers: dict[str, str] | None = 
         return resp
 
     return respond
+
+
+# --- The usage ledger's databases ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Any:
+    """One PostgreSQL server for the session (tests/postgres_testlib.py); skipped, saying why, where it cannot run."""
+    from tests import postgres_testlib
+
+    try:
+        server = postgres_testlib.start_postgres()
+    except RuntimeError as err:
+        pytest.skip(str(err))
+    yield server
+    postgres_testlib.remove(server)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger_url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+    """A fresh, empty ledger database: a SQLite file, or a database of its own on the session's PostgreSQL server
+    (``postgres_url``)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/usage.sqlite3"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def postgres_url(postgres: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A new database on the session's PostgreSQL server; its URL has the password as ``${LEDGER_PASSWORD}`` (set in
+    the environment, which gateway processes inherit), as an operator's config has it."""
+    from tests import postgres_testlib
+
+    if not postgres.running():
+        postgres.start()  # a test that stopped it failed before starting it again
+    monkeypatch.setenv("LEDGER_PASSWORD", postgres_testlib.PASSWORD)
+    return str(postgres.url(postgres.create_database()))

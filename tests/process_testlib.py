@@ -16,7 +16,7 @@ import aiohttp
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import free_port
+from tests.conftest import ADMIN_HEADERS, ADMIN_TOKEN, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,12 +48,15 @@ class Proc:
         return f"http://127.0.0.1:{self.port}"
 
     async def metrics(self) -> Samples:
-        async with aiohttp.ClientSession() as client, client.get(f"http://127.0.0.1:{self.admin}/metrics") as resp:
+        async with aiohttp.ClientSession(headers=ADMIN_HEADERS) as client, \
+                client.get(f"http://127.0.0.1:{self.admin}/metrics") as resp:
+            assert resp.status == 200, await resp.text()
             text = await resp.text()
         return samples(text)
 
     async def get_json(self, path: str) -> Any:
-        async with aiohttp.ClientSession() as client, client.get(f"http://127.0.0.1:{self.admin}{path}") as resp:
+        async with aiohttp.ClientSession(headers=ADMIN_HEADERS) as client, \
+                client.get(f"http://127.0.0.1:{self.admin}{path}") as resp:
             return await resp.json()
 
     def access_lines(self) -> list[dict[str, Any]]:
@@ -76,7 +79,8 @@ class Proc:
 
 def config(upstream: str, port: int, admin: int, **server: Any) -> dict[str, Any]:
     return {
-        "server": {"listen": f"127.0.0.1:{port}", "admin_listen": f"127.0.0.1:{admin}", **server},
+        "server": {"listen": f"127.0.0.1:{port}", "admin_listen": f"127.0.0.1:{admin}", "admin_token": ADMIN_TOKEN,
+                   **server},
         "tenants": [{"name": "t", "hosts": ["127.0.0.1"], "upstream": upstream}],
     }
 
@@ -86,8 +90,12 @@ async def start(data: dict[str, Any], tmp_path: Path, *, env: dict[str, str] | N
     """A gateway process serving ``data`` (its listen addresses are set here); returns once it is ready.
     ``preexec``: run in the child before the gateway starts (a resource limit)."""
     port, admin = free_port(), free_port()
-    data = {**data, "server": {**data.get("server", {}), "listen": f"127.0.0.1:{port}",
+    data = {**data, "server": {"admin_token": ADMIN_TOKEN, **data.get("server", {}), "listen": f"127.0.0.1:{port}",
                                "admin_listen": f"127.0.0.1:{admin}"}}
+    usage = data.get("usage", {})
+    if "url" not in usage.get("ledger", {}):
+        # Never the default file in the working directory (the repository): one in the test's own directory.
+        data["usage"] = {**usage, "ledger": {**usage.get("ledger", {}), "url": f"sqlite:///{tmp_path}/{name}.sqlite3"}}
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
     log = tmp_path / f"{name}.log"

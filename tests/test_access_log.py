@@ -20,7 +20,7 @@ from gateway.core.tracecontext import TraceContext, new_span_id, new_trace_id
 from gateway.core.tenants import Tenant
 from gateway.ops.access_log import Recorder, _seconds, _timestamp
 from gateway.ops.metrics import Metrics
-from gateway.ops.usage import UsageTracker
+from gateway.ops.usage import UsageCounter
 from tests.conftest import LineCollector
 
 
@@ -118,7 +118,7 @@ def test_the_line_is_what_json_dumps_writes(monkeypatch: pytest.MonkeyPatch, tak
 
 def test_one_record_counts_once_in_each_family() -> None:
     metrics = Metrics(multiprocess=False)
-    usage = UsageTracker()
+    usage = UsageCounter()
     recorder = Recorder(metrics, usage, None)
     cases = _cases()
     refused, odd = cases[5], cases[7]  # refused before routing; routed, with decisions and an upstream error
@@ -131,8 +131,10 @@ def test_one_record_counts_once_in_each_family() -> None:
     tenant = odd.exchange.tenant.name if odd.exchange is not None else ""
     assert sample("gateway_requests_total", {"tenant": tenant, "route": "bo\\ard", "method": "POST",
                                              "status_class": "5xx"}) == 1
-    report = usage.report()
-    assert report["board_cards"]["requests"] == 1 and report['x"']["by_decision"] == {"é": 1}
+    batch = usage.take()  # what the usage ledger would write: one request, counted under each of its decisions
+    assert batch is not None and batch.count == 2
+    totals = {(behaviour, decision): n for (_, behaviour, _, decision), (n, _) in batch.totals().items()}
+    assert totals[('x"', "é")] == 1 and sum(n for (b, _), n in totals.items() if b == "board_cards") == 1
 
 
 def test_a_request_is_timed_by_the_monotonic_clock() -> None:

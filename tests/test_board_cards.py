@@ -63,11 +63,17 @@ def test_memo_reuses_only_identical_bodies_within_its_budget() -> None:
     body = b'{"cards":[1,2,3]}'
     entry = board_cards._MemoEntry(body, json_splice.scan(body, "cards"))
     memo.put(("t", "/b/1"), entry)
-    assert memo.get(("t", "/b/1"), bytes(bytearray(body))) is entry
-    assert memo.get(("t", "/b/1"), b'{"cards":[1,2,4]}') is None
+    assert memo.kept(("t", "/b/1")) is entry and memo.kept(("t", "/b/2")) is None
+    # A new body is compared with the kept one as it arrives (json_splice.Reader): only an identical one is "same".
+    for new, same in ((bytes(bytearray(body)), True), (b'{"cards":[1,2,4]}', False), (body + b" ", False)):
+        reader = json_splice.Reader("cards", same_as=memo.kept(("t", "/b/1")).body)  # type: ignore[union-attr]
+        reader.feed(new)
+        assert reader.same is same
     for i in range(10):
         memo.put(("t", f"/b/{i}"), board_cards._MemoEntry(body, entry.layout))
+        memo.used(("t", "/b/1"))  # the one in use stays
     assert memo.size <= 100 and ("t", "/b/9") in memo.entries and ("t", "/b/0") not in memo.entries
+    assert ("t", "/b/1") in memo.entries
     memo.put(("t", "/big"), board_cards._MemoEntry(b"x" * 101, entry.layout))
     assert ("t", "/big") not in memo.entries
 

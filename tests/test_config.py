@@ -72,7 +72,7 @@ def test_file_settings_defaults_follow_the_spec(created, restricted, forbid, exp
         (_tenant(upstream="ftp://x"), "tenants[0].upstream: upstream must be an http:// or https:// URL"),
         (_tenant(hosts=["bad host"]), "tenants[0].hosts: invalid host name"),
         (_tenant(name="none"), 'tenants[0].name: "none" is reserved'),
-        (_tenant(created="yesterday"), "tenants[0].created: Input should be a valid date"),
+        (_tenant(created="yesterday"), "tenants[0].created: expected a date (YYYY-MM-DD), got 'yesterday'"),
         (_with(tenants=[MINIMAL["tenants"][0], MINIMAL["tenants"][0]]), "tenant name 'acme' is used twice"),
         (_with(default_tenant="nobody"), "default_tenant 'nobody' is not a tenant name"),
         (_with(routes=[{"name": "r", "paths": ["cards"]}]), "routes[0].paths: 'cards' is not a path template"),

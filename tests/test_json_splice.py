@@ -180,32 +180,50 @@ def _layout_fields(layout: json_splice.Layout) -> tuple[Any, ...]:
             layout.last_element_end, layout.extra)
 
 
+def _pieces(body: bytes, keep: int) -> list[list[bytes]]:
+    """The body cut into pieces: 64 bytes (the scanner's blocks), 63 and 65, random sizes, and at every byte when
+    short."""
+    rng = random.Random(len(body) * 131 + keep)
+    out = [[body[i : i + size] for i in range(0, len(body), size)] for size in (63, 64, 65, 1 + rng.randrange(300))]
+    points = sorted(rng.sample(range(len(body) + 1), min(len(body) + 1, rng.randrange(1, 8))))
+    out.append([body[a:b] for a, b in zip([0, *points], [*points, len(body)])])
+    if len(body) <= 400:
+        out.append([body[i : i + 1] for i in range(len(body))])
+    return out
+
+
 def _scan_paths(
     monkeypatch: pytest.MonkeyPatch, body: bytes, keep: int, extra_key: str | None = MESSAGE[0]
 ) -> tuple[Any, Any, bool]:
     """(exact result, result with the native scanner, whether it vouched); a result is a Layout's fields or
-    'NotJSON'. The exact run has the native scanner off."""
+    'NotJSON'. The exact run has the native scanner off. The native one is also run on the body fed in pieces (as
+    ``Reader`` reads it while it arrives), which must give the same result."""
     used: list[bool] = []
-    original = json_splice._native_array
+    original = json_splice._native_layout
 
     def spy(*args: Any) -> Any:
         out = original(*args)
         used.append(out is not None)
         return out
 
-    def run() -> Any:
+    def run(text: bytes | json_splice.Pieces) -> Any:
         try:
-            return _layout_fields(scan(body, "cards", keep=keep, extra_key=extra_key))
+            return _layout_fields(scan(text, "cards", keep=keep, extra_key=extra_key))
         except NotJSON:
             return "NotJSON"
 
     with monkeypatch.context() as m:
-        m.setattr(json_splice, "_native_scan", None)
-        exact = run()
+        m.setattr(json_splice, "_Scanner", None)
+        exact = run(body)
+        assert run(json_splice.Pieces([body[:7], body[7:]])) == exact
     with monkeypatch.context() as m:
-        m.setattr(json_splice, "_native_array", spy)
-        other = run()
-    return exact, other, any(used)
+        m.setattr(json_splice, "_native_layout", spy)
+        other = run(body)
+        vouched = any(used)
+        for pieces in _pieces(body, keep):
+            used.clear()
+            assert run(json_splice.Pieces(pieces)) == other and any(used) == vouched, [len(p) for p in pieces][:20]
+    return exact, other, vouched
 
 
 def _card_array_document(rng: random.Random, writer: Writer, cards: int, position: int) -> bytes:
@@ -292,8 +310,8 @@ def test_a_member_name_that_is_not_utf8_is_still_a_name() -> None:
     assert layout.count == 2
 
 
-# The native path (``_native_array``: the compiled scanner, gateway/policies/board_cards/_jsonscan.c, reads the
-# array): whatever it does not vouch for goes to the exact path; its result must always be the exact path's.
+# The native path (the compiled scanner, gateway/policies/board_cards/_jsonscan.c, reads the whole text): whatever it
+# does not vouch for goes to the exact path; its result must always be the exact path's.
 # tests/test_jsonscan.py checks the scanner's grammar on its own.
 
 
@@ -337,8 +355,8 @@ def test_native_path_equals_the_exact_path_on_random_documents(monkeypatch: pyte
     exact, native, used = _scan_native(monkeypatch, body, keep)
     assert exact != "NotJSON"
     assert native == exact
-    # Valid text with an array of cards: always read natively.
-    assert used == (exact[4] is True)
+    # Valid text, with an array of cards or not: always read natively.
+    assert used
 
 
 @pytest.mark.parametrize("seed", range(600))
@@ -347,8 +365,10 @@ def test_native_path_on_damaged_documents(monkeypatch: pytest.MonkeyPatch, seed:
     rng = random.Random(7000 + seed)
     data = _damaged(rng, seed % 3 == 1)
     keep = rng.randrange(0, 3)
-    exact, native, _ = _scan_native(monkeypatch, data, keep)
+    exact, native, used = _scan_native(monkeypatch, data, keep)
     assert native == exact
+    # It reads exactly the exact path's language: whatever the exact path accepts, the native path vouched for.
+    assert used == (exact != "NotJSON")
 
 
 @pytest.mark.parametrize(
@@ -362,8 +382,9 @@ def test_native_path_on_damaged_documents(monkeypatch: pytest.MonkeyPatch, seed:
     ],
 )
 def test_native_path_with_a_repeated_member(monkeypatch: pytest.MonkeyPatch, body: bytes) -> None:
+    # The native scanner reads the text; the repeated name is left to the exact path, which says why it refuses.
     exact, native, used = _scan_native(monkeypatch, body, 1)
-    assert exact == native == "NotJSON" and used
+    assert exact == native == "NotJSON" and not used
 
 
 def test_native_path_whitespace_and_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -374,11 +395,19 @@ def test_native_path_whitespace_and_offsets(monkeypatch: pytest.MonkeyPatch) -> 
                  b'{"cards":[1]}'):
         exact, native, used = _scan_native(monkeypatch, body, 1)
         assert used and native == exact != "NotJSON"
-    native_array = json_splice._native_array
-    assert native_array(b'{"cards":[1,2]}', 9, 1) == (14, 2, [11], 13)
-    assert native_array(b'{"x":[1,3],"cards":[1,2]}', 5, 2) == (10, 2, [7, 9], 9)  # whatever array is at pos
-    for body, pos in ((b'{"cards":[1,2]}', 8), (b'{"cards":[1,2],"x":"]"}', 10), (b'{"cards":[1,2]}', 99)):
-        assert native_array(body, pos, 1) is None  # no '[' at pos
+    members = _members_of
+    assert members(b'{"cards":[1,2]}', 1) == [(1, 8, 9, 14, (2, [11], 13, 14))]
+    assert members(b'{"x":[1,3],"cards":[1,2]}', 2) == [(1, 4, 5, 10, (2, [7, 9], 9, 10)),
+                                                       (11, 18, 19, 24, (2, [21, 23], 23, 24))]
+    assert members(b'{"cards":[1 2],"x":"]"}', 1) == [(1, 8, 9, 14, False), (15, 18, 19, 22, None)]
+
+
+def _members_of(body: bytes, keep: int) -> Any:
+    from gateway.policies.board_cards._jsonscan import Scanner
+
+    scanner = Scanner(keep)
+    scanner.feed(body)
+    return scanner.finish()
 
 
 def test_native_path_checks_every_element(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -388,11 +417,11 @@ def test_native_path_checks_every_element(monkeypatch: pytest.MonkeyPatch) -> No
                  b'{"a":1,"cards":[{"k":1},{"k":"\\x"},{"k":"\\u12"}],"z":2}'):
         exact, native, used = _scan_native(monkeypatch, body, 1)
         assert exact == native == "NotJSON" and not used
-    # A misspelt literal inside an element: the native path refuses it; the exact path does not read scalars inside
-    # nested values (it checks strings and brackets there), so it is the exact path's answer that stands.
-    body = b'{"a":1,"cards":[{"k":1},{"k":tru},{"k":3}],"z":2}'
-    exact, native, used = _scan_native(monkeypatch, body, 1)
-    assert native == exact != "NotJSON" and not used
+    # A misspelt literal inside an element: the exact path does not read scalars inside nested values (it checks
+    # strings and brackets there), and neither does the native one: both read the body, with the same layout.
+    for body in (b'{"a":1,"cards":[{"k":1},{"k":tru},{"k":3}],"z":2}', b'{"cards":[{"k" 1,,},[1 2]],"z":{"q"}}'):
+        exact, native, used = _scan_native(monkeypatch, body, 1)
+        assert native == exact != "NotJSON" and used
 
 
 def test_a_body_the_native_path_refuses_is_never_cut(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -403,7 +432,7 @@ def test_a_body_the_native_path_refuses_is_never_cut(monkeypatch: pytest.MonkeyP
     body = body[:at] + b"\\x" + body[at:]
     with pytest.raises(NotJSON):
         scan(body, "cards", keep=100)
-    monkeypatch.setattr(json_splice, "_native_scan", None)
+    monkeypatch.setattr(json_splice, "_Scanner", None)
     with pytest.raises(NotJSON):
         scan(body, "cards", keep=100)
 
@@ -448,3 +477,112 @@ def test_native_path_reads_a_large_board_faithfully(monkeypatch: pytest.MonkeyPa
     assert b'"big":1' + b"0" * 40 + b',"f":1.500e-3,' in capped
     dropped = drop(body, layout)
     assert pairs(dropped) == [(k, v) for k, v in original if k != "cards"]
+
+
+# A body as the pieces it arrived in (``Pieces``), and its scan while it arrives (``Reader``).
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_pieces_read_like_the_joined_body(seed: int) -> None:
+    rng = random.Random(8000 + seed)
+    body = _large_board(rng.choice([1, 3, 20]))
+    points = sorted(rng.sample(range(1, len(body)), rng.randrange(0, 30)))
+    pieces = json_splice.Pieces([body[a:b] for a, b in zip([0, *points], [*points, len(body)])])
+    assert len(pieces) == len(body)
+    for _ in range(50):
+        a = rng.randrange(0, len(body) + 10)
+        b = rng.randrange(a, len(body) + 20)
+        assert pieces.slice(a, b) == body[a:b]
+        assert pieces.matches(a, body[a:b]) == (a <= len(body))
+        if a < b <= len(body):
+            assert not pieces.matches(a, body[a:b - 1] + bytes([body[b - 1] ^ 1]))
+    other = json_splice.Pieces([body[i : i + 1000] for i in range(0, len(body), 1000)])
+    assert pieces == other == body and pieces != body[:-1] and pieces != json_splice.Pieces([body, b" "])
+    assert pieces != json_splice.Pieces([body[:-1] + b"}"[:0] + bytes([body[-1] ^ 1])])
+    # The edits read the same bytes from the pieces as from the joined body.
+    layout = scan(pieces, "cards", keep=1, extra_key=MESSAGE[0])
+    assert _layout_fields(layout) == _layout_fields(scan(body, "cards", keep=1, extra_key=MESSAGE[0]))
+    assert truncate(pieces, layout, 1, MESSAGE) == truncate(body, layout, 1, MESSAGE)
+    assert drop(pieces, layout, MESSAGE) == drop(body, layout, MESSAGE)
+    assert json_splice.set_member(pieces, layout, "x", b"[1]", before="cards", remove=("id",)) == \
+        json_splice.set_member(body, layout, "x", b"[1]", before="cards", remove=("id",))
+    assert bytes(pieces) == body and pieces.pieces == (body,)  # joined once, and only the joined copy kept
+
+
+class _CountingScanner:
+    """The native scanner, counting the bytes it is fed."""
+
+    fed = 0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._inner = _REAL_SCANNER(*args, **kwargs)
+
+    def feed(self, data: bytes) -> bool:
+        _CountingScanner.fed += len(data)
+        return bool(self._inner.feed(data))
+
+    def finish(self) -> Any:
+        return self._inner.finish()
+
+
+_REAL_SCANNER: Any = json_splice._Scanner
+
+
+def _cut(body: bytes, size: int) -> list[bytes]:
+    return [body[i : i + size] for i in range(0, len(body), size)]
+
+
+def test_reader_compares_with_the_earlier_body_before_it_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(json_splice, "_Scanner", _CountingScanner)
+    body = _large_board(60)
+    earlier = json_splice.Pieces(_cut(body, 4096))
+    want = _layout_fields(scan(body, "cards", keep=5, extra_key=MESSAGE[0]))
+
+    def read(pieces: list[bytes], same_as: Any) -> tuple[json_splice.Reader, int]:
+        _CountingScanner.fed = 0
+        reader = json_splice.Reader("cards", keep=5, extra_key=MESSAGE[0], same_as=same_as)
+        for piece in pieces:
+            reader.feed(piece)
+        return reader, _CountingScanner.fed
+
+    # The same bytes, cut differently: equal, and never read.
+    for same_as in (earlier, body):
+        reader, fed = read(_cut(body, 1000), same_as)
+        assert reader.same and fed == 0 and reader.body == body
+    # Different bytes: early, in the last piece, a longer or a shorter body: read whole, the same layout as a scan.
+    assert body.endswith(b"false}")
+    late = body[:-6] + b"true }"
+    for other in (body.replace(b'"id":2,', b'"id":3,', 1), late, body + b" ", body[:-1], body[:100]):
+        reader, fed = read(_cut(other, 777), earlier)
+        assert not reader.same
+        got: Any
+        expected: Any
+        try:
+            got = _layout_fields(reader.layout())
+        except NotJSON:
+            got = "NotJSON"
+        try:
+            expected = _layout_fields(scan(other, "cards", keep=5, extra_key=MESSAGE[0]))
+        except NotJSON:
+            expected = "NotJSON"
+        assert got == expected and reader.body == other
+    reader, fed = read(_cut(late, 777), earlier)
+    assert fed == len(late) and _layout_fields(reader.layout())[2:] == want[2:]  # read whole: the difference was last
+    # No earlier body: read as it comes.
+    reader, fed = read(_cut(body, 999), None)
+    assert not reader.same and fed == len(body) and _layout_fields(reader.layout()) == want
+
+
+def test_reader_without_the_native_scanner(monkeypatch: pytest.MonkeyPatch) -> None:
+    body = _large_board(30)
+    want = _layout_fields(scan(body, "cards", keep=3, extra_key=MESSAGE[0]))
+    monkeypatch.setattr(json_splice, "_Scanner", None)
+    reader = json_splice.Reader("cards", keep=3, extra_key=MESSAGE[0], same_as=body[:-1] + b" ")
+    for piece in _cut(body, 500):
+        reader.feed(piece)
+    assert not reader.same and _layout_fields(reader.layout()) == want
+    reader = json_splice.Reader("cards", keep=3)
+    for piece in _cut(body[:-1], 500):
+        reader.feed(piece)
+    with pytest.raises(NotJSON):
+        reader.layout()

@@ -151,10 +151,10 @@ def test_next_change_and_description() -> None:
     assert "legacy_uploads: allowed" in text
 
 
-def test_publish_sets_one_phase_per_behaviour() -> None:
+def test_the_phase_gauge_shows_one_phase_per_behaviour() -> None:
     plan = plan_of(config())
     metrics = Metrics()
-    plan.publish(metrics.rollout_phase, at("2026-10-15T00:00:00").timestamp())
+    metrics.rollout_phase.source = lambda: plan.phase_samples(at("2026-10-15T00:00:00").timestamp())
     values = [metrics.registry.get_sample_value("gateway_rollout_phase", {"tenant": "acme", "behaviour": "board_cards",
                                                                           "phase": p}) for p in ("full", "capped", "removed")]
     assert values == [0, 1, 0]

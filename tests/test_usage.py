@@ -1,276 +1,281 @@
-"""The deprecated-usage tracker: top clients over a window, in bounded memory."""
+"""Who still uses deprecated behaviour: the usage counter (bounded memory on the request's path) and the ledger's
+store (the database: SQLite and a real PostgreSQL server), without a gateway around them.
+
+The ledger in a running gateway (background writes, outages, signals, the command line) is tested through real
+processes in tests/integration/test_usage_ledger.py."""
 
 from __future__ import annotations
 
-from gateway.ops.usage import UsageTracker
+import datetime as dt
+import os
+import threading
+from typing import Any
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from gateway.app import ConfigError, parse_config
+from gateway.ops.ledger.options import database_url
+from gateway.ops.ledger.query import Query, parse_when, window
+from gateway.ops.ledger.schema import metadata
+from gateway.ops.ledger.migrations import HEAD
+from gateway.ops.ledger.store import MIGRATIONS, Store
+from gateway.ops.usage import HOUR, UsageCounter
+
+GUARD = {"legacy_upload_guard": "legacy_uploads"}
+T0 = dt.datetime(2026, 11, 2, 10, 0, tzinfo=dt.UTC).timestamp()
 
 
 class FakeTime:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
 
     def __call__(self) -> float:
         return self.now
 
 
-def test_top_clients_by_policy_and_decision() -> None:
+def expanded(url: str) -> str:
+    """A test URL with its ``${LEDGER_PASSWORD}`` reference expanded (the config does it for the gateway)."""
+    return url.replace("${LEDGER_PASSWORD}", os.environ.get("LEDGER_PASSWORD", ""))
+
+
+@pytest.fixture
+def store(ledger_url: str) -> Any:
+    opened = Store(expanded(ledger_url))
+    opened.migrate()
+    yield opened
+    opened.close()
+
+
+def _write(store: Store, counter: UsageCounter, now: float = T0) -> None:
+    batch = counter.take()
+    assert batch is not None
+    assert store.write(batch, now) is True
+    counter.written(batch)
+
+
+# --- the counter ----------------------------------------------------------------------------------------------------
+
+
+def test_counts_by_behaviour_hour_tenant_client_and_decision() -> None:
     clock = FakeTime()
-    tracker = UsageTracker(window_seconds=600, buckets=6, max_clients=100, clock=clock)
+    counter = UsageCounter(behaviours=GUARD, clock=clock)
     for _ in range(5):
-        tracker.record({"legacy_upload_guard": "blocked"}, "aaa", "legacy-client/1.0")
-    tracker.record({"legacy_upload_guard": "allowed"}, "aaa", "legacy-client/1.0")
-    tracker.record({"legacy_upload_guard": "allowed"}, "bbb", None)
-    tracker.record({"board_cards": "capped"}, "bbb", "x" * 500)
-    report = tracker.report()
-    guard = report["legacy_upload_guard"]
-    assert guard["requests"] == 7
-    assert guard["by_decision"] == {"blocked": 5, "allowed": 2}
-    first = guard["top_clients"][0]
-    assert (first["client"], first["user_agent"], first["requests"]) == ("aaa", "legacy-client/1.0", 6)
-    assert first["decisions"] == {"blocked": 5, "allowed": 1}
-    assert len(report["board_cards"]["top_clients"][0]["user_agent"]) == 200
+        counter.record({"legacy_upload_guard": "blocked"}, "aaa", "legacy-client/1.0", "acme")
+    clock.now += 10
+    counter.record({"legacy_upload_guard": "allowed"}, "aaa", "legacy-client/1.0", "acme")
+    counter.record({"board_cards": "capped"}, None, "x" * 500, None)
+    counter.record({}, "ignored", None, "acme")  # no decision: not deprecated use
+    assert counter.pending == 7
+    batch = counter.take()
+    assert batch is not None and batch.count == 7
+    hour = int(T0) // HOUR * HOUR
+    assert batch.totals() == {(hour, "legacy_uploads", "acme", "blocked"): (5, 0),
+                              (hour, "legacy_uploads", "acme", "allowed"): (1, 0),
+                              (hour, "board_cards", "none", "capped"): (1, 0)}
+    assert batch.untracked == {}
+    blocked = (hour, "legacy_uploads", "acme", "aaa", "legacy-client/1.0", "blocked")
+    allowed = (hour, "legacy_uploads", "acme", "aaa", "legacy-client/1.0", "allowed")
+    assert (batch.requests[blocked], batch.first_seen[blocked], batch.last_seen[blocked]) == (5, T0, T0)
+    assert (batch.requests[allowed], batch.first_seen[allowed], batch.last_seen[allowed]) == (1, T0 + 10, T0 + 10)
+    # No token, a User-Agent cut at 200 characters, a request refused before its tenant was known.
+    assert (hour, "board_cards", "none", "", "x" * 200, "capped") in batch.requests
 
 
-def test_old_buckets_leave_the_window() -> None:
+def test_clients_per_behaviour_and_hour_are_bounded_and_the_rest_counted_as_untracked() -> None:
     clock = FakeTime()
-    tracker = UsageTracker(window_seconds=600, buckets=6, clock=clock)
-    tracker.record({"p": "d"}, "old", None)
-    clock.now += 400
-    tracker.record({"p": "d"}, "new", None)
-    assert {c["client"] for c in tracker.report()["p"]["top_clients"]} == {"old", "new"}
-    clock.now += 300
-    assert {c["client"] for c in tracker.report()["p"]["top_clients"]} == {"new"}
-    clock.now += 700
-    assert tracker.report() == {}
+    counter = UsageCounter(max_clients=10, behaviours=GUARD, clock=clock)
+    for i in range(1000):
+        counter.record({"legacy_upload_guard": "blocked"}, f"client-{i}", None, "acme")
+    counter.record({"legacy_upload_guard": "allowed"}, "client-3", None, "acme")  # tracked: another decision too
+    batch = counter.take()
+    assert batch is not None and len(batch.requests) == 11
+    assert sum(batch.untracked.values()) == 990
+    assert sum(n for n, _ in batch.totals().values()) == 1001  # every request is in the totals
+    assert batch.totals()[(int(T0) // HOUR * HOUR, "legacy_uploads", "acme", "blocked")] == (1000, 990)
+    counter.written(batch)
+    counter.record({"legacy_upload_guard": "blocked"}, "client-999", None, "acme")  # still this hour: untracked
+    clock.now += HOUR  # a new hour: a new set of clients
+    counter.record({"legacy_upload_guard": "blocked"}, "client-999", None, "acme")
+    batch = counter.take()
+    assert batch is not None
+    assert [k[3] for k in batch.requests] == ["client-999"] and sum(batch.untracked.values()) == 1
 
 
-def test_memory_is_bounded_by_max_clients() -> None:
-    tracker = UsageTracker(window_seconds=600, buckets=1, max_clients=10, clock=FakeTime())
-    for i in range(10_000):
-        tracker.record({"p": "d"}, f"client-{i}", None)
-    report = tracker.report(top=1000)["p"]
-    assert len(report["top_clients"]) == 10
-    assert report["untracked_clients_requests"] == 9_990
-    assert report["requests"] == 10_000
+def test_a_batch_is_sent_again_as_it_was_until_it_is_written_and_memory_stays_bounded() -> None:
+    counter = UsageCounter(max_rows=100, behaviours=GUARD, clock=FakeTime())
+    for i in range(60):
+        counter.record({"legacy_upload_guard": "blocked"}, f"c{i}", None, "acme")
+    first = counter.take()
+    assert first is not None and len(first.requests) == 60
+    # The write failed: what arrives meanwhile is held apart, within the bound on rows held in all.
+    for i in range(60, 200):
+        counter.record({"legacy_upload_guard": "blocked"}, f"c{i}", None, "acme")
+    assert counter.take() is first  # the same batch, the same id
+    assert counter.pending == 200
+    counter.written(first)
+    second = counter.take()
+    assert second is not None and second.id != first.id
+    assert len(second.requests) == 40 and sum(second.untracked.values()) == 100  # the rest untracked
+    assert counter.dropped == 0 and counter.pending == 140
+    assert counter.discard() == 140 and counter.dropped == 140 and counter.take() is None
 
 
-def test_the_report_says_how_far_its_list_can_be_trusted() -> None:
-    tracker = UsageTracker(window_seconds=600, buckets=6, clock=FakeTime())
-    for client, n in (("a", 5), ("b", 3), ("c", 3), ("d", 1)):
-        for _ in range(n):
-            tracker.record({"p": "blocked"}, client, "ua", "acme")
-    tracker.record({"p": "allowed"}, "e", None, "globex")
-    cut = tracker.report(top=2)["p"]
-    assert [(r["client"], r["requests"]) for r in cut["top_clients"]] == [("a", 5), ("b", 3)]  # ties by name
-    assert cut["top_clients_complete"] is False and cut["unlisted_max"] == 3 and cut["top_clients_exact"] is True
-    assert cut["clients"] == 5 and cut["requests"] == 13
-    assert cut["by_tenant"] == {"acme": {"blocked": 12}, "globex": {"allowed": 1}}
-    assert cut["top_clients"][0]["tenant"] == "acme"
-    whole = tracker.report(top=5)["p"]
-    assert whole["top_clients_complete"] is True and whole["unlisted_max"] == 0
+def test_untracked_keys_are_bounded_too_and_what_is_not_kept_is_counted() -> None:
+    clock = FakeTime()
+    counter = UsageCounter(max_rows=3, clock=clock)
+    for i in range(3):
+        counter.record({"p": "d"}, f"c{i}", None, "t")  # the bound on client rows: reached
+    for i in range(5):  # a long outage: one new hour after another, each with a new client
+        clock.now += HOUR
+        counter.record({"p": "d"}, f"new{i}", None, "t")
+    assert counter.pending == 6 and counter.dropped == 2  # 3 rows, 3 hours of untracked requests
 
 
-def test_totals_count_clients_over_max_clients_too() -> None:
-    tracker = UsageTracker(window_seconds=600, buckets=1, max_clients=10, clock=FakeTime())
-    for i in range(30):
-        tracker.record({"p": "blocked" if i % 2 else "allowed"}, f"client-{i}", None, "acme")
-    report = tracker.report(top=100)["p"]
-    assert report["by_decision"] == {"allowed": 15, "blocked": 15}
-    assert report["by_tenant"] == {"acme": {"allowed": 15, "blocked": 15}}
-    assert report["untracked_clients_requests"] == 20 and report["requests"] == 30
+# --- windows and URLs -------------------------------------------------------------------------------------------
 
 
-# --- merging the reports of several processes (gateway.ops.fleet) ---------------------------------------------------
-
-import asyncio  # noqa: E402
-import random  # noqa: E402
-from typing import Any  # noqa: E402
-
-import pytest  # noqa: E402
-
-from gateway.ops import fleet  # noqa: E402
-from gateway.ops.fleet import Source, SourceError, collect, local_source  # noqa: E402
-from gateway.ops.usage import client_sort_key  # noqa: E402
-
-
-def _truth(trackers: list[UsageTracker], policy: str) -> dict[tuple[Any, Any, Any], dict[str, int]]:
-    """Every client's decisions over all the trackers, from their complete reports."""
-    out: dict[tuple[Any, Any, Any], dict[str, int]] = {}
-    for tracker in trackers:
-        for row in tracker.report(top=1_000_000).get(policy, {"top_clients": []})["top_clients"]:
-            key = (row["tenant"], row["client"], row["user_agent"])
-            decisions = out.setdefault(key, {})
-            for decision, n in row["decisions"].items():
-                decisions[decision] = decisions.get(decision, 0) + n
-    return out
+def test_windows_are_whole_hours() -> None:
+    now = T0 + 1800  # 10:30
+    assert parse_when("2h", now) == now - 7200
+    assert parse_when("30d", now) == now - 30 * 86400
+    assert parse_when("2026-10-01", now) == dt.datetime(2026, 10, 1, tzinfo=dt.UTC).timestamp()
+    berlin = dt.timezone(dt.timedelta(hours=1))
+    assert parse_when("2026-10-01T12:00", now, berlin) == dt.datetime(2026, 10, 1, 11, tzinfo=dt.UTC).timestamp()
+    assert window(now - 7200, now) == (int(T0) - 7200, int(T0) + 3600)  # 08:00 to 11:00
+    for bad in ("yesterday", "30", "5y", "2026-13-01"):
+        with pytest.raises(ValueError, match="neither a duration"):
+            parse_when(bad, now)
 
 
-def _expected_top(truth: dict[tuple[Any, Any, Any], dict[str, int]], top: int) -> list[tuple[Any, ...]]:
-    ranked = sorted(truth.items(), key=lambda kv: client_sort_key(sum(kv[1].values()), kv[0]))
-    return [(*key, sum(d.values()), d) for key, d in ranked[:top]]
+@pytest.mark.parametrize("url, expected", [
+    ("sqlite:///usage.sqlite3", "sqlite:///usage.sqlite3"),
+    ("sqlite:////var/lib/gateway/usage.sqlite3", "sqlite:////var/lib/gateway/usage.sqlite3"),
+    ("sqlite://", "sqlite://"),
+    ("postgresql://gw:pw@db:5432/ledger", "postgresql+psycopg://gw:pw@db:5432/ledger"),
+    ("postgres://gw:pw@db/ledger?sslmode=require", "postgresql+psycopg://gw:pw@db/ledger?sslmode=require"),
+    ("postgresql://gw@/ledger?host=/run/postgresql", "postgresql+psycopg://gw@/ledger?host=/run/postgresql"),
+])
+def test_database_urls(url: str, expected: str) -> None:
+    assert database_url(url) == expected
 
 
-def _rows(report: dict[str, Any]) -> list[tuple[Any, ...]]:
-    return [(r["tenant"], r["client"], r["user_agent"], r["requests"], r["decisions"]) for r in report["top_clients"]]
+@pytest.mark.parametrize("url, message", [
+    ("mysql://root:hunter2@db/x", "unsupported database 'mysql'"),
+    ("sqlite://relative.db", "sqlite:///relative/path"),
+    ("postgresql://gw:hunter2@db:5432", "names its database"),
+    ("postgresql://gw:hunter2@:5432/x", "names its host"),
+    ("hunter2", "expected sqlite:///PATH"),
+])
+def test_a_bad_url_is_refused_without_being_echoed(url: str, message: str) -> None:
+    config = {"tenants": [{"name": "t", "hosts": ["t.test"], "upstream": "http://127.0.0.1:1"}],
+              "usage": {"ledger": {"url": url}}}
+    with pytest.raises(ConfigError) as err:
+        parse_config(config)
+    [problem] = err.value.problems
+    assert problem.startswith("usage.ledger.url: ") and message in problem
+    assert "hunter2" not in str(err.value)
 
 
-def _replicas(seed: int, count: int, clients: int, requests: int) -> list[UsageTracker]:
-    rng = random.Random(seed)
-    trackers = [UsageTracker(window_seconds=600, buckets=6, clock=FakeTime()) for _ in range(count)]
-    weights = [rng.paretovariate(1.2) for _ in range(clients)]
-    for _ in range(requests):
-        client = rng.choices(range(clients), weights)[0]
-        tracker = trackers[rng.randrange(count)] if rng.random() < 0.7 else trackers[client % count]
-        tracker.record({"guard": rng.choice(("blocked", "blocked", "allowed"))}, f"c{client:03d}",
-                       f"sdk/{client % 3}", ("acme", "globex")[client % 2])
-    return trackers
+# --- the store, on SQLite and PostgreSQL ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed", range(40))
-async def test_the_merge_is_exact_for_counts_and_for_the_top_clients(seed: int) -> None:
-    trackers = _replicas(seed, count=2 + seed % 4, clients=5 + seed * 3, requests=300 + seed * 20)
-    top = 1 + seed % 7
-    collected = await collect([local_source(f"r{i}", t) for i, t in enumerate(trackers)], top)
-    merged = collected.report["guard"]
-    assert merged["top_clients_exact"] is True and collected.failed == {}
-    assert _rows(merged) == [tuple(row) for row in _expected_top(_truth(trackers, "guard"), top)]
-    singles = [t.report(top=1)["guard"] for t in trackers if t.report(top=1)]
-    assert merged["requests"] == sum(s["requests"] for s in singles)
-    by_decision: dict[str, int] = {}
-    for single in singles:
-        for decision, n in single["by_decision"].items():
-            by_decision[decision] = by_decision.get(decision, 0) + n
-    assert merged["by_decision"] == by_decision
+def test_the_migrations_create_the_schema_the_code_uses(store: Store) -> None:
+    with store.engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+    assert store.migrate() == ("0001", "0001")  # again: nothing to do
+    # The head the gateway compares with at start (without importing Alembic) is Alembic's own.
+    assert ScriptDirectory(str(MIGRATIONS)).get_current_head() == HEAD == store.revision()
 
 
-async def test_a_client_top_on_one_replica_only_and_one_top_nowhere_are_both_found() -> None:
-    trackers = [UsageTracker(window_seconds=600, buckets=6, clock=FakeTime()) for _ in range(4)]
-    # "spread" makes 8 requests on each replica (32 in all) and is never the first on any of them; "local" makes 30
-    # on replica 0 only; every replica also has a local champion with 9 to 12.
-    for i, tracker in enumerate(trackers):
-        for _ in range(8):
-            tracker.record({"guard": "blocked"}, "spread", None, "acme")
-        for _ in range(9 + i):
-            tracker.record({"guard": "blocked"}, f"champion-{i}", None, "acme")
-        for j in range(40):  # a long tail: the lists are cut short
-            tracker.record({"guard": "allowed"}, f"tail-{i}-{j}", None, "globex")
-    for _ in range(30):
-        trackers[0].record({"guard": "blocked"}, "local", None, "acme")
-    collected = await collect([local_source(f"r{i}", t) for i, t in enumerate(trackers)], top=2)
-    merged = collected.report["guard"]
-    assert [(r["client"], r["requests"]) for r in merged["top_clients"]] == [("spread", 32), ("local", 30)]
-    assert merged["top_clients_exact"] is True and merged["top_clients_complete"] is False
-    assert collected.rounds >= 2  # the first answers (22 clients each) could not decide it
-    assert merged["unlisted_max"] <= 30 and merged["requests"] == 4 * 8 + 9 + 10 + 11 + 12 + 4 * 40 + 30
+def test_batches_add_up_and_one_sent_twice_counts_once(store: Store) -> None:
+    clock = FakeTime()
+    a = UsageCounter(behaviours=GUARD, clock=clock)
+    b = UsageCounter(behaviours=GUARD, clock=clock)
+    for _ in range(3):
+        a.record({"legacy_upload_guard": "blocked"}, "c1", "ua", "acme")
+    clock.now -= 100
+    b.record({"legacy_upload_guard": "blocked"}, "c1", "ua", "acme")
+    clock.now += 500
+    b.record({"legacy_upload_guard": "blocked"}, "c1", "ua", "acme")
+    batch = a.take()
+    assert batch is not None
+    assert store.write(batch, T0) is True
+    assert store.write(batch, T0) is False  # its outcome was unknown, so it came again: not counted twice
+    _write(store, b)
+    report = store.report(Query(*window(T0 - 86400, T0 + 3600)))
+    assert report["behaviours"]["legacy_uploads"]["requests"] == 5
+    [row] = report["behaviours"]["legacy_uploads"]["top_clients"]
+    assert (row["requests"], row["first_seen"], row["last_seen"]) == (5, T0 - 100, T0 + 400)
 
 
-async def test_a_source_that_fails_on_a_later_round_leaves_an_honest_bound() -> None:
-    trackers = _replicas(7, count=3, clients=300, requests=3000)
-    calls: dict[str, int] = {}
+def test_two_writers_at_once_add_up_exactly(store: Store, ledger_url: str) -> None:
+    """Two stores (two processes' engines) upserting the same rows concurrently, many times."""
+    other = Store(expanded(ledger_url))
+    errors: list[BaseException] = []
 
-    def flaky(name: str, tracker: UsageTracker) -> Source:
-        async def fetch(top: int) -> Any:
-            calls[name] = calls.get(name, 0) + 1
-            if calls[name] > 1:
-                raise SourceError("gone quiet")
-            return tracker.report(top)
+    def writer(target: Store, offset: int) -> None:
+        try:
+            for round_ in range(20):
+                counter = UsageCounter(behaviours=GUARD, clock=FakeTime(T0 + offset + round_))
+                for i in range(50):
+                    counter.record({"legacy_upload_guard": "blocked"}, f"c{i}", "ua", "acme")
+                batch = counter.take()
+                assert batch is not None
+                target.write(batch, T0)
+        except BaseException as err:  # noqa: BLE001 - reported by the test
+            errors.append(err)
 
-        return Source(name, fetch)
-
-    collected = await collect([flaky(f"r{i}", t) for i, t in enumerate(trackers)], top=30)
-    truth = _truth(trackers, "guard")
-    merged = collected.report["guard"]
-    assert collected.failed and not merged["top_clients_exact"]
-    listed = {(r["tenant"], r["client"], r["user_agent"]): r for r in merged["top_clients"]}
-    for key, decisions in truth.items():
-        true = sum(decisions.values())
-        if key in listed:
-            row = listed[key]
-            assert row["requests"] <= true <= row.get("requests_max", row["requests"])
-        else:
-            assert true <= merged["unlisted_max"]
-
-
-async def test_max_top_bounds_the_questions_and_the_answer_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fleet, "MAX_TOP", 6)
-    trackers = _replicas(3, count=3, clients=80, requests=1500)
-    collected = await collect([local_source(f"r{i}", t) for i, t in enumerate(trackers)], top=5)
-    merged = collected.report["guard"]
-    truth = _truth(trackers, "guard")
-    listed = {(r["tenant"], r["client"], r["user_agent"]): r for r in merged["top_clients"]}
-    for key, decisions in truth.items():
-        true = sum(decisions.values())
-        if key in listed:
-            assert listed[key]["requests"] <= true <= listed[key].get("requests_max", listed[key]["requests"])
-        else:
-            assert true <= merged["unlisted_max"]
-    assert collected.rounds <= 3
+    threads = [threading.Thread(target=writer, args=(s, i)) for i, s in enumerate((store, other))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    other.close()
+    assert errors == []
+    report = store.report(Query(*window(T0, T0 + 60), top=None))["behaviours"]["legacy_uploads"]
+    assert report["requests"] == 2000 and report["clients"] == 50
+    assert {row["requests"] for row in report["top_clients"]} == {40}
 
 
-async def test_a_report_from_an_older_gateway_is_read_with_the_bounds_its_list_implies() -> None:
-    old = {"guard": {"window_seconds": 600, "requests": 7, "by_decision": {"blocked": 7},
-                     "untracked_clients_requests": 0,
-                     "top_clients": [{"client": "a", "user_agent": None, "requests": 5, "decisions": {"blocked": 5},
-                                      "last_seen": 1.0},
-                                     {"client": "b", "user_agent": None, "requests": 2, "decisions": {"blocked": 2},
-                                      "last_seen": 2.0}]}}
-
-    async def fetch(top: int) -> Any:
-        return old
-
-    collected = await collect([Source("old", fetch), Source("old-2", fetch)], top=1)
-    merged = collected.report["guard"]
-    assert [(r["client"], r["requests"]) for r in merged["top_clients"]] == [("a", 10)]
-    assert merged["requests"] == 14 and merged["top_clients_exact"] is True
-
-
-async def test_a_worker_that_has_exited_is_left_out_and_one_that_fails_is_named() -> None:
-    tracker = UsageTracker(clock=FakeTime())
-    tracker.record({"guard": "blocked"}, "a", None, "acme")
-
-    async def gone(top: int) -> Any:
-        raise fleet.SourceGone("worker 2")
-
-    async def broken(top: int) -> Any:
-        raise SourceError("no answer within 5s")
-
-    collected = await collect([local_source("worker 1", tracker), Source("worker 2", gone)], top=3)
-    assert collected.answered == ["worker 1"] and collected.failed == {}
-    assert collected.report["guard"]["requests"] == 1
-    collected = await collect([local_source("worker 1", tracker), Source("worker 3", broken)], top=3)
-    assert collected.failed == {"worker 3": "no answer within 5s"}
+def test_reports_filter_order_and_count_by_day(store: Store) -> None:
+    clock = FakeTime()
+    counter = UsageCounter(behaviours=GUARD, clock=clock)
+    for _ in range(4):
+        counter.record({"legacy_upload_guard": "blocked"}, "busy", "old-sdk", "acme")
+    counter.record({"board_cards": "capped"}, "busy", "old-sdk", "acme")
+    clock.now += 2 * 86400  # two days later
+    counter.record({"legacy_upload_guard": "allowed"}, "recent", None, "oldco")
+    _write(store, counter)
+    everything = store.report(Query(*window(T0 - 86400, T0 + 3 * 86400)))
+    assert list(everything["behaviours"]) == ["board_cards", "legacy_uploads"]
+    uploads = everything["behaviours"]["legacy_uploads"]
+    assert uploads["by_decision"] == {"blocked": 4, "allowed": 1}
+    assert uploads["by_tenant"] == {"acme": {"blocked": 4}, "oldco": {"allowed": 1}}
+    assert [r["client"] for r in uploads["top_clients"]] == ["busy", "recent"]
+    recent = store.report(Query(*window(T0 - 86400, T0 + 3 * 86400), order="recent", top=1))
+    [row] = recent["behaviours"]["legacy_uploads"]["top_clients"]
+    assert (row["client"], row["user_agent"], row["decisions"]) == ("recent", None, {"allowed": 1})
+    oldco = store.report(Query(*window(T0 - 86400, T0 + 3 * 86400), tenant="oldco", behaviour="legacy_uploads"))
+    assert list(oldco["behaviours"]) == ["legacy_uploads"] and oldco["behaviours"]["legacy_uploads"]["requests"] == 1
+    first_day = store.report(Query(*window(T0, T0 + 3600)))
+    assert first_day["behaviours"]["legacy_uploads"]["requests"] == 4  # the window is whole hours
+    day = int(T0) // 86400 * 86400
+    assert store.daily(*window(T0 - 86400, T0 + 3 * 86400)) == [
+        ("acme", "board_cards", day, 1), ("acme", "legacy_uploads", day, 4),
+        ("oldco", "legacy_uploads", day + 2 * 86400, 1)]
 
 
-def test_name_port_parsing() -> None:
-    assert fleet.parse_name_port("deprecation-gateway-admin-pods:9090") == ("deprecation-gateway-admin-pods", 9090)
-    assert fleet.parse_name_port("[::1]:9090") == ("::1", 9090)
-    for bad in ("pods", "pods:", ":9090", "pods:0", "pods:70000", "pods:x"):
-        with pytest.raises(ValueError):
-            fleet.parse_name_port(bad)
-
-
-async def test_discover_returns_one_url_per_address(monkeypatch: pytest.MonkeyPatch) -> None:
-    import socket
-
-    async def fake(host: str, port: int, **kwargs: Any) -> list[Any]:
-        assert host == "pods.test" and port == 9090
-        return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("fd00::2", 9090, 0, 0)),
-                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.7", 9090)),
-                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.7", 9090)),
-                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.5", 9090))]
-
-    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", fake)
-    assert await fleet.discover("pods.test", 9090) == [
-        "http://10.0.0.5:9090", "http://10.0.0.7:9090", "http://[fd00::2]:9090"]
-
-
-async def test_a_source_whose_answer_is_not_a_usage_report_is_named_as_failed() -> None:
-    tracker = UsageTracker(clock=FakeTime())
-    tracker.record({"guard": "blocked"}, "a", None, "acme")
-
-    async def odd(top: int) -> Any:
-        return {"guard": {"top_clients": "not a list"}}
-
-    collected = await collect([local_source("worker 1", tracker), Source("worker 2", odd)], top=3)
-    assert collected.failed == {"worker 2": "the answer is not a usage report (policy 'guard')"}
-    assert collected.report["guard"]["requests"] == 1
+def test_retention_deletes_whole_hours_before_the_cut(store: Store) -> None:
+    clock = FakeTime(T0 - 40 * 86400)
+    counter = UsageCounter(behaviours=GUARD, clock=clock)
+    counter.record({"legacy_upload_guard": "blocked"}, "old", None, "acme")
+    clock.now = T0
+    counter.record({"legacy_upload_guard": "blocked"}, "new", None, "acme")
+    _write(store, counter)
+    cut = int(T0 - 30 * 86400) // HOUR * HOUR
+    assert store.prune(cut, T0 - 7 * 86400) == 2  # the old hour's total and client row
+    report = store.report(Query(*window(T0 - 50 * 86400, T0 + 3600)))["behaviours"]["legacy_uploads"]
+    assert report["requests"] == 1 and [r["client"] for r in report["top_clients"]] == ["new"]

@@ -11,7 +11,8 @@ This is the whole interface a policy works with. A policy is ``async def policy(
 - **response head**: what ``next`` returns is a ``Reply`` whose head has not been sent: the policy edits
   ``reply.headers`` (and status) before returning it; the chain unwinds innermost first;
 - **response body**: it may add a ``ResponseBodyFilter`` (``reply.add_filter``), which sees each chunk as it is
-  written, or ask for the whole body up to a bound (``await reply.read(cap)``) and replace it (``reply.set_body``).
+  written, or ask for the whole body up to a bound (``await reply.read(cap)``; ``reply.read_pieces(cap, each)`` keeps
+  it as the pieces it arrived in and hands each to ``each`` as it comes) and replace it (``reply.set_body``).
 
 A policy that does more than pass the request on (a migration bridge) has two more services of the proxy core:
 ``await exchange.fetch(method, path, ..., purpose=...)`` sends a request of its own to the tenant's upstream and gets
@@ -232,6 +233,21 @@ class _Prefixed(Body):
         self._source.close()
 
 
+class _InHand(Body):
+    """A body read whole and kept as the pieces it arrived in (``Reply.read_pieces``), not joined."""
+
+    def __init__(self, pieces: list[bytes], size: int) -> None:
+        self.pieces = pieces
+        self.length = size
+
+    async def chunks(self, *, as_they_come: bool = False) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            yield piece
+
+    def close(self) -> None:
+        return
+
+
 async def _one(data: bytes) -> AsyncIterator[bytes]:
     if data:
         yield data
@@ -351,7 +367,7 @@ class Reply:
     @property
     def streamed(self) -> bool:
         """Whether the body is still to be read from its source (False: it is in hand, ``read`` costs nothing)."""
-        return not isinstance(self._body, bytes)
+        return not isinstance(self._body, (bytes, _InHand))
 
     def add_filter(self, response_filter: ResponseBodyFilter) -> None:
         self._filters.append(response_filter)
@@ -368,28 +384,53 @@ class Reply:
             if len(body) > cap or (budget is not None and not budget.take(len(body))):
                 raise BodyTooLarge()
             return body
+        pieces = await self.read_pieces(cap, budget=budget)
+        if sum(map(len, pieces)) < _JOIN_ON_LOOP:
+            data = b"".join(pieces)
+        else:
+            # A large body is joined on a worker thread (the copy lets the GIL go): the event loop is not held.
+            data = await asyncio.get_running_loop().run_in_executor(None, b"".join, pieces)
+        self._body = data
+        return data
+
+    async def read_pieces(self, cap: int, each: Callable[[bytes], object] | None = None, *,
+                          budget: Budget | None = None) -> list[bytes]:
+        """Like ``read``, but the body stays the pieces it arrived in (no copy of it is made to join them); they
+        become the reply's body, sent as they are unless it is replaced. ``each`` is called with every piece as it
+        arrives, between the event loop's other work: a reader that works on the body as it comes never holds the
+        loop for the whole body at once. Over the cap, over the budget and on a source that fails part way: as
+        ``read``.
+        """
+        body = self._body
+        if not self._filters and isinstance(body, (bytes, _InHand)):
+            pieces = body.pieces if isinstance(body, _InHand) else [body] if body else []
+            size = sum(map(len, pieces))
+            # A body already read in pieces took its budget then; bytes in hand take theirs now.
+            if size > cap or (budget is not None and isinstance(body, bytes) and not budget.take(size)):
+                raise BodyTooLarge()
+            if each is not None:
+                for piece in pieces:
+                    each(piece)
+            return pieces
         source = self.take_body()
         assert not isinstance(source, bytes)
-        pieces = source.chunks(as_they_come=True)
+        stream = source.chunks(as_they_come=True)
         chunks: list[bytes] = []
         size = 0
         try:
-            async for piece in pieces:
+            async for piece in stream:
                 chunks.append(piece)
                 size += len(piece)
                 if size > cap or (budget is not None and not budget.take(len(piece))):
-                    self._body = _Prefixed(chunks, pieces, source, source.length)
+                    self._body = _Prefixed(chunks, stream, source, source.length)
                     raise BodyTooLarge()
+                if each is not None:
+                    each(piece)
         except BodyBroken as broken:
             self._become(broken.reply)
             raise BodyUnavailable() from broken
-        if size < _JOIN_ON_LOOP:
-            data = b"".join(chunks)
-        else:
-            # A large body is joined on a worker thread (the copy lets the GIL go): the event loop is not held.
-            data = await asyncio.get_running_loop().run_in_executor(None, b"".join, chunks)
-        self._body = data
-        return data
+        self._body = _InHand(chunks, size)
+        return chunks
 
     def discard(self) -> None:
         """Let a streamed body go unread: for a policy that answers with another reply than the one it got."""

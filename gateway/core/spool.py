@@ -81,10 +81,15 @@ class SpoolArea:
     def directory(self, path: str | None = None) -> SpoolDirectory:
         """The directory ``path`` (default: ``spool.dir``, else the system's temporary one), swept of the files of
         processes that are gone the first time this process asks for it (at start, when the policies are built)."""
-        resolved = path or self.default_dir or tempfile.gettempdir()
+        resolved = path or self.default_dir or _system_temp_dir()
         found = self._swept.get(resolved)
         if found is None:
             found = self._swept[resolved] = SpoolDirectory(self, resolved)
+            if not resolved:
+                # A read-only container with no tmpfs: the gateway serves; a request that must spool gets the 503.
+                log.warning("spool: no writable temporary directory (set spool.dir): a request that must spool "
+                            "bytes will be answered 503")
+                return found
             swept = sweep(resolved)
             if swept:
                 log.warning("spool: removed %d file(s) left in %s by a process that is gone", swept, resolved)
@@ -109,6 +114,8 @@ class SpoolDirectory:
 
     async def open(self) -> SpoolFile:
         """A new spool file; ``SpoolError`` when it cannot be made."""
+        if not self.path:
+            raise SpoolError("cannot create a spool file: no writable temporary directory (set spool.dir)")
         try:
             return await asyncio.to_thread(SpoolFile, self.area, self.path)
         except OSError as err:
@@ -167,6 +174,14 @@ class SpoolFile:
         self.size = 0
 
 
+def _system_temp_dir() -> str:
+    """The system's temporary directory, or "" where none is writable."""
+    try:
+        return tempfile.gettempdir()
+    except OSError:
+        return ""
+
+
 def sweep(directory: str) -> int:
     """Remove the spool files in ``directory`` that no live process holds (their lock is free); returns how many.
     An empty one is left for ``_EMPTY_GRACE`` seconds: its process may not have locked it yet."""
@@ -189,9 +204,11 @@ def sweep(directory: str) -> int:
             info = os.fstat(fd)
             if info.st_size == 0 and now - info.st_mtime < _EMPTY_GRACE:
                 continue
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 path.unlink()
-                removed += 1
+            except OSError:
+                continue  # gone already, or a directory it may read but not change
+            removed += 1
         finally:
             os.close(fd)
     return removed

@@ -1,1 +1,1 @@
-"""Operations: metrics, the access log, the usage report, the admin listener and the worker supervisor."""
+"""Operations: metrics, the access log, the usage ledger, the admin listener and the worker supervisor."""

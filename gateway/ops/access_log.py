@@ -1,4 +1,4 @@
-"""One record per request: its metrics, its entry in the usage report, and one JSON access-log line.
+"""One record per request: its metrics, its count in the usage ledger, and one JSON access-log line.
 
 The edge calls ``Recorder.record`` once per request, from the ``finally`` around everything it does for it
 (classification, the chain, writing the answer), however the request ends: answered, refused before routing,
@@ -25,7 +25,7 @@ from ..core.exchange import Exchange, SubRequest
 from ..core.http import token_fingerprint
 from ..core.tracecontext import TraceContext
 from .metrics import NO_TENANT, Metrics
-from .usage import UsageTracker
+from .usage import UsageCounter
 
 __all__ = ("AccessLogWriter", "LineSink", "Recorder", "SubRequestFamilies")
 
@@ -61,7 +61,7 @@ class LineSink(Protocol):
 class Recorder:
     """Turns a finished request into its metrics, its usage entry and its access-log line."""
 
-    def __init__(self, metrics: Metrics, usage: UsageTracker | None, sink: LineSink | None, *, observe: bool = True):
+    def __init__(self, metrics: Metrics, usage: UsageCounter | None, sink: LineSink | None, *, observe: bool = True):
         self.metrics = metrics
         self.usage = usage
         self.sink = sink  # None: no lines, metrics only

@@ -1,28 +1,47 @@
 """The admin listener (its own address, loopback by default): metrics, liveness, readiness, effective config,
-rollout, the usage report, and the status page that shows them to people."""
+rollout, the usage report, and the status page that shows them to people.
+
+Closed by default to what it need not serve (``_guard``): /livez and /readyz answer anyone; every other path needs
+``server.admin_token`` (or to be opened on purpose in ``server.admin_open``), and answers only requests whose
+``Host`` is one the listener is known by: an IP address, ``localhost``, or a name in ``server.admin_hosts``. A
+DNS-rebinding page in an operator's browser sends its own host name, so it never reads /config. The settings are
+read from the config in force at each request: a reload applies a new token at once.
+
+The token is taken as ``Authorization: Bearer <token>`` (Prometheus, scripts, ``gateway usage``), as HTTP Basic with
+the token as password (a browser's own prompt), or as a cookie: a browser opens any admin page once with
+``?token=<token>`` and is redirected to the same page without it, holding an HttpOnly, SameSite=Strict cookie whose
+value is derived from the token (never the token itself).
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import datetime as dt
+import hashlib
+import hmac
+import ipaddress
 import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.multiprocess import MultiProcessCollector
+from aiohttp import hdrs, web
+from multidict import CIMultiDict
+from prometheus_client import CONTENT_TYPE_LATEST
 
+from ..core.tenants import canonical_host
 from ..rollout import Clock, RolloutPlan, report
-from .fleet import Collected, collect, local_source, parse_top
+from .ledger import DEFAULT_SINCE, Ledger, LedgerUnavailable, Query, parse_when, window
 from .metrics import Metrics
 from .status import ConfigHistory, config_digest, shown_config, status_data
 from .status_page import CONTENT_SECURITY_POLICY, render_page
-from .usage import UsageTracker
-from .workers import Peers
 
 if TYPE_CHECKING:
     from ..config import LoadedConfig
     from ..core.routing import RouteTable
 
-__all__ = ("Served", "make_admin_app")
+__all__ = ("COOKIE", "MAX_TOP", "Served", "cookie_value", "known_host", "make_admin_app", "usage_query")
 
 
 class ServedState(Protocol):
@@ -39,7 +58,7 @@ class Served(Protocol):
 
     metrics: Metrics
     clock: Clock
-    usage: UsageTracker
+    ledger: Ledger | None  # None: usage.ledger.enabled is false
     ready: bool
 
     @property
@@ -48,20 +67,115 @@ class Served(Protocol):
 
 _GATEWAY: web.AppKey[Served] = web.AppKey("gateway")
 _HISTORY: web.AppKey[ConfigHistory] = web.AppKey("history")
-_PEERS: web.AppKey[Peers | None] = web.AppKey("peers")
+
+# The most clients /deprecations?top= lists per behaviour.
+MAX_TOP = 100_000
+# The clients the status page lists per behaviour (most recently seen first).
+_PAGE_CLIENTS = 50
+
+
+# --- the guard: Host, then the token ---------------------------------------------------------------------------
+
+_ALWAYS_OPEN = frozenset({"/livez", "/readyz"})
+# Paths opened (admin_open) under another path's name: the status page's data, its redirect and its icon.
+_OPENED_AS = {"/status.json": "/status", "/": "/status", "/favicon.ico": "/status"}
+COOKIE = "gateway_admin"
+_REALM = 'realm="gateway admin"'
+
+
+def cookie_value(token: str) -> str:
+    """The admin cookie for ``token``: a MAC of a fixed text under the token, so the cookie never shows the token
+    (and stops working when the token is changed)."""
+    return hmac.new(token.encode(), b"gateway admin cookie v1", hashlib.sha256).hexdigest()
+
+
+def known_host(host: str | None, names: frozenset[str] | list[str]) -> bool:
+    """Whether the admin listener answers a request with this ``Host``: an IP address (a rebinding page can only
+    send its own host name), ``localhost``, or a configured name (``*.suffix`` wildcards as for tenants)."""
+    if not host:
+        return False
+    name = canonical_host(host)
+    try:
+        ipaddress.ip_address(name[1:-1] if name.startswith("[") else name)
+        return True
+    except ValueError:
+        pass
+    if name == "localhost" or name in names:
+        return True
+    return any(pattern.startswith("*.") and name.endswith(pattern[1:]) for pattern in names)
+
+
+def _error(status: int, code: str, message: str, *challenges: str) -> web.Response:
+    headers = CIMultiDict({"Cache-Control": "no-store"})
+    for challenge in challenges:  # one header each: browsers read one challenge per WWW-Authenticate line
+        headers.add(hdrs.WWW_AUTHENTICATE, challenge)
+    return web.json_response({"code": code, "message": message}, status=status, headers=headers)
+
+
+def _presented(request: web.Request) -> list[str]:
+    """Every credential the request carries: a bearer token, a Basic password, the admin cookie."""
+    found = []
+    authorization = request.headers.get(hdrs.AUTHORIZATION, "")
+    scheme, _, value = authorization.strip().partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        found.append(value.strip())
+    elif scheme.lower() == "basic":
+        try:
+            found.append(base64.b64decode(value.strip(), validate=True).decode().partition(":")[2])
+        except (binascii.Error, UnicodeDecodeError):
+            pass
+    return found
+
+
+def _authorized(request: web.Request, token: str) -> bool:
+    wanted = token.encode()
+    if any(hmac.compare_digest(given.encode(), wanted) for given in _presented(request)):
+        return True
+    cookie = request.cookies.get(COOKIE)
+    return cookie is not None and hmac.compare_digest(cookie.encode(), cookie_value(token).encode())
+
+
+def _without_token(request: web.Request) -> str:
+    """The page asked for, relative to itself (the listener may sit behind a path prefix), without ``token``."""
+    query = request.rel_url.without_query_params("token").raw_query_string
+    return (request.path.rsplit("/", 1)[-1] or "./") + (f"?{query}" if query else "")
+
+
+@web.middleware
+async def _guard(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                 ) -> web.StreamResponse:
+    if request.path in _ALWAYS_OPEN:
+        return await handler(request)  # probes: kubelet and load balancers send no token
+    server = request.app[_GATEWAY].state.config.model.server
+    hosts = request.headers.getall(hdrs.HOST, [])
+    if len(hosts) != 1 or not known_host(hosts[0], server.admin_hosts):
+        return _error(421, "UNKNOWN_HOST", "the admin listener does not answer for this Host: use its IP address, "
+                      "localhost, or a name listed in server.admin_hosts")
+    if _OPENED_AS.get(request.path, request.path) in server.admin_open_paths():
+        return await handler(request)
+    token = server.admin_token
+    if token is None:
+        return _error(403, "ADMIN_CLOSED", "server.admin_token is not set: this admin path is closed (only /livez and "
+                      "/readyz, and the paths in server.admin_open, are served)")
+    if "token" in request.rel_url.query:
+        if not hmac.compare_digest(request.rel_url.query["token"].encode(), token.encode()):
+            return _error(401, "UNAUTHORIZED", "the token is not the admin token")
+        # Once: the token leaves the address bar (and the browser's history) for a cookie.
+        response = web.Response(status=303, headers={hdrs.LOCATION: _without_token(request),
+                                                     "Cache-Control": "no-store"})
+        response.set_cookie(COOKIE, cookie_value(token), httponly=True, samesite="Strict")
+        return response
+    if _authorized(request, token):
+        return await handler(request)
+    return _error(401, "UNAUTHORIZED", "this admin path needs the admin token (server.admin_token): send "
+                  "'Authorization: Bearer <token>' (gateway usage: set GATEWAY_ADMIN_TOKEN), or open the page once "
+                  "with ?token=<token> in a browser",
+                  f"Basic {_REALM}", f"Bearer {_REALM}")
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    gateway = request.app[_GATEWAY]
-    # The phase gauge is right at every scrape, even when no board request has come in since a date passed.
-    gateway.state.rollout.publish(gateway.metrics.rollout_phase, gateway.clock.now().timestamp())
-    if gateway.metrics.multiprocess:
-        # Several workers: every worker's values, read from the shared directory (any worker may answer).
-        registry = CollectorRegistry()
-        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        body = generate_latest(registry)
-    else:
-        body = generate_latest(gateway.metrics.registry)
+    # Under --workers: every worker's values, read from the shared directory (any worker may answer).
+    body = request.app[_GATEWAY].metrics.scrape()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
@@ -89,37 +203,74 @@ async def _rollout(request: web.Request) -> web.Response:
     return web.json_response(report(gateway.state.rollout, gateway.clock.now()))
 
 
-async def _usage(app: web.Application, top: int) -> Collected:
-    """The usage report of the whole process: this worker's, merged with every sibling's under --workers N."""
-    usage = app[_GATEWAY].usage
-    peers = app[_PEERS]
-    sources = peers.sources(usage) if peers is not None else [local_source("this process", usage)]
-    return await collect(sources, top)
+def usage_query(params: Mapping[str, str], *, now: float, tz: dt.tzinfo, top: int = 20,
+                order: str = "requests") -> Query:
+    """A ledger query from ``since``, ``until`` (30d, 12h, 2w, or an ISO date or time, read in ``tz``), ``tenant``,
+    ``behaviour``, ``top`` and ``order`` (requests, recent); ValueError naming the bad one."""
+    since = parse_when(params.get("since") or DEFAULT_SINCE, now, tz)
+    until = parse_when(params["until"], now, tz) if params.get("until") else now
+    if until <= since:
+        raise ValueError("until must be after since")
+    text = params.get("top")
+    if text is not None:
+        try:
+            top = int(text)
+        except ValueError:
+            top = 0
+        if not 1 <= top <= MAX_TOP:
+            raise ValueError(f"top must be an integer from 1 to {MAX_TOP}")
+    order = params.get("order", order)
+    if order not in ("requests", "recent"):
+        raise ValueError("order must be requests or recent")
+    start, end = window(since, until)
+    return Query(start, end, tenant=params.get("tenant") or None, behaviour=params.get("behaviour") or None,
+                 top=top, order="recent" if order == "recent" else "requests")
+
+
+def _problem(status: int, code: str, message: str) -> web.Response:
+    return web.json_response({"code": code, "message": message}, status=status)
+
+
+_LEDGER_OFF = "the usage ledger is off (usage.ledger.enabled: false): no usage is recorded"
 
 
 async def _deprecations(request: web.Request) -> web.Response:
+    gateway = request.app[_GATEWAY]
     try:
-        top = parse_top(request.query.get("top", "20"))
+        query = usage_query(request.query, now=time.time(), tz=gateway.state.config.model.rollout.tzinfo)
     except ValueError as err:
-        return web.json_response({"code": "BAD_QUERY", "message": str(err)}, status=400)
-    collected = await _usage(request.app, top)
-    if collected.failed:
-        # Never a silently partial report: the caller (gateway usage, a script) would count wrong.
-        missing = "; ".join(f"{name}: {why}" for name, why in sorted(collected.failed.items()))
-        return web.json_response({"code": "WORKERS_UNAVAILABLE", "message": f"not every worker answered ({missing})",
-                                  "failed": collected.failed}, status=503)
-    return web.json_response(collected.report)
+        return _problem(400, "BAD_QUERY", str(err))
+    if gateway.ledger is None:
+        return _problem(404, "LEDGER_OFF", _LEDGER_OFF)
+    try:
+        return web.json_response(await gateway.ledger.report(query))
+    except LedgerUnavailable as err:
+        return _problem(503, "LEDGER_UNAVAILABLE", str(err))
 
 
 async def _status_data(request: web.Request) -> dict[str, Any]:
     gateway = request.app[_GATEWAY]
     state = gateway.state
-    collected = await _usage(request.app, 20)
-    peers = request.app[_PEERS]
+    ledger = gateway.ledger
+    wall = time.time()
+    usage: dict[str, Any] | None = None
+    daily: list[tuple[str, str, int, int]] = []
+    problem: str | None = None
+    query = usage_query(request.query, now=wall, tz=state.config.model.rollout.tzinfo, top=_PAGE_CLIENTS,
+                        order="recent")
+    if ledger is None:
+        problem = _LEDGER_OFF
+    else:
+        try:
+            usage = await ledger.report(query)
+            # Requests per day for the charts: everything retention keeps (a few rows per day and company).
+            daily = await ledger.daily(*window(wall - ledger.options.retention_days * 86400, wall))
+        except LedgerUnavailable as err:
+            problem = str(err)
     return status_data(
         config=state.config, plan=state.rollout, clock=gateway.clock, history=request.app[_HISTORY],
-        usage=collected.report, usage_sources=collected.answered if peers is not None else (),
-        usage_failed=collected.failed,
+        usage=usage, daily=daily, ledger=ledger.status() if ledger is not None else None, usage_problem=problem,
+        wall=wall,
     )
 
 
@@ -132,12 +283,19 @@ _PAGE_HEADERS = {
 
 
 async def _status(request: web.Request) -> web.Response:
-    page = render_page(await _status_data(request))
+    try:
+        data = await _status_data(request)
+    except ValueError as err:
+        return _problem(400, "BAD_QUERY", str(err))
+    page = render_page(data)
     return web.Response(text=page, content_type="text/html", charset="utf-8", headers=_PAGE_HEADERS)
 
 
 async def _status_json(request: web.Request) -> web.Response:
-    data = await _status_data(request)
+    try:
+        data = await _status_data(request)
+    except ValueError as err:
+        return _problem(400, "BAD_QUERY", str(err))
     return web.json_response(data, dumps=_dumps, headers={"Cache-Control": "no-store",
                                                           "X-Content-Type-Options": "nosniff"})
 
@@ -154,13 +312,11 @@ async def _favicon(request: web.Request) -> web.Response:
     return web.Response(status=204)  # browsers ask for one; the page has none (and logs no error for it)
 
 
-def make_admin_app(gateway: Served, *, history: ConfigHistory | None = None, peers: Peers | None = None) -> web.Application:
-    """``history``: the config's load and reload times (``gateway serve`` keeps it; by default, loaded now);
-    ``peers``: this worker's siblings under ``--workers N`` (their usage reports are merged into this one's)."""
-    app = web.Application()
+def make_admin_app(gateway: Served, *, history: ConfigHistory | None = None) -> web.Application:
+    """``history``: the config's load and reload times (``gateway serve`` keeps it; by default, loaded now)."""
+    app = web.Application(middlewares=[_guard])
     app[_GATEWAY] = gateway
     app[_HISTORY] = history if history is not None else ConfigHistory()
-    app[_PEERS] = peers
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/livez", _livez)
     app.router.add_get("/readyz", _readyz)

@@ -4,27 +4,39 @@ The access log never carries a token or a query string by construction (``access
 quotes exceptions, and an exception's text is not the gateway's to choose: an aiohttp error can name the URL it was
 asked for, signed query and all, and a traceback can show a header value. So the formatter redacts, in the whole
 formatted record (message and traceback), the query string of any URL and the credentials after an
-``Authorization`` scheme (``Bearer``, ``Basic``, ...), and the ``user:password@`` of a URL.
+``Authorization`` scheme (``Bearer``, ``Basic``, ...), and the userinfo (``user:password@``) of any URL, as the URL
+parser reads it (``core.redaction``). Given the loaded config's secrets (``use_secrets``: its ``${NAME}`` values,
+its admin token, every spelling of its upstreams' credentials), it masks those wherever they appear too.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
+
+from ..core.redaction import without_userinfo
 
 __all__ = ("RedactingFormatter", "redact")
 
 _URL_QUERY_RE = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s?#'\"<>]*)\?[^\s#'\"<>]*")
-_URL_USERINFO_RE = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^\s/@'\"<>]+@")
 _CREDENTIALS_RE = re.compile(r"\b(Bearer|Basic|Digest|Token|Negotiate)\s+[A-Za-z0-9._~+/=:-]+", re.IGNORECASE)
 
 
 def redact(text: str) -> str:
-    text = _URL_QUERY_RE.sub(r"\1?<redacted>", text)
-    text = _URL_USERINFO_RE.sub(r"\1<redacted>@", text)
+    text = without_userinfo(_URL_QUERY_RE.sub(r"\1?<redacted>", text))
     return _CREDENTIALS_RE.sub(r"\1 <redacted>", text)
 
 
 class RedactingFormatter(logging.Formatter):
+    _secrets: Callable[[str], str] | None = None
+
+    def use_secrets(self, redact_secrets: Callable[[str], str]) -> None:
+        """The loaded config's own redaction (``Secrets.redact``), applied first; replaced on every reload."""
+        self._secrets = redact_secrets
+
     def format(self, record: logging.LogRecord) -> str:
-        return redact(super().format(record))
+        text = super().format(record)
+        if self._secrets is not None:
+            text = self._secrets(text)
+        return redact(text)

@@ -2,20 +2,31 @@
 
 Labels are tenant names (from the config; ``none`` for a request refused before its tenant was known), route names,
 methods, status classes, decisions and phases: never raw paths, ids, hosts or tokens.
+
+Under ``--workers N`` (prometheus-client's multiprocess mode) every worker writes its values to files in one
+directory, and the worker that answers a scrape reads them all (``scrape``). prometheus-client makes a worker's file
+by opening it (empty) and then sizing it and writing its header: a scrape that lists the directory in between finds
+a file shorter than the header, which prometheus-client's reader cannot unpack (``struct.error``, a 500). A file
+also vanishes while a scrape reads the directory when the supervisor clears a dead worker's live gauges, or when the
+workers leave. So the scrape reads the files that hold a header, and lists them again if one vanished: a file
+without a header holds no sample yet, and a vanished one belongs to a worker that is gone.
 """
 
 from __future__ import annotations
 
+import glob
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar, cast
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metric, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
 
 from .. import __version__
 from .local_metrics import LocalCounter, LocalGauge, LocalHistogram
 
-__all__ = ("NO_TENANT", "Metrics")
+__all__ = ("NO_TENANT", "Metrics", "PhaseCollector", "scrape")
 
 F = TypeVar("F")
 
@@ -86,12 +97,10 @@ class Metrics:
             registry=r,
         )
         self.connections_open = self._live_gauge("gateway_connections_open", "Client connections open now.")
-        self.rollout_phase = Gauge(
-            "gateway_rollout_phase", "1 for the phase in force now per tenant and dated behaviour, 0 for the others.",
-            # With --workers: each sample from the worker that wrote it last (every scrape rewrites them all), so a
-            # worker that has not answered a scrape since a date passed cannot keep an old phase at 1.
-            ("tenant", "behaviour", "phase"), registry=r, multiprocess_mode="livemostrecent",
-        )
+        # Computed at each scrape from the plan in force and the clock (never stored): a date that passes, a reload
+        # that drops a tenant, and a scrape answered by any worker all show the phases of now.
+        self.rollout_phase = PhaseCollector()
+        r.register(self.rollout_phase)
         self.config_reloads = Counter(
             "gateway_config_reloads", "Configuration reloads (SIGHUP), by result (success, failure).", ("result",),
             registry=r,
@@ -139,6 +148,15 @@ class Metrics:
                 up = self._upstream_children[route] = self.upstream_duration.labels(route)
             up.observe(upstream)
 
+    def scrape(self) -> bytes:
+        """The Prometheus text of this process (or, under --workers, of every worker)."""
+        if not self.multiprocess:
+            return generate_latest(self.registry)
+        registry = CollectorRegistry()
+        _WorkerFiles(registry, os.environ["PROMETHEUS_MULTIPROC_DIR"])
+        registry.register(self.rollout_phase)  # the one family no file holds
+        return generate_latest(registry)
+
     def families(self, make: Callable[[CollectorRegistry], F]) -> F:
         """A policy's metric families: ``make(registry)`` the first time, the same object afterwards (a reload that
         builds the chains again must not register them twice)."""
@@ -146,3 +164,51 @@ class Metrics:
         if found is None:
             found = self._families[make] = make(self.registry)
         return cast(F, found)
+
+
+class PhaseCollector(Collector):
+    """``gateway_rollout_phase``: 1 for the phase in force now per tenant and dated behaviour, 0 for the others;
+    ``source`` gives those samples (the gateway sets it to its plan and clock)."""
+
+    name = "gateway_rollout_phase"
+    documentation = "1 for the phase in force now per tenant and dated behaviour, 0 for the others."
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Iterable[tuple[str, str, str, float]]] | None = None
+
+    def describe(self) -> Iterable[Metric]:
+        return [Metric(self.name, self.documentation, "gauge")]
+
+    def collect(self) -> Iterable[Metric]:
+        metric = Metric(self.name, self.documentation, "gauge")
+        for tenant, behaviour, phase, value in self.source() if self.source is not None else ():
+            metric.add_sample(self.name, {"tenant": tenant, "behaviour": behaviour, "phase": phase}, value)
+        return [metric]
+
+
+_HEADER = 8  # prometheus-client's file header: the bytes used (4) and padding (4)
+
+
+class _WorkerFiles(MultiProcessCollector):
+    """prometheus-client's reader of the workers' files, over the files that are whole (see the module's notes)."""
+
+    def __init__(self, registry: CollectorRegistry, path: str) -> None:
+        super().__init__(registry, path)  # type: ignore[no-untyped-call]
+        self._directory = path
+
+    def _files(self) -> Iterator[str]:
+        for path in glob.glob(os.path.join(self._directory, "*.db")):
+            try:
+                if os.stat(path).st_size >= _HEADER:
+                    yield path
+            except FileNotFoundError:
+                continue
+
+    def collect(self) -> Iterable[Metric]:
+        for attempt in range(3):
+            try:
+                return cast(Iterable[Metric], self.merge(list(self._files()), accumulate=True))  # type: ignore[no-untyped-call]
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")

@@ -1,6 +1,7 @@
 """The status page's data (admin ``/status.json``, and what ``/status`` renders): per company, each dated behaviour as
-a timeline with the phase in force and the next change; per deprecated behaviour, the requests in the usage window
-and the top clients; the config in force, the last reload and the build.
+a timeline with the phase in force and the next change, and its requests per day from the usage ledger on the same
+axis; per deprecated behaviour, the clients in the window, most recently seen first; the config in force, the last
+reload, the ledger's state and the build.
 
 Everything here is already served by another admin endpoint: the config as ``/config`` shows it (its digest is of
 that), phases, brownouts and exemptions as ``/config`` and ``/rollout`` give them, clients as ``/deprecations``
@@ -13,6 +14,7 @@ server's HTML and the page's script) only place them.
 
 from __future__ import annotations
 
+import calendar
 import datetime as dt
 import hashlib
 import json
@@ -125,6 +127,15 @@ def _severity(index: int, phases: int) -> int:
 
 
 # --- the timelines ----------------------------------------------------------------------------------------------
+#
+# One axis for every timeline and chart of the page, so that companies line up, readable at any span: it covers the
+# rollout (now, every dated change of phase, brownouts, the days the ledger has usage for) and the other dated
+# events near it; an event far from it (an exemption until 2099, an announcement years back) is drawn at the axis'
+# edge with its date. Its ticks are at most _MAX_TICKS, on round dates, so their labels never overlap.
+
+_MIN_SPAN = 60 * _DAY
+_PAD = 0.04
+_MAX_TICKS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,48 +148,82 @@ class _Range:
             return default
         return round(min(100.0, max(0.0, (ts - self.start) / (self.end - self.start) * 100)), 3)
 
+    def far(self, ts: float | None) -> str | None:
+        """``before`` or ``after`` for an instant off the axis (drawn at its edge), else None."""
+        if ts is None or self.start <= ts <= self.end:
+            return None
+        return "before" if ts < self.start else "after"
 
-def _instants(schedule: Schedule) -> list[float]:
+
+def _changes(schedule: Schedule) -> list[float]:
+    """What the rollout is: the dates that change a phase, and brownout windows."""
     out: list[float] = [s.at for s in schedule.steps]
     for w in schedule.windows:
         out += [w.start, w.end]
-    out += [e.until for e in schedule.exemptions]
-    out += [at for at in schedule.signals.values() if at is not None]
     return out
 
 
-def _range(plan: RolloutPlan, now: float) -> _Range:
-    """One scale for every timeline of the page, so companies line up: every dated instant and now, padded."""
-    instants = [now, *(at for per in plan.schedules.values() for s in per.values() for at in _instants(s))]
-    start, end = min(instants), max(instants)
-    if end - start < 60 * _DAY:
-        middle = (start + end) / 2
-        start, end = middle - 30 * _DAY, middle + 30 * _DAY
-    pad = (end - start) * 0.06
-    return _Range(start - pad, end + pad)
+def _others(schedule: Schedule) -> list[float]:
+    """Dated events around it: signals (announcement) and the ends of exemptions."""
+    return [e.until for e in schedule.exemptions] + [at for at in schedule.signals.values() if at is not None]
+
+
+def _range(plan: RolloutPlan, now: float, usage_days: Sequence[float] = ()) -> _Range:
+    schedules = [s for per in plan.schedules.values() for s in per.values()]
+    core = [now, *usage_days, *(at for s in schedules for at in _changes(s))]
+    low, high = min(core), max(core)
+    if high - low < _MIN_SPAN:
+        middle = (low + high) / 2
+        low, high = middle - _MIN_SPAN / 2, middle + _MIN_SPAN / 2
+    reach = high - low  # an event within one span of the rollout widens the axis to it; one further is "far"
+    near = [at for s in schedules for at in _others(s) if low - reach <= at <= high + reach]
+    low, high = min([low, *near]), max([high, *near])
+    pad = (high - low) * _PAD
+    return _Range(low - pad, high + pad)
+
+
+# Tick steps, finest first: (unit, count); the first that gives at most _MAX_TICKS ticks over the span is used.
+_STEPS: tuple[tuple[str, int], ...] = (
+    ("day", 1), ("day", 2), ("day", 7), ("day", 14), ("month", 1), ("month", 2), ("month", 3), ("month", 6),
+    ("year", 1), ("year", 2), ("year", 5), ("year", 10), ("year", 20), ("year", 50), ("year", 100), ("year", 1000),
+)
+_STEP_DAYS = {"day": 1.0, "month": 30.44, "year": 365.25}
 
 
 def _ticks(scale: _Range) -> list[dict[str, Any]]:
-    """Month boundaries (every 1, 3, 6 or 12 months: at most 12 ticks), in UTC."""
+    """Round dates (UTC) every day, week, month, quarter, year, decade...: at most _MAX_TICKS. The label's form
+    follows the step (2026-10-05, 2026-10, 2026)."""
+    days = (scale.end - scale.start) / _DAY
+    unit, count = next(((u, c) for u, c in _STEPS if days / (_STEP_DAYS[u] * c) < _MAX_TICKS), _STEPS[-1])
     first = dt.datetime.fromtimestamp(scale.start, dt.UTC)
-    months = (scale.end - scale.start) / (30.44 * _DAY)
-    step = next((m for m in (1, 3, 6, 12) if months / m <= 12), 24)
-    year, month = first.year, first.month + 1
-    if month > 12:
-        year, month = year + 1, 1
-    while (month - 1) % step:
-        month += 1
-        if month > 12:
-            year, month = year + 1, 1
     out: list[dict[str, Any]] = []
+    if unit == "day":
+        # Whole days; steps of 7 and 14 fall on Mondays.
+        moment = dt.datetime(first.year, first.month, first.day, tzinfo=dt.UTC) + dt.timedelta(days=1)
+        if count >= 7:
+            moment += dt.timedelta(days=(7 - moment.weekday()) % 7)
+        while moment.timestamp() <= scale.end:
+            out.append({"pct": scale.pct(moment.timestamp()), "label": moment.strftime("%Y-%m-%d")})
+            moment += dt.timedelta(days=count)
+        return out
+    if unit == "month":
+        year, month = first.year, first.month + 1
+        while (month - 1) % count:
+            month += 1
+        while True:
+            year, month = year + (month - 1) // 12, (month - 1) % 12 + 1
+            ts = dt.datetime(year, month, 1, tzinfo=dt.UTC).timestamp()
+            if ts > scale.end:
+                return out
+            out.append({"pct": scale.pct(ts), "label": f"{year}-{month:02d}"})
+            month += count
+    year = (first.year // count + 1) * count
     while True:
-        ts = dt.datetime(year, month, 1, tzinfo=dt.UTC).timestamp()
+        ts = calendar.timegm((year, 1, 1, 0, 0, 0))
         if ts > scale.end:
             return out
-        out.append({"pct": scale.pct(ts), "label": f"{year}-{month:02d}"})
-        month += step
-        while month > 12:
-            year, month = year + 1, month - 12
+        out.append({"pct": scale.pct(ts), "label": str(year)})
+        year += count
 
 
 def _state(start: float, end: float | None, now: float) -> str:
@@ -187,6 +232,10 @@ def _state(start: float, end: float | None, now: float) -> str:
     if end <= now:
         return "past"
     return "now" if start <= now else "ahead"
+
+
+def _date(ts: float, tz: dt.tzinfo) -> str:
+    return dt.datetime.fromtimestamp(ts, tz).strftime("%Y-%m-%d")
 
 
 def _behaviour(schedule: Schedule, now: float, tz: dt.tzinfo, scale: _Range) -> dict[str, Any]:
@@ -225,12 +274,14 @@ def _behaviour(schedule: Schedule, now: float, tz: dt.tzinfo, scale: _Range) -> 
             continue
         events.append({"at": at, "when": _local(at, tz), "kind": "signal", "state": _state(at, None, now),
                        "phase": None, "severity": None, "text": f"{flag.label} from here ({flag.name})"})
-        markers.append({"pct": scale.pct(at), "kind": "signal", "label": f"{flag.name} {_local(at, tz)}"})
+        markers.append({"pct": scale.pct(at), "kind": "signal", "far": scale.far(at), "date": _date(at, tz),
+                        "name": flag.name, "label": f"{flag.name} {_local(at, tz)}"})
     for position, step in enumerate(schedule.steps, 1):
         events.append({"at": step.at, "when": _local(step.at, tz), "kind": "date", "state": dated_state(position),
                        "phase": phases[step.index], "severity": _severity(step.index, count),
                        "text": f"{step.flag} {step.date} ({step.source}): {phases[step.index]}"})
-        markers.append({"pct": scale.pct(step.at), "kind": "date",
+        markers.append({"pct": scale.pct(step.at), "kind": "date", "far": scale.far(step.at),
+                        "date": _date(step.at, tz), "name": step.flag,
                         "label": f"{step.flag}: {phases[step.index]} from {_local(step.at, tz)}"})
     brownouts = []
     for window in schedule.windows:
@@ -250,7 +301,8 @@ def _behaviour(schedule: Schedule, now: float, tz: dt.tzinfo, scale: _Range) -> 
                        "state": "ahead" if state == "now" else "past", "phase": None, "severity": None,
                        "text": f"exemption {exempt.name!r} ends ({exempt.client} kept at most {keeps})"})
         exemptions.append({"name": exempt.name, "client": exempt.client, "phase": keeps, "state": state,
-                           "until": _local(exempt.until, tz), "to_pct": scale.pct(exempt.until)})
+                           "until": _local(exempt.until, tz), "to_pct": scale.pct(exempt.until),
+                           "far": scale.far(exempt.until)})
     events.sort(key=lambda e: (e["at"] is not None, e["at"] or 0.0))
     next_change = None
     if upcoming is not None:
@@ -274,10 +326,60 @@ def _behaviour(schedule: Schedule, now: float, tz: dt.tzinfo, scale: _Range) -> 
         "markers": markers,
         "exemptions": exemptions,
         "events": [{k: v for k, v in event.items() if k != "at"} for event in events],
+        "chart": None,
     }
 
 
+# --- the usage charts -------------------------------------------------------------------------------------------
+
+
+def _bin_start(day: int, unit: str) -> int:
+    if unit == "day":
+        return day
+    if unit == "week":  # Mondays (1970-01-05 was one)
+        return day - (day // 86400 - 4) % 7 * 86400
+    moment = dt.datetime.fromtimestamp(day, dt.UTC)
+    return calendar.timegm((moment.year, moment.month, 1, 0, 0, 0))
+
+
+def _bin_end(start: int, unit: str) -> int:
+    if unit == "day":
+        return start + 86400
+    if unit == "week":
+        return start + 7 * 86400
+    moment = dt.datetime.fromtimestamp(start, dt.UTC)
+    year, month = (moment.year + 1, 1) if moment.month == 12 else (moment.year, moment.month + 1)
+    return calendar.timegm((year, month, 1, 0, 0, 0))
+
+
+def _chart(days: Mapping[int, int], scale: _Range) -> dict[str, Any] | None:
+    """Requests per day (UTC) as bars on the page's axis; per week or per month when days would be under a pixel
+    or two wide. None when there is nothing."""
+    if not days:
+        return None
+    span = (scale.end - scale.start) / _DAY
+    unit = "day" if span <= 150 else "week" if span <= 3 * 366 else "month"
+    bins: dict[int, int] = {}
+    for day, requests in days.items():
+        start = _bin_start(day, unit)
+        bins[start] = bins.get(start, 0) + requests
+    peak = max(bins.values())
+    bars = []
+    for start, requests in sorted(bins.items()):
+        end = _bin_end(start, unit)
+        label = dt.datetime.fromtimestamp(start, dt.UTC).strftime("%Y-%m-%d" if unit != "month" else "%Y-%m")
+        bars.append({"from_pct": scale.pct(start), "to_pct": scale.pct(end),
+                     "height_pct": round(requests / peak * 100, 2), "requests": requests,
+                     "label": f"{'week of ' if unit == 'week' else ''}{label}: {requests:,} requests"})
+    first, last = min(days), max(days)
+    return {"unit": unit, "peak": peak, "total": sum(days.values()), "bars": bars,
+            "first": dt.datetime.fromtimestamp(first, dt.UTC).strftime("%Y-%m-%d"),
+            "last": dt.datetime.fromtimestamp(last, dt.UTC).strftime("%Y-%m-%d")}
+
+
 # --- the page's data --------------------------------------------------------------------------------------------
+
+_STOPPED = _DAY  # a client not seen for longer is shown as "not seen since"
 
 
 def status_data(
@@ -286,49 +388,62 @@ def status_data(
     plan: RolloutPlan,
     clock: Clock,
     history: ConfigHistory,
-    usage: Mapping[str, Any],
-    usage_sources: Sequence[str] = (),
-    usage_failed: Mapping[str, str] | None = None,
+    usage: Mapping[str, Any] | None,
+    daily: Sequence[tuple[str, str, int, int]] = (),
+    ledger: Mapping[str, Any] | None = None,
+    usage_problem: str | None = None,
     wall: float | None = None,
 ) -> dict[str, Any]:
-    """``usage``: the usage report as ``fleet.collect`` merges it (one process's, or its workers'), every field
-    present; ``usage_sources`` and
-    ``usage_failed``: the workers that answered and those that did not (empty for a single process)."""
+    """``usage``: the ledger's report over the page's window (``Store.report``'s shape, most recently seen first),
+    None when it could not be read (``usage_problem`` says why); ``daily``: (tenant, behaviour, day, requests)
+    rows for the charts; ``ledger``: ``Ledger.status()`` (None when the ledger is off)."""
     wall = time.time() if wall is None else wall
     moment = clock.now()
     now = moment.timestamp()
     utc = dt.UTC
-    scale = _range(plan, now)
+    per_day: dict[tuple[str, str], dict[int, int]] = {}
+    for tenant_name, behaviour_name, day, requests in daily:
+        per_day.setdefault((tenant_name, behaviour_name), {})[day] = requests
+    days = [day for _, _, day, _ in daily]
+    scale = _range(plan, now, [min(days), max(days) + _DAY] if days else [])
+    behaviours = usage["behaviours"] if usage is not None else {}
+    window = _window_label(usage, wall) if usage is not None else ""
     tenants = []
     for tenant, schedules in plan.schedules.items():
         tz = zoneinfo.ZoneInfo(plan.timezones[tenant])
+        blocks = []
+        for schedule in schedules.values():
+            block = _behaviour(schedule, now, tz, scale)
+            block["chart"] = _chart(per_day.get((tenant, schedule.behaviour.name), {}), scale)
+            blocks.append(block)
         tenants.append({
             "name": tenant,
             "timezone": plan.timezones[tenant],
             "local_now": _local(now, tz),
-            "behaviours": [_behaviour(s, now, tz, scale) for s in schedules.values()],
+            "behaviours": blocks,
             "usage": [
-                {"policy": policy, "decisions": _most_first(decisions)}
-                for policy, report in sorted(usage.items())
+                {"behaviour": name, "decisions": _most_first(decisions)}
+                for name, report in sorted(behaviours.items())
                 if (decisions := report["by_tenant"].get(tenant))
             ],
         })
     last = history.last_reload
-    window = max((float(r["window_seconds"]) for r in usage.values()), default=float(config.model.usage.window_seconds))
     policies = []
-    for name, report in sorted(usage.items()):
+    for name, report in sorted(behaviours.items()):
         rows = []
         for row in report["top_clients"]:
             seen = float(row["last_seen"])
+            stopped = wall - seen > _STOPPED
             rows.append({
                 "client": row["client"],
                 "tenant": row["tenant"],
                 "user_agent": row["user_agent"],
                 "requests": row["requests"],
-                "requests_max": row.get("requests_max"),  # only where the merge could not make the count exact
                 "decisions": ", ".join(f"{d} {n}" for d, n in _most_first(row["decisions"])),
-                "last_seen": _local(seen, utc) if seen else "",
-                "last_seen_ago": _ago(wall - seen) if seen else "",
+                "first_seen": _local(float(row["first_seen"]), utc),
+                "last_seen": ("not seen since " if stopped else "") + _local(seen, utc),
+                "last_seen_ago": _ago(wall - seen),
+                "stopped": stopped,
             })
         policies.append({
             "name": name,
@@ -336,8 +451,6 @@ def status_data(
             "by_decision": _most_first(report["by_decision"]),
             "untracked": report["untracked_clients_requests"],
             "clients": report["clients"],
-            "exact": report["top_clients_exact"],
-            "unlisted_max": report["unlisted_max"],
             "rows": rows,
         })
     return {
@@ -356,9 +469,33 @@ def status_data(
             },
             "reloads": {"success": history.successes, "failure": history.failures},
         },
-        "workers": {"answered": list(usage_sources), "failed": dict(usage_failed or {})},
+        "ledger": None if ledger is None else _ledger(ledger, wall),
         "timeline": {"now_pct": scale.pct(now), "ticks": _ticks(scale), "start": _local(scale.start, utc),
                      "end": _local(scale.end, utc)},
         "tenants": tenants,
-        "usage": {"window": _duration_label(window), "policies": policies},
+        "usage": {"window": window, "problem": usage_problem, "policies": policies},
+    }
+
+
+def _window_label(usage: Mapping[str, Any], wall: float) -> str:
+    since = dt.datetime.fromisoformat(usage["since"]).timestamp()
+    until = dt.datetime.fromisoformat(usage["until"]).timestamp()
+    if until >= wall:
+        return f"since {_local(since, dt.UTC)} ({_duration_label(wall - since)})"
+    return f"{_local(since, dt.UTC)} to {_local(until, dt.UTC)}"
+
+
+def _ledger(status: Mapping[str, Any], wall: float) -> dict[str, Any]:
+    written = status["last_written"]
+    return {
+        "database": status["database"],
+        "state": status["state"],
+        "since": _local(status["since"], dt.UTC),
+        "since_ago": _ago(wall - status["since"]),
+        "error": status["error"],
+        "written": "" if written is None else _ago(wall - written),
+        "pending": status["pending"],
+        "dropped": status["dropped"],
+        "flush_interval": f"{status['flush_interval']:g} s",
+        "retention_days": status["retention_days"],
     }

@@ -103,14 +103,54 @@ def _overview(data: Mapping[str, Any]) -> _Html:
         _h("dt", None, "Build"),
         _h("dd", None, f"gateway {data['build']['version']}"),
     ]
-    workers = data["workers"]
-    if len(workers["answered"]) > 1 or workers["failed"]:
-        failed = [_h("span", {"class": "bad"}, f"; {name} did not answer ({why})")
-                  for name, why in sorted(workers["failed"].items())]
-        rows += [_h("dt", None, "Usage from"),
-                 _h("dd", None, f"{len(workers['answered'])} workers", failed)]
+    rows += [_h("dt", None, "Usage ledger"), _h("dd", {"id": "ledger"}, _ledger(data["ledger"]))]
     rows += [_h("dt", None, "Page data"), _h("dd", {"class": "vol"}, f"at {data['generated']}")]
     return _h("section", {"id": "overview"}, _h("h2", None, "Gateway"), _h("dl", None, rows))
+
+
+def _ledger(ledger: Mapping[str, Any] | None) -> list[Any]:
+    if ledger is None:
+        return ["off (usage.ledger.enabled: false): no usage is recorded"]
+    out: list[Any] = []
+    if ledger["state"] == "failing":
+        out += [_h("span", {"class": "bad"}, "failing"), f" since {ledger['since']} ",
+                _h("span", {"class": "vol"}, f"({ledger['since_ago']})"),
+                f": {ledger['error']}; {ledger['pending']} request(s) held in memory, retrying"]
+    else:
+        out += [_h("span", {"class": "ok"}, "writing") if ledger["state"] == "ok" else ledger["state"],
+                f" every {ledger['flush_interval']}"]
+        if ledger["written"]:
+            out += [", last ", _h("span", {"class": "vol"}, ledger["written"])]
+    out += [" to ", _h("code", None, ledger["database"]), f"; kept {ledger['retention_days']} days"]
+    if ledger["dropped"]:
+        out.append(_h("span", {"class": "bad"}, f"; {ledger['dropped']} request(s) could not be kept"))
+    return out
+
+
+def _tick(tick: Mapping[str, Any], i: int) -> _Html:
+    # Shifted by its own position: a label at the axis' start begins there, one at its end ends there, so that no
+    # label leaves the axis; ticks are far enough apart that labels never overlap (status._ticks).
+    return _h("span", {"class": "tick" + (" minor" if i % 2 else ""),
+                       "style": {"left": _pct(tick["pct"]), "transform": f"translateX(-{_pct(tick['pct'])})"}},
+              tick["label"])
+
+
+def _chart(chart: Mapping[str, Any] | None, behaviour: Mapping[str, Any], now_pct: float,
+           ticks: list[Mapping[str, Any]]) -> list[_Html]:
+    if chart is None:
+        return [_h("p", {"class": "chartnote"}, "No recorded use in the usage ledger.")]
+    grid = [_h("div", {"class": "grid", "style": {"left": _pct(t["pct"])}}) for t in ticks]
+    bars = [_h("div", {"class": "bar", "title": b["label"],
+                       "style": {"left": _pct(b["from_pct"]), "width": _pct(b["to_pct"] - b["from_pct"]),
+                                 "height": _pct(b["height_pct"])}})
+            for b in chart["bars"]]
+    marks = [_h("div", {"class": f"cmark {m['kind']}", "title": m["label"], "style": {"left": _pct(m["pct"])}})
+             for m in behaviour["markers"] if not m["far"]]
+    return [_h("div", {"class": "chart", "aria-hidden": "true"}, grid, bars, marks,
+               _h("div", {"class": "now", "title": "now", "style": {"left": _pct(now_pct)}})),
+            _h("p", {"class": "chartnote"}, f"Requests per {chart['unit']} (UTC) from the usage ledger, "
+               f"{chart['total']} in all, at most {chart['peak']} in one {chart['unit']}; "
+               f"from {chart['first']} to {chart['last']}. The lines are the dated changes above.")]
 
 
 def _timeline(behaviour: Mapping[str, Any], now_pct: float, ticks: list[Mapping[str, Any]]) -> _Html:
@@ -124,13 +164,23 @@ def _timeline(behaviour: Mapping[str, Any], now_pct: float, ticks: list[Mapping[
                    "style": {"left": _pct(b["from_pct"]), "width": _pct(b["to_pct"] - b["from_pct"])}})
         for b in behaviour["brownouts"]
     ]
-    track += [_h("div", {"class": f"marker {m['kind']}", "title": m["label"], "style": {"left": _pct(m["pct"])}})
+    track += [_h("div", {"class": f"marker {m['kind']}" + (f" far {m['far']}" if m["far"] else ""),
+                         "title": m["label"], "style": {"left": _pct(m["pct"])}})
               for m in behaviour["markers"]]
     track.append(_h("div", {"class": "now", "title": "now", "style": {"left": _pct(now_pct)}}))
+    far = [m for m in behaviour["markers"] if m["far"]]
+    # Events off the axis: at its edge, with their date.
+    edges = _h("div", {"class": "edges"},
+               _h("span", {"class": "edge before"},
+                  "; ".join(f"◀ {m['name']} {m['date']}" for m in far if m["far"] == "before")),
+               _h("span", {"class": "edge after"},
+                  "; ".join(f"{m['name']} {m['date']} ▶" for m in far if m["far"] == "after"))) if far else None
     exemptions = [
         _h("div", {"class": f"exrow st-{e['state']}"},
-           _h("span", {"class": "exbar", "style": {"width": _pct(e["to_pct"])}}),
-           _h("span", {"class": "exlabel"}, f"exemption {e['name']} until {e['until']}"))
+           _h("div", {"class": "extrack"}, _h("span", {"class": "exbar" + (" far" if e["far"] else ""),
+                                                       "style": {"width": _pct(e["to_pct"])}})),
+           _h("span", {"class": "exlabel"}, f"exemption {e['name']} until {e['until']}" +
+              (" ▶" if e["far"] == "after" else "")))
         for e in behaviour["exemptions"]
     ]
     # Brownouts last hours on a scale of months: a lane of their own, where each is at least a few pixels wide.
@@ -138,10 +188,11 @@ def _timeline(behaviour: Mapping[str, Any], now_pct: float, ticks: list[Mapping[
         _h("div", {"class": f"bw s{b['severity']} st-{b['state']}", "title": b["label"], "style": {"left": _pct(b["from_pct"])}})
         for b in behaviour["brownouts"]
     ]) if behaviour["brownouts"] else None
-    tick_marks = [_h("span", {"class": "tick" + (" minor" if i % 2 else ""), "style": {"left": _pct(t["pct"])}},
-                     t["label"]) for i, t in enumerate(ticks)]
-    return _h("div", {"class": "timeline", "aria-hidden": "true"},
-              _h("div", {"class": "ticks"}, tick_marks), _h("div", {"class": "track"}, track), lane, exemptions)
+    tick_marks = [_tick(t, i) for i, t in enumerate(ticks)]
+    return _h("div", {"class": "timeline"},
+              _h("div", {"class": "ticks", "aria-hidden": "true"}, tick_marks),
+              _h("div", {"class": "track", "aria-hidden": "true"}, track), lane, edges, exemptions,
+              _chart(behaviour["chart"], behaviour, now_pct, ticks))
 
 
 _STATE_TEXT = {"past": "done", "now": "in force", "ahead": "ahead"}
@@ -175,8 +226,8 @@ def _tenant(tenant: Mapping[str, Any], data: Mapping[str, Any]) -> _Html:
     timeline = data["timeline"]
     figures = None
     if tenant["usage"]:
-        figures = _h("p", {"class": "figures"}, f"Last {data['usage']['window']}: ", "; ".join(
-            f"{u['policy']}: " + ", ".join(f"{d} {n}" for d, n in u["decisions"]) for u in tenant["usage"]))
+        figures = _h("p", {"class": "figures"}, f"Requests {data['usage']['window']}: ", "; ".join(
+            f"{u['behaviour']}: " + ", ".join(f"{d} {n}" for d, n in u["decisions"]) for u in tenant["usage"]))
     return _h("article", {"class": "tenant", "data-tenant": tenant["name"]},
               _h("h3", None, tenant["name"], " ",
                  _h("small", None, f"{tenant['timezone']} · local time {tenant['local_now']}")),
@@ -188,32 +239,33 @@ def _companies(data: Mapping[str, Any]) -> _Html:
     timeline = data["timeline"]
     return _h("section", {"id": "companies"},
               _h("h2", None, "Companies"),
-              _h("p", {"class": "legend"}, f"Timelines from {timeline['start']} to {timeline['end']}; the blue line "
-                 "is now; hatched: brownout windows; grey bars below: exemptions."),
+              _h("p", {"class": "legend"}, f"Timelines from {timeline['start']} to {timeline['end']} (events "
+                 "further away at the edges, with their dates); the blue line is now; hatched: brownout windows; "
+                 "grey bars: exemptions; bars below: requests recorded in the usage ledger."),
               [_tenant(t, data) for t in data["tenants"]])
 
 
 def _policy(policy: Mapping[str, Any]) -> _Html:
     summary = f"{policy['requests']} request{'' if policy['requests'] == 1 else 's'}: " + ", ".join(f"{d} {n}" for d, n in policy["by_decision"])
-    if policy["clients"] is not None:
-        summary += f"; {policy['clients']} client{'' if policy['clients'] == 1 else 's'}"
+    summary += f"; {policy['clients']} client{'' if policy['clients'] == 1 else 's'}"
     if policy["untracked"]:
         summary += f"; {policy['untracked']} requests from clients over usage.max_clients (not listed)"
-    if not policy["exact"]:
-        summary += f"; not exact: counts are lower bounds (upper bounds after ≤), a client not listed made at most " \
-                   f"{policy['unlisted_max']}"
+    if len(policy["rows"]) < policy["clients"]:
+        summary += f"; the {len(policy['rows'])} most recently seen are listed (gateway usage --csv lists every one)"
     rows = [
-        _h("tr", {"data-client": r["client"] or ""},
-           _h("td", {"class": "num"}, str(r["requests"]) + (f" ≤ {r['requests_max']}" if r["requests_max"] else "")),
+        _h("tr", {"data-client": r["client"] or "", "class": "stopped" if r["stopped"] else None},
+           _h("td", {"class": "num"}, str(r["requests"])),
            _h("td", None, _h("code", None, r["client"] or "-")),
            _h("td", None, r["tenant"] or "-"),
            _h("td", {"class": "ua"}, r["user_agent"] or "-"),
            _h("td", None, r["decisions"]),
-           _h("td", None, r["last_seen"], " ", _h("span", {"class": "vol"}, f"({r['last_seen_ago']})")))
+           _h("td", {"class": "when"}, r["first_seen"]),
+           _h("td", {"class": "seen"}, r["last_seen"], " ", _h("span", {"class": "vol"}, f"({r['last_seen_ago']})")))
         for r in policy["rows"]
     ]
     head = _h("tr", None, [_h("th", None, t) for t in ("Requests", "Client (token fingerprint)", "Tenant",
-                                                       "User-Agent", "Decisions", "Last seen (UTC)")])
+                                                       "User-Agent", "Decisions", "First seen (UTC)",
+                                                       "Last seen (UTC)")])
     return _h("article", {"class": "policy", "data-policy": policy["name"]},
               _h("h3", None, policy["name"]),
               _h("p", None, summary),
@@ -225,8 +277,10 @@ def _usage(data: Mapping[str, Any]) -> _Html:
     usage = data["usage"]
     body: Any = [_policy(p) for p in usage["policies"]] or _h(
         "p", None, "No request used deprecated behaviour in the window.")
+    if usage["problem"]:
+        body = _h("p", {"class": "bad"}, usage["problem"])
     return _h("section", {"id": "usage"},
-              _h("h2", None, "Deprecated behaviour in use ", _h("small", None, f"last {usage['window']}")),
+              _h("h2", None, "Deprecated behaviour in use ", _h("small", None, usage["window"])),
               body)
 
 
@@ -257,7 +311,7 @@ code{font-size:.9em;overflow-wrap:anywhere}
 .ok{color:var(--s0);font-weight:600}.bad{color:var(--s2);font-weight:600}
 .timeline{margin:6px 0}
 .ticks{position:relative;height:16px;font-size:11px;color:var(--muted)}
-.tick{position:absolute;transform:translateX(-50%);white-space:nowrap}
+.tick{position:absolute;white-space:nowrap}
 .track{position:relative;height:18px;border-radius:4px;overflow:hidden;background:var(--line)}
 .seg{position:absolute;top:0;bottom:0;opacity:.8}
 .brownout{position:absolute;top:0;bottom:0;min-width:4px;opacity:1;
@@ -268,9 +322,22 @@ background-image:repeating-linear-gradient(45deg,rgba(0,0,0,.45) 0 3px,transpare
 .bw{position:absolute;top:0;width:8px;height:10px;margin-left:-4px;border-radius:2px;
 background-image:repeating-linear-gradient(45deg,rgba(0,0,0,.45) 0 2px,transparent 2px 4px)}
 .bw.st-past{opacity:.45}
-.exrow{display:flex;align-items:center;gap:6px;font-size:12px;color:var(--muted);margin-top:3px}
-.exbar{display:block;height:6px;border-radius:3px;background:var(--muted);min-width:2px;flex:none}
+.marker.far{width:4px;margin-left:0;opacity:.8;background:repeating-linear-gradient(0deg,var(--fg) 0 3px,transparent 3px 5px)}
+.marker.far.after{margin-left:-4px}
+.edges{display:flex;flex-wrap:wrap;gap:0 12px;font-size:12px;color:var(--muted);margin-top:2px}
+.edge.after{margin-left:auto;text-align:right}
+.exrow{font-size:12px;color:var(--muted);margin-top:3px}
+.extrack{position:relative;height:6px}
+.exbar{display:block;height:6px;border-radius:3px;background:var(--muted);min-width:2px}
+.exbar.far{border-radius:3px 0 0 3px}
+.exlabel{display:block}
 .exrow.st-past{opacity:.5}
+.chart{position:relative;height:48px;margin-top:8px;border-bottom:1px solid var(--line)}
+.bar{position:absolute;bottom:0;min-width:1px;background:var(--now);opacity:.6}
+.grid{position:absolute;top:0;bottom:0;width:1px;background:var(--line)}
+.cmark{position:absolute;top:0;bottom:0;width:0;border-left:2px dashed var(--fg);opacity:.45}
+.chartnote{font-size:12px;color:var(--muted);margin:2px 0 0}
+tr.stopped td{color:var(--muted)}
 table{border-collapse:collapse;width:100%;font-size:.9em;margin-top:6px}
 th,td{text-align:left;padding:3px 6px;border-bottom:1px solid var(--line);vertical-align:top}
 tr.st-now td{font-weight:600}tr.st-past td{color:var(--muted)}
@@ -326,13 +393,42 @@ _SCRIPT = """
       h("dt", null, "Build"),
       h("dd", null, `gateway ${data.build.version}`),
     ];
-    const workers = data.workers;
-    const failedNames = Object.keys(workers.failed).sort();
-    if (workers.answered.length > 1 || failedNames.length)
-      rows.push(h("dt", null, "Usage from"), h("dd", null, `${workers.answered.length} workers`,
-        failedNames.map((name) => h("span", {class: "bad"}, `; ${name} did not answer (${workers.failed[name]})`))));
+    rows.push(h("dt", null, "Usage ledger"), h("dd", {id: "ledger"}, ledgerText(data.ledger)));
     rows.push(h("dt", null, "Page data"), h("dd", {class: "vol"}, `at ${data.generated}`));
     return h("section", {id: "overview"}, h("h2", null, "Gateway"), h("dl", null, rows));
+  }
+
+  function ledgerText(ledger) {
+    if (ledger === null) return ["off (usage.ledger.enabled: false): no usage is recorded"];
+    const out = [];
+    if (ledger.state === "failing") {
+      out.push(h("span", {class: "bad"}, "failing"), ` since ${ledger.since} `, h("span", {class: "vol"}, `(${ledger.since_ago})`),
+        `: ${ledger.error}; ${ledger.pending} request(s) held in memory, retrying`);
+    } else {
+      out.push(ledger.state === "ok" ? h("span", {class: "ok"}, "writing") : ledger.state, ` every ${ledger.flush_interval}`);
+      if (ledger.written) out.push(", last ", h("span", {class: "vol"}, ledger.written));
+    }
+    out.push(" to ", h("code", null, ledger.database), `; kept ${ledger.retention_days} days`);
+    if (ledger.dropped) out.push(h("span", {class: "bad"}, `; ${ledger.dropped} request(s) could not be kept`));
+    return out;
+  }
+
+  function tick(t, i) {
+    return h("span", {class: "tick" + (i % 2 ? " minor" : ""), style: {left: pct(t.pct), transform: `translateX(-${pct(t.pct)})`}},
+      t.label);
+  }
+
+  function chart(c, behaviour, nowPct, ticks) {
+    if (c === null) return [h("p", {class: "chartnote"}, "No recorded use in the usage ledger.")];
+    const grid = ticks.map((t) => h("div", {class: "grid", style: {left: pct(t.pct)}}));
+    const bars = c.bars.map((b) => h("div", {class: "bar", title: b.label,
+      style: {left: pct(b.from_pct), width: pct(b.to_pct - b.from_pct), height: pct(b.height_pct)}}));
+    const marks = behaviour.markers.filter((m) => !m.far).map((m) => h("div", {class: `cmark ${m.kind}`, title: m.label,
+      style: {left: pct(m.pct)}}));
+    return [h("div", {class: "chart", "aria-hidden": "true"}, grid, bars, marks,
+      h("div", {class: "now", title: "now", style: {left: pct(nowPct)}})),
+      h("p", {class: "chartnote"}, `Requests per ${c.unit} (UTC) from the usage ledger, ${c.total} in all, at most ` +
+        `${c.peak} in one ${c.unit}; from ${c.first} to ${c.last}. The lines are the dated changes above.`)];
   }
 
   function timeline(behaviour, nowPct, ticks) {
@@ -340,18 +436,23 @@ _SCRIPT = """
       style: {left: pct(s.from_pct), width: pct(s.to_pct - s.from_pct)}}));
     for (const b of behaviour.brownouts) track.push(h("div", {class: `brownout s${b.severity} st-${b.state}`, title: b.label,
       style: {left: pct(b.from_pct), width: pct(b.to_pct - b.from_pct)}}));
-    for (const m of behaviour.markers) track.push(h("div", {class: `marker ${m.kind}`, title: m.label,
-      style: {left: pct(m.pct)}}));
+    for (const m of behaviour.markers) track.push(h("div", {class: `marker ${m.kind}` + (m.far ? ` far ${m.far}` : ""),
+      title: m.label, style: {left: pct(m.pct)}}));
     track.push(h("div", {class: "now", title: "now", style: {left: pct(nowPct)}}));
+    const far = behaviour.markers.filter((m) => m.far);
+    const edges = far.length ? h("div", {class: "edges"},
+      h("span", {class: "edge before"}, far.filter((m) => m.far === "before").map((m) => `◀ ${m.name} ${m.date}`).join("; ")),
+      h("span", {class: "edge after"}, far.filter((m) => m.far === "after").map((m) => `${m.name} ${m.date} ▶`).join("; ")))
+      : null;
     const exemptions = behaviour.exemptions.map((e) => h("div", {class: `exrow st-${e.state}`},
-      h("span", {class: "exbar", style: {width: pct(e.to_pct)}}),
-      h("span", {class: "exlabel"}, `exemption ${e.name} until ${e.until}`)));
+      h("div", {class: "extrack"}, h("span", {class: "exbar" + (e.far ? " far" : ""), style: {width: pct(e.to_pct)}})),
+      h("span", {class: "exlabel"}, `exemption ${e.name} until ${e.until}` + (e.far === "after" ? " ▶" : ""))));
     const lane = behaviour.brownouts.length ? h("div", {class: "lane"}, behaviour.brownouts.map((b) =>
       h("div", {class: `bw s${b.severity} st-${b.state}`, title: b.label, style: {left: pct(b.from_pct)}}))) : null;
-    const tickMarks = ticks.map((t, i) => h("span", {class: "tick" + (i % 2 ? " minor" : ""), style: {left: pct(t.pct)}},
-      t.label));
-    return h("div", {class: "timeline", "aria-hidden": "true"}, h("div", {class: "ticks"}, tickMarks),
-      h("div", {class: "track"}, track), lane, exemptions);
+    const tickMarks = ticks.map(tick);
+    return h("div", {class: "timeline"}, h("div", {class: "ticks", "aria-hidden": "true"}, tickMarks),
+      h("div", {class: "track", "aria-hidden": "true"}, track), lane, edges, exemptions,
+      chart(behaviour.chart, behaviour, nowPct, ticks));
   }
 
   function behaviourBlock(behaviour, nowPct, ticks) {
@@ -374,8 +475,8 @@ _SCRIPT = """
   function tenant(t, data) {
     const tl = data.timeline;
     let figures = null;
-    if (t.usage.length) figures = h("p", {class: "figures"}, `Last ${data.usage.window}: `, t.usage.map((u) =>
-      `${u.policy}: ` + u.decisions.map(([d, n]) => `${d} ${n}`).join(", ")).join("; "));
+    if (t.usage.length) figures = h("p", {class: "figures"}, `Requests ${data.usage.window}: `, t.usage.map((u) =>
+      `${u.behaviour}: ` + u.decisions.map(([d, n]) => `${d} ${n}`).join(", ")).join("; "));
     return h("article", {class: "tenant", "data-tenant": t.name},
       h("h3", null, t.name, " ", h("small", null, `${t.timezone} · local time ${t.local_now}`)),
       figures,
@@ -386,24 +487,28 @@ _SCRIPT = """
     const tl = data.timeline;
     return h("section", {id: "companies"},
       h("h2", null, "Companies"),
-      h("p", {class: "legend"}, `Timelines from ${tl.start} to ${tl.end}; the blue line is now; hatched: brownout windows; grey bars below: exemptions.`),
+      h("p", {class: "legend"}, `Timelines from ${tl.start} to ${tl.end} (events further away at the edges, with their ` +
+        "dates); the blue line is now; hatched: brownout windows; grey bars: exemptions; bars below: requests recorded " +
+        "in the usage ledger."),
       data.tenants.map((t) => tenant(t, data)));
   }
 
   function policy(p) {
     let summary = `${p.requests} request${p.requests === 1 ? "" : "s"}: ` + p.by_decision.map(([d, n]) => `${d} ${n}`).join(", ");
-    if (p.clients !== null) summary += `; ${p.clients} client${p.clients === 1 ? "" : "s"}`;
+    summary += `; ${p.clients} client${p.clients === 1 ? "" : "s"}`;
     if (p.untracked) summary += `; ${p.untracked} requests from clients over usage.max_clients (not listed)`;
-    if (!p.exact) summary += `; not exact: counts are lower bounds (upper bounds after ≤), a client not listed made at most ${p.unlisted_max}`;
-    const rows = p.rows.map((r) => h("tr", {"data-client": r.client || ""},
-      h("td", {class: "num"}, String(r.requests) + (r.requests_max ? ` ≤ ${r.requests_max}` : "")),
+    if (p.rows.length < p.clients)
+      summary += `; the ${p.rows.length} most recently seen are listed (gateway usage --csv lists every one)`;
+    const rows = p.rows.map((r) => h("tr", {"data-client": r.client || "", class: r.stopped ? "stopped" : null},
+      h("td", {class: "num"}, String(r.requests)),
       h("td", null, h("code", null, r.client || "-")),
       h("td", null, r.tenant || "-"),
       h("td", {class: "ua"}, r.user_agent || "-"),
       h("td", null, r.decisions),
-      h("td", null, r.last_seen, " ", h("span", {class: "vol"}, `(${r.last_seen_ago})`))));
+      h("td", {class: "when"}, r.first_seen),
+      h("td", {class: "seen"}, r.last_seen, " ", h("span", {class: "vol"}, `(${r.last_seen_ago})`))));
     const head = h("tr", null, ["Requests", "Client (token fingerprint)", "Tenant", "User-Agent", "Decisions",
-      "Last seen (UTC)"].map((t) => h("th", null, t)));
+      "First seen (UTC)", "Last seen (UTC)"].map((t) => h("th", null, t)));
     return h("article", {class: "policy", "data-policy": p.name},
       h("h3", null, p.name),
       h("p", null, summary),
@@ -412,8 +517,9 @@ _SCRIPT = """
 
   function usage(data) {
     const u = data.usage;
-    const body = u.policies.length ? u.policies.map(policy) : h("p", null, "No request used deprecated behaviour in the window.");
-    return h("section", {id: "usage"}, h("h2", null, "Deprecated behaviour in use ", h("small", null, `last ${u.window}`)),
+    let body = u.policies.length ? u.policies.map(policy) : h("p", null, "No request used deprecated behaviour in the window.");
+    if (u.problem) body = h("p", {class: "bad"}, u.problem);
+    return h("section", {id: "usage"}, h("h2", null, "Deprecated behaviour in use ", h("small", null, u.window)),
       body);
   }
 
@@ -422,7 +528,8 @@ _SCRIPT = """
     if (busy) return;
     busy = true;
     try {
-      const resp = await fetch("status.json", {cache: "no-store", headers: {Accept: "application/json"}});
+      // The page's own query (?since=7d ...) chooses the same window for the data.
+      const resp = await fetch("status.json" + location.search, {cache: "no-store", headers: {Accept: "application/json"}});
       if (!resp.ok) throw new Error(`${resp.status} ${resp.statusText}`);
       const data = await resp.json();
       main.replaceChildren(overview(data), companies(data), usage(data));

@@ -1,142 +1,175 @@
-"""Who still uses deprecated behaviour: top clients per policy over a recent window, in bounded memory.
+"""Who still uses deprecated behaviour: the counts of one process, held in bounded memory until the usage ledger
+(``gateway.ops.ledger``) writes them.
 
-Every request on which a policy recorded a decision (``exchange.decisions``) counts for that policy, keyed by the
-request's tenant, the client's token fingerprint and its User-Agent. The window is a ring of time buckets; each
-bucket keeps at most ``max_clients`` keys per policy and counts the rest as untracked, so memory does not grow with
-the number of clients. The totals (by decision, by tenant) count every request, tracked or not.
+Every request on which a policy recorded a decision (``exchange.decisions``) counts for that policy's dated
+behaviour, in the hour it arrived (UTC), keyed by tenant and decision (the totals, every request) and by tenant,
+token fingerprint, User-Agent and decision (the client rows, with first and last seen). The counter never touches a
+database: ``record`` is a few dictionary updates on the request's own path, and the ledger takes what accumulated
+(``take``) and hands it to its writer thread.
 
-A report lists the top clients and says how far it can be trusted, so that reports of several processes can be
-merged exactly (``gateway.ops.fleet``): ``top_clients_complete`` (every tracked client is listed), ``unlisted_max``
-(no client left out of the list made more requests than this) and ``top_clients_exact`` (the counts and the order
-of the list are exact; a merge that could not make them so gives each row's upper bound as ``requests_max``).
+Memory is bounded by construction:
+- per behaviour and hour, at most ``max_clients`` clients (tenant, fingerprint, User-Agent) get rows; the requests of
+  the others count in the totals as untracked, as the in-memory report did before the ledger;
+- at most ``max_rows`` client rows are held (the batch being written and what came since): while the database cannot
+  be written, a client not yet held counts as untracked rather than growing memory; and at most ``max_rows`` keys
+  of untracked requests (an outage of many hours): past that, requests are dropped, and counted as such
+  (``dropped``).
 """
 
 from __future__ import annotations
 
-import heapq
 import time
-from collections import Counter, defaultdict
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from .metrics import NO_TENANT
 
-__all__ = ("UsageTracker", "client_sort_key")
+__all__ = ("HOUR", "Batch", "ClientKey", "TotalKey", "UsageCounter")
 
+HOUR = 3600
 _UA_MAX = 200
 
-# (tenant, client fingerprint, User-Agent): one client as the report lists it.
-ClientKey = tuple[str | None, str | None, str | None]
-
-
-def client_sort_key(requests: float, key: ClientKey) -> tuple[float, str, str, str]:
-    """The order of a top-clients list: most requests first, then by tenant, client and User-Agent, so that every
-    process ranks ties alike."""
-    return (-requests, key[0] or "", key[1] or "", key[2] or "")
+# (hour, behaviour, tenant, decision): a total's key
+TotalKey = tuple[int, str, str, str]
+# (hour, behaviour, tenant, client, user agent, decision): a client row's key
+ClientKey = tuple[int, str, str, str, str, str]
 
 
 @dataclass(slots=True)
-class _Bucket:
-    start: float
-    # policy -> (tenant, client, agent, decision) -> requests, for at most max_clients keys per policy
-    counts: defaultdict[str, Counter[tuple[str | None, str | None, str | None, str]]] = field(
-        default_factory=lambda: defaultdict(Counter))
-    # policy -> (tenant, decision) -> requests, every request (tracked or not)
-    totals: defaultdict[str, Counter[tuple[str, str]]] = field(default_factory=lambda: defaultdict(Counter))
-    other: Counter[str] = field(default_factory=Counter)  # policy -> requests of keys over max_clients
-    last_seen: dict[tuple[str, str | None, str | None, str | None], float] = field(default_factory=dict)
+class Batch:
+    """Counts taken from the counter, written by the ledger in one transaction. ``id`` makes the write idempotent:
+    a batch whose first attempt committed but did not say so (a connection lost during COMMIT, a write that
+    outlived its timeout) is recognised when it is sent again.
+
+    Flat dictionaries of numbers keyed by tuples of strings and numbers, rather than a small list per row: the
+    garbage collector stops tracking such dictionaries and keys, so that 100,000 clients held in memory do not
+    lengthen every collection of the process (and the event loop's pauses with them)."""
+
+    requests: dict[ClientKey, int]
+    first_seen: dict[ClientKey, float]
+    last_seen: dict[ClientKey, float]
+    untracked: dict[TotalKey, int]  # the requests of clients without a row
+    count: int  # requests in the batch
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def totals(self) -> dict[TotalKey, tuple[int, int]]:
+        """Every request per hour, behaviour, tenant and decision, and how many of them were untracked: summed here,
+        by the ledger's thread, rather than counted a second time on each request's path."""
+        sums: dict[TotalKey, int] = {}
+        for (hour, behaviour, tenant, _, _, decision), n in self.requests.items():
+            key = (hour, behaviour, tenant, decision)
+            sums[key] = sums.get(key, 0) + n
+        for key, n in self.untracked.items():
+            sums[key] = sums.get(key, 0) + n
+        return {key: (n, self.untracked.get(key, 0)) for key, n in sums.items()}
 
 
-class UsageTracker:
+class UsageCounter:
     def __init__(
         self,
-        window_seconds: float = 3600,
-        buckets: int = 12,
+        *,
         max_clients: int = 1000,
+        max_rows: int = 200_000,
+        behaviours: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.window = window_seconds
-        self.bucket_seconds = window_seconds / buckets
+        """``behaviours``: a policy's name -> the dated behaviour its decisions are about (a policy not named counts
+        under its own name)."""
         self.max_clients = max_clients
+        self.max_rows = max_rows
+        self._behaviours = dict(behaviours or {})
         self._clock = clock
-        self._buckets: list[_Bucket] = []
+        self._batch = self._empty()
+        self._held: Batch | None = None
+        # This hour's clients with rows, per behaviour: the max_clients bound (kept across batches).
+        self._hour = 0
+        self._hour_start = self._hour_end = 0.0
+        self._tracked: dict[str, set[tuple[str, str, str]]] = {}
+        self.dropped = 0  # requests not kept at all (memory bound reached during a long outage)
 
-    def _current(self, now: float) -> _Bucket:
-        start = now - now % self.bucket_seconds
-        if not self._buckets or self._buckets[-1].start != start:
-            self._buckets.append(_Bucket(start))
-            horizon = now - self.window
-            self._buckets = [b for b in self._buckets if b.start + self.bucket_seconds > horizon]
-        return self._buckets[-1]
+    @staticmethod
+    def _empty() -> Batch:
+        return Batch({}, {}, {}, {}, 0)
 
     def record(
         self, decisions: Mapping[str, str], client: str | None, user_agent: str | None, tenant: str | None = None
     ) -> None:
+        """On the request's path: a few dictionary updates (the common case, a client already counted this hour,
+        takes no other step)."""
         if not decisions:
             return
         now = self._clock()
-        bucket = self._current(now)
-        agent = user_agent[:_UA_MAX] if user_agent else None
-        tenant_label = NO_TENANT if tenant is None else tenant
+        if not self._hour_start <= now < self._hour_end:  # (floats: a float compared with an int costs more)
+            self._hour = int(now) - int(now) % HOUR
+            self._hour_start, self._hour_end = float(self._hour), float(self._hour + HOUR)
+            self._tracked = {}
+        hour = self._hour
+        agent = user_agent[:_UA_MAX] if user_agent else ""
+        client = client or ""
+        tenant = NO_TENANT if tenant is None else tenant
+        batch = self._batch
+        requests = batch.requests
         for policy, decision in decisions.items():
-            bucket.totals[policy][(tenant_label, decision)] += 1
-            counts = bucket.counts[policy]
-            key = (tenant, client, agent, decision)
-            if key in counts or len(counts) < self.max_clients:
-                counts[key] += 1
-                bucket.last_seen[(policy, tenant, client, agent)] = now
-            else:
-                bucket.other[policy] += 1
+            behaviour = self._behaviours.get(policy, policy)
+            key = (hour, behaviour, tenant, client, agent, decision)
+            seen = requests.get(key)
+            if seen is None:
+                if not self._new_row(batch, hour, behaviour, tenant, decision, (tenant, client, agent)):
+                    continue
+                seen = 0
+                batch.first_seen[key] = now
+            requests[key] = seen + 1
+            batch.last_seen[key] = now
+            batch.count += 1
 
-    def report(self, top: int = 20) -> dict[str, Any]:
-        """Per policy: the totals over the window and the ``top`` clients (see the module's docstring)."""
-        self._current(self._clock())  # drops the buckets that have left the window
-        out: dict[str, Any] = {}
-        policies = {p for b in self._buckets for p in b.totals}
-        for policy in sorted(policies):
-            per_client: Counter[ClientKey] = Counter()
-            decisions: dict[ClientKey, Counter[str]] = {}
-            by_tenant: dict[str, Counter[str]] = {}
-            last_seen: dict[ClientKey, float] = {}
-            other = 0
-            for bucket in self._buckets:
-                other += bucket.other.get(policy, 0)
-                for (tenant_label, decision), n in bucket.totals.get(policy, {}).items():
-                    by_tenant.setdefault(tenant_label, Counter())[decision] += n
-                for (tenant, client, agent, decision), n in bucket.counts.get(policy, {}).items():
-                    key = (tenant, client, agent)
-                    per_client[key] += n
-                    decisions.setdefault(key, Counter())[decision] += n
-                    seen = bucket.last_seen.get((policy, tenant, client, agent))
-                    if seen is not None and seen > last_seen.get(key, 0.0):
-                        last_seen[key] = seen
-            ranked = heapq.nsmallest(top, per_client.items(), key=lambda item: client_sort_key(item[1], item[0]))
-            complete = len(ranked) == len(per_client)
-            by_decision: Counter[str] = Counter()
-            for counts in by_tenant.values():
-                by_decision.update(counts)
-            out[policy] = {
-                "window_seconds": self.window,
-                "requests": sum(by_decision.values()),
-                "by_decision": dict(by_decision),
-                "by_tenant": {tenant: dict(counts) for tenant, counts in sorted(by_tenant.items())},
-                "untracked_clients_requests": other,
-                "clients": len(per_client),
-                "top_clients": [
-                    {
-                        "tenant": tenant,
-                        "client": client,
-                        "user_agent": agent,
-                        "requests": n,
-                        "decisions": dict(decisions[(tenant, client, agent)]),
-                        "last_seen": round(last_seen.get((tenant, client, agent), 0.0), 3),
-                    }
-                    for (tenant, client, agent), n in ranked
-                ],
-                "top_clients_complete": complete,
-                # The list is sorted: a client left out made at most as many requests as the last one listed.
-                "unlisted_max": 0 if complete else (ranked[-1][1] if ranked else max(per_client.values())),
-                "top_clients_exact": True,
-            }
-        return out
+    def _new_row(self, batch: Batch, hour: int, behaviour: str, tenant: str, decision: str,
+                 who: tuple[str, str, str]) -> bool:
+        """Whether a client row not yet held may be added; if not, the request counts as untracked (or, past the
+        bound on what is held, as dropped)."""
+        tracked = self._tracked.get(behaviour)
+        if tracked is None:
+            tracked = self._tracked[behaviour] = set()
+        held = self._held
+        rows = len(batch.requests) + (len(held.requests) if held is not None else 0)
+        if (who in tracked or len(tracked) < self.max_clients) and rows < self.max_rows:
+            tracked.add(who)
+            return True
+        untracked = batch.untracked
+        total_key = (hour, behaviour, tenant, decision)
+        if total_key in untracked:
+            untracked[total_key] += 1
+        elif len(untracked) < self.max_rows:
+            untracked[total_key] = 1
+        else:
+            self.dropped += 1
+            return False
+        batch.count += 1
+        return False
+
+    @property
+    def pending(self) -> int:
+        """Requests counted and not yet written (the batch being written included)."""
+        return self._batch.count + (self._held.count if self._held is not None else 0)
+
+    def take(self) -> Batch | None:
+        """The batch to write now: the one whose write has not succeeded yet, if any (sent again as it was, under the
+        same id), else what accumulated since; None when there is nothing. O(1): the rows are handed over as they
+        are, never copied on the event loop."""
+        if self._held is None and self._batch.count:
+            self._held, self._batch = self._batch, self._empty()
+        return self._held
+
+    def written(self, batch: Batch) -> None:
+        """The batch is in the database: let it go."""
+        if self._held is batch:
+            self._held = None
+
+    def discard(self) -> int:
+        """Give up on everything held (the process is stopping and the database cannot take it): how many requests
+        that was."""
+        lost = self.pending
+        self._held = None
+        self._batch = self._empty()
+        self.dropped += lost
+        return lost

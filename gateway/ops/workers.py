@@ -4,18 +4,23 @@ The supervisor owns the signals: SIGTERM/SIGINT and SIGHUP are passed to every w
 own is restarted (at most once a second). Metrics are aggregated across workers with prometheus-client's
 multiprocess mode: every worker writes to one directory, and whichever worker answers /metrics reads them all.
 
-The usage report (admin /deprecations, the status page) lives in each worker's memory, so whichever worker is asked
-asks its siblings: each worker also serves its own report on a Unix socket, ``<pid>.sock`` in a private directory
-the supervisor makes (``GATEWAY_WORKER_DIR``, mode 0700), and the worker asked merges the answers
-(``gateway.ops.fleet``). A socket whose worker has exited refuses connections and is left out (the supervisor
-removes it); a worker that does not answer in time makes the report fail rather than be silently partial.
+Each worker writes its own share of the usage it counted to the usage ledger (``gateway.ops.ledger``), so the
+usage report (admin /deprecations, the status page), read from the ledger, is the whole process's whichever worker
+answers.
+
+Nothing is left behind: the supervisor removes its directories when it exits (of a PROMETHEUS_MULTIPROC_DIR given
+to it, the metric files: the directory is the operator's, emptied at start and at exit, as prometheus-client needs
+between runs). A supervisor that is killed cannot; its workers are stopped then (PDEATHSIG), and the last of them to
+leave removes the directories (``Peers.leave``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -25,24 +30,27 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from aiohttp import web
-
-from .fleet import Source, local_source, parse_top, unix_source
-from .usage import UsageTracker
-
-__all__ = ("WORKER_DIR_ENV", "Peers", "make_peer_app", "supervise")
+__all__ = ("WORKER_DIR_ENV", "Peers", "supervise")
 
 log = logging.getLogger("gateway.workers")
 
 WORKER_DIR_ENV = "GATEWAY_WORKER_DIR"
+# Set to 1 when the supervisor made the metrics directory (a temporary one) rather than being given it.
+_OWN_METRICS_ENV = "GATEWAY_OWN_METRICS_DIR"
+_SUPERVISOR_ENV = "GATEWAY_SUPERVISOR_PID"
+_STOPPING = "stopping"  # made in the worker directory when the supervisor starts to stop
 
 
 def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float) -> int:
-    own_dir = "PROMETHEUS_MULTIPROC_DIR" not in os.environ
-    metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or tempfile.mkdtemp(prefix="gateway-metrics-")
-    # Short (a Unix socket path has at most 107 bytes) and private (mkdtemp makes it 0700).
+    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    own_dir = not given
+    metrics_dir = given or tempfile.mkdtemp(prefix="gateway-metrics-")
+    if given:
+        remove_metric_files(metrics_dir)  # a previous run's counts would be added to this one's
+    # Private (mkdtemp makes it 0700): where the supervisor marks that it is stopping.
     worker_dir = tempfile.mkdtemp(prefix="gateway-workers-")
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir, WORKER_DIR_ENV: worker_dir}
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir, WORKER_DIR_ENV: worker_dir,
+           _OWN_METRICS_ENV: "1" if own_dir else "", _SUPERVISOR_ENV: str(os.getpid())}
     command = [sys.executable, "-m", "gateway", *worker_argv]
     stopping = False
     pending: list[int] = []
@@ -66,6 +74,9 @@ def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float)
                 signum = pending.pop(0)
                 if signum in (signal.SIGTERM, signal.SIGINT):
                     stopping = True
+                    # Before the signal: a worker still starting ignores it, and looks for this mark once its own
+                    # handlers are set (``Peers.stopping``).
+                    Path(worker_dir, _STOPPING).touch()
                 for proc in procs:
                     if proc.poll() is None:
                         proc.send_signal(signal.SIGTERM if signum == signal.SIGINT else signum)
@@ -74,7 +85,6 @@ def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float)
                 if code is None:
                     continue
                 _mark_dead(proc.pid, metrics_dir)
-                Path(worker_dir, f"{proc.pid}.sock").unlink(missing_ok=True)
                 if stopping:
                     procs.remove(proc)
                     continue
@@ -102,13 +112,47 @@ def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float)
                 proc.kill()
         if own_dir:
             shutil.rmtree(metrics_dir, ignore_errors=True)
+        else:
+            remove_metric_files(metrics_dir)
         shutil.rmtree(worker_dir, ignore_errors=True)
+
+
+_METRIC_FILE_RE = re.compile(r"^[a-z]+(?:_[a-z]+)?_(\d+)\.db$")  # prometheus-client's <kind>[_<mode>]_<pid>.db
+
+
+def remove_metric_files(directory: str, *, keep_running: bool = False) -> None:
+    """prometheus-client's files in ``directory``; with ``keep_running``, not those of processes still running."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        match = _METRIC_FILE_RE.match(name)
+        if match is None:
+            continue
+        if keep_running and int(match.group(1)) != os.getpid() and _running(int(match.group(1))):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(directory, name))
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _prepare_worker(supervisor: int) -> None:
     """Runs in the worker between fork and exec; ``supervisor``: the supervisor's pid."""
-    # A reload during start-up must not kill the worker: SIGHUP is ignored until its own handler is installed.
+    # A reload during start-up must not kill the worker: SIGHUP is ignored until its own handler is installed. So is
+    # SIGTERM, so that a worker stopped while it starts still leaves through its own exit (its files removed): once
+    # its handlers are installed it stops at once if the supervisor has gone meanwhile (``Peers.orphaned``).
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # If the supervisor dies without stopping it (SIGKILL, OOM), the worker is told to stop too (Linux).
     try:
         import ctypes
@@ -134,44 +178,38 @@ def _mark_dead(pid: int, metrics_dir: str) -> None:
 
 
 class Peers:
-    """A worker's view of its siblings: where it serves its own usage report, and a source for each sibling's."""
+    """A worker's view of its run: whether the supervisor is stopping or gone, and the clean-up after it."""
 
-    def __init__(self, directory: str, pid: int | None = None, timeout: float = 5.0) -> None:
+    def __init__(self, directory: str, supervisor: int | None = None) -> None:
         self.directory = Path(directory)
-        self.pid = os.getpid() if pid is None else pid
-        self.path = str(self.directory / f"{self.pid}.sock")
-        self.timeout = timeout  # for a sibling's answer: past it, the report fails (the sibling is stuck)
+        self.supervisor = os.getppid() if supervisor is None else supervisor
+
+    def stopping(self) -> bool:
+        """Whether the supervisor was told to stop (its SIGTERM may have come while this worker ignored it)."""
+        return (self.directory / _STOPPING).exists()
+
+    def orphaned(self) -> bool:
+        """Whether the supervisor is gone (killed: it could not stop this worker, or clean up after the run)."""
+        return os.getppid() != self.supervisor
+
+    def leave(self, environ: Mapping[str, str] = os.environ) -> None:
+        """This worker's exit. When the supervisor is gone (killed: nobody else will clean up), each worker removes
+        its own metric files and those of workers no longer running, then the directories if they are empty, so
+        that the last to leave leaves nothing."""
+        if not self.orphaned():
+            return  # the supervisor removes the directories when it exits
+        metrics_dir = environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if metrics_dir:
+            remove_metric_files(metrics_dir, keep_running=True)
+        (self.directory / _STOPPING).unlink(missing_ok=True)
+        for directory in (str(self.directory), metrics_dir if environ.get(_OWN_METRICS_ENV) == "1" else None):
+            if directory:
+                with contextlib.suppress(OSError):
+                    os.rmdir(directory)  # only once empty: the last worker to leave
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Peers | None:
         """The worker's peers under ``gateway serve --workers N``; None for a single process."""
         directory = environ.get(WORKER_DIR_ENV)
-        return cls(directory) if directory else None
-
-    def sources(self, usage: UsageTracker) -> list[Source]:
-        """This worker's report (read directly) and every sibling's (over its socket)."""
-        out = [local_source(f"worker {self.pid}", usage)]
-        for path in sorted(self.directory.glob("*.sock")):
-            if path.name != f"{self.pid}.sock":
-                out.append(unix_source(str(path), f"worker {path.stem}", self.timeout))
-        return out
-
-
-_USAGE: web.AppKey[UsageTracker] = web.AppKey("usage")
-
-
-async def _peer_usage(request: web.Request) -> web.Response:
-    try:
-        top = parse_top(request.query.get("top", "20"))
-    except ValueError as err:
-        return web.json_response({"code": "BAD_QUERY", "message": str(err)}, status=400)
-    return web.json_response(request.app[_USAGE].report(top))
-
-
-def make_peer_app(usage: UsageTracker) -> web.Application:
-    """What a worker serves its siblings on its Unix socket: its own usage report only (never a merge, so a
-    question never goes round)."""
-    app = web.Application()
-    app[_USAGE] = usage
-    app.router.add_get("/usage", _peer_usage)
-    return app
+        supervisor = environ.get(_SUPERVISOR_ENV, "")
+        return cls(directory, supervisor=int(supervisor) if supervisor.isdigit() else None) if directory else None

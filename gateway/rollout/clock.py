@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from .config import RolloutConfig
 
-__all__ = ("Clock", "FixedClock", "SystemClock", "clock_from_config", "parse_instant")
+__all__ = ("Clock", "FixedClock", "SystemClock", "clock_from_config", "parse_date", "parse_instant",
+           "parse_instant_value")
 
 
 class Clock(Protocol):
@@ -36,9 +38,82 @@ class FixedClock:
         return self.instant
 
 
+# Dates and instants the gateway can place in any timezone and turn into POSIX seconds (and back) without overflow.
+MIN_YEAR, MAX_YEAR = 1970, 9998
+_DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _in_range(day: dt.date, value: object) -> None:
+    if not MIN_YEAR <= day.year <= MAX_YEAR:
+        raise ValueError(f"{_shown(value)} is outside the years {MIN_YEAR} to {MAX_YEAR}")
+
+
+def parse_date(value: object) -> dt.date:
+    """A calendar date written YYYY-MM-DD (a ``date`` given by code passes as it is). ValueError names what is wrong:
+    ``'2026-02-30' is not a date: day is out of range for month``."""
+    if isinstance(value, dt.datetime):
+        raise ValueError("expected a date (YYYY-MM-DD), not a date and time")
+    if isinstance(value, dt.date):
+        day = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if not _DATE_RE.fullmatch(text):
+            raise ValueError(f"expected a date (YYYY-MM-DD), got {_shown(value)}")
+        try:
+            day = dt.date.fromisoformat(text)
+        except ValueError as err:
+            raise ValueError(f"{_shown(value)} is not a date: {err}") from None
+    else:
+        raise ValueError(f"expected a date (YYYY-MM-DD), got {_kind(value)}")
+    _in_range(day, value)
+    return day
+
+
+def parse_instant_value(value: object) -> dt.datetime:
+    """An ISO 8601 date-time, or a date (its midnight); naive when it has no offset (the caller places it)."""
+    if isinstance(value, dt.datetime):
+        instant = value
+    elif isinstance(value, dt.date):
+        instant = dt.datetime.combine(value, dt.time())
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            instant = dt.datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in "Zz" and text else text)
+        except ValueError as err:
+            reason = str(err) if not str(err).startswith("Invalid isoformat") else "not ISO 8601"
+            raise ValueError(f"{_shown(value)} is not a date and time ({reason}); "
+                             f"expected e.g. 2026-10-20T10:00:00 or 2026-10-20T10:00:00+02:00") from None
+    else:
+        raise ValueError(f"expected a date and time (ISO 8601), got {_kind(value)}")
+    _in_range(instant, value)
+    if instant.tzinfo is not None:
+        try:
+            instant.astimezone(dt.UTC)
+        except OverflowError:
+            raise ValueError(f"{_shown(value)} is outside the years {MIN_YEAR} to {MAX_YEAR}") from None
+    return instant
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, (int, float)):
+        return f"a number ({_shown(value)})"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
 def parse_instant(text: str, tz: dt.tzinfo = dt.UTC) -> dt.datetime:
-    """ISO 8601 date or date-time; a value without an offset is read in ``tz``."""
-    value = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    """ISO 8601 date or date-time; a value without an offset is read in ``tz``. ValueError says what is wrong."""
+    value = parse_instant_value(text)
     return value if value.tzinfo is not None else value.replace(tzinfo=tz)
 
 
@@ -48,8 +123,8 @@ def clock_from_config(rollout: RolloutConfig, environ: Mapping[str, str] = os.en
     if fixed:
         try:
             return FixedClock(parse_instant(fixed, rollout.tzinfo))
-        except ValueError:
-            raise ValueError(f"GATEWAY_NOW: not an ISO 8601 instant: {fixed!r}") from None
+        except ValueError as err:
+            raise ValueError(f"GATEWAY_NOW: {err}") from None
     if rollout.now is not None:
         now = rollout.now if rollout.now.tzinfo else rollout.now.replace(tzinfo=rollout.tzinfo)
         return FixedClock(now)

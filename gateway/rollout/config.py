@@ -3,16 +3,28 @@
 Date flags are the section's other keys (``board_cards_cap: 2026-10-01``): any key not named below must be a date
 (or null); which keys exist, which behaviours and phases brownouts and exemptions may name, and how dates must be
 ordered is checked against the behaviours the policies declare (``checks.rollout_problems``), not here.
+
+Dates and instants are read from their text by the keys that hold them (``ConfigDate``, ``ConfigInstant``): an
+impossible one (``2026-02-30``, ``T25:00``) is a problem of its key, and so is one outside the years the gateway
+can place in any timezone.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import zoneinfo
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ("Brownout", "Exemption", "HeaderMatch", "RolloutConfig", "TenantRollout")
+from .clock import parse_date, parse_instant_value
+
+__all__ = ("Brownout", "ConfigDate", "ConfigInstant", "Exemption", "HeaderMatch", "RolloutConfig", "TenantRollout")
+
+# A calendar date, YYYY-MM-DD (a YAML timestamp stays text: this reads it).
+ConfigDate = Annotated[dt.date, BeforeValidator(parse_date)]
+# An ISO 8601 date-time (or a date: its midnight); without an offset it is read in the section's timezone.
+ConfigInstant = Annotated[dt.datetime, BeforeValidator(parse_instant_value)]
 
 # A brownout or exemption that names no behaviour is about the board route's cards (the first dated behaviour).
 DEFAULT_BEHAVIOUR = "board_cards"
@@ -23,20 +35,20 @@ def _check_timezone(value: str | None) -> str | None:
         return None
     try:
         zoneinfo.ZoneInfo(value)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"unknown timezone {value!r}") from None
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long for a file name
+        raise ValueError(f"unknown timezone {value[:80]!r}") from None
     return value
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class _WithDates(BaseModel):
     """A section whose other keys are date flags."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
-    __pydantic_extra__: dict[str, dt.date | None] = Field(init=False)
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True, allow_inf_nan=False)
+    __pydantic_extra__: dict[str, ConfigDate | None] = Field(init=False)
 
     def dates(self) -> dict[str, dt.date | None]:
         """The date flags this section sets (null included: a tenant's null means "the rollout section's date")."""
@@ -48,8 +60,8 @@ class Brownout(_Model):
 
     behaviour: str = DEFAULT_BEHAVIOUR
     phase: str | None = None  # default: the behaviour's last phase
-    start: dt.datetime
-    end: dt.datetime
+    start: ConfigInstant
+    end: ConfigInstant
 
     @model_validator(mode="after")
     def _valid(self) -> Brownout:
@@ -83,7 +95,7 @@ class Exemption(_Model):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$", max_length=64)
     behaviour: str = DEFAULT_BEHAVIOUR
     phase: str | None = None  # default: the behaviour's first phase
-    until: dt.date
+    until: ConfigDate
     # What the access log shows as "client": the first 12 hex digits of SHA-256 of the Authorization header.
     token_fingerprint: str | None = Field(default=None, pattern=r"^[0-9a-f]{12}$")
     header: HeaderMatch | None = None
@@ -114,7 +126,7 @@ class TenantRollout(_WithDates):
 
 class RolloutConfig(_WithDates):
     timezone: str = "UTC"
-    now: dt.datetime | None = None
+    now: ConfigInstant | None = None
     brownouts: list[Brownout] = []
     exemptions: list[Exemption] = []
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import datetime as dt
 import zoneinfo
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,8 +23,6 @@ from .behaviour import Behaviour, DateFlag
 from .config import HeaderMatch, RolloutConfig, TenantRollout
 
 if TYPE_CHECKING:
-    from prometheus_client import Gauge
-
     from ..core.tenants import Tenant
 
 __all__ = ("Decision", "RolloutPlan", "Schedule", "effective_date")
@@ -277,15 +275,11 @@ class RolloutPlan:
                headers: Mapping[str, str] | None = None) -> Decision:
         return self.schedules[tenant][behaviour].decide(now.timestamp(), headers)
 
-    def publish(self, gauge: Gauge, now: float, *, clear: bool = False) -> None:
-        """Set ``gateway_rollout_phase``: 1 for each tenant's phase in force at ``now``, 0 for the others.
-
-        ``clear`` first drops every series (on a (re)build, so tenants no longer configured disappear).
-        """
-        if clear:
-            gauge.clear()
+    def phase_samples(self, now: float) -> Iterator[tuple[str, str, str, float]]:
+        """``gateway_rollout_phase`` at ``now``: (tenant, behaviour, phase, 1 for the phase in force else 0), for
+        every tenant, dated behaviour and phase of this plan (a tenant no longer configured has none)."""
         for tenant, per in self.schedules.items():
             for name, schedule in per.items():
                 current = schedule.phase_index(now)
                 for i, phase in enumerate(schedule.behaviour.phases):
-                    gauge.labels(tenant, name, phase).set(1 if i == current else 0)
+                    yield tenant, name, phase, 1.0 if i == current else 0.0

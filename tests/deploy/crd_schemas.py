@@ -61,6 +61,13 @@ SERVICE_MONITOR = _resource("ServiceMonitor", {
                 "relabelings": {"type": "array", "items": {"type": "object"}},
                 "metricRelabelings": {"type": "array", "items": {"type": "object"}},
                 "params": {"type": "object"},
+                # SafeAuthorization: the Authorization header's type (default Bearer) and credentials from a Secret.
+                "authorization": {"type": "object", "properties": {
+                    "type": {"type": "string"},
+                    "credentials": {"type": "object", "required": ["key"], "properties": {
+                        "name": {"type": "string"}, "key": {"type": "string"}, "optional": {"type": "boolean"}},
+                        "additionalProperties": False}},
+                    "additionalProperties": False},
             },
             "additionalProperties": False,
         }},

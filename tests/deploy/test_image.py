@@ -268,7 +268,8 @@ class Containers:
 
     def remove_all(self) -> None:
         for name in self.names:
-            self.podman.run("rm", "--force", "--time", "0", name, check=False)
+            # --volumes: the anonymous volume of the image's working directory (the usage ledger's file) goes too.
+            self.podman.run("rm", "--force", "--volumes", "--time", "0", name, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -280,6 +281,7 @@ def containers(podman: Podman, image: str, upstream: Upstream,
     for tenant in data["tenants"]:
         tenant["upstream"] = f"http://host.containers.internal:{port}"
     data["server"].update(drain_delay=DRAIN_DELAY, shutdown_timeout=SHUTDOWN_TIMEOUT)
+    data.setdefault("usage", {}).setdefault("ledger", {})["flush_interval"] = 0.5  # the default SQLite file, soon
     config = tmp_path_factory.mktemp("config") / "gateway.yaml"
     config.write_text(yaml.safe_dump(data, sort_keys=False))
     config.chmod(0o644)  # read by uid 10001 inside
@@ -414,6 +416,18 @@ def test_it_proxies_to_an_upstream_on_the_host(running: Container, upstream: Ups
         time.sleep(0.1)
     assert len([line for line in lines if line.get("path") == "/api/v1/things/1"]) == 1
     assert "image-test-secret" not in logs and "x=1" not in logs
+    # The usage ledger's default SQLite file, in the image's working directory (a volume, writable under the
+    # read-only root): the capped board read above is written there.
+    query = ("import sqlite3; print(sqlite3.connect('/var/lib/gateway/gateway-usage.sqlite3').execute("
+             "\"select coalesce(sum(requests), 0) from usage_totals where behaviour = 'board_cards'\").fetchone()[0])")
+    deadline = time.monotonic() + 10
+    while True:
+        out = containers.podman.run("exec", "--workdir", "/", running.name, "python", "-I", "-c", query, check=False)
+        if out.returncode == 0 and out.stdout.strip() not in ("", "0"):
+            break
+        assert time.monotonic() < deadline, (out.stdout, out.stderr, containers.logs(running)[-2000:])
+        time.sleep(0.2)
+    assert "usage ledger" not in containers.logs(running).lower() or "unable to open" not in containers.logs(running)
 
 
 def test_sigterm_drains_within_the_grace_period(podman: Podman, containers: Containers, upstream: Upstream) -> None:

@@ -6,6 +6,7 @@ needs: probes, drain timing, security context, the config's hash suffix, selecto
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -17,6 +18,10 @@ import pytest
 import yaml
 
 from gateway.app import load_config
+
+# What the pods' environment takes from Secrets, as the tests read the configs.
+SECRET_ENV = {"GATEWAY_LEDGER_URL": "postgresql://gateway:from-the-secret@postgres.db.svc:5432/gateway",
+              "GATEWAY_ADMIN_TOKEN": "stand-in-admin-token-0123456789abcdef"}
 
 from .crd_schemas import SCHEMAS
 from .deploy_testlib import (
@@ -107,7 +112,8 @@ def test_each_resource_file_validates(path: Path) -> None:
 def test_gateway_config_of_each_kustomization_is_valid(directory: Path) -> None:
     for generator in kustomization(directory).get("configMapGenerator", []):
         for item in generator.get("files", []):
-            load_config(directory / item.rpartition("=")[2])  # raises ConfigError with every problem
+            # raises ConfigError with every problem (the Secrets' values stand in for the pod's environment)
+            load_config(directory / item.rpartition("=")[2], environ={**os.environ, **SECRET_ENV})
 
 
 @pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=lambda p: str(p.relative_to(KUBERNETES)))
@@ -152,11 +158,43 @@ def _pod(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any], di
 
 
 def _pod_config(docs: list[dict[str, Any]], spec: dict[str, Any], tmp_path: Path) -> Any:
+    """The config the pod serves, its ``${NAME}`` references from the container's environment only (a value taken
+    from a Secret stands in for itself)."""
     volume = next(v for v in spec["volumes"] if v["name"] == "config")
     config_map = one(docs, "ConfigMap", volume["configMap"]["name"])
     path = tmp_path / "gateway.yaml"
     path.write_text(config_map["data"]["gateway.yaml"])
-    return load_config(path).model
+    container = next(c for c in spec["containers"] if c["name"] == "gateway")
+    environ = {e["name"]: e.get("value", SECRET_ENV.get(e["name"], "from-a-secret")) for e in container.get("env", [])}
+    return load_config(path, environ=environ).model
+
+
+# What the pod's environment gets from the admin Secret (created per installation, never committed).
+ADMIN_SECRET = ("deprecation-gateway-admin", "token")
+SECRET_ENVIRON = {"GATEWAY_ADMIN_TOKEN": SECRET_ENV["GATEWAY_ADMIN_TOKEN"]}
+
+
+def test_the_admin_token_comes_from_a_secret_the_service_monitor_shares(
+        rendered: tuple[list[dict[str, Any]], bool], tmp_path: Path) -> None:
+    """The pod reads the admin token from a Secret (never from the ConfigMap), Prometheus sends the same one, and
+    the probes need none: /livez and /readyz are the admin paths the gateway serves without it."""
+    docs, _ = rendered
+    _, spec, container = _pod(docs)
+    env = {e["name"]: e for e in container.get("env", [])}
+    ref = env["GATEWAY_ADMIN_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert (ref["name"], ref["key"]) == ADMIN_SECRET and not ref.get("optional"), "no token, no start"
+    config = _pod_config(docs, spec, tmp_path)
+    assert config.server.admin_token == SECRET_ENVIRON["GATEWAY_ADMIN_TOKEN"]
+    assert config.server.admin_open == [], "the scrape is authenticated, not opened"
+    volume = next(v for v in spec["volumes"] if v["name"] == "config")
+    assert "${GATEWAY_ADMIN_TOKEN}" in one(docs, "ConfigMap", volume["configMap"]["name"])["data"]["gateway.yaml"]
+    for endpoint in one(docs, "ServiceMonitor")["spec"]["endpoints"]:
+        auth = endpoint["authorization"]
+        assert auth.get("type", "Bearer") == "Bearer"
+        assert (auth["credentials"]["name"], auth["credentials"]["key"]) == ADMIN_SECRET
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"]["path"] in ("/livez", "/readyz") and "httpHeaders" not in container[probe][
+            "httpGet"]
 
 
 def test_config_map_is_generated_with_a_hash_suffix(rendered: tuple[list[dict[str, Any]], bool],
@@ -209,7 +247,8 @@ def test_probes_drain_and_grace_period(rendered: tuple[list[dict[str, Any]], boo
     command = container["lifecycle"]["preStop"]["exec"]["command"]
     assert command[0] in ("/bin/sleep", "sleep")
     pre_stop = float(command[1])
-    assert spec["terminationGracePeriodSeconds"] > pre_stop + drain + shutdown
+    last_write = config.usage.ledger.flush_timeout  # the usage ledger's last write, after the requests in flight
+    assert spec["terminationGracePeriodSeconds"] > pre_stop + drain + shutdown + last_write
     assert "replicas" not in deployment["spec"], "the HorizontalPodAutoscaler owns the replica count"
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
 
@@ -266,21 +305,19 @@ def test_services_and_service_monitor_select_the_pods(rendered: tuple[list[dict[
         assert endpoint["port"] in ports and endpoint["path"] == "/metrics"
 
 
-def test_a_headless_service_lists_every_pod_for_the_fleet_usage_report(
-        rendered: tuple[list[dict[str, Any]], bool]) -> None:
-    """`gateway usage --discover deprecation-gateway-admin-pods:9090` resolves one address per pod (ready or not: a
-    draining pod still holds its share of the window), on the admin port only; Prometheus does not scrape it (each
-    pod would be scraped twice)."""
+def test_the_usage_ledger_url_comes_from_a_secret(rendered: tuple[list[dict[str, Any]], bool],
+                                                  tmp_path: Path) -> None:
+    """Every pod writes to one PostgreSQL database; its URL, password included, is never in the ConfigMap."""
     docs, _ = rendered
-    deployment, _, container = _pod(docs)
-    headless = one(docs, "Service", "deprecation-gateway-admin-pods")
-    spec = headless["spec"]
-    assert spec["clusterIP"] == "None" and spec["publishNotReadyAddresses"] is True
-    assert spec["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
-    assert [(p["port"], p["targetPort"]) for p in spec["ports"]] == [(9090, "admin")]
-    assert {p["name"]: p["containerPort"] for p in container["ports"]}["admin"] == 9090
-    monitor = one(docs, "ServiceMonitor")
-    assert not monitor["spec"]["selector"]["matchLabels"].items() <= headless["metadata"]["labels"].items()
+    _, spec, container = _pod(docs)
+    env = {e["name"]: e for e in container["env"]}
+    assert env["GATEWAY_LEDGER_URL"]["valueFrom"]["secretKeyRef"] == {"name": "deprecation-gateway-ledger",
+                                                                       "key": "url"}
+    volume = next(v for v in spec["volumes"] if v["name"] == "config")
+    text = one(docs, "ConfigMap", volume["configMap"]["name"])["data"]["gateway.yaml"]
+    assert yaml.safe_load(text)["usage"]["ledger"]["url"] == "${GATEWAY_LEDGER_URL}"
+    assert _pod_config(docs, spec, tmp_path).usage.ledger.url == SECRET_ENV["GATEWAY_LEDGER_URL"]
+    assert not find(docs, "Secret"), "the Secret is created apart from the manifests (docs/deployment.md)"
 
 
 def test_autoscaler_and_disruption_budget(rendered: tuple[list[dict[str, Any]], bool]) -> None:

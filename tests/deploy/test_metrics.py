@@ -91,14 +91,15 @@ async def scrape(upstream: RecordingUpstream, start_gateway: GatewayFactory, sta
 
 def declared_families() -> set[str]:
     """The core's families and every policy's, as the default config (every policy on a route) declares them."""
-    from gateway.app import build_state, load_config
+    from gateway.app import Gateway, build_state, load_config
 
     async def nowhere(exchange: Any) -> Any:
         raise AssertionError("not called")
 
     metrics = Metrics()
-    build_state(load_config(ROOT / "config" / "gateway.yaml"), nowhere, FixedClock(parse_instant("2026-11-24T00:00:00Z")),
-                metrics)
+    config = load_config(ROOT / "config" / "gateway.yaml")
+    Gateway(config, metrics=metrics)  # the usage ledger's families (nothing is started)
+    build_state(config, nowhere, FixedClock(parse_instant("2026-11-24T00:00:00Z")), metrics)
     return {family.name for family in metrics.registry.collect()}
 
 
@@ -193,7 +194,8 @@ def test_dashboard_structure() -> None:
                    "Top clients of deprecated behaviour"):
         assert needed in titles
     text = next(p for p in panels if p["type"] == "text")["options"]["content"]
-    assert "/deprecations" in text and "gateway usage" in text and "/status" in text and "--discover" in text
+    assert "/deprecations" in text and "gateway usage" in text and "/status" in text and "--csv" in text
+    assert "Usage ledger writes by result" in titles
 
 
 # The families that carry the company (tenant names from the config, "none" for refusals before routing).

@@ -143,7 +143,7 @@ async def test_every_blocked_upload_is_recorded_once_however_the_client_behaves(
             assert line["bytes_out"] > 0 or line["status"] == 499
             assert line["status"] == 403 or (name == "closes_before_reading" and line["status"] == 499), line
         report = await gw.get_json("/deprecations?top=20")
-        guard = report["legacy_upload_guard"]
+        guard = report["behaviours"]["legacy_uploads"]
         assert guard["requests"] == len(done) and guard["by_decision"] == {"blocked": len(done)}
         rows = {row["client"]: row for row in guard["top_clients"]}
         assert sum(row["requests"] for row in rows.values()) == len(done)

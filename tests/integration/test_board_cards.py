@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import gzip
 import json
@@ -509,6 +510,72 @@ async def test_memo_is_only_used_for_identical_bodies(upstream, start_gateway, c
             doc = json.loads(await resp.read())
         assert f"of {150 if i % 2 == 0 else 160} cards" in doc["cards_deprecation_message"]
     assert cards_removed(gw) == 50 + 60 + 50 + 60
+
+
+def pieces_responder(body: bytes, cuts: list[int]):
+    """The body streamed (chunked) in pieces cut at ``cuts``, each write given its own turn of the loop."""
+
+    async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "application/json", "ETag": '"v1"'})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        for a, b in zip([0, *cuts], [*cuts, len(body)]):
+            await resp.write(body[a:b])
+            await asyncio.sleep(0)
+        await resp.write_eof()
+        return resp
+
+    return responder
+
+
+def awkward_cuts(body: bytes) -> list[int]:
+    """Cut points inside multi-byte characters, escapes, big integers, the cards' commas and the array's end."""
+    cuts = {body.index("日".encode()) + 1, body.index("🚀".encode()) + 2, body.index(b'\\"') + 1,
+            body.index(str(BIG_INT).encode()) + 10, body.index(b"},{") + 1, body.rindex(b"]"),
+            body.rindex(b"]") + 1, len(body) - 1}
+    cuts |= set(range(4099, len(body), 4099))
+    return sorted(c for c in cuts if 0 < c < len(body))
+
+
+@pytest.mark.parametrize("at", [CAPPED, REMOVED])
+async def test_a_board_read_in_awkward_pieces_is_cut_as_a_whole_one(upstream, start_gateway, client, at: str) -> None:
+    body = board_bytes(150)
+    body = body.replace(b'"title":"Board', rb'"title":"\u00e9\"\\\\\"\ud83d\ude80 Board', 1)
+    gw = await start(start_gateway, upstream, at)
+    upstream.responder = json_responder(body)
+    async with client.get(gw.url + "/api/latest/boards/1") as resp:
+        whole = await resp.read()
+    upstream.responder = pieces_responder(body, awkward_cuts(body))
+    async with client.get(gw.url + "/api/latest/boards/2") as resp:
+        pieced = await resp.read()
+    assert pieced == whole.replace(b"board_id=1", b"board_id=2")
+    doc, original = json.loads(pieced), json.loads(body)
+    if at == CAPPED:
+        assert doc["cards"] == original["cards"][:100] and "first 100 of 150 cards" in doc["cards_deprecation_message"]
+        assert pieced.startswith(body[: body.index(b'{"id":101,') - 1])  # the upstream's bytes up to the cut
+    else:
+        assert "cards" not in doc and doc["title"] == original["title"]
+    assert pieced.endswith(body[body.index(b',"card_properties"'):])
+    assert counter(gw, "capped" if at == CAPPED else "removed", "capped" if at == CAPPED else "removed") == 2
+
+
+async def test_a_board_that_differs_from_the_kept_one_only_at_its_end(upstream, start_gateway, client) -> None:
+    """The memo compares a new body as it arrives and reads it only once it differs: here in its last piece."""
+    first = board_bytes(150)
+    assert first.endswith(b"123456789012345678901234567890.5]}")
+    changed = first[:-3] + b"6]}"  # ...890.6]} in place of ...890.5]}: the same length, the last byte but two
+    gw = await start(start_gateway, upstream, CAPPED)
+    for body in (first, first, changed, first[:-1], first):
+        upstream.responder = pieces_responder(body, list(range(65_536, len(body), 65_536)))
+        async with client.get(gw.url + "/api/latest/boards/1") as resp:
+            got = await resp.read()
+        if body == first[:-1]:
+            assert got == body  # not JSON (cut short): passed through as it came
+            continue
+        doc = json.loads(got)
+        assert doc["cards"] == json.loads(body)["cards"][:100]
+        assert got.endswith(body[body.index(b',"card_properties"'):])
+    assert counter(gw, "capped", "capped") == 4 and counter(gw, "capped", "passed_through_unparsed") == 1
 
 
 # --- Against the sandbox -----------------------------------------------------------------------------------------

@@ -251,8 +251,9 @@ async def test_a_response_filter_on_a_head_request_sends_no_body(
     assert head.startswith(b"HTTP/1.1 200") and b"X-Order: outer" in head and rest == b""
 
 
+@pytest.mark.parametrize("pieces", [False, True], ids=["read", "read_pieces"])
 async def test_reading_the_whole_body_of_an_upstream_that_breaks_off_becomes_a_502(
-    upstream: RecordingUpstream, start_gateway: GatewayFactory
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, pieces: bool
 ) -> None:
     gw = await start_gateway(make_config(upstream.url))
 
@@ -269,7 +270,7 @@ async def test_reading_the_whole_body_of_an_upstream_that_breaks_off_becomes_a_5
     async def reader(exchange: Exchange, next: Next) -> Reply:
         reply = await next(exchange)
         try:
-            await reply.read(1 << 20)
+            await (reply.read_pieces(1 << 20, len) if pieces else reply.read(1 << 20))
         except Exception as err:  # noqa: BLE001 - the test records which kind
             seen.append(type(err).__name__)
         reply.headers["X-Seen"] = "yes"
@@ -281,3 +282,74 @@ async def test_reading_the_whole_body_of_an_upstream_that_breaks_off_becomes_a_5
             assert resp.status == 502 and resp.headers["X-Seen"] == "yes"
             assert (await resp.json())["code"] == "UPSTREAM_RESET"
     assert seen == ["BodyUnavailable"]
+
+
+# --- the whole body as the pieces it arrived in (Reply.read_pieces) ----------------------------------------------
+
+
+async def test_read_pieces_hands_each_piece_over_as_it_arrives(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory
+) -> None:
+    gw = await start_gateway(make_config(upstream.url))
+    body = [b"a" * 3000, b"b" * 70_000, b"c" * 7]
+    whole = b"".join(body)
+    first_seen = asyncio.Event()
+
+    async def stepwise(request: web.BaseRequest, received: Received) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Length": str(len(whole)), "Content-Type": "text/plain"})
+        await resp.prepare(request)
+        await resp.write(body[0])
+        # The rest only once the policy was handed the first piece: a reader given the pieces only at the end (or
+        # joined) would wait here until the timeout.
+        await asyncio.wait_for(first_seen.wait(), 5)
+        for piece in body[1:]:
+            await resp.write(piece)
+        return resp
+
+    upstream.responder = stepwise
+    seen: list[bytes] = []
+    read: list[list[bytes]] = []
+
+    def each(piece: bytes) -> None:
+        seen.append(piece)
+        first_seen.set()
+
+    async def reader(exchange: Exchange, next: Next) -> Reply:
+        reply = await next(exchange)
+        read.append(await reply.read_pieces(1 << 20, each))
+        assert reply.length == len(whole) and not reply.streamed
+        assert await reply.read_pieces(1 << 20) == read[0]  # in hand now: the same pieces, nothing read again
+        reply.headers["X-Pieces"] = str(len(read[0]))
+        return reply  # not replaced: the pieces go to the client as they came
+
+    await _route_through(gw, [reader])
+    async with aiohttp.ClientSession() as client:
+        async with client.get(gw.url + "/x") as resp:
+            got = await resp.read()
+            assert resp.status == 200 and resp.headers["Content-Length"] == str(len(whole))
+    assert got == whole and b"".join(seen) == whole and seen == read[0] and len(seen) >= 2
+
+
+async def test_read_pieces_over_the_cap_still_sends_the_whole_body(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory
+) -> None:
+    body = board_bytes(200)
+    upstream.responder = _chunked_board(body)
+    gw = await start_gateway(make_config(upstream.url))
+    seen: list[bytes] = []
+    raised: list[str] = []
+
+    async def reader(exchange: Exchange, next: Next) -> Reply:
+        reply = await next(exchange)
+        try:
+            await reply.read_pieces(20_000, seen.append)
+        except Exception as err:  # noqa: BLE001 - the test records which kind
+            raised.append(type(err).__name__)
+        return reply
+
+    await _route_through(gw, [reader])
+    async with aiohttp.ClientSession() as client:
+        async with client.get(gw.url + "/x") as resp:
+            got = await resp.read()
+    assert raised == ["BodyTooLarge"] and got == body
+    assert 0 < sum(map(len, seen)) <= 20_000 and body.startswith(b"".join(seen))  # only pieces within the cap

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import free_port
+from tests.conftest import ADMIN_HEADERS, ADMIN_TOKEN, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -76,15 +76,16 @@ def stack(tmp_path: Path) -> Iterator[dict[str, object]]:
     config = yaml.safe_load((ROOT / "config" / "gateway.yaml").read_text())
     config["server"]["listen"] = f"127.0.0.1:{gw_port}"
     config["server"]["admin_listen"] = f"127.0.0.1:{admin_port}"
+    config["server"]["admin_token"] = "${GATEWAY_ADMIN_TOKEN}"  # as a Secret gives it to a pod
     for tenant in config["tenants"]:
         tenant["upstream"] = f"http://127.0.0.1:{sandbox_port}"
     path = tmp_path / "gateway.yaml"
     path.write_text(yaml.safe_dump(config))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN}
     sandbox = subprocess.Popen([PYTHON, "-m", "sandbox", "--port", str(sandbox_port), "--log-level", "warning"],
                                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     log = (tmp_path / "gateway.log").open("w+")
-    gateway = subprocess.Popen([PYTHON, "-m", "gateway", "serve", "--config", str(path)], cwd=ROOT, env=env,
+    gateway = subprocess.Popen([PYTHON, "-m", "gateway", "serve", "--config", str(path)], cwd=tmp_path, env=env,
                                stdout=log, stderr=subprocess.STDOUT)
     try:
         _wait_http(f"http://127.0.0.1:{sandbox_port}/_sandbox/journal")
@@ -112,7 +113,8 @@ def test_serve_in_front_of_the_sandbox_then_stop_on_sigterm(stack) -> None:
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(stack["gw"] + "/api/latest/boards/1", timeout=5)
     assert err.value.code == 401  # the sandbox's answer to a missing token, passed through
-    metrics = urllib.request.urlopen(stack["admin"] + "/metrics", timeout=5).read().decode()
+    scrape = urllib.request.Request(stack["admin"] + "/metrics", headers=ADMIN_HEADERS)
+    metrics = urllib.request.urlopen(scrape, timeout=5).read().decode()
     assert 'gateway_requests_total{method="GET",route="card_list",status_class="2xx",tenant="sandbox"} 1.0' in metrics
     proc: subprocess.Popen[bytes] = stack["process"]  # type: ignore[assignment]
     proc.send_signal(signal.SIGTERM)
@@ -133,6 +135,7 @@ def test_serve_reports_a_busy_port_clearly(tmp_path: Path) -> None:
         busy.listen()
         port = busy.getsockname()[1]
         config = {"server": {"listen": f"127.0.0.1:{port}", "admin_listen": f"127.0.0.1:{free_port()}"},
+                  "usage": {"ledger": {"url": f"sqlite:///{tmp_path}/usage.sqlite3"}},
                   "tenants": [{"name": "a", "hosts": ["a.test"], "upstream": "http://127.0.0.1:1"}]}
         path = tmp_path / "busy.yaml"
         path.write_text(yaml.safe_dump(config))

@@ -225,7 +225,7 @@ async def test_the_open_file_limit_is_raised_to_the_hard_one_and_a_low_hard_limi
             resource.setrlimit(resource.RLIMIT_NOFILE, (256, limit))
 
         with log.open("wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(path)], cwd=ROOT,
+            proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(path)], cwd=tmp_path,
                                     stdout=out, stderr=subprocess.STDOUT, preexec_fn=lower)
         try:
             async def ready() -> bool:

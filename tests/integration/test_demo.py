@@ -65,6 +65,17 @@ def test_the_demo_serves_on_the_ports_it_is_given() -> None:
         assert headers["Deprecation"] and answer["code"] == "PUBLIC_API_LEGACY_FILE_UPLOAD_DISABLED"
         with urllib.request.urlopen(f"http://127.0.0.1:{admin}/readyz", timeout=10) as resp:
             assert resp.status == 200
+        # The admin token the demo made: printed with the status page's address, and taken by the admin listener.
+        page = next(line.strip() for line in seen if f"127.0.0.1:{admin}/status?token=" in line)
+        token = page.rpartition("token=")[2]
+        with urllib.request.urlopen(urllib.request.Request(
+                f"http://127.0.0.1:{admin}/metrics", headers={"Authorization": f"Bearer {token}"}), timeout=10) as resp:
+            assert resp.status == 200 and b"gateway_requests_total" in resp.read()
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=10)
+            raise AssertionError("/metrics answered without the token")
+        except urllib.error.HTTPError as err:
+            assert err.code == 401
         _every_printed_command_shows_what_it_says(seen)
     finally:
         proc.send_signal(signal.SIGINT)
@@ -83,6 +94,7 @@ SHOWS = {
     "%2e%2e": ['"path":"/api/v1/cards/1"'],
     "%2Ffiles": ["HTTP/1.1 400", '"code": "BAD_PATH"'],
     "/metrics": ["gateway_requests_total{"],
+    "gateway usage": ["board_cards: ", "legacy_uploads: ", "legacy-demo/1.0"],
     "gateway rollout": ["tenant sandbox", "board_cards: ", "next change"],
     "gateway check-config": ["config/gateway.yaml: OK", "routes"],
 }

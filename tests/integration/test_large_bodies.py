@@ -74,7 +74,7 @@ async def test_150_mib_up_and_down_through_a_gateway_process(upstream: Recording
               "tenants": [{"name": "t", "hosts": ["127.0.0.1"], "upstream": upstream.url}]}
     path = tmp_path / "g.yaml"
     path.write_text(yaml.safe_dump(config))
-    proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(path)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(path)], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         assert proc.stdout is not None

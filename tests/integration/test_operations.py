@@ -101,7 +101,7 @@ async def test_two_workers_share_the_port_and_aggregate_metrics(upstream: Record
     metrics_dir.mkdir()
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
     proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(path), "--workers", "2"],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     p = Proc(proc, port, admin, path, tmp_path / "unused.log")
     try:
         async def both_started() -> bool:
@@ -170,7 +170,7 @@ async def test_workers_stop_when_the_supervisor_is_killed(upstream: RecordingUps
     path = tmp_path / "w.yaml"
     path.write_text(yaml.safe_dump(_config(upstream.url, port, admin)))
     proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(path), "--workers", "2"],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         children: list[str] = []
 
@@ -192,10 +192,11 @@ async def test_workers_stop_when_the_supervisor_is_killed(upstream: RecordingUps
 
 
 async def test_deprecations_endpoint_and_usage_command(upstream: RecordingUpstream, start_gateway,
-                                                       start_admin) -> None:
+                                                       start_admin, tmp_path: Path) -> None:
     from tests.conftest import make_config
 
-    gw = await start_gateway(make_config(upstream.url))
+    config = make_config(upstream.url, usage={"ledger": {"url": f"sqlite:///{tmp_path}/usage.sqlite3"}})
+    gw = await start_gateway(config)
     admin = await start_admin(gw)
 
     # Stand-in for a deprecation policy: record a decision the way policies do.
@@ -211,20 +212,24 @@ async def test_deprecations_endpoint_and_usage_command(upstream: RecordingUpstre
             async with client.get(gw.url + "/x", headers={"Authorization": f"Bearer {token}",
                                                            "User-Agent": "old-sdk/1.2"}) as resp:
                 assert resp.status == 200
-        async with client.get(admin + "/deprecations?top=5") as resp:
+        async with client.get(admin + "/deprecations?top=5&since=2h") as resp:
             report = await resp.json()
-        async with client.get(admin + "/deprecations?top=0") as resp:
-            assert resp.status == 400
-    data = report["some_deprecation"]
+        for query in ("top=0", "since=yesterday", "order=best", "since=1h&until=2h"):
+            async with client.get(admin + "/deprecations?" + query) as resp:
+                assert resp.status == 400 and (await resp.json())["code"] == "BAD_QUERY", query
+    data = report["behaviours"]["some_deprecation"]  # a policy that declares no behaviour counts under its name
     assert data["requests"] == 3 and data["by_decision"] == {"allowed": 3}
     assert [row["requests"] for row in data["top_clients"]] == [2, 1]
     assert "tok-a" not in json.dumps(report)
+    # The command line reads the same database (this gateway wrote it before answering /deprecations).
+    path = tmp_path / "gateway.yaml"
+    path.write_text(json.dumps(config))
     loop = asyncio.get_running_loop()
     out = await loop.run_in_executor(None, lambda: subprocess.run(
-        [sys.executable, "-m", "gateway", "usage", "--admin", admin], cwd=ROOT, capture_output=True, text=True,
-        timeout=20))
+        [sys.executable, "-m", "gateway", "usage", "--config", str(path), "--since", "1h"], cwd=ROOT,
+        capture_output=True, text=True, timeout=20))
     assert out.returncode == 0, out.stderr
-    assert "some_deprecation: 3 requests" in out.stdout and "old-sdk/1.2" in out.stdout
+    assert "some_deprecation: 3 requests (allowed 3), 2 clients" in out.stdout and "old-sdk/1.2" in out.stdout
 
 
 async def test_admin_rollout_and_phase_gauge_follow_the_clock(upstream: RecordingUpstream, start_gateway,

@@ -17,13 +17,17 @@ from tests.conftest import Received, RecordingUpstream
 from tests.process_testlib import Proc, start, wait_for
 
 BODY = os.urandom(256 * 1024)
+# What an abandoned download is offered: more than loopback's socket buffers take, and sent slowly (about a second),
+# so that the gateway cannot have written all of it before the client leaves, however late the client is scheduled.
+DOWNLOAD = os.urandom(8 * 1024 * 1024)
 N = 200
 
 
 @pytest.fixture
 async def gateway(upstream: RecordingUpstream, tmp_path: Path) -> AsyncIterator[Proc]:
     async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Length": str(len(BODY))})
+        body = DOWNLOAD if received.raw_path.startswith("/download/") else BODY
+        resp = web.StreamResponse(headers={"Content-Length": str(len(body))})
         await resp.prepare(request)
         if received.raw_path.startswith("/broken/"):
             await resp.write(BODY[:10_000])
@@ -31,8 +35,8 @@ async def gateway(upstream: RecordingUpstream, tmp_path: Path) -> AsyncIterator[
             assert request.transport is not None
             request.transport.abort()  # the upstream breaks off after 10,000 bytes of the body
             return resp
-        for i in range(0, len(BODY), 16_384):
-            await resp.write(BODY[i : i + 16_384])
+        for i in range(0, len(body), 16_384):
+            await resp.write(body[i : i + 16_384])
             await asyncio.sleep(0.002)
         return resp
 

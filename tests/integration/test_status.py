@@ -19,7 +19,7 @@ from gateway.core.http import token_fingerprint
 from gateway.ops.admin import make_admin_app
 from gateway.ops.status import ConfigHistory
 from gateway.rollout import FixedClock, parse_instant
-from tests.conftest import GatewayFactory, RecordingUpstream, guarded_routes, make_config
+from tests.conftest import GatewayFactory, RecordingUpstream, admin_url, guarded_routes, make_config
 
 XSS = '<script>window.pwned=1</script>"><img src=x onerror=alert(1)>'
 
@@ -28,7 +28,7 @@ async def _admin(gw: Any, **kwargs: Any) -> tuple[web.AppRunner, str]:
     runner = web.AppRunner(make_admin_app(gw.gateway, **kwargs), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
-    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+    return runner, admin_url(runner.addresses[0][1])
 
 
 def _config(upstream: RecordingUpstream) -> dict[str, Any]:
@@ -66,6 +66,11 @@ async def test_the_page_escapes_what_clients_send_and_is_locked_down(
                 raw_json = await resp.text()
             async with client.get(admin + "/config") as resp:
                 config = await resp.json()
+            for path in ("/status?since=yesterday", "/status.json?until=soon"):  # the page's window: /deprecations'
+                async with client.get(admin + path) as resp:
+                    assert resp.status == 400 and (await resp.json())["code"] == "BAD_QUERY", path
+            async with client.get(admin + "/status.json?since=2h&until=1h") as resp:
+                assert resp.status == 200 and (await resp.json())["usage"]["policies"] == []  # before the request
     finally:
         await runner.cleanup()
     # The client's text is text: escaped, never markup.
@@ -133,16 +138,22 @@ async def test_the_data_behind_the_page(upstream: RecordingUpstream, start_gatew
     assert [s["phase"] for s in segments] == ["full", "capped", "removed"]
     assert segments[0]["from_pct"] == 0 and segments[-1]["to_pct"] == 100
     assert segments[0]["to_pct"] < data["timeline"]["now_pct"] < segments[1]["to_pct"]
-    # Per company figures, and the clients.
-    assert tenants["acme"]["usage"] == [{"policy": "legacy_upload_guard", "decisions": [["blocked", 2]]}]
-    assert tenants["oldco"]["usage"] == [{"policy": "legacy_upload_guard", "decisions": [["allowed", 1]]}]
+    # Per company figures from the usage ledger, per behaviour, and the clients, most recently seen first.
+    assert tenants["acme"]["usage"] == [{"behaviour": "legacy_uploads", "decisions": [["blocked", 2]]}]
+    assert tenants["oldco"]["usage"] == [{"behaviour": "legacy_uploads", "decisions": [["allowed", 1]]}]
     policy = data["usage"]["policies"][0]
-    assert policy["name"] == "legacy_upload_guard" and policy["requests"] == 3 and policy["clients"] == 2
-    assert [(r["client"], r["tenant"], r["requests"]) for r in policy["rows"]] == [
-        (token_fingerprint("Bearer a"), "acme", 2), (token_fingerprint("Bearer b"), "oldco", 1)]
+    assert policy["name"] == "legacy_uploads" and policy["requests"] == 3 and policy["clients"] == 2
+    assert [(r["client"], r["tenant"], r["requests"], r["stopped"]) for r in policy["rows"]] == [
+        (token_fingerprint("Bearer b"), "oldco", 1, False), (token_fingerprint("Bearer a"), "acme", 2, False)]
+    assert data["usage"]["window"].startswith("since ") and data["usage"]["problem"] is None
+    # Requests per day, on the timeline's axis (recorded at the real time, whatever the rollout clock says).
+    chart = acme["legacy_uploads"]["chart"]
+    assert chart["unit"] == "day" and chart["total"] == 2 and chart["peak"] == 2
+    assert [b["requests"] for b in chart["bars"]] == [2] and 0 < chart["bars"][0]["from_pct"] < 100
+    assert oldco["legacy_uploads"]["chart"]["total"] == 1 and acme["board_cards"]["chart"] is None
     # The configuration and the reload.
     assert data["now"] == {"iso": "2026-11-05T12:00:00+00:00", "label": "2026-11-05 12:00 UTC", "fixed": True}
     assert data["config"]["last_reload"]["result"] == "failure" and data["config"]["last_reload"]["problems"] >= 1
     assert data["config"]["reloads"] == {"success": 0, "failure": 1}
     assert "refused" in page and "problem(s), listed in the gateway's log" in page
-    assert data["build"]["version"] and data["workers"] == {"answered": [], "failed": {}}
+    assert data["build"]["version"] and data["ledger"]["state"] == "ok" and data["ledger"]["database"] == "sqlite://"

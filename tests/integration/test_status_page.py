@@ -6,8 +6,12 @@ apt-get when it is missing and the script runs as root; without a browser these 
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+import re
 import shutil
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +21,7 @@ import pytest
 from playwright.async_api import Browser, Page, async_playwright
 
 from gateway.core.http import token_fingerprint
-from tests.conftest import BASE_CONFIG, RecordingUpstream, guarded_routes
+from tests.conftest import ADMIN_TOKEN, BASE_CONFIG, RecordingUpstream, guarded_routes
 from tests.process_testlib import Proc, start
 
 XSS = '<script>window.pwned=1</script>"><img src=x onerror="window.pwned=2">'
@@ -78,7 +82,10 @@ async def _open(browser: Browser, proc: Proc, **context: Any) -> tuple[Page, lis
     page.on("console", lambda msg: problems.append(f"{msg.type}: {msg.text}") if msg.type in ("error", "warning")
             else None)
     page.on("dialog", lambda dialog: problems.append(f"dialog: {dialog.message}"))
-    await page.goto(f"http://127.0.0.1:{proc.admin}/")  # redirected to /status
+    # The token once in the address: the gateway sets its cookie and redirects to / without it, which redirects to
+    # /status; the page's own requests (status.json) carry the cookie.
+    await page.goto(f"http://127.0.0.1:{proc.admin}/?token={ADMIN_TOKEN}")
+    assert page.url == f"http://127.0.0.1:{proc.admin}/status", page.url
     return page, problems
 
 
@@ -144,15 +151,19 @@ async def test_a_client_that_made_legacy_uploads_appears_without_a_reload(
                     assert resp.status == 403
         await page.locator("#refresh").click()
         fingerprint = token_fingerprint("Bearer integrator-token")
-        row = page.locator(f'[data-policy="legacy_upload_guard"] tr[data-client="{fingerprint}"]')
+        row = page.locator(f'[data-policy="legacy_uploads"] tr[data-client="{fingerprint}"]')
         await row.wait_for(timeout=5000)
         cells = await row.locator("td").all_inner_texts()
         assert cells[:5] == ["3", fingerprint, "acme", XSS, "blocked 3"]
-        assert cells[5].startswith("20") and cells[5].endswith("(just now)")
+        assert cells[5].startswith("20") and cells[6].startswith("20") and cells[6].endswith("(just now)")
         assert await page.evaluate("window.sameDocument") is True  # refreshed in place, not reloaded
         assert await page.evaluate("window.pwned") is None  # the User-Agent stayed text
         figures = page.locator('[data-tenant="acme"] .figures')
-        assert await figures.inner_text() == "Last 1 h: legacy_upload_guard: blocked 3"
+        assert re.fullmatch(r"Requests since 20\S+ \S+ UTC \(30 d\): legacy_uploads: blocked 3",
+                            await figures.inner_text())
+        # The day's bar on acme's chart, on the same axis as its timeline.
+        chart = _behaviour(page, "acme", "legacy_uploads").locator(".chart .bar")
+        assert await chart.count() == 1 and await chart.get_attribute("title") == f"{_today()}: 3 requests"
         assert "integrator-token" not in await page.content()
         await page.screenshot(path=tmp_path / "status-clients.png", full_page=True)
     finally:
@@ -194,3 +205,131 @@ async def test_the_page_reads_the_same_without_javascript_and_on_a_phone(
     finally:
         await phone.close()
     assert problems == [] and phone_problems == []
+
+
+def _today() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
+
+
+# --- The demo's own configuration: a timeline from 2026 to 2099, and months of recorded use -----------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+_DAY = 86400
+CAP, REMOVAL = (dt.datetime(2026, m, 1, tzinfo=dt.UTC).timestamp() for m in (10, 11))
+
+
+def _demo_config(tmp_path: Path, upstream: str) -> dict[str, Any]:
+    """config/gateway.yaml with what scripts/demo.sh adds to it (its own Python, taken from the script and run:
+    exemptions until 2099), pointed at the test's upstream."""
+    import yaml
+
+    script = (ROOT / "scripts" / "demo.sh").read_text()
+    match = re.search(r'"\$work/gateway\.yaml" <<\'PY\'\n(.*?)\nPY\n', script, re.DOTALL)
+    assert match, "scripts/demo.sh no longer edits the demo's config with an inline Python script: update this test"
+    path = tmp_path / "demo.yaml"
+    path.write_text((ROOT / "config" / "gateway.yaml").read_text())
+    subprocess.run([sys.executable, "-c", match.group(1), str(path)], check=True, timeout=60)
+    config = yaml.safe_load(path.read_text())
+    for tenant in config["tenants"]:
+        tenant["upstream"] = upstream
+    config["access_log"] = {"enabled": False}
+    return dict(config)
+
+
+def _seed(url: str) -> None:
+    """Months of board_cards use by the sandbox company's clients, falling at the cap and again at the removal, and
+    a few legacy uploads by legacy-co: written the way the gateway writes them."""
+    from gateway.ops.ledger.store import Store
+    from gateway.ops.usage import UsageCounter
+
+    now = [0.0]
+    counter = UsageCounter(behaviours={"board_cards": "board_cards", "legacy_upload_guard": "legacy_uploads"},
+                           clock=lambda: now[0])
+    store = Store(url)
+    store.migrate()
+    start = dt.datetime(2026, 9, 1, tzinfo=dt.UTC).timestamp()
+    for day in range(85):
+        base = start + day * _DAY
+        daily, phase = (40, "full") if base < CAP else (25, "capped") if base < REMOVAL else (8, "removed")
+        for i in range(daily + day % 5):
+            now[0] = base + i * 600
+            counter.record({"board_cards": phase}, f"{i % 7:012x}", "legacy-board-client/1.0", "sandbox")
+            if i % 8 == 0:
+                counter.record({"legacy_upload_guard": "allowed"}, "00000000000a", "legacy-uploader/2.1", "legacy-co")
+        batch = counter.take()
+        assert batch is not None
+        store.write(batch, now[0])
+        counter.written(batch)
+    store.close()
+
+
+_OVERLAPS = """timeline => {
+  const box = timeline.getBoundingClientRect();
+  const labels = [...timeline.querySelectorAll(".ticks .tick")].filter(e => getComputedStyle(e).display !== "none")
+    .map(e => e.getBoundingClientRect());
+  const problems = [];
+  labels.forEach((r, i) => {
+    if (r.left < box.left - 0.5 || r.right > box.right + 0.5) problems.push(`label ${i} leaves the axis`);
+    if (i && r.left < labels[i - 1].right + 2) problems.push(`labels ${i - 1} and ${i} overlap`);
+  });
+  return {problems, count: labels.length};
+}"""
+
+
+async def test_the_demo_config_reads_well_on_a_laptop_and_on_a_phone(
+        browser: Browser, upstream: RecordingUpstream, tmp_path: Path) -> None:
+    """The demo's exemptions end in 2099: the axis still shows the rollout (2026's cap and removal wide enough to
+    see), draws the far events at its edge with their date, and no label overlaps or wraps into a column; the usage
+    chart shares the axis, and shows use falling at the cap and at the removal."""
+    url = f"sqlite:///{tmp_path}/usage.sqlite3"
+    _seed(url)
+    config = _demo_config(tmp_path, upstream.url)
+    config["usage"] = {"ledger": {"url": url, "retention_days": 36500}}  # the seeded months, whatever today is
+    proc = await start(config, tmp_path, env={**os.environ, "GATEWAY_NOW": "2026-11-25T12:00:00Z",
+                                              "GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN})  # the demo's admin_token names it
+    try:
+        for name, viewport in (("laptop", {"width": 1280, "height": 900}), ("phone", {"width": 390, "height": 844})):
+            page, problems = await _open(browser, proc, viewport=viewport, is_mobile=name == "phone")
+            try:
+                board = _behaviour(page, "sandbox", "board_cards")
+                for timeline in await page.locator(".timeline").all():
+                    found = await timeline.evaluate(_OVERLAPS)
+                    assert found["problems"] == [] and found["count"] >= 3, (name, found)
+                # The rollout is readable: a month of the capped phase is a good part of the axis.
+                width = await board.locator(".track").evaluate("e => e.getBoundingClientRect().width")
+                capped = await board.locator(".seg[title=capped]").evaluate("e => e.getBoundingClientRect().width")
+                assert capped >= width / 6, (name, capped, width)
+                # The exemptions end in 2099: at the axis' edge, with their date, each label a line of text.
+                label = board.locator(".exlabel")
+                assert await label.inner_text() == "exemption demo-legacy-client until 2099-01-01 00:00 UTC ▶"
+                line = await label.evaluate("e => [e.getBoundingClientRect().height, e.getBoundingClientRect().width,"
+                                            " parseFloat(getComputedStyle(e).lineHeight)]")
+                assert line[0] <= 2.2 * line[2] and line[1] >= width * 0.6, (name, line)
+                assert await board.locator(".exbar.far").evaluate(
+                    "e => Math.abs(e.getBoundingClientRect().right - e.parentElement.getBoundingClientRect().right)"
+                ) < 1
+                # Requests per day on the same axis: the dashed lines are the cap and the removal, and use falls at
+                # each.
+                heights = await board.locator(".chart").evaluate("""chart => {
+                  const marks = [...chart.querySelectorAll(".cmark")].map(e => e.getBoundingClientRect().left);
+                  const bars = [...chart.querySelectorAll(".bar")].map(e => {
+                    const r = e.getBoundingClientRect(); return [r.left + r.width / 2, r.height]; });
+                  const mean = (a) => a.reduce((s, v) => s + v, 0) / a.length;
+                  return [marks.length, mean(bars.filter(b => b[0] < marks[0]).map(b => b[1])),
+                          mean(bars.filter(b => b[0] > marks[0] && b[0] < marks[1]).map(b => b[1])),
+                          mean(bars.filter(b => b[0] > marks[1]).map(b => b[1]))];
+                }""")
+                assert heights[0] == 2 and heights[1] > heights[2] > heights[3] > 0, (name, heights)
+                note = await board.locator(".chartnote").inner_text()
+                assert note.startswith("Requests per day (UTC) from the usage ledger") and "2026-09-01" in note
+                overflow = await page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+                assert overflow[0] <= overflow[1], (name, overflow)
+                await page.screenshot(path=tmp_path / f"status-demo-{name}.png", full_page=True)
+                target = os.environ.get("STATUS_PAGE_SCREENSHOT")  # docs/status-page.png is made this way
+                if target and name == "laptop":
+                    await page.locator("#companies").screenshot(path=target)
+            finally:
+                await page.close()
+            assert problems == [], (name, problems)
+    finally:
+        proc.stop()

@@ -206,16 +206,11 @@ async def test_exported_spans_form_one_tree_with_the_upstreams_parents(
                    for parent in servers for c in otlp.children(parent))
         resource = plain.resource
         assert resource["service.name"] == "deprecation-gateway" and resource["service.version"]
-        values = process_testlib.samples((await _admin_text(proc)))
+        values = await proc.metrics()
         assert values[("gateway_trace_spans_exported_total", ())] >= len(spans)
         assert values[("gateway_trace_spans_dropped_total", (("reason", "queue_full"),))] == 0
     finally:
         proc.stop()
-
-
-async def _admin_text(proc: Proc) -> str:
-    async with aiohttp.ClientSession() as client, client.get(f"http://127.0.0.1:{proc.admin}/metrics") as resp:
-        return await resp.text()
 
 
 async def test_the_ratio_sampler_follows_the_parent_and_samples_new_traces_by_their_id(
@@ -314,11 +309,11 @@ async def test_a_collector_that_hangs_or_refuses_costs_requests_nothing_and_its_
             assert slowest < 1.2, (name, slowest)
 
             async def counted() -> bool:
-                values = process_testlib.samples(await _admin_text(proc))
+                values = await proc.metrics()
                 return values[("gateway_trace_spans_dropped_total", (("reason", "export_failed"),))] > 0
 
             await wait_for(counted, 10)
-            values = process_testlib.samples(await _admin_text(proc))
+            values = await proc.metrics()
             full = values[("gateway_trace_spans_dropped_total", (("reason", "queue_full"),))]
             failed = values[("gateway_trace_spans_dropped_total", (("reason", "export_failed"),))]
             assert values[("gateway_trace_spans_exported_total", ())] == 0

@@ -6,38 +6,47 @@ ends; for one named member whose value is an array it also records where each el
 escapes, integers of any size, floats as written) stays byte for byte what the upstream sent.
 
 What is checked ("JSON enough to be safe" for cutting): the top level strictly (one object, string keys, colons,
-commas, scalars by the JSON grammar, nothing but whitespace after it); inside nested values, that strings are closed
-with valid escapes and no raw control characters, and that brackets balance with matching kinds. A text that fails
-these checks raises ``NotJSON``; the caller passes it through untouched.
+commas, scalars by the JSON grammar, nothing but whitespace after it); the named array element by element, as
+strictly; inside nested values, that strings are closed with valid escapes and no raw control characters, and that
+brackets balance with matching kinds. A text that fails these checks raises ``NotJSON``; the caller passes it
+through untouched.
 
-Speed: the array is read natively first (``_native_array``): a small C module built with the package checks it
-by the whole JSON grammar and records the same offsets, at about 0.4 ns a byte (about 20 times the Python path). It
-only vouches for JSON: whatever it cannot (a text that is not JSON, nesting deeper than it reads) goes to the exact
-path below, which gives the answer and the reason. Without the compiled module every array is read by the exact path:
-the same answers, more slowly.
+A body may be scanned as it arrives: ``Reader`` is fed its pieces one by one (``Reply.read_pieces``) and keeps them
+as ``Pieces``, never joined; every function here takes either ``bytes`` or ``Pieces``.
+
+Speed: the native path (``_jsonscan``, a small C module built with the package) reads the whole text in one pass,
+64 bytes at a time with SIMD compares and bit arithmetic, by the same rules as the exact path below, at about
+0.2 ns a byte; it reads piece by piece, so a large body is read while it arrives, a little at a time, and the event
+loop is never held for the whole of it. It only vouches for what the exact path accepts: whatever it cannot (a text
+that is not JSON, nesting deeper than it reads, a repeated ``cards``) goes to the exact path, which gives the answer
+and the reason. Without the compiled module every body is read by the exact path: the same answers, more slowly.
 
 The exact path skips nested values with one precompiled regular expression per value (nesting up to ``_FAST_DEPTH``
 levels in the pattern, deeper values by an explicit stack), so Python runs once per top-level member and once per
-array element, not once per token; the regex engine visits every byte of every string (about 7 ns a byte).
+array element, not once per token; the regex engine visits every byte of every string (about 6 ns a byte).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
-_ArrayScan = Callable[[bytes, int, int], "tuple[int, int, list[int], int] | None"]
-_native_scan: _ArrayScan | None
+if TYPE_CHECKING:
+    from ._jsonscan import MemberFound, Scanner
+
+_Scanner: type[Scanner] | None
 try:
-    from ._jsonscan import scan_array as _native_scan
+    from ._jsonscan import Scanner as _Scanner
 except ImportError:  # not built (no C compiler at install): the exact path gives the same answers, more slowly
-    _native_scan = None
-NATIVE = _native_scan is not None  # whether the compiled scanner is there (board_cards warns when it is not)
+    _Scanner = None
+NATIVE = _Scanner is not None  # whether the compiled scanner is there (board_cards warns when it is not)
 
-__all__ = ("Layout", "Member", "NotJSON", "TooManyElements", "array_elements", "array_spans", "drop", "scan",
-           "set_member", "splice", "truncate")
+__all__ = ("Layout", "Member", "NotJSON", "Pieces", "Reader", "TooManyElements", "array_elements", "array_spans",
+           "drop", "scan", "set_member", "splice", "truncate")
 
 
 class NotJSON(ValueError):
@@ -156,8 +165,213 @@ def _skip_ws(body: bytes, pos: int) -> int:
     return m.end()
 
 
-def scan(body: bytes, key: str, *, keep: int = 0, extra_key: str | None = None) -> Layout:
+class Pieces:
+    """A body kept as the pieces it arrived in, not joined: its length, slices and comparisons read the pieces
+    where they are. ``bytes(pieces)`` joins them once (and keeps only the joined copy)."""
+
+    __slots__ = ("_pieces", "_starts", "_size")
+
+    def __init__(self, pieces: Sequence[bytes] = ()) -> None:
+        self._pieces: list[bytes] = [piece for piece in pieces if piece]
+        self._starts: list[int] = []
+        size = 0
+        for piece in self._pieces:
+            self._starts.append(size)
+            size += len(piece)
+        self._size = size
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __bytes__(self) -> bytes:
+        if len(self._pieces) != 1:
+            self._pieces = [b"".join(self._pieces)] if self._size else []
+            self._starts = [0] if self._size else []
+        return self._pieces[0] if self._pieces else b""
+
+    @property
+    def pieces(self) -> tuple[bytes, ...]:
+        return tuple(self._pieces)
+
+    def slice(self, start: int, end: int) -> bytes:
+        """``bytes(self)[start:end]`` (offsets within the body), copying only the bytes in the slice."""
+        start, end = max(0, min(start, self._size)), max(0, min(end, self._size))
+        if end <= start:
+            return b""
+        i = bisect_right(self._starts, start) - 1
+        parts: list[bytes] = []
+        while start < end:
+            piece = self._pieces[i]
+            offset = start - self._starts[i]
+            take = min(len(piece) - offset, end - start)
+            parts.append(piece if take == len(piece) else piece[offset : offset + take])
+            start += take
+            i += 1
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def matches(self, offset: int, data: bytes) -> bool:
+        """Whether the body holds ``data`` at ``offset`` (compared in place, no copy)."""
+        if offset < 0 or offset + len(data) > self._size:
+            return False
+        if not data:
+            return True
+        view = memoryview(data)
+        i = bisect_right(self._starts, offset) - 1
+        done = 0
+        while done < len(data):
+            piece = self._pieces[i]
+            at = offset + done - self._starts[i]
+            take = min(len(piece) - at, len(data) - done)
+            if not piece.startswith(view[done : done + take], at):
+                return False
+            done += take
+            i += 1
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, bytes):
+            return len(other) == self._size and self.matches(0, other)
+        if not isinstance(other, Pieces):
+            return NotImplemented
+        if other._size != self._size:
+            return False
+        offset = 0
+        for piece in other._pieces:
+            if not self.matches(offset, piece):
+                return False
+            offset += len(piece)
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<Pieces: {len(self._pieces)} pieces, {self._size} bytes>"
+
+
+Text = bytes | Pieces  # a body: whole, or as the pieces it arrived in
+
+
+def _slice(body: Text, start: int, end: int) -> bytes:
+    return body[start:end] if isinstance(body, bytes) else body.slice(start, end)
+
+
+def _pieces_of(body: Text) -> Sequence[bytes]:
+    return (body,) if isinstance(body, bytes) else body.pieces
+
+
+def scan(body: Text, key: str, *, keep: int = 0, extra_key: str | None = None) -> Layout:
     """Scan the top-level object; for member ``key`` (if an array) record the ends of its first ``keep`` elements."""
+    reader = Reader(key, keep=keep, extra_key=extra_key)
+    for piece in _pieces_of(body):
+        reader.feed(piece)
+    return reader.layout(body)
+
+
+class Reader:
+    """``scan`` of a body while it arrives: ``feed`` it each piece as it comes (``Reply.read_pieces``), then
+    ``layout()``. Each piece is read by the native scanner when it is fed, so a large body is read a piece at a time,
+    between the event loop's other work; the pieces are kept as they came (``body``), never joined.
+
+    With ``same_as`` (the body of an earlier scan): while the pieces are equal to it they are only compared, not
+    read; a body equal to it byte for byte is never read at all (``same``: the earlier scan holds), and one that
+    differs is read from its start as soon as it does.
+    """
+
+    __slots__ = ("_key", "_keep", "_extra_key", "_pieces", "_size", "_same_as", "_scanner", "_vouched")
+
+    def __init__(self, key: str, *, keep: int = 0, extra_key: str | None = None, same_as: Text | None = None) -> None:
+        self._key = key
+        self._keep = keep
+        self._extra_key = extra_key
+        self._pieces: list[bytes] = []
+        self._size = 0
+        self._same_as = same_as
+        self._scanner = _Scanner(keep) if _Scanner is not None else None
+        self._vouched = self._scanner is not None  # the native scanner still vouches for what it read
+
+    def feed(self, piece: bytes) -> None:
+        """The body's next piece (never raises: a text that is not JSON shows in ``layout``)."""
+        if not piece:
+            return
+        same = self._same_as
+        if same is not None:
+            if same.matches(self._size, piece) if isinstance(same, Pieces) else same.startswith(piece, self._size):
+                self._pieces.append(piece)
+                self._size += len(piece)
+                return
+            self._differs()
+        self._pieces.append(piece)
+        self._size += len(piece)
+        if self._vouched and self._scanner is not None:
+            self._vouched = self._scanner.feed(piece)
+
+    def _differs(self) -> None:
+        """The body is not the earlier one: what was only compared so far is read now."""
+        self._same_as = None
+        if self._vouched and self._scanner is not None:
+            for piece in self._pieces:
+                if not self._scanner.feed(piece):
+                    self._vouched = False
+                    break
+
+    @property
+    def same(self) -> bool:
+        """Whether the body fed is ``same_as``, byte for byte (it was then not read)."""
+        return self._same_as is not None and self._size == len(self._same_as)
+
+    @property
+    def body(self) -> Pieces:
+        """The pieces fed so far."""
+        return Pieces(self._pieces)
+
+    def layout(self, body: Text | None = None) -> Layout:
+        """The layout of the body fed (``NotJSON`` when it is not a JSON object this module can edit safely).
+        ``body``: the same bytes as fed, when the caller has them in another form."""
+        if self._same_as is not None:
+            self._differs()
+        if body is None:
+            body = self.body
+        if self._vouched and self._scanner is not None:
+            found = self._scanner.finish()
+            if found is not None:
+                layout = _native_layout(body, cast("list[MemberFound]", found), self._key, self._keep, self._extra_key)
+                if layout is not None:
+                    return layout
+        # Not vouched for (not JSON, nested too deeply, a repeated member ...), or no native scanner: the exact path
+        # gives the answer, and the reason.
+        return _scan_exact(body if isinstance(body, bytes) else bytes(body), self._key, keep=self._keep,
+                           extra_key=self._extra_key)
+
+
+def _native_layout(body: Text, found: list[MemberFound], key: str, keep: int, extra_key: str | None) -> Layout | None:
+    """The Layout from the native scanner's members; None where the exact path must answer (a repeated ``key`` or
+    ``extra_key``, a ``key`` array that breaks the grammar), which it does with the reason."""
+    members: list[Member] = []
+    seen: set[str] = set()
+    target = extra = None
+    count = last_end = 0
+    is_array = False
+    ends: Sequence[int] = ()
+    for start, key_end, value_start, end, array in found:
+        name = _key_text(_slice(body, start, key_end))
+        if name in seen and name in (key, extra_key):
+            return None
+        seen.add(name)
+        if name == key:
+            target = len(members)
+            if array is not None:
+                if array is False or array is True:
+                    return None
+                is_array = True
+                count, ends, last_end, _ = array
+        elif name == extra_key:
+            extra = len(members)
+        members.append(Member(name, start, value_start, end))
+    return Layout(len(body), tuple(members), target, count, is_array, tuple(ends), last_end, extra)
+
+
+def _scan_exact(body: bytes, key: str, *, keep: int = 0, extra_key: str | None = None) -> Layout:
+    """``scan`` by the exact path: regular expressions, member by member and element by element."""
     n = len(body)
     pos = _skip_ws(body, 0)
     if pos >= n or body[pos] != 0x7B:
@@ -188,10 +402,7 @@ def scan(body: bytes, key: str, *, keep: int = 0, extra_key: str | None = None) 
             pos = value_start = _skip_ws(body, pos + 1)
             if name == key and pos < n and body[pos] == 0x5B:
                 target, is_array = len(members), True
-                native = _native_array(body, pos, keep)
-                if native is None:
-                    native = _scan_array(body, pos, keep)
-                pos, count, ends, last_end = native
+                pos, count, ends, last_end = _scan_array(body, pos, keep)
             else:
                 if name == key:
                     target = len(members)
@@ -239,28 +450,17 @@ def _scan_array(body: bytes, pos: int, keep: int) -> tuple[int, int, list[int], 
             raise NotJSON(f"expected ',' or ']' at offset {pos}")
 
 
-# The array, natively: ``_jsonscan.scan_array`` (C, built with the package; see its source) reads the whole array
-# strictly by the JSON grammar (escape letters, numbers, literals, nesting; not UTF-8, which the exact path
-# does not check either) and returns the same tuple as ``_scan_array``, at about 0.4 ns a byte, making no object per
-# element. It vouches for JSON only: for anything else (or nesting deeper than ``_MAX_DEPTH``) it returns None and
-# the exact path reads the array and gives the answer, with the reason. Without the compiled module (no C compiler
-# where the package was installed) every array goes to the exact path: the same answers, more slowly.
-def _native_array(body: bytes, pos: int, keep: int) -> tuple[int, int, list[int], int] | None:
-    """The array starting at ``pos``, read by the compiled scanner; None when it cannot vouch for it."""
-    return None if _native_scan is None else _native_scan(body, pos, keep)
-
-
-def splice(body: bytes, edits: Sequence[tuple[int, int, bytes]]) -> bytes:
+def splice(body: Text, edits: Sequence[tuple[int, int, bytes]]) -> bytes:
     """Replace each ``[start, end)`` by its bytes; edits are sorted and do not overlap."""
     parts: list[bytes] = []
     pos = 0
     for start, end, data in sorted(edits, key=lambda e: (e[0], e[1])):
         if start < pos:
             raise ValueError("overlapping edits")
-        parts.append(body[pos:start])
+        parts.append(_slice(body, pos, start))
         parts.append(data)
         pos = end
-    parts.append(body[pos:])
+    parts.append(_slice(body, pos, len(body)))
     return b"".join(parts)
 
 
@@ -276,7 +476,7 @@ def _set_extra(layout: Layout, after: int, name: str, value: bytes) -> tuple[int
     return (after, after, b"," + _member_bytes(name, value))
 
 
-def truncate(body: bytes, layout: Layout, keep: int, extra: tuple[str, bytes] | None = None) -> bytes:
+def truncate(body: Text, layout: Layout, keep: int, extra: tuple[str, bytes] | None = None) -> bytes:
     """Keep the first ``keep`` elements of the target array (``keep`` <= what was scanned); optionally set a member."""
     member = layout.target_member
     if member is None or not layout.is_array:
@@ -292,7 +492,7 @@ def truncate(body: bytes, layout: Layout, keep: int, extra: tuple[str, bytes] | 
     return splice(body, edits)
 
 
-def drop(body: bytes, layout: Layout, extra: tuple[str, bytes] | None = None) -> bytes:
+def drop(body: Text, layout: Layout, extra: tuple[str, bytes] | None = None) -> bytes:
     """Remove the target member (key and value); optionally set a member (in its place when new)."""
     i = layout.target
     if i is None:
@@ -328,12 +528,17 @@ def array_spans(body: bytes, *, most: int | None = None) -> list[tuple[int, int]
     if pos >= n or body[pos] != 0x5B:
         raise NotJSON("the top-level value is not an array")
     keep = n if most is None else most + 1
-    scanned = _native_array(body, pos, keep)
-    if scanned is None:
-        scanned = _scan_array(body, pos, keep)
-    end, count, ends, _ = scanned
-    if _skip_ws(body, end) != n:
-        raise NotJSON(f"unexpected data after the top-level array at offset {end}")
+    found = None
+    if _Scanner is not None:
+        scanner = _Scanner(keep, top_array=True)
+        if scanner.feed(body):
+            found = scanner.finish()  # the whole text: the array, and nothing but whitespace after it
+    if isinstance(found, tuple):
+        count, ends, _, _ = found
+    else:
+        end, count, ends, _ = _scan_array(body, pos, keep)
+        if _skip_ws(body, end) != n:
+            raise NotJSON(f"unexpected data after the top-level array at offset {end}")
     if most is not None and count > most:
         raise TooManyElements(f"the array has more than {most} elements")
     spans: list[tuple[int, int]] = []
@@ -345,7 +550,7 @@ def array_spans(body: bytes, *, most: int | None = None) -> list[tuple[int, int]
     return spans
 
 
-def set_member(body: bytes, layout: Layout, key: str, value: bytes, *, before: str | None = None,
+def set_member(body: Text, layout: Layout, key: str, value: bytes, *, before: str | None = None,
                remove: Sequence[str] = ()) -> bytes:
     """Set top-level member ``key`` to the raw JSON ``value``: in place when present, else inserted just before
     member ``before`` when there is one, else at the end. Members named in ``remove`` are taken out. Every other byte
@@ -379,7 +584,7 @@ def set_member(body: bytes, layout: Layout, key: str, value: bytes, *, before: s
         edits.append((at, at, b"," + new))
     else:
         # No member is left: the new one is the object's only member, just after the opening brace.
-        at = _skip_ws(body, 0) + 1
+        at = _skip_ws(body if isinstance(body, bytes) else bytes(body), 0) + 1
         edits.append((at, at, new))
     return splice(body, edits)
 

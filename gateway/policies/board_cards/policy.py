@@ -168,7 +168,7 @@ def _parse_etags(value: str) -> list[tuple[bool, str]] | None:
 
 @dataclass(slots=True)
 class _MemoEntry:
-    body: bytes
+    body: json_splice.Text
     layout: json_splice.Layout
     # (phase index, gzip accepted) -> (body, gzipped): outputs that are new bytes (not the upstream's body as it is).
     rendered: dict[tuple[int, bool], tuple[bytes, bool]] = field(default_factory=dict)
@@ -188,12 +188,12 @@ class _Memo:
         self.size = 0
         self.entries: OrderedDict[tuple[str, str], _MemoEntry] = OrderedDict()
 
-    def get(self, key: tuple[str, str], body: bytes) -> _MemoEntry | None:
-        entry = self.entries.get(key)
-        if entry is None or entry.body != body:
-            return None
+    def kept(self, key: tuple[str, str]) -> _MemoEntry | None:
+        """The entry kept for ``key``: a new body is compared with its body as it arrives (``used`` if equal)."""
+        return self.entries.get(key)
+
+    def used(self, key: tuple[str, str]) -> None:
         self.entries.move_to_end(key)
-        return entry
 
     def put(self, key: tuple[str, str], entry: _MemoEntry) -> None:
         old = self.entries.pop(key, None)
@@ -285,7 +285,7 @@ class BoardCards:
         if not json_splice.NATIVE:
             log.warning(
                 "board_cards: the C JSON scanner (gateway.policies.board_cards._jsonscan) is not built (no C compiler "
-                "at install); large boards are read by the Python path, about 15 times more slowly; reinstall with "
+                "at install); large boards are read by the Python path, about 35 times more slowly; reinstall with "
                 "gcc to build it"
             )
         self.options = options
@@ -382,7 +382,7 @@ class BoardCards:
             )
         return json.dumps(text, ensure_ascii=False).encode()
 
-    def rewrite(self, body: bytes, layout: json_splice.Layout, index: int, board: str) -> bytes:
+    def rewrite(self, body: json_splice.Text, layout: json_splice.Layout, index: int, board: str) -> bytes:
         """The body for a phase that withholds cards from it (``_action_of`` says it does)."""
         extra = (MESSAGE_KEY, self.message(board, index, layout.count))
         if index == 1 or self.empty_array:
@@ -419,46 +419,54 @@ class BoardCards:
             raise _PassThrough("passed_through_unparsed", "the compressed body is truncated or has trailing data")
         return out
 
-    async def read_board(self, reply: Reply) -> bytes:
-        """The upstream's 200 body, decoded; ``_PassThrough`` for one this policy does not read (the reply then
-        still sends all of it: what was read, then the rest as it streams)."""
+    async def read_board(self, reply: Reply, key: tuple[str, str]) -> tuple[json_splice.Text, _MemoEntry]:
+        """The upstream's 200 body, decoded, and its scan; ``_PassThrough`` for one this policy does not read (the
+        reply then still sends all of it: what was read, then the rest as it streams).
+
+        The body is scanned while it arrives, a piece at a time between the event loop's other work, and kept as
+        those pieces, never joined. A body equal byte for byte to the one the memo keeps for this board is only
+        compared with it, not scanned: the memo's scan is used (a compressed body is decoded whole, then read)."""
         headers = reply.headers
         max_body = self.max_body
+        memo = self.memo
         if not _JSON_TYPE.match(headers.get("Content-Type", "")):
             raise _PassThrough("passed_through_unparsed", "not a JSON content type")
         coding = headers.get("Content-Encoding", "").strip().lower()
+        identity = coding in ("", "identity")
         length = reply.length
-        if length is not None and length > max_body and coding in ("", "identity"):
+        if length is not None and length > max_body and identity:
             raise _PassThrough("too_large", f"Content-Length {length} is over max_body_bytes")
+        kept = memo.kept(key) if memo is not None else None
+        reader = json_splice.Reader("cards", keep=self.cap, extra_key=MESSAGE_KEY,
+                                    same_as=kept.body if kept else None)
         try:
-            raw = await reply.read(max_body)
+            raw = await reply.read_pieces(max_body, reader.feed if identity else None)
         except BodyTooLarge:
             raise _PassThrough("too_large", "the body is over max_body_bytes") from None
-        return self.decode(raw, coding)
+        if not identity:
+            reader.feed(self.decode(b"".join(raw), coding))
+        if memo is not None and kept is not None and reader.same:
+            memo.used(key)
+            return kept.body, kept
+        try:
+            layout = reader.layout()
+        except json_splice.NotJSON as err:
+            raise _PassThrough("passed_through_unparsed", str(err)) from None
+        entry = _MemoEntry(reader.body, layout)
+        if memo is not None:
+            memo.put(key, entry)
+        return entry.body, entry
 
-    def scanned(self, key: tuple[str, str], body: bytes) -> _MemoEntry:
-        """The body's scan: the memo's when it holds this very body, else a new one (kept)."""
-        memo = self.memo
-        entry = memo.get(key, body) if memo is not None else None
-        if entry is None:
-            try:
-                layout = json_splice.scan(body, "cards", keep=self.cap, extra_key=MESSAGE_KEY)
-            except json_splice.NotJSON as err:
-                raise _PassThrough("passed_through_unparsed", str(err)) from None
-            entry = _MemoEntry(body, layout)
-            if memo is not None:
-                memo.put(key, entry)
-        return entry
-
-    async def rendered(self, key: tuple[str, str], entry: _MemoEntry, body: bytes, index: int, board: str,
-                       action: str, gzip_ok: bool) -> tuple[bytes, bool]:
+    async def rendered(self, key: tuple[str, str], entry: _MemoEntry, body: json_splice.Text, index: int,
+                       board: str, action: str, gzip_ok: bool) -> tuple[bytes, bool]:
         """The client's body for this phase and encoding; the same scan, phase and encoding give the same output,
         so a new one is kept with the scan."""
         output = entry.rendered.get((index, gzip_ok))
         if output is None:
-            out = body if action == "untouched" else self.rewrite(body, entry.layout, index, board)
+            plain = action == "untouched"
+            out = bytes(body) if plain else self.rewrite(body, entry.layout, index, board)  # (pieces joined once)
             output = await self.encoded(out, gzip_ok)
-            if self.memo is not None and output[0] is not body:
+            if self.memo is not None and not (plain and output[0] is out):
                 self.memo.render(key, entry, (index, gzip_ok), output)
         return output
 
@@ -526,8 +534,7 @@ class BoardCards:
 
         key = (tenant, exchange.path)
         try:
-            body = await self.read_board(reply)
-            entry = self.scanned(key, body)
+            body, entry = await self.read_board(reply, key)
         except _PassThrough as skip:
             return call.passed_through(reply, skip)
         except BodyUnavailable:
@@ -573,7 +580,7 @@ class BoardCards:
         reply.set_body(out)
         return reply
 
-    async def backfilled(self, call: _Call, reply: Reply, body: bytes, layout: json_splice.Layout,
+    async def backfilled(self, call: _Call, reply: Reply, body: json_splice.Text, layout: json_splice.Layout,
                          if_none_match: str | None) -> Reply:
         """The board with its cards rebuilt from the card list; on any failure, the upstream's board as it came."""
         exchange, tenant, board, index = call.exchange, call.tenant, call.board, call.index
@@ -626,7 +633,7 @@ class BoardCards:
             reply.set_body(Pieces(pieces))
         return reply
 
-    def assemble(self, body: bytes, layout: json_splice.Layout, cards: Sequence[bytes | memoryview], count: int,
+    def assemble(self, body: json_splice.Text, layout: json_splice.Layout, cards: Sequence[bytes | memoryview], count: int,
                  message: bytes | None, gzip_ok: bool) -> tuple[list[bytes | memoryview], str, bytes | None]:
         """(On a worker thread.) The board with its first ``count`` cards in place, as pieces (the cards are views
         into their pages), its ETag, and its gzip coding when the client takes one. With ``message`` (more cards than

@@ -134,7 +134,7 @@ class Options(BaseModel):
     successor: str = Field(pattern=PATH_TEMPLATE_PATTERN, max_length=500)
     successor_method: str = Field(default="POST", pattern=r"^[A-Z]+$")
     # The Deprecation header's date (a date is midnight in rollout.timezone).
-    deprecated_since: dt.datetime | dt.date = RESTRICTED_BY_DEFAULT_FROM
+    deprecated_since: dt.date | dt.datetime = RESTRICTED_BY_DEFAULT_FROM  # a date first: YAML dates reach it as text
     # The deprecation's documentation, sent as Link rel="deprecation" (RFC 9745 3) on every deprecated answer.
     deprecation_link: AnyHttpUrl | None = None
     message: str = Field(default=DEFAULT_MESSAGE, min_length=1, max_length=500)

@@ -1,0 +1,84 @@
+"""Credentials written in a URL (``scheme://user:password@host``), found by the URL parser, never by a pattern of
+what a password may hold.
+
+``without_userinfo`` masks the userinfo of every URL in a text (a config value, a problem, a log line): where a URL
+starts is the only thing searched for; its authority and userinfo are then what ``urllib.parse.urlsplit`` reads
+(the authority runs to the first ``/``, ``?`` or ``#``; the userinfo to its last ``@``), so quotes, spaces, ``@``,
+percent-escapes and non-ASCII characters in a password are masked whole. ``url_credentials`` gives, for a URL the
+config holds, every spelling of its credentials that some text could carry (as written, percent-encoded as yarl
+sends them, decoded), so that they are masked wherever they appear, URL or not.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+from yarl import URL
+
+__all__ = ("MASK", "url_credentials", "without_userinfo")
+
+MASK = "<redacted>"
+# Where a URL may begin: its scheme and "://". What follows is left to the URL parser.
+_URL_START = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
+
+
+def _authority_end(text: str, start: int) -> int:
+    """Where the authority beginning at ``start`` ends, as urlsplit delimits it (the first '/', '?' or '#')."""
+    ends = [i for i in (text.find(c, start) for c in "/?#") if i >= 0]
+    return min(ends) if ends else len(text)
+
+
+def _masked_line(line: str) -> str:
+    out: list[str] = []
+    pos = 0
+    while (found := _URL_START.search(line, pos)) is not None:
+        start = found.end()
+        end = _authority_end(line, start)
+        candidate = line[found.start():end]
+        try:
+            netloc = urlsplit(candidate).netloc
+        except ValueError:  # an unbalanced '[' (IPv6): urlsplit refuses the authority; its rule is still the same
+            netloc = line[start:end]
+        if netloc != line[start:end]:
+            netloc = line[start:end]  # urlsplit dropped a tab or a control character: the text's own span counts
+        userinfo, at, _ = netloc.rpartition("@")
+        if at:
+            out.append(line[pos:start] + MASK)
+            pos = start + len(userinfo)
+        else:
+            out.append(line[pos:start])
+            pos = start
+    out.append(line[pos:])
+    return "".join(out)
+
+
+def without_userinfo(text: str) -> str:
+    """``text`` with the userinfo of every URL in it replaced by ``<redacted>`` (a URL never spans lines)."""
+    if "://" not in text:
+        return text
+    return "\n".join(_masked_line(line) if "://" in line else line for line in text.split("\n"))
+
+
+def url_credentials(value: str) -> set[str]:
+    """Every spelling of the credentials in a URL worth masking in any text: the userinfo as written, as yarl
+    encodes it, decoded, and the password alone when it is long enough not to be an ordinary word."""
+    found: set[str] = set()
+    netloc = value[value.find("://") + 3:] if "://" in value else ""
+    written, at, _ = netloc[:_authority_end(netloc, 0)].rpartition("@")
+    if at:
+        found.add(written)
+    try:
+        url = URL(value)
+        user, password = url.user, url.password
+        raw_user, raw_password = url.raw_user, url.raw_password
+    except (ValueError, TypeError):
+        return {f for f in found if len(f) >= 4}
+    if password is not None:
+        found.add(f"{user or ''}:{password}")
+        found.add(f"{raw_user or ''}:{raw_password}")
+        if len(password) >= 8:
+            found.update({password, raw_password or password})
+    elif user:
+        found.update({user, raw_user or user})
+    return {f for f in found if len(f) >= 4}

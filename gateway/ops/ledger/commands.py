@@ -1,0 +1,179 @@
+"""What ``gateway usage`` and ``gateway migrate`` do and print (``gateway.cli`` parses their arguments and loads the
+config), and the ledger's line in ``gateway check-config``.
+
+They open the ledger's database directly (``store.Store``): any replica, or an operator's machine with the config
+and access to the database, reads the fleet's whole history. Exit status: 0, 1 when the ledger cannot be read or
+written, 2 for a bad argument.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from .query import DEFAULT_SINCE, Query, parse_when, window
+
+if TYPE_CHECKING:
+    from ...config import LoadedConfig
+    from .store import Store
+
+__all__ = ("DEFAULT_SINCE", "describe", "migrate", "usage")
+
+
+def describe(config: LoadedConfig) -> str:
+    """The ledger's line in ``check-config``: its database (secrets masked) and how it writes and keeps."""
+    options = config.model.usage.ledger
+    if not options.enabled:
+        return "usage ledger: off (usage.ledger.enabled: false)"
+    return (f"usage ledger: {config.secrets.redact(options.url)} (written every {options.flush_interval:g}s, "
+            f"kept {options.retention_days} days)")
+
+
+def _open(config: LoadedConfig, *, create: bool) -> Store | str:
+    """The store, or the problem (already fit to print) when there is none to open."""
+    options = config.model.usage.ledger
+    if not options.enabled:
+        return f"the usage ledger is off in {config.source} (usage.ledger.enabled: false)"
+    from .store import Store, sqlite_path
+
+    path = sqlite_path(options.url)
+    if not create and path not in (None, ":memory:") and not Path(str(path)).exists():
+        # Opening it would create an empty file: say where it was looked for instead.
+        return (f"no usage ledger at {Path(str(path)).resolve()} (a relative sqlite path is read from the working "
+                "directory; the gateway creates the file on its first write)")
+    return Store(options.url, timeout=options.flush_timeout)
+
+
+def _failed(config: LoadedConfig, what: str, err: Exception) -> int:
+    from .store import describe_error
+
+    shown = config.secrets.redact(config.model.usage.ledger.url)
+    print(f"gateway: cannot {what} the usage ledger {shown}: {config.secrets.redact(describe_error(err))}",
+          file=sys.stderr)
+    return 1
+
+
+def migrate(config: LoadedConfig) -> int:
+    store = _open(config, create=True)
+    if isinstance(store, str):
+        print(f"gateway: {store}", file=sys.stderr)
+        return 2
+    try:
+        found, head = store.migrate()
+    except Exception as err:  # noqa: BLE001 - any driver error: said in one line, exit 1
+        return _failed(config, "migrate", err)
+    finally:
+        store.close()
+    shown = config.secrets.redact(config.model.usage.ledger.url)
+    print(f"usage ledger {shown}: schema {head}" + (" (already)" if found == head else f" (was {found or 'empty'})"))
+    return 0
+
+
+def usage(config: LoadedConfig, *, since: str, until: str | None, tenant: str | None, behaviour: str | None,
+          top: int | None, order: str, output: Literal["text", "json", "csv"]) -> int:
+    now = time.time()
+    tz = config.model.rollout.tzinfo
+    try:
+        start = parse_when(since, now, tz)
+        end = parse_when(until, now, tz) if until else now
+    except ValueError as err:
+        print(f"gateway: --since/--until: {err}", file=sys.stderr)
+        return 2
+    if end <= start:
+        print("gateway: --until must be after --since", file=sys.stderr)
+        return 2
+    if top is not None and top < 0:
+        print("gateway: --top must be 0 (every client) or more", file=sys.stderr)
+        return 2
+    limit = None if top == 0 or (top is None and output == "csv") else (top or 20)
+    query = Query(*window(start, end), tenant=tenant, behaviour=behaviour, top=limit,
+                  order="recent" if order == "recent" else "requests")
+    store = _open(config, create=False)
+    if isinstance(store, str):
+        print(f"gateway: {store}", file=sys.stderr)
+        return 1 if config.model.usage.ledger.enabled else 2
+    from .store import fold_report
+    try:
+        # A database no gateway has written to yet (no schema): an empty report, and nothing created.
+        report = store.report(query) if store.revision() is not None else fold_report(query, [], [])
+    except Exception as err:  # noqa: BLE001 - any driver error: said in one line, exit 1
+        return _failed(config, "read", err)
+    finally:
+        store.close()
+    if output == "json":
+        print(json.dumps(report, indent=2))
+    elif output == "csv":
+        _csv(report)
+    else:
+        _text(report, config.secrets.redact(config.model.usage.ledger.url), now)
+    return 0
+
+
+def _when(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
+
+
+def _printable(text: str) -> str:
+    """A User-Agent (a client's own text) for a terminal: control characters (escape sequences) as \\xNN."""
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+
+
+def _text(report: dict[str, Any], shown: str, now: float) -> None:
+    since = dt.datetime.fromisoformat(report["since"]).timestamp()
+    until = dt.datetime.fromisoformat(report["until"]).timestamp()
+    print(f"usage ledger {shown}: {_when(since)} to {_when(until)} UTC")
+    behaviours = report["behaviours"]
+    if not behaviours:
+        print("no deprecated behaviour used in the window")
+    for name, data in behaviours.items():
+        decisions = ", ".join(f"{k} {v}" for k, v in data["by_decision"].items())
+        clients = data["clients"]
+        print(f"{name}: {data['requests']} requests ({decisions}), {clients} client{'s' if clients != 1 else ''}")
+        tenants = ", ".join(f"{t} {sum(d.values())}" for t, d in data["by_tenant"].items())
+        if tenants:
+            print(f"  by tenant: {tenants}")
+        if data["untracked_clients_requests"]:
+            print(f"  {data['untracked_clients_requests']} requests from clients over usage.max_clients (not listed)")
+        rows = data["top_clients"]
+        if rows:
+            print(f"  {'requests':>10}  {'client':<12}  {'tenant':<12}  {'first seen':<16}  {'last seen':<16}  "
+                  f"{'':<10}  user agent")
+        for row in rows:
+            agent = _printable(row["user_agent"]) if row["user_agent"] else "-"
+            print(f"  {row['requests']:>10}  {row['client'] or '-':<12}  {row['tenant'] or '-':<12}  "
+                  f"{_when(row['first_seen']):<16}  {_when(row['last_seen']):<16}  {_ago(now - row['last_seen']):<10}  "
+                  f"{agent}")
+        if len(rows) < clients:
+            print(f"  ... {clients - len(rows)} more client(s): --top 0 lists every one")
+
+
+def _csv(report: dict[str, Any]) -> None:
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(["behaviour", "tenant", "client", "user_agent", "requests", "decisions", "first_seen",
+                     "last_seen"])
+    for name, data in report["behaviours"].items():
+        for row in data["top_clients"]:
+            writer.writerow([
+                name, row["tenant"], row["client"] or "", _cell(row["user_agent"] or ""), row["requests"],
+                ";".join(f"{d}={n}" for d, n in row["decisions"].items()),
+                dt.datetime.fromtimestamp(row["first_seen"], dt.UTC).isoformat(timespec="seconds"),
+                dt.datetime.fromtimestamp(row["last_seen"], dt.UTC).isoformat(timespec="seconds"),
+            ])
+
+
+def _cell(text: str) -> str:
+    """A client's own text as a CSV cell a spreadsheet will not run as a formula."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text

@@ -1,0 +1,381 @@
+"""The usage ledger in a running gateway: writes what the usage counter holds to the database in the background, and
+answers the admin endpoints' reads.
+
+Nothing here is on a request's path. Requests only update the counter (``ops.usage``); a task wakes every
+``flush_interval``, takes the counter's batch (O(1) on the event loop) and hands it to the ledger's own thread,
+where SQLAlchemy writes it (``store.Store``). Reads (``/deprecations``, ``/status``) run on a second thread, so a long
+report never holds a write back. Neither thread is the event loop's default executor, and both are daemon threads:
+a database that never answers cannot hold the process at exit.
+
+The database slow or down costs the record, never a request: a write that fails or does not answer within
+``flush_timeout`` leaves its batch in the counter (sent again, under the same id, so that a write whose outcome was
+unknown is not counted twice), the counter keeps counting in bounded memory, and the next attempt comes after a
+backoff (1 s doubling to 60 s, with jitter). The state is a metric (``gateway_usage_ledger_up``), and each change of
+state is one log line, never one per attempt. What could not be kept is counted
+(``gateway_usage_ledger_dropped_requests_total``). On SIGTERM the gateway closes the ledger after the requests in
+flight have finished: one last write, within ``flush_timeout``; a SIGKILL loses what was counted since the last
+write (at most ``flush_interval``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from ..gc_pauses import freeze_startup
+from ..usage import HOUR, UsageCounter
+from .options import LedgerConfig
+
+if TYPE_CHECKING:
+    from .query import Query
+    from .store import Store
+
+__all__ = ("Ledger", "LedgerFamilies", "LedgerUnavailable")
+
+log = logging.getLogger("gateway.ledger")
+
+T = TypeVar("T")
+
+_BACKOFF_CAP = 60.0
+_PRUNE_EVERY = HOUR
+_BATCH_IDS_KEPT = 7 * 86400  # ids of batches of processes that have gone
+_READ_TIMEOUT = 30.0
+
+
+class LedgerUnavailable(Exception):
+    """The ledger could not answer: its database unreachable, failing, or too slow. The message is safe to show."""
+
+
+class LedgerFamilies:
+    """The ledger's metric families (registered once per registry, through ``Metrics.families``)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        # With --workers: the smallest over the live workers (0 if any worker cannot write).
+        self.up = Gauge("gateway_usage_ledger_up", "1 when the usage ledger's last write succeeded; 0 while its "
+                        "writes fail, and before its first.", registry=registry, multiprocess_mode="livemin")
+        self.flushes = Counter("gateway_usage_ledger_flushes", "Writes of counted usage to the ledger's database, by "
+                               "result (success, failure).", ("result",), registry=registry)
+        for result in ("success", "failure"):
+            self.flushes.labels(result)
+        self.flush_duration = Histogram(
+            "gateway_usage_ledger_flush_duration_seconds", "Time one successful write of the ledger took.",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=registry)
+        self.pending = Gauge("gateway_usage_ledger_pending_requests", "Requests counted in memory and not yet "
+                             "written to the ledger.", registry=registry, multiprocess_mode="livesum")
+        self.dropped = Counter(
+            "gateway_usage_ledger_dropped_requests", "Requests counted but not kept, by reason: memory (the bound on "
+            "what is held while the database cannot be written was reached), shutdown (not written before the "
+            "process exited).", ("reason",), registry=registry)
+        for reason in ("memory", "shutdown"):
+            self.dropped.labels(reason)
+
+
+class _Failure(Exception):
+    pass
+
+
+class _Worker:
+    """One daemon thread that runs calls in order; each call's outcome arrives on an asyncio future."""
+
+    def __init__(self, name: str) -> None:
+        self._queue: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any], asyncio.AbstractEventLoop] | None]
+        self._queue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], T]) -> asyncio.Future[T]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        # A call that outlives its caller's patience still ends: its error must not be reported as never retrieved.
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self._queue.put((fn, future, loop))
+        return future
+
+    def stop(self, wait: float) -> bool:
+        """Let the thread end after what it is doing; True if it did within ``wait`` seconds."""
+        self._queue.put(None)
+        self._thread.join(wait)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            fn, future, loop = item
+            if future.done():  # its caller gave up before it started
+                continue
+            try:
+                result = fn()
+            except BaseException as err:  # noqa: BLE001 - handed to the caller, whatever it is
+                _deliver(loop, future, None, err)
+            else:
+                _deliver(loop, future, result, None)
+
+
+def _deliver(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], result: Any,
+             error: BaseException | None) -> None:
+    def settle() -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    try:
+        loop.call_soon_threadsafe(settle)
+    except RuntimeError:  # the loop has closed: nobody waits any more
+        pass
+
+
+class Ledger:
+    def __init__(
+        self,
+        options: LedgerConfig,
+        counter: UsageCounter,
+        *,
+        redact: Callable[[str], str],
+        families: LedgerFamilies | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """``redact``: the config's secret masking (``Secrets.redact``), through which the URL and every database
+        error pass before they are shown anywhere."""
+        self.options = options
+        self.counter = counter
+        self._redact = redact
+        self.shown_url = redact(options.url)
+        self.families = families
+        self._clock = clock
+        self._store: Store | None = None
+        self._writer: _Worker | None = None
+        self._reader: _Worker | None = None
+        self._busy: asyncio.Future[Any] | None = None  # a write that outlived its timeout, still running
+        self._lock: asyncio.Lock | None = None
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._schema: str | None = None
+        self._next_prune = 0.0
+        self._last_batch: str | None = None
+        self._failures = 0
+        self._dropped_seen = 0
+        self._full = False
+        self.state = "starting"  # starting | ok | failing | closed
+        self.error: str | None = None
+        self.since = clock()  # when the state began
+        self.last_written: float | None = None
+
+    # --- life ---
+
+    async def start(self) -> None:
+        self._lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._writer = _Worker("usage-ledger-write")
+        # An in-memory SQLite database lives in one connection: reads go to the same thread.
+        self._reader = self._writer if self.options.url.rstrip("/").lower() in ("sqlite:", "sqlite+pysqlite:") \
+            else _Worker("usage-ledger-read")
+        if self.families is not None:
+            self.families.up.set(0)
+        self._task = asyncio.create_task(self._run(), name="usage-ledger")
+
+    async def close(self) -> None:
+        """The last write (within ``flush_timeout``), then the threads stop. What could not be written is counted as
+        dropped and said in one log line."""
+        if self._task is None or self._closing:
+            return
+        self._closing = True
+        assert self._wake is not None
+        self._wake.set()
+        await self._task
+        try:
+            written = await asyncio.wait_for(self.flush(prune=False), self.options.flush_timeout + 1)
+        except TimeoutError:
+            written = False
+        if not written and self.counter.pending:
+            lost = self.counter.discard()
+            if self.families is not None:
+                self.families.dropped.labels("shutdown").inc(lost)
+            log.error("usage ledger %s: %d counted request(s) could not be written before exit (%s)", self.shown_url,
+                      lost, self.error or "no answer in time")
+        self._sync_metrics()
+        self.state = "closed"
+        store, self._store = self._store, None
+        for worker in {id(w): w for w in (self._writer, self._reader) if w is not None}.values():
+            if not worker.stop(1.0):
+                store = None  # still inside a call: leave its engine alone (a daemon thread ends with the process)
+        if store is not None:
+            store.close()
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        delay = 0.0
+        while not self._closing:
+            try:
+                await asyncio.wait_for(self._wake.wait(), delay)
+            except TimeoutError:
+                pass
+            if self._closing:
+                return
+            ok = await self.flush()
+            if ok:
+                delay = self.options.flush_interval
+            else:
+                base = min(1.0, self.options.flush_interval)
+                delay = min(_BACKOFF_CAP, base * 2 ** min(self._failures - 1, 16)) * random.uniform(0.8, 1.2)
+
+    # --- writing ---
+
+    async def flush(self, *, prune: bool = True) -> bool:
+        """Write what is held now (after the flush in progress, if any); True when nothing is left unwritten.
+        ``prune``: apply retention first when it is due (not in the last write, which has only flush_timeout)."""
+        assert self._lock is not None
+        async with self._lock:
+            try:
+                await self._write(prune)
+            except _Failure as err:
+                self._failed(str(err))
+                return False
+            finally:
+                self._sync_metrics()
+            self._succeeded()
+            return True
+
+    async def _write(self, prune: bool) -> None:
+        options = self.options
+        if self._schema is None:
+            self._schema = await self._call(self._migrate, max(options.flush_timeout, 60.0))
+        store = self._store
+        assert store is not None
+        now = self._clock()
+        if prune and now >= self._next_prune:
+            before = int(now - options.retention_days * 86400) // HOUR * HOUR
+            await self._call(functools.partial(store.prune, before, now - _BATCH_IDS_KEPT),
+                             max(options.flush_timeout, 60.0))
+            self._next_prune = now + _PRUNE_EVERY
+        batch = self.counter.take()
+        if batch is None:
+            return
+        started = time.monotonic()
+        await self._call(functools.partial(store.write, batch, now, forget=self._last_batch), options.flush_timeout)
+        self.counter.written(batch)
+        self._last_batch = batch.id
+        self.last_written = self._clock()
+        if self.families is not None:
+            self.families.flushes.labels("success").inc()
+            self.families.flush_duration.observe(time.monotonic() - started)
+
+    def _migrate(self) -> str:
+        """In the writer thread: the engine (SQLAlchemy is imported here, off the event loop and after start-up),
+        then the schema."""
+        if self._store is None:
+            from .store import Store
+
+            self._store = Store(self.options.url, timeout=self.options.flush_timeout, read_timeout=_READ_TIMEOUT)
+        found, head = self._store.migrate()
+        if found != head:
+            log.info("usage ledger %s: schema %s (was %s)", self.shown_url, head, found or "empty")
+        # SQLAlchemy's (and Alembic's) modules are here for the process's life: out of the collector's sight like the
+        # start-up's (``gateway.cli.freeze_startup``), or each full collection walks them while holding the GIL.
+        freeze_startup(full=False)
+        return head
+
+    async def _call(self, fn: Callable[[], T], timeout: float, *, read: bool = False) -> T:
+        worker = self._reader if read else self._writer
+        assert worker is not None
+        if not read and self._busy is not None and not self._busy.done():
+            raise _Failure("the previous write has not returned yet")
+        future = worker.submit(fn)
+        done, _ = await asyncio.wait({future}, timeout=timeout)
+        if not done:
+            if not read:
+                self._busy = future
+            else:
+                future.cancel()
+            raise _Failure(f"no answer within {timeout:g}s")
+        error = future.exception()
+        if error is not None:
+            if not isinstance(error, Exception):
+                raise error
+            from .store import describe_error
+
+            raise _Failure(self._redact(describe_error(error))) from None
+        return future.result()
+
+    def _failed(self, error: str) -> None:
+        self._failures += 1
+        self.error = error
+        if self.families is not None:
+            self.families.flushes.labels("failure").inc()
+            self.families.up.set(0)
+        if self.state != "failing":
+            log.warning("usage ledger %s: cannot write (%s); counting in memory (%d request(s) held), retrying with "
+                        "backoff", self.shown_url, error, self.counter.pending)
+            self.state = "failing"
+            self.since = self._clock()
+
+    def _succeeded(self) -> None:
+        if self.state == "failing":
+            log.info("usage ledger %s: writing again after %.0fs of failures; what was held is written",
+                     self.shown_url, self._clock() - self.since)
+        if self.state != "ok":
+            self.state = "ok"
+            self.since = self._clock()
+        self._failures = 0
+        self.error = None
+        if self.families is not None:
+            self.families.up.set(1)
+
+    def _sync_metrics(self) -> None:
+        counter = self.counter
+        if self.families is not None:
+            self.families.pending.set(counter.pending)
+            if counter.dropped > self._dropped_seen:
+                self.families.dropped.labels("memory").inc(counter.dropped - self._dropped_seen)
+        if counter.dropped > self._dropped_seen and not self._full:
+            log.error("usage ledger %s: the memory bound (usage.ledger.max_pending_clients) is reached while the "
+                      "database cannot be written: requests are no longer kept", self.shown_url)
+        self._full = counter.dropped > self._dropped_seen
+        self._dropped_seen = counter.dropped
+
+    # --- reading ---
+
+    async def report(self, query: Query) -> dict[str, Any]:
+        """The report over the query's window, this process's counts written first (a read right after a request
+        sees it; other processes' counts arrive within their flush_interval). LedgerUnavailable when it cannot."""
+        store = await self._ready_for_reading()
+        try:
+            return await self._call(functools.partial(store.report, query), _READ_TIMEOUT, read=True)
+        except _Failure as err:
+            raise LedgerUnavailable(f"the usage ledger cannot be read: {err}") from None
+
+    async def daily(self, since: int, until: int) -> list[tuple[str, str, int, int]]:
+        store = await self._ready_for_reading()
+        try:
+            return await self._call(functools.partial(store.daily, since, until), _READ_TIMEOUT, read=True)
+        except _Failure as err:
+            raise LedgerUnavailable(f"the usage ledger cannot be read: {err}") from None
+
+    async def _ready_for_reading(self) -> Store:
+        if self._task is None or self._closing:
+            raise LedgerUnavailable("the usage ledger is not running")
+        if self.state != "failing":
+            try:
+                await asyncio.wait_for(self.flush(), self.options.flush_timeout + 1)
+            except TimeoutError:
+                pass
+        if self._store is None:
+            raise LedgerUnavailable(f"the usage ledger cannot be read: {self.error or 'its database is not open yet'}")
+        return self._store
+
+    def status(self) -> dict[str, Any]:
+        """What the status page shows of the ledger itself."""
+        return {"database": self.shown_url, "state": self.state, "since": self.since, "error": self.error,
+                "last_written": self.last_written, "pending": self.counter.pending, "dropped": self.counter.dropped,
+                "flush_interval": self.options.flush_interval, "retention_days": self.options.retention_days}

@@ -1,0 +1,54 @@
+"""The usage ledger's reading windows and queries, shared by the admin endpoints, the command line and the store
+(no database code here: importing it costs nothing)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from ..usage import HOUR
+
+__all__ = ("DAY", "DEFAULT_SINCE", "Query", "iso", "parse_when", "window")
+
+DAY = 86400
+DEFAULT_SINCE = "30d"
+
+_RELATIVE = re.compile(r"^\s*(\d{1,6})\s*([hdw])\s*$")
+_UNIT = {"h": 3600, "d": DAY, "w": 7 * DAY}
+
+
+def parse_when(text: str, now: float, tz: dt.tzinfo = dt.UTC) -> float:
+    """``30d``, ``12h``, ``2w`` (that long before ``now``), or an ISO 8601 date or date-time (one without an offset
+    is read in ``tz``). ValueError with a message naming what is accepted."""
+    match = _RELATIVE.match(text)
+    if match:
+        return now - int(match.group(1)) * _UNIT[match.group(2)]
+    try:
+        value = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{text!r} is neither a duration (30d, 12h, 2w) nor an ISO 8601 date or time") from None
+    return (value if value.tzinfo is not None else value.replace(tzinfo=tz)).timestamp()
+
+
+def window(since: float, until: float) -> tuple[int, int]:
+    """The whole hours the ledger keeps that cover [since, until): the first hour's start and the end of the last."""
+    start = int(math.floor(since / HOUR)) * HOUR
+    end = int(math.ceil(until / HOUR)) * HOUR
+    return start, max(end, start + HOUR)
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    since: int  # whole hours (``window``)
+    until: int
+    tenant: str | None = None
+    behaviour: str | None = None
+    top: int | None = 20  # None: every client
+    order: Literal["requests", "recent"] = "requests"
+
+
+def iso(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat()

@@ -1,0 +1,323 @@
+"""The usage ledger's database side (SQLAlchemy Core, synchronous): creating and upgrading the schema (Alembic),
+writing batches as upserts that add up, reading reports, deleting what retention lets go.
+
+Blocking by nature: the gateway calls it from the ledger's own thread (``ledger.Ledger``), the command line directly.
+Drivers: the standard library's sqlite3, and psycopg 3 for PostgreSQL.
+
+Several processes may write the same hour, client and decision at once (``--workers``, a fleet of replicas): every
+write is ``INSERT ... ON CONFLICT DO UPDATE SET requests = requests + excluded.requests`` (first seen the smaller,
+last seen the larger), atomic per row in both databases, so concurrent batches add up exactly. Rows are written in
+key order (two PostgreSQL transactions then lock shared rows in the same order and cannot deadlock), and SQLite
+transactions that write start with ``BEGIN IMMEDIATE`` (WAL mode; a writer waits up to the busy timeout for the
+other instead of failing on a lock upgrade).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+from sqlalchemy import (
+    Connection, and_, case, create_engine, delete, event, func, inspect, literal_column, select, text,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import make_url
+from sqlalchemy.sql.elements import ColumnElement
+
+from ..usage import Batch
+from .migrations import HEAD
+from .options import database_url
+from .query import DAY, Query, iso
+from .schema import batches, clients, totals
+
+__all__ = ("Store", "describe_error", "sqlite_path")
+
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+_LOCK_KEY = 0x6C656467  # pg_advisory_xact_lock: one process migrates at a time
+# Alembic logs every step at INFO ("Context impl SQLiteImpl.", ...); the ledger logs one line of its own.
+logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+def describe_error(err: BaseException) -> str:
+    """One line for a log or an answer: the driver's own message, never SQLAlchemy's rendering of the statement and
+    its parameters (clients' User-Agents, tens of thousands of rows). Callers pass it through the config's secret
+    masking before showing it."""
+    orig = getattr(err, "orig", None) or err
+    lines = str(orig).strip().splitlines()
+    message = lines[0].strip() if lines else ""
+    return f"{type(orig).__name__}: {message[:300]}" if message else type(orig).__name__
+
+
+# --- the store ----------------------------------------------------------------------------------------------------
+
+
+class Store:
+    def __init__(self, url: str, *, timeout: float = 5.0, read_timeout: float = 60.0) -> None:
+        """``timeout``: for connecting and for each write; ``read_timeout``: for a report (PostgreSQL's
+        statement_timeout; SQLite's busy timeout is ``timeout``)."""
+        self.timeout = timeout
+        self.read_timeout = read_timeout
+        parsed = make_url(database_url(url))
+        sqlite_file = parsed.get_backend_name() == "sqlite"
+        self.dialect: Literal["sqlite", "postgresql"] = "sqlite" if sqlite_file else "postgresql"
+        if self.dialect == "sqlite":
+            self.engine = create_engine(parsed, connect_args={"timeout": timeout, "check_same_thread": False})
+            event.listen(self.engine, "connect", _sqlite_connect)
+            event.listen(self.engine, "begin", _sqlite_begin)
+        else:
+            connect_args: dict[str, Any] = {
+                "connect_timeout": max(1, math.ceil(timeout)),
+                # A connection whose peer vanished (a blackholed database) fails after this, not after TCP's
+                # retransmissions (minutes).
+                "tcp_user_timeout": int(timeout * 1000),
+                "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
+            }
+            if "application_name" not in parsed.query:
+                connect_args["application_name"] = "deprecation-gateway"
+            # Two threads use it (writes, reads): a connection each, checked before use (the database may have
+            # restarted since the last write). Positional parameters (%s): the batches' rows are sent as tuples.
+            self.engine = create_engine(parsed, pool_size=2, max_overflow=0, pool_timeout=timeout,
+                                        pool_pre_ping=True, pool_recycle=3600, connect_args=connect_args,
+                                        paramstyle="format")
+        insert = sqlite.insert if self.dialect == "sqlite" else postgresql.insert
+        t = insert(totals)
+        self._upsert_totals = t.on_conflict_do_update(
+            index_elements=list(totals.primary_key.columns),
+            set_={"requests": totals.c.requests + t.excluded.requests,
+                  "untracked": totals.c.untracked + t.excluded.untracked})
+        c = insert(clients)
+        self._upsert_clients = c.on_conflict_do_update(
+            index_elements=list(clients.primary_key.columns),
+            set_={"requests": clients.c.requests + c.excluded.requests,
+                  "first_seen": case((c.excluded.first_seen < clients.c.first_seen, c.excluded.first_seen),
+                                     else_=clients.c.first_seen),
+                  "last_seen": case((c.excluded.last_seen > clients.c.last_seen, c.excluded.last_seen),
+                                    else_=clients.c.last_seen)})
+        # A batch's rows go to the driver's executemany as tuples, in chunks: SQLAlchemy's per-row parameter
+        # processing would triple a large flush's Python time (the time the writer thread competes with the event
+        # loop for the interpreter), and the chunks bound what is allocated at once.
+        self._totals_sql = _positional(self._upsert_totals, self.engine, _TOTAL_COLUMNS)
+        self._clients_sql = _positional(self._upsert_clients, self.engine, _CLIENT_COLUMNS)
+        claim = insert(batches).on_conflict_do_nothing(index_elements=[batches.c.id])
+        self._claim_batch = claim.returning(batches.c.id)  # a row back: claimed now; none: written before
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def _transaction(self, *, write: bool, timeout: float) -> Iterator[Connection]:
+        with self.engine.connect() as conn:
+            conn.execution_options(ledger_write=write)
+            with conn.begin():
+                if self.dialect == "postgresql":
+                    ms = int(timeout * 1000)
+                    conn.execute(text(f"SET LOCAL statement_timeout = {ms}"))
+                    conn.execute(text(f"SET LOCAL lock_timeout = {ms}"))
+                yield conn
+
+    # --- schema ---
+
+    def migrate(self) -> tuple[str | None, str]:
+        """Create or upgrade the schema to the newest revision; (the revision found, the revision now). Alembic is
+        imported only when there is something to do."""
+        with self._transaction(write=True, timeout=max(self.timeout, 60.0)) as conn:
+            if self.dialect == "postgresql":
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
+            found = _revision(conn)
+            if found != HEAD:
+                from alembic import command
+                from alembic.config import Config
+
+                config = Config()
+                config.set_main_option("script_location", str(MIGRATIONS))
+                config.attributes["connection"] = conn
+                command.upgrade(config, "head")
+        return found, HEAD
+
+    def revision(self) -> str | None:
+        """The schema's revision (None: no schema yet)."""
+        with self._transaction(write=False, timeout=self.timeout) as conn:
+            return _revision(conn)
+
+    # --- writing ---
+
+    def write(self, batch: Batch, now: float, *, forget: str | None = None) -> bool:
+        """Add the batch's counts; False when a batch of that id was already written (nothing is added twice).
+        ``forget``: the id of this process's previous batch, settled now that the next one is being written."""
+        with self._transaction(write=True, timeout=self.timeout) as conn:
+            claimed = conn.execute(self._claim_batch, {"id": batch.id, "written_at": now})
+            if claimed.first() is None:
+                return False
+            if forget is not None:
+                conn.execute(delete(batches).where(batches.c.id == forget))
+            totals = batch.totals()
+            for keys in _chunks(sorted(totals)):
+                conn.exec_driver_sql(self._totals_sql, [(*k, *totals[k]) for k in keys])
+            requests, first, last = batch.requests, batch.first_seen, batch.last_seen
+            for keys in _chunks(sorted(requests)):
+                conn.exec_driver_sql(self._clients_sql, [(*k, requests[k], first[k], last[k]) for k in keys])
+        return True
+
+    def prune(self, before: int, batches_before: float) -> int:
+        """Delete the hours before ``before`` (retention) and batch ids written before ``batches_before``; the
+        number of rows deleted."""
+        with self._transaction(write=True, timeout=max(self.timeout, 60.0)) as conn:
+            deleted = conn.execute(delete(clients).where(clients.c.bucket < before)).rowcount
+            deleted += conn.execute(delete(totals).where(totals.c.bucket < before)).rowcount
+            conn.execute(delete(batches).where(batches.c.written_at < batches_before))
+        return int(deleted)
+
+    # --- reading ---
+
+    def report(self, query: Query) -> dict[str, Any]:
+        """Per behaviour over the query's hours: requests by decision and by tenant, requests of untracked clients,
+        and the clients (``top`` of them, most requests or most recently seen first), each with its requests,
+        decisions, first and last seen."""
+        t_where = _filters(totals.c, query)
+        c_where = _filters(clients.c, query)
+        with self._transaction(write=False, timeout=self.read_timeout) as conn:
+            total_rows = conn.execute(
+                select(totals.c.behaviour, totals.c.tenant, totals.c.decision, func.sum(totals.c.requests),
+                       func.sum(totals.c.untracked))
+                .where(t_where).group_by(totals.c.behaviour, totals.c.tenant, totals.c.decision)).all()
+            client_rows = conn.execute(
+                select(clients.c.behaviour, clients.c.tenant, clients.c.client, clients.c.user_agent,
+                       clients.c.decision, func.sum(clients.c.requests), func.min(clients.c.first_seen),
+                       func.max(clients.c.last_seen))
+                .where(c_where)
+                .group_by(clients.c.behaviour, clients.c.tenant, clients.c.client, clients.c.user_agent,
+                          clients.c.decision)).all()
+        return fold_report(query, total_rows, client_rows)
+
+    def daily(self, since: int, until: int) -> list[tuple[str, str, int, int]]:
+        """(tenant, behaviour, day, requests): every request per UTC day (``day``: its midnight, Unix seconds)."""
+        # The day's length inline: as two bound parameters, PostgreSQL could not tell the grouped expression is the
+        # selected one.
+        day = (totals.c.bucket - totals.c.bucket % literal_column(str(DAY))).label("day")
+        with self._transaction(write=False, timeout=self.read_timeout) as conn:
+            rows = conn.execute(
+                select(totals.c.tenant, totals.c.behaviour, day, func.sum(totals.c.requests))
+                .where(totals.c.bucket >= since, totals.c.bucket < until)
+                .group_by(totals.c.tenant, totals.c.behaviour, day)
+                .order_by(totals.c.tenant, totals.c.behaviour, day)).all()
+        return [(str(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in rows]
+
+
+_TOTAL_COLUMNS = ("bucket", "behaviour", "tenant", "decision", "requests", "untracked")
+_CLIENT_COLUMNS = ("bucket", "behaviour", "tenant", "client", "user_agent", "decision", "requests", "first_seen",
+                   "last_seen")
+_CHUNK = 5000
+
+
+def _positional(statement: Any, engine: Any, columns: tuple[str, ...]) -> str:
+    """The statement's SQL for the engine's dialect, its parameters positional in the order of ``columns``."""
+    compiled = statement.compile(dialect=engine.dialect)
+    assert tuple(compiled.positiontup or ()) == columns, compiled.positiontup
+    return str(compiled)
+
+
+def _chunks(keys: list[Any]) -> Iterator[list[Any]]:
+    for start in range(0, len(keys), _CHUNK):
+        yield keys[start:start + _CHUNK]
+
+
+def _filters(columns: Any, query: Query) -> ColumnElement[bool]:
+    conditions = [columns.bucket >= query.since, columns.bucket < query.until]
+    if query.tenant is not None:
+        conditions.append(columns.tenant == query.tenant)
+    if query.behaviour is not None:
+        conditions.append(columns.behaviour == query.behaviour)
+    return and_(*conditions)
+
+
+def fold_report(query: Query, total_rows: Sequence[Sequence[Any]],
+                client_rows: Sequence[Sequence[Any]]) -> dict[str, Any]:
+    """The report's shape from the grouped rows (one per key and decision)."""
+    behaviours: dict[str, dict[str, Any]] = {}
+
+    def entry(name: str) -> dict[str, Any]:
+        found = behaviours.get(name)
+        if found is None:
+            found = behaviours[name] = {"requests": 0, "by_decision": {}, "by_tenant": {},
+                                        "untracked_clients_requests": 0, "clients": 0, "top_clients": []}
+        return found
+
+    for behaviour, tenant, decision, requests, untracked in total_rows:
+        e = entry(behaviour)
+        e["requests"] += int(requests)
+        e["by_decision"][decision] = e["by_decision"].get(decision, 0) + int(requests)
+        per = e["by_tenant"].setdefault(tenant, {})
+        per[decision] = per.get(decision, 0) + int(requests)
+        e["untracked_clients_requests"] += int(untracked)
+    folded: dict[str, dict[tuple[str, str, str], list[Any]]] = {}
+    for behaviour, tenant, client, agent, decision, requests, first, last in client_rows:
+        per_client = folded.setdefault(behaviour, {})
+        row = per_client.get((tenant, client, agent))
+        if row is None:
+            row = per_client[(tenant, client, agent)] = [0, {}, float(first), float(last)]
+        row[0] += int(requests)
+        row[1][decision] = row[1].get(decision, 0) + int(requests)
+        row[2] = min(row[2], float(first))
+        row[3] = max(row[3], float(last))
+    for behaviour, per_client in folded.items():
+        e = entry(behaviour)
+        e["clients"] = len(per_client)
+        items = list(per_client.items())
+        if query.order == "recent":
+            items.sort(key=lambda kv: (-kv[1][3], -kv[1][0], kv[0]))
+        else:
+            items.sort(key=lambda kv: (-kv[1][0], -kv[1][3], kv[0]))
+        if query.top is not None:
+            items = items[:query.top]
+        e["top_clients"] = [
+            {"tenant": tenant, "client": client or None, "user_agent": agent or None, "requests": n,
+             "decisions": dict(sorted(decisions.items(), key=lambda d: (-d[1], d[0]))),
+             "first_seen": round(first, 3), "last_seen": round(last, 3)}
+            for (tenant, client, agent), (n, decisions, first, last) in items
+        ]
+    for e in behaviours.values():
+        e["by_decision"] = dict(sorted(e["by_decision"].items(), key=lambda d: (-d[1], d[0])))
+        e["by_tenant"] = {tenant: dict(sorted(d.items(), key=lambda kv: (-kv[1], kv[0])))
+                          for tenant, d in sorted(e["by_tenant"].items())}
+    return {"since": iso(query.since), "until": iso(query.until), "order": query.order,
+            "behaviours": dict(sorted(behaviours.items()))}
+
+
+def _revision(conn: Connection) -> str | None:
+    """The revision Alembic recorded (its alembic_version table), read without importing Alembic."""
+    if not inspect(conn).has_table("alembic_version"):
+        return None
+    return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+
+
+# --- SQLite: transactions started by us (pysqlite's own are deferred, and it starts none before a SELECT) ----------
+
+
+def _sqlite_connect(dbapi_connection: Any, record: Any) -> None:
+    dbapi_connection.isolation_level = None  # sqlite3 emits no BEGIN of its own; _sqlite_begin does
+    cursor = dbapi_connection.cursor()
+    try:
+        # WAL: readers never block the writer, and several processes' writers take turns (busy timeout).
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+    finally:
+        cursor.close()
+
+
+def _sqlite_begin(conn: Connection) -> None:
+    # A writer takes the write lock at once: a deferred transaction that reads and then writes fails at once
+    # (SQLITE_BUSY, no waiting) when another process wrote in between.
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("ledger_write") else "BEGIN")
+
+
+def sqlite_path(url: str) -> str | None:
+    """The file a SQLite URL names (None for another database, ``:memory:`` for ``sqlite://``)."""
+    parsed = make_url(database_url(url))
+    if parsed.get_backend_name() != "sqlite":
+        return None
+    return parsed.database or ":memory:"
+

@@ -1,0 +1,237 @@
+"""The admin listener is closed by default to what it need not serve: /livez and /readyz answer anyone; every other
+path needs server.admin_token (Bearer, Basic, or the cookie a browser gets from ?token= once) unless opened on
+purpose in server.admin_open; and a request whose Host is not one the listener is known by is refused (DNS
+rebinding). Through real sockets: an admin app in front of a started gateway, and real gateway processes."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+from aiohttp import web
+
+from gateway.cli import _reload
+from gateway.ops.admin import make_admin_app
+from tests.conftest import ADMIN_TOKEN, GatewayFactory, RecordingUpstream, free_port, make_config, raw_exchange
+from tests.process_testlib import ROOT, wait_for
+
+COOKIE = "gateway_admin"  # the admin cookie's name (docs/operations.md)
+PROTECTED = ["/metrics", "/config", "/rollout", "/deprecations", "/status", "/status.json", "/"]
+BEARER = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+Admin = Callable[..., Awaitable[tuple[Any, int]]]
+
+
+@pytest.fixture
+async def admin(upstream: RecordingUpstream, start_gateway: GatewayFactory) -> AsyncIterator[Admin]:
+    """``await admin(**server)``: a gateway with these server settings and its admin app on a free port of
+    127.0.0.1 (the URL carries no credentials); the gateway and the port."""
+    runners: list[web.AppRunner] = []
+
+    async def start(**server: Any) -> tuple[Any, int]:
+        config = make_config(upstream.url)
+        config["server"] = {**config["server"], **server}
+        config["server"] = {k: v for k, v in config["server"].items() if v is not None}
+        gw = await start_gateway(config)
+        runner = web.AppRunner(make_admin_app(gw.gateway), access_log=None)
+        await runner.setup()
+        runners.append(runner)
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        return gw, runner.addresses[0][1]
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
+
+
+async def status_of(port: int, path: str, **kwargs: Any) -> tuple[int, dict[str, Any] | None, Any]:
+    async with aiohttp.ClientSession() as client:
+        async with client.get(f"http://127.0.0.1:{port}{path}", allow_redirects=False, **kwargs) as resp:
+            body = await resp.json(content_type=None) if resp.content_type == "application/json" else None
+            return resp.status, body, resp.headers
+
+
+async def test_probes_are_open_and_everything_else_needs_the_token(admin: Admin) -> None:
+    _, port = await admin()
+    for path in ("/livez", "/readyz"):
+        assert (await status_of(port, path))[0] == 200
+        assert (await status_of(port, path, headers={"Host": "attacker.example"}))[0] == 200
+    for path in PROTECTED:
+        status, body, headers = await status_of(port, path)
+        assert status == 401 and body is not None and body["code"] == "UNAUTHORIZED", (path, status, body)
+        assert "GATEWAY_ADMIN_TOKEN" in body["message"] and ADMIN_TOKEN not in body["message"]
+        assert headers.getall("WWW-Authenticate") == ['Basic realm="gateway admin"', 'Bearer realm="gateway admin"']
+        for wrong in ({"Authorization": "Bearer " + ADMIN_TOKEN[:-1] + "x"}, {"Authorization": "Bearer"},
+                      {"Authorization": "Basic !!!"}, {"Cookie": f"{COOKIE}={ADMIN_TOKEN}"}):
+            assert (await status_of(port, path, headers=wrong))[0] == 401, (path, wrong)
+        status, _, _ = await status_of(port, path, headers=BEARER)
+        assert status in (200, 302), (path, status)
+        basic = base64.b64encode(f"anyone:{ADMIN_TOKEN}".encode()).decode()
+        assert (await status_of(port, path, headers={"Authorization": f"Basic {basic}"}))[0] in (200, 302)
+
+
+async def test_a_browser_gives_the_token_once_and_keeps_a_cookie(admin: Admin) -> None:
+    _, port = await admin()
+    # unsafe: keep cookies of an IP address, as browsers do (aiohttp's client does not by default).
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as client:
+        async with client.get(f"http://127.0.0.1:{port}/deprecations?top=3&token=wrong-token-0123456789",
+                              allow_redirects=False) as resp:
+            assert resp.status == 401 and COOKIE not in resp.cookies
+        async with client.get(f"http://127.0.0.1:{port}/deprecations?top=3&token={ADMIN_TOKEN}",
+                              allow_redirects=False) as resp:
+            assert resp.status == 303
+            # Relative (the listener may be behind a path prefix), without the token.
+            assert resp.headers["Location"] == "deprecations?top=3"
+            cookie = resp.cookies[COOKIE]
+            assert cookie["httponly"] and cookie["samesite"] == "Strict"
+            assert ADMIN_TOKEN not in resp.headers["Set-Cookie"]
+        async with client.get(f"http://127.0.0.1:{port}/?token={ADMIN_TOKEN}") as resp:  # -> ./ -> status
+            assert resp.status == 200 and resp.url.path == "/status" and "text/html" in resp.headers["Content-Type"]
+        async with client.get(f"http://127.0.0.1:{port}/status.json") as resp:  # what the page's script fetches
+            assert resp.status == 200
+
+
+async def test_a_new_token_on_reload_applies_at_once(admin: Admin, tmp_path: Path) -> None:
+    gw, port = await admin()
+    path = tmp_path / "gateway.yaml"
+    config = make_config("http://127.0.0.1:1")
+    config["server"] = {**config["server"], "admin_token": "the-next-admin-token-0123456789"}
+    path.write_text(yaml.safe_dump(config))
+    cookie = {"Cookie": f"{COOKIE}=" + (await _cookie(port))}
+    assert (await status_of(port, "/config", headers=cookie))[0] == 200
+    _reload(gw.gateway, str(path))
+    assert gw.gateway.metrics.config_reloads.labels("success")._value.get() == 1  # noqa: SLF001
+    assert (await status_of(port, "/config", headers=BEARER))[0] == 401
+    assert (await status_of(port, "/config", headers=cookie))[0] == 401, "a cookie of the old token"
+    assert (await status_of(port, "/config", headers={"Authorization": "Bearer the-next-admin-token-0123456789"}))[
+        0] == 200
+
+
+async def _cookie(port: int) -> str:
+    async with aiohttp.ClientSession() as client:
+        async with client.get(f"http://127.0.0.1:{port}/config?token={ADMIN_TOKEN}", allow_redirects=False) as resp:
+            return resp.cookies[COOKIE].value
+
+
+@pytest.mark.parametrize(("host", "status"), [
+    ("127.0.0.1", 200), ("127.0.0.1:9090", 200), ("[::1]:9090", 200), ("10.1.2.3:9090", 200), ("localhost:9090", 200),
+    ("LOCALHOST.", 200), ("admin.gateway.svc:9090", 200), ("pod-1.admin.example:9090", 200),
+    ("attacker.example", 421), ("attacker.example:9090", 421), ("localhost.attacker.example", 421),
+    ("gateway.svc", 421), ("admin.example", 421), ("", 421),
+])
+async def test_only_the_hosts_the_listener_is_known_by(admin: Admin, host: str, status: int) -> None:
+    """A DNS-rebinding page in an operator's browser reaches the listener's address under its own host name: with
+    it, even a valid token (a cached Basic login, a cookie) reads nothing."""
+    _, port = await admin(admin_hosts=["admin.gateway.svc", "*.admin.example"])
+    got, body, _ = await status_of(port, "/config", headers={**BEARER, "Host": host})
+    assert got == status, (host, body)
+    if status == 421:
+        assert body is not None and body["code"] == "UNKNOWN_HOST"
+
+
+async def test_a_request_without_a_host_or_with_two_is_refused(admin: Admin) -> None:
+    _, port = await admin()
+    auth = f"Authorization: Bearer {ADMIN_TOKEN}\r\n".encode()
+    answer = await raw_exchange(port, b"GET /config HTTP/1.0\r\n" + auth + b"\r\n")
+    assert answer.startswith(b"HTTP/1.0 421") or answer.startswith(b"HTTP/1.1 421"), answer[:80]
+    answer = await raw_exchange(port, b"GET /config HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.test\r\n" + auth
+                                + b"Connection: close\r\n\r\n")
+    assert answer.split(b" ", 2)[1] in (b"400", b"421"), answer[:80]  # aiohttp's parser refuses it first
+    answer = await raw_exchange(port, b"GET /livez HTTP/1.0\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.0 200") or answer.startswith(b"HTTP/1.1 200"), answer[:80]
+
+
+async def test_opened_on_purpose(admin: Admin) -> None:
+    _, port = await admin(admin_open=["/metrics"])  # an open scrape; the rest still needs the token
+    assert (await status_of(port, "/metrics"))[0] == 200
+    assert (await status_of(port, "/config"))[0] == 401
+    assert (await status_of(port, "/metrics", headers={"Host": "attacker.example"}))[0] == 421
+    _, port = await admin(admin_token=None, admin_open="all")  # no token at all: a loopback-only workstation
+    for path in PROTECTED:
+        assert (await status_of(port, path))[0] in (200, 302), path
+    assert (await status_of(port, "/config", headers={"Host": "attacker.example"}))[0] == 421
+
+
+async def test_without_a_token_the_admin_paths_are_closed(admin: Admin) -> None:
+    _, port = await admin(admin_token=None)
+    for path in PROTECTED:
+        status, body, _ = await status_of(port, path, headers=BEARER)
+        assert status == 403 and body is not None and body["code"] == "ADMIN_CLOSED", (path, status)
+    assert (await status_of(port, "/readyz"))[0] == 200
+
+
+def test_the_token_is_never_shown(tmp_path: Path) -> None:
+    """Written in the file (not as ${NAME}): check-config and /config show <redacted>."""
+    from gateway.app import load_config
+    from gateway.ops.status import shown_config
+
+    path = tmp_path / "gateway.yaml"
+    config = make_config("http://127.0.0.1:1")
+    path.write_text(yaml.safe_dump(config))
+    loaded = load_config(path, environ={})
+    assert ADMIN_TOKEN not in repr(shown_config(loaded)) and shown_config(loaded)["server"]["admin_token"] == "<redacted>"
+    config["server"]["admin_token"] = "${ADMIN_SECRET}"
+    path.write_text(yaml.safe_dump(config))
+    loaded = load_config(path, environ={"ADMIN_SECRET": ADMIN_TOKEN})
+    assert shown_config(loaded)["server"]["admin_token"] == "${ADMIN_SECRET}"
+    config["server"]["admin_token"] = "short"
+    path.write_text(yaml.safe_dump(config))
+    out = subprocess.run([sys.executable, "-m", "gateway", "check-config", str(path)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 2 and "server.admin_token: String should have at least 16 characters" in out.stderr
+    assert "short" not in out.stderr
+
+
+# --- Real processes: the shipped config as the image runs it, and `gateway usage` -------------------------------
+
+
+async def _serve(tmp_path: Path, config: dict[str, Any], env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int, int]:
+    port, admin_port = free_port(), free_port()
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(path), "--listen",
+                             f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin_port}"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    async def ready() -> bool:
+        assert proc.poll() is None, "the gateway exited"
+        try:
+            return (await status_of(admin_port, "/readyz"))[0] == 200
+        except aiohttp.ClientError:
+            return False
+
+    await wait_for(ready, 15)
+    return proc, port, admin_port
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+async def test_the_shipped_config_serves_only_the_probes(tmp_path: Path) -> None:
+    """The image binds its admin listener to every address; with the shipped config (no token) it answers the
+    probes and nothing else."""
+    config = yaml.safe_load((ROOT / "config/gateway.yaml").read_text())
+    env = {k: v for k, v in os.environ.items() if k != "GATEWAY_ADMIN_TOKEN"}
+    proc, _, admin_port = await _serve(tmp_path, config, env)
+    try:
+        assert (await status_of(admin_port, "/livez"))[0] == 200
+        for path in PROTECTED:
+            assert (await status_of(admin_port, path))[0] == 403, path
+    finally:
+        _stop(proc)

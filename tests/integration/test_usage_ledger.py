@@ -1,0 +1,386 @@
+"""The usage ledger through real gateway processes and a real database (a SQLite file, and a PostgreSQL server the
+suite starts, tests/postgres_testlib.py): several processes writing the same clients, restarts, SIGTERM and
+SIGKILL, --workers, the database stopped under load and started again, and `gateway usage` reading it all back.
+
+The legacy upload guard makes the decisions: acme (created after 2026-05-21) has legacy uploads forbidden, so each
+PUT on the deprecated route is answered 403 by the gateway and counted as blocked; oldco's are allowed and reach the
+upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import csv
+import io
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from gateway import cli
+from gateway.core.http import token_fingerprint
+from tests.conftest import ADMIN_HEADERS, ADMIN_TOKEN, BASE_CONFIG, RecordingUpstream, free_port, guarded_routes
+from tests.process_testlib import ROOT, Proc, samples, start, wait_for
+
+UA = "legacy-uploader/2.1"
+
+
+def _config(upstream: str, url: str, **ledger: Any) -> dict[str, Any]:
+    tenants = [dict(t, upstream=upstream) for t in BASE_CONFIG["tenants"]]
+    return {"tenants": tenants, "routes": guarded_routes(), "access_log": {"enabled": False},
+            "usage": {"ledger": {"url": url, **ledger}}}
+
+
+async def _uploads(proc: Proc, token: str, count: int, host: str = "127.0.0.1") -> None:
+    async with aiohttp.ClientSession() as client:
+        for _ in range(count):
+            async with client.put(proc.url + "/api/v1/cards/1/files", data=b"file bytes",
+                                  headers={"Authorization": f"Bearer {token}", "User-Agent": UA,
+                                           "Host": host}) as resp:
+                assert resp.status == (403 if host == "127.0.0.1" else 200)
+
+
+def _usage_process(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gateway", "usage", "--config", str(config), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def _usage(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`gateway usage` run by its main() in this process (a new interpreter per call costs seconds of imports on a
+    busy machine; one test runs it as a process)."""
+    return _main("usage", "--config", str(config), *args)
+
+
+def _main(*argv: str) -> subprocess.CompletedProcess[str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(list(argv))
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
+async def _stop(*procs: Proc) -> None:
+    loop = asyncio.get_running_loop()
+    for proc in procs:
+        proc.proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        assert await loop.run_in_executor(None, proc.proc.wait, 30) == 0
+
+
+async def test_two_gateways_on_one_ledger_restarted_report_exact_totals(
+        ledger_url: str, upstream: RecordingUpstream, tmp_path: Path) -> None:
+    """Both write the same clients into one database; the flush interval is an hour, so every write is the one
+    SIGTERM makes. After both are restarted and stopped again, `gateway usage` adds up every request."""
+    config = _config(upstream.url, ledger_url, flush_interval=3600)
+    a, b = await asyncio.gather(start(config, tmp_path, name="a"), start(config, tmp_path, name="b"))
+    await asyncio.gather(_uploads(a, "shared", 7), _uploads(b, "shared", 5))
+    await _uploads(a, "only-a", 3)
+    await _uploads(b, "oldco-client", 2, host="old.test")
+    await _stop(a, b)
+    a, b = await asyncio.gather(start(config, tmp_path, name="a2"), start(config, tmp_path, name="b2"))
+    await asyncio.gather(_uploads(a, "shared", 2), _uploads(b, "shared", 2))
+    await _stop(a, b)
+
+    loop = asyncio.get_running_loop()
+    out = await loop.run_in_executor(None, lambda: _usage_process(a.config_path, "--since", "1h", "--json"))
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)["behaviours"]["legacy_uploads"]
+    assert report["requests"] == 21 and report["by_decision"] == {"blocked": 19, "allowed": 2}
+    assert report["by_tenant"] == {"acme": {"blocked": 19}, "oldco": {"allowed": 2}}
+    assert report["clients"] == 3 and report["untracked_clients_requests"] == 0
+    rows = [(r["client"], r["tenant"], r["user_agent"], r["requests"], r["decisions"]) for r in report["top_clients"]]
+    assert rows == [(token_fingerprint("Bearer shared"), "acme", UA, 16, {"blocked": 16}),
+                    (token_fingerprint("Bearer only-a"), "acme", UA, 3, {"blocked": 3}),
+                    (token_fingerprint("Bearer oldco-client"), "oldco", UA, 2, {"allowed": 2})]
+    assert "Bearer" not in out.stdout and "shared" not in out.stdout  # fingerprints, never tokens
+    # The list of clients to contact, and the other filters.
+    out = await loop.run_in_executor(None, lambda: _usage(a.config_path, "--since", "1h", "--csv", "--order",
+                                                          "recent"))
+    assert out.returncode == 0, out.stderr
+    lines = list(csv.DictReader(io.StringIO(out.stdout)))
+    assert {(line["client"], line["requests"], line["decisions"]) for line in lines} == {
+        (token_fingerprint("Bearer shared"), "16", "blocked=16"), (token_fingerprint("Bearer only-a"), "3", "blocked=3"),
+        (token_fingerprint("Bearer oldco-client"), "2", "allowed=2")}
+    assert lines[0]["client"] == token_fingerprint("Bearer shared")  # seen last
+    out = await loop.run_in_executor(None, lambda: _usage(a.config_path, "--tenant", "oldco", "--top", "5"))
+    assert out.returncode == 0, out.stderr
+    assert "legacy_uploads: 2 requests (allowed 2), 1 client" in out.stdout
+    assert token_fingerprint("Bearer oldco-client") in out.stdout and "only-a" not in out.stdout
+    out = await loop.run_in_executor(None, lambda: _usage(a.config_path, "--until", "2h"))
+    assert out.returncode == 0 and "no deprecated behaviour used in the window" in out.stdout
+    if ledger_url.startswith("postgresql"):
+        from tests import postgres_testlib
+
+        assert out.stdout.startswith("usage ledger postgresql://<redacted>@127.0.0.1:")
+        assert postgres_testlib.PASSWORD not in out.stdout + a.log.read_text() + b.log.read_text()
+
+
+async def test_sigkill_loses_at_most_what_was_counted_since_the_last_write(
+        upstream: RecordingUpstream, tmp_path: Path) -> None:
+    config = _config(upstream.url, f"sqlite:///{tmp_path}/usage.sqlite3", flush_interval=5)
+    proc = await start(config, tmp_path)
+    await _uploads(proc, "client", 10)
+    report = await proc.get_json("/deprecations?since=1h")  # this process's counts are written before it answers
+    assert report["behaviours"]["legacy_uploads"]["requests"] == 10
+    await _uploads(proc, "client", 4)  # counted in memory, the next write up to 5 s away
+    proc.proc.kill()
+    proc.proc.wait(10)
+    loop = asyncio.get_running_loop()
+    out = await loop.run_in_executor(None, lambda: _usage(proc.config_path, "--since", "1h", "--json"))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["behaviours"]["legacy_uploads"]["requests"] == 10
+
+
+async def test_each_worker_writes_its_own_share(upstream: RecordingUpstream, tmp_path: Path) -> None:
+    """`serve --workers 2`: whichever worker answers, /deprecations reads the whole process's usage from the ledger;
+    a worker killed and restarted by the supervisor keeps what it had written."""
+    port, admin = free_port(), free_port()
+    config = _config(upstream.url, f"sqlite:///{tmp_path}/usage.sqlite3", flush_interval=0.2)
+    config["server"] = {"listen": f"127.0.0.1:{port}", "admin_listen": f"127.0.0.1:{admin}",
+                        "admin_token": ADMIN_TOKEN}
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    log = (tmp_path / "gateway.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(path), "--workers", "2"],
+                            cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def workers() -> list[str]:
+            return Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+
+        async def ready() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError("the gateway exited")
+            try:
+                async with aiohttp.ClientSession() as c, c.get(f"http://127.0.0.1:{admin}/readyz") as r:
+                    return r.status == 200 and len(workers()) == 2
+            except aiohttp.ClientError:
+                return False
+
+        await wait_for(ready, 20)
+        async with aiohttp.ClientSession() as client:
+            for i in range(40):
+                # A new connection each time, so the kernel spreads them over both workers.
+                async with client.put(f"http://127.0.0.1:{port}/api/v1/cards/1/files", data=b"x",
+                                      headers={"Authorization": f"Bearer token-{i % 4}", "User-Agent": UA,
+                                               "Connection": "close"}) as resp:
+                    assert resp.status == 403
+
+            async def requests() -> int:
+                async with client.get(f"http://127.0.0.1:{admin}/deprecations?since=1h",
+                                      headers={"Connection": "close", **ADMIN_HEADERS}) as resp:
+                    assert resp.status == 200
+                    return int((await resp.json())["behaviours"]["legacy_uploads"]["requests"])
+
+            async def all_written() -> bool:
+                return await requests() == 40
+
+            await wait_for(all_written, 10)
+            victim = workers()[0]
+            os.kill(int(victim), signal.SIGKILL)
+
+            async def replaced() -> bool:
+                return len(workers()) == 2 and victim not in workers()
+
+            await wait_for(replaced, 15)
+            assert {await requests() for _ in range(4)} == {40}  # its share stayed in the ledger
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        log.close()
+    # (The supervisor's exit status is not this test's: the worker started in place of the killed one may still be
+    # starting when SIGTERM comes.) Every request is in the ledger once.
+    loop = asyncio.get_running_loop()
+    out = await loop.run_in_executor(None, lambda: _usage(path, "--since", "1h", "--json"))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["behaviours"]["legacy_uploads"]["requests"] == 40
+
+
+async def test_the_database_stopped_under_load_fails_and_slows_no_request(
+        postgres: Any, postgres_url: str, upstream: RecordingUpstream, tmp_path: Path) -> None:
+    """PostgreSQL stopped while two gateways take the same load, one writing to it, one without a ledger: no request
+    fails, the median latency stays within 1.5x of the gateway without a ledger (and no request waits on the
+    database: none takes as long as a write's timeout); /readyz stays 200; after the database is started again,
+    the counts held in memory arrive, exactly. One log line when the writes start failing, one when they resume."""
+    ledger = await start(_config(upstream.url, postgres_url, flush_interval=0.2, flush_timeout=1), tmp_path,
+                         name="ledger")
+    plain_config = _config(upstream.url, "sqlite://")
+    plain_config["usage"] = {"ledger": {"enabled": False}}
+    plain = await start(plain_config, tmp_path, name="plain")
+    latencies: dict[str, list[tuple[float, float]]] = {"ledger": [], "plain": []}
+    statuses: dict[str, dict[int, int]] = {"ledger": {}, "plain": {}}
+    stop = asyncio.Event()
+
+    async def load(name: str, proc: Proc, worker: int) -> None:
+        async with aiohttp.ClientSession() as client:
+            i = 0
+            while not stop.is_set():
+                i += 1
+                started = time.monotonic()
+                async with client.put(proc.url + "/api/v1/cards/1/files", data=b"x",
+                                      headers={"Authorization": f"Bearer client-{worker}-{i % 5}",
+                                               "User-Agent": UA}) as resp:
+                    await resp.read()
+                latencies[name].append((started, time.monotonic() - started))
+                statuses[name][resp.status] = statuses[name].get(resp.status, 0) + 1
+
+    tasks = [asyncio.create_task(load(name, proc, w)) for name, proc in (("ledger", ledger), ("plain", plain))
+             for w in range(3)]
+    loop = asyncio.get_running_loop()
+    try:
+        await asyncio.sleep(1.0)
+        await loop.run_in_executor(None, postgres.stop, "fast")
+        outage = time.monotonic()
+
+        async def failing() -> bool:
+            return (await ledger.metrics()).get(("gateway_usage_ledger_up", ())) == 0.0
+
+        await wait_for(failing, 10)
+        await asyncio.sleep(1.5)  # several failed writes, backing off
+        async with aiohttp.ClientSession() as client:
+            async with client.get(f"http://127.0.0.1:{ledger.admin}/readyz") as resp:
+                assert resp.status == 200  # the gateway serves without its database
+            async with client.get(f"http://127.0.0.1:{ledger.admin}/deprecations", headers=ADMIN_HEADERS) as resp:
+                body = await resp.text()
+                assert resp.status == 503 and json.loads(body)["code"] == "LEDGER_UNAVAILABLE"
+        recovered = time.monotonic()
+        await loop.run_in_executor(None, postgres.start)
+
+        async def written() -> bool:
+            metrics = await ledger.metrics()
+            return metrics.get(("gateway_usage_ledger_up", ())) == 1.0 and \
+                metrics.get(("gateway_usage_ledger_pending_requests", ())) == 0.0
+
+        await wait_for(written, 20)
+        metrics = await ledger.metrics()
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if not postgres.running():
+            postgres.start()
+        await _stop(ledger, plain)  # on every path: a failed assertion must not leave two gateways running
+    assert statuses == {"ledger": {403: len(latencies["ledger"])}, "plain": {403: len(latencies["plain"])}}
+    during = {name: [d for t, d in values if outage <= t < recovered] for name, values in latencies.items()}
+    assert min(len(v) for v in during.values()) > 50, {k: len(v) for k, v in during.items()}
+    ratio = statistics.median(during["ledger"]) / statistics.median(during["plain"])
+    print(f"outage: {len(during['ledger'])} and {len(during['plain'])} requests; median {ratio:.2f}x of the gateway "
+          f"without a ledger; slowest {max(during['ledger']) * 1000:.1f} ms and {max(during['plain']) * 1000:.1f} ms")
+    assert ratio <= 1.5, (ratio, statistics.median(during["ledger"]), statistics.median(during["plain"]))
+    assert max(during["ledger"]) < 1.0, max(during["ledger"])  # no request waited for a write to time out
+    assert metrics[("gateway_usage_ledger_flushes_total", (("result", "failure"),))] >= 2
+    # Every request made during the outage was kept in memory and written once the database was back.
+    out = await loop.run_in_executor(None, lambda: _usage(ledger.config_path, "--since", "1h", "--json"))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["behaviours"]["legacy_uploads"]["requests"] == len(latencies["ledger"])
+    log = ledger.log.read_text()
+    assert log.count("cannot write") == 1 and log.count("writing again") == 1
+    from tests import postgres_testlib
+
+    assert postgres_testlib.PASSWORD not in log and postgres_testlib.PASSWORD not in body
+
+
+async def test_the_command_line_says_what_is_wrong(upstream: RecordingUpstream, tmp_path: Path) -> None:
+    loop = asyncio.get_running_loop()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(yaml.safe_dump(_config(upstream.url, f"sqlite:///{tmp_path}/nowhere/usage.sqlite3")))
+    out = await loop.run_in_executor(None, lambda: _usage(config, "--since", "last week"))
+    assert out.returncode == 2 and "--since/--until" in out.stderr and "Traceback" not in out.stderr
+    out = await loop.run_in_executor(None, lambda: _usage(config, "--since", "1h", "--until", "2h"))
+    assert out.returncode == 2 and "--until must be after --since" in out.stderr
+    out = await loop.run_in_executor(None, lambda: _usage(config))
+    assert out.returncode == 1 and "no usage ledger at" in out.stderr
+    assert not (tmp_path / "nowhere").exists()  # reading creates nothing
+    migrate = _main("migrate", "--config", str(config))
+    assert migrate.returncode == 1 and "cannot migrate the usage ledger" in migrate.stderr
+    (tmp_path / "nowhere").mkdir()
+    for expected in ("(was empty)", "(already)"):
+        migrate = _main("migrate", "--config", str(config))
+        assert migrate.returncode == 0 and f"schema 0001 {expected}" in migrate.stdout, migrate.stderr
+    out = await loop.run_in_executor(None, lambda: _usage(config))
+    assert out.returncode == 0 and "no deprecated behaviour used in the window" in out.stdout
+    # A password in the URL: never printed, neither by check-config nor in an error.
+    data = _config(upstream.url, f"postgresql://gw:hunter2-secret@127.0.0.1:{free_port()}/ledger", flush_timeout=1)
+    config.write_text(yaml.safe_dump(data))
+    out = await loop.run_in_executor(None, lambda: _usage(config))
+    assert out.returncode == 1 and "cannot read the usage ledger postgresql://<redacted>@127.0.0.1" in out.stderr
+    check = _main("check-config", str(config))
+    assert check.returncode == 0 and "usage ledger: postgresql://<redacted>@127.0.0.1" in check.stdout
+    assert "hunter2" not in out.stderr + check.stdout + check.stderr
+    data["usage"] = {"ledger": {"enabled": False}}
+    config.write_text(yaml.safe_dump(data))
+    out = await loop.run_in_executor(None, lambda: _usage(config))
+    assert out.returncode == 2 and "the usage ledger is off" in out.stderr
+
+
+async def test_a_database_that_is_down_hides_nothing_and_stops_nothing(
+        upstream: RecordingUpstream, start_gateway: Any, start_admin: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ledger's database unreachable from the start, its password from the environment: the gateway serves and
+    is ready, /deprecations says the ledger cannot be read, and no admin answer shows the password."""
+    from tests.conftest import make_config
+
+    secret = "s3cr3t-ledger-pw"
+    monkeypatch.setenv("LEDGER_SECRET", secret)
+    url = f"postgresql://gw:${{LEDGER_SECRET}}@127.0.0.1:{free_port()}/ledger"
+    gw = await start_gateway(make_config(upstream.url, routes=guarded_routes(),
+                                         usage={"ledger": {"url": url, "flush_interval": 0.05, "flush_timeout": 1}}))
+    admin = await start_admin(gw)
+    texts = []
+    async with aiohttp.ClientSession() as client:
+        async with client.put(gw.url + "/api/v1/cards/1/files", data=b"x") as resp:
+            assert resp.status == 403  # served, and counted in memory
+        async with client.get(admin + "/readyz") as resp:
+            assert resp.status == 200
+        async with client.get(admin + "/deprecations") as resp:
+            assert resp.status == 503
+            body = await resp.json()
+            texts.append(json.dumps(body))
+        assert body["code"] == "LEDGER_UNAVAILABLE" and "connection" in body["message"].lower()
+        for path in ("/config", "/status", "/status.json", "/metrics"):
+            async with client.get(admin + path) as resp:
+                assert resp.status == 200, path
+                texts.append(await resp.text())
+    config = json.loads(texts[1])["config"]
+    shown = config["usage"]["ledger"]["url"]  # credentials masked (or shown as their ${NAME} reference)
+    assert shown.startswith("postgresql://") and shown.endswith("@127.0.0.1:" + url.rsplit(":", 1)[1])
+    status = json.loads(texts[3])
+    assert status["ledger"]["state"] == "failing" and status["ledger"]["pending"] == 1
+    assert status["usage"]["problem"].startswith("the usage ledger cannot be read")
+    assert "gateway_usage_ledger_up 0.0" in texts[4]
+    assert all(secret not in text for text in texts)
+
+
+async def test_retention_deletes_old_hours_when_the_gateway_starts(upstream: RecordingUpstream,
+                                                                    tmp_path: Path) -> None:
+    """Hours older than usage.ledger.retention_days go (each process checks at start, then hourly); newer stay."""
+    from gateway.ops.ledger.store import Store
+    from gateway.ops.usage import UsageCounter
+
+    url = f"sqlite:///{tmp_path}/usage.sqlite3"
+    store = Store(url)
+    store.migrate()
+    for days_ago, client in ((40, "old"), (20, "recent")):
+        at = time.time() - days_ago * 86400
+        counter = UsageCounter(behaviours={"legacy_upload_guard": "legacy_uploads"}, clock=lambda at=at: at)
+        counter.record({"legacy_upload_guard": "blocked"}, client, UA, "acme")
+        batch = counter.take()
+        assert batch is not None and store.write(batch, at)
+    store.close()
+    config = _config(upstream.url, url, retention_days=30)
+    proc = await start(config, tmp_path)
+    try:
+        report = await proc.get_json("/deprecations?since=60d")  # after the first write, which prunes first
+    finally:
+        proc.stop()
+    rows = report["behaviours"]["legacy_uploads"]["top_clients"]
+    assert [row["client"] for row in rows] == ["recent"] and report["behaviours"]["legacy_uploads"]["requests"] == 1

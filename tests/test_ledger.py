@@ -1,0 +1,162 @@
+"""The usage ledger's background writer, in one process with a real database: what it does when the database cannot
+be opened, answers too slowly, comes back, and when the gateway stops; reads that see this process's own writes.
+
+Through real gateway processes (signals, two processes on one database, PostgreSQL stopped under load, the command
+line): tests/integration/test_usage_ledger.py."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gateway.config import Secrets
+from gateway.ops.ledger import Ledger, LedgerFamilies, LedgerUnavailable, Query, window
+from gateway.ops.ledger.options import LedgerConfig
+from gateway.ops.ledger.store import Store
+from gateway.ops.usage import UsageCounter
+from tests.conftest import free_port
+
+GUARD = {"legacy_upload_guard": "legacy_uploads"}
+
+
+def _sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    value = registry.get_sample_value(name, labels or None)
+    return 0.0 if value is None else value
+
+
+async def _until(predicate: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+def _ledger(url: str, registry: CollectorRegistry, **options: Any) -> tuple[Ledger, UsageCounter]:
+    counter = UsageCounter(behaviours=GUARD)
+    config = LedgerConfig(url=url, **{"flush_interval": 0.05, "flush_timeout": 2.0, **options})
+    secrets = Secrets({"hunter2-secret": "${LEDGER_PASSWORD}"})
+    return Ledger(config, counter, redact=secrets.redact, families=LedgerFamilies(registry)), counter
+
+
+def _uploads(counter: UsageCounter, n: int, client: str = "c1") -> None:
+    for _ in range(n):
+        counter.record({"legacy_upload_guard": "blocked"}, client, "sdk/1", "acme")
+
+
+def _stored(path: Path) -> int:
+    store = Store(f"sqlite:///{path}")
+    try:
+        report = store.report(Query(*window(time.time() - 3600, time.time())))
+    finally:
+        store.close()
+    return int(report["behaviours"].get("legacy_uploads", {}).get("requests", 0))
+
+
+async def test_a_database_that_cannot_be_opened_costs_nothing_but_a_state_and_recovers(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    missing = tmp_path / "not-yet"
+    registry = CollectorRegistry()
+    ledger, counter = _ledger(f"sqlite:///{missing}/usage.sqlite3", registry)
+    caplog.set_level(logging.INFO, logger="gateway.ledger")
+    await ledger.start()
+    try:
+        _uploads(counter, 5)
+        await _until(lambda: _sample(registry, "gateway_usage_ledger_flushes_total", result="failure") >= 3)
+        assert ledger.state == "failing" and "unable to open database file" in (ledger.error or "")
+        assert _sample(registry, "gateway_usage_ledger_up") == 0
+        assert counter.pending == 5 and _sample(registry, "gateway_usage_ledger_pending_requests") == 5
+        with pytest.raises(LedgerUnavailable, match="unable to open database file"):
+            await ledger.report(Query(*window(time.time() - 60, time.time())))
+        _uploads(counter, 2)  # still counted meanwhile
+        missing.mkdir()
+        await _until(lambda: ledger.state == "ok")
+        assert _sample(registry, "gateway_usage_ledger_up") == 1 and counter.pending == 0
+        report = await ledger.report(Query(*window(time.time() - 60, time.time())))
+        assert report["behaviours"]["legacy_uploads"]["requests"] == 7
+    finally:
+        await ledger.close()
+    # One line when it started failing, one when it came back: not one per attempt.
+    lines = [r.getMessage() for r in caplog.records if r.name == "gateway.ledger"]
+    assert len([line for line in lines if "cannot write" in line]) == 1
+    assert len([line for line in lines if "writing again" in line]) == 1
+    assert _sample(registry, "gateway_usage_ledger_dropped_requests_total", reason="shutdown") == 0
+
+
+async def test_a_write_slower_than_its_timeout_is_not_counted_twice(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first write outlives flush_timeout but commits: the batch, sent again under the same id, is recognised."""
+    registry = CollectorRegistry()
+    path = tmp_path / "usage.sqlite3"
+    ledger, counter = _ledger(f"sqlite:///{path}", registry, flush_timeout=0.3)
+    original = Store.write
+    slow = {"calls": 0}
+
+    def write(self: Store, *args: Any, **kwargs: Any) -> bool:
+        slow["calls"] += 1
+        if slow["calls"] == 1:
+            time.sleep(1.0)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Store, "write", write)
+    await ledger.start()
+    try:
+        await _until(lambda: ledger.state == "ok")
+        _uploads(counter, 4)
+        await _until(lambda: ledger.state == "failing")
+        assert ledger.error is not None and "no answer within 0.3s" in ledger.error
+        await _until(lambda: ledger.state == "ok" and counter.pending == 0)
+    finally:
+        await ledger.close()
+    assert slow["calls"] >= 2 and _stored(path) == 4
+
+
+async def test_stopping_writes_what_is_held_and_counts_what_it_cannot(tmp_path: Path,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    registry = CollectorRegistry()
+    path = tmp_path / "usage.sqlite3"
+    ledger, counter = _ledger(f"sqlite:///{path}", registry, flush_interval=3600)
+    await ledger.start()
+    await _until(lambda: ledger.state == "ok")
+    _uploads(counter, 3)
+    await ledger.close()  # the flush interval is an hour away: the last write is close()'s
+    assert _stored(path) == 3
+    # A database that is gone when the gateway stops: what was held is counted as lost, in one line.
+    registry = CollectorRegistry()
+    ledger, counter = _ledger(f"postgresql://gw:hunter2-secret@127.0.0.1:{free_port()}/ledger", registry,
+                              flush_timeout=1.0)
+    caplog.set_level(logging.INFO, logger="gateway.ledger")
+    await ledger.start()
+    _uploads(counter, 6)
+    await _until(lambda: ledger.state == "failing")
+    await ledger.close()
+    assert _sample(registry, "gateway_usage_ledger_dropped_requests_total", reason="shutdown") == 6
+    lines = [r.getMessage() for r in caplog.records if r.name == "gateway.ledger"]
+    assert any("6 counted request(s) could not be written before exit" in line for line in lines)
+    # The password is never shown: not in the state, not in a log line.
+    assert all("hunter2" not in line for line in lines) and "hunter2" not in str(ledger.status())
+    assert "${LEDGER_PASSWORD}" in ledger.shown_url or "<redacted>" in ledger.shown_url
+
+
+async def test_a_read_sees_this_process_s_own_writes_at_once(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    ledger, counter = _ledger(f"sqlite:///{tmp_path}/usage.sqlite3", registry, flush_interval=3600)
+    await ledger.start()
+    try:
+        await _until(lambda: ledger.state == "ok")
+        _uploads(counter, 2, "first")
+        _uploads(counter, 1, "second")
+        report = await ledger.report(Query(*window(time.time() - 60, time.time()), order="recent"))
+        rows = report["behaviours"]["legacy_uploads"]["top_clients"]
+        assert [(r["client"], r["requests"]) for r in rows] == [("second", 1), ("first", 2)]
+        day = int(time.time()) // 86400 * 86400
+        assert await ledger.daily(*window(time.time() - 86400, time.time())) == [("acme", "legacy_uploads", day, 3)]
+    finally:
+        await ledger.close()
+    with pytest.raises(LedgerUnavailable, match="not running"):
+        await ledger.report(Query(*window(time.time() - 60, time.time())))
