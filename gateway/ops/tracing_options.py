@@ -14,9 +14,10 @@ _HEADER_NAME_RE = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
 class ExportConfig(BaseModel):
-    """``tracing.export``: spans recorded and sent to an OpenTelemetry collector over OTLP/HTTP (protobuf)."""
+    """``tracing.export``: spans recorded and sent to an OpenTelemetry collector over OTLP/HTTP (protobuf). Strict as
+    the rest of the config (``gateway.config``): a value of the wrong YAML type is a problem, never coerced."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
     enabled: bool = False
     # The collector's traces endpoint, path included (a collector's OTLP/HTTP receiver listens on 4318).
@@ -68,7 +69,7 @@ class ExportConfig(BaseModel):
 class TracingConfig(BaseModel):
     """``tracing``: W3C trace context on every upstream request, the trace in the access log, and the export."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
     # Start a trace for a request that comes without a (valid) traceparent; off: such a request carries none upstream.
     new_traces: bool = True
