@@ -17,7 +17,7 @@ import aiohttp
 
 from tests import process_testlib
 from tests.adversarial_upstream import AdversarialUpstream, Board, adversarial  # noqa: F401 - fixture
-from tests.conftest import RecordingUpstream, guarded_routes, multipart_body
+from tests.conftest import RecordingUpstream, bridged_routes, multipart_body
 from tests.otlp_receiver import OtlpReceiver, otlp  # noqa: F401 - fixture
 from tests.process_testlib import Proc, wait_for
 
@@ -31,11 +31,6 @@ _PARENT_RE = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-(0[01])")
 
 
 def _config(upstream: str, **tracing: Any) -> dict[str, Any]:
-    routes = guarded_routes()
-    routes += [{"name": "card", "methods": ["GET"], "paths": ["/cards/{card_id}"]}]
-    for route in routes:
-        if route["name"] == "board":
-            route["chain"] = [{"board_cards": {}}]
     return {
         "upstream": {"connect_timeout": 2, "read_timeout": 5},
         "tenants": [{"name": "acme", "hosts": ["api.example.com"], "upstream": upstream, "created": "2026-06-01",
@@ -43,7 +38,7 @@ def _config(upstream: str, **tracing: Any) -> dict[str, Any]:
         "rollout": {"now": "2026-11-24T12:00:00Z",
                     "exemptions": [{"name": "legacy", "phase": "full", "until": "2099-01-01",
                                     "header": {"name": "User-Agent", "prefix": "legacy-app/"}, "bridge": True}]},
-        "routes": routes,
+        "routes": bridged_routes(),
         "tracing": tracing,
     }
 
