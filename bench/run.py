@@ -63,6 +63,8 @@ LABELS = {
     "baseline": "gateway, baseline tree (--baseline)",
 }
 PROXIES = ["nginx", "nginx64k", "minimal", "gateway", "baseline"]
+# The gateways' admin token (the admin listener is closed without one): /metrics is read with it.
+ADMIN_TOKEN = "bench-admin-token-0123456789"
 
 
 def export_targets(ratios: tuple[float, ...]) -> tuple[str, ...]:
@@ -277,8 +279,9 @@ def pick_ports(base: int, count: int) -> list[int]:
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def http(url: str, method: str = "GET", data: bytes | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, method=method, data=data)
+def http(url: str, method: str = "GET", data: bytes | None = None, timeout: float = 5.0,
+         headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, method=method, data=data, headers=headers or {})
     try:
         with _NO_PROXY.open(request, timeout=timeout) as response:
             return response.status, response.read()
@@ -382,10 +385,13 @@ def gateway_conf(tmp: Path, port: int, admin_port: int, upstream_port: int, name
                  tracing: dict[str, object] | None = None) -> Path:
     # JSON is YAML: the harness needs no YAML library.
     config: dict[str, object] = {
-        "server": {"listen": f"{HOST}:{port}", "admin_listen": f"{HOST}:{admin_port}", "shutdown_timeout": 2},
+        "server": {"listen": f"{HOST}:{port}", "admin_listen": f"{HOST}:{admin_port}", "shutdown_timeout": 2,
+                   "admin_token": ADMIN_TOKEN},
         "access_log": {"enabled": True},
         "tenants": [{"name": "bench", "hosts": [HOST, "localhost"], "upstream": f"http://{HOST}:{upstream_port}"}],
         "global_chain": ["request_id"],
+        # The usage ledger (on by default) in the run's temp dir, not the default file in the working directory.
+        "usage": {"ledger": {"url": f"sqlite:///{tmp / name}-{upstream_port}-usage.sqlite3"}},
     }
     if tracing is not None:
         config["tracing"] = tracing
@@ -654,7 +660,8 @@ def run_scenario(
             if rss is not None:
                 result.peak_rss[name] = rss
         for target in export_targets(env.export_ratios):
-            result.spans[target] = span_counts(http(f"http://{HOST}:{env.ports[f'{target}_admin']}/metrics")[1])
+            result.spans[target] = span_counts(http(f"http://{HOST}:{env.ports[f'{target}_admin']}/metrics",
+                                                    headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})[1])
     finally:
         env.stack.stop(*procs.values())
     return result
