@@ -417,6 +417,8 @@ class Env:
     sink: Proc | None = None
     # Another checkout of the gateway (an earlier commit, its C module built), run beside this one as "baseline".
     baseline: Path | None = None
+    # The minimal proxy's event loop: the gateway's own (server.event_loop "auto": uvloop when installed).
+    loop: str = "asyncio"
     # --trace-export: the gateway again with its span export on, one target per sample ratio ("export1.0"...).
     export_ratios: tuple[float, ...] = ()
 
@@ -470,6 +472,7 @@ class Env:
             minimal = [
                 self.python, str(BENCH / "minimal_proxy.py"),
                 "--listen", f"{HOST}:{self.ports['minimal']}", "--upstream", f"http://{HOST}:{upstream_port}",
+                "--loop", self.loop,
             ]  # fmt: skip
             procs["minimal"] = self.stack.start(Proc(f"minimal-{tag}", minimal, self.tmp))
             config = gateway_conf(self.tmp, self.ports["gateway"], self.ports["admin"], upstream_port)
@@ -708,7 +711,7 @@ def target_checks(results: dict[str, ScenarioResult]) -> list[Check]:
         checks.append(
             Check(
                 "1 KB JSON, wrk -c50",
-                "gateway ≥ 1.0× minimal proxy (≈ 0.12× nginx)",
+                "gateway ≥ 1.0× minimal proxy on the same event loop",
                 got,
                 None if gm is None else gm >= 1.0,
             )
@@ -791,7 +794,8 @@ def render(results: dict[str, ScenarioResult], args: argparse.Namespace, env: En
         f"Machine: {info['machine']}. Load average at start {info['load_start']}, at end {info['load_end']}.",
         f"Run: `{info['command']}` — {args.rounds} interleaved round(s) of wrk ({args.duration:g} s each),"
         f" {args.transfer_rounds} of the {_size(env.big_size)} transfers; wall time {info['wall']}.",
-        f"Gateway: {info['gateway']}, commit {info['commit']}. Versions: {info['versions']}.",
+        f"Gateway: {info['gateway']}, commit {info['commit']}. Versions: {info['versions']}. Event loop of the"
+        f" gateway and the minimal proxy: {info['loop']}.",
         "",
         '- Ratios ("vs nginx", "gateway vs minimal") are medians of per-round ratios, both sides measured in the',
         "  same round; throughputs and latencies are medians over rounds and are context only: the machine is",
@@ -894,6 +898,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _loop() -> str:
+    """The gateway's event loop under ``server.event_loop: auto``, which the minimal proxy then runs on too."""
+    probe = subprocess.run([_python(), "-c", "import uvloop"], capture_output=True)
+    return "uvloop" if probe.returncode == 0 else "asyncio"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
@@ -916,7 +926,8 @@ def main(argv: list[str] | None = None) -> int:
             env = Env(
                 tmp=tmp, python=_python(), nginx=_tool("nginx"), wrk=_tool("wrk"), curl=_tool("curl"),
                 ports=ports, big_size=args.big_size, stack=stack,
-                baseline=args.baseline.resolve() if args.baseline else None, export_ratios=args.trace_export,
+                baseline=args.baseline.resolve() if args.baseline else None, loop=_loop(),
+                export_ratios=args.trace_export,
             )  # fmt: skip
             info = {
                 "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -926,6 +937,7 @@ def main(argv: list[str] | None = None) -> int:
                 "command": " ".join(["python bench/run.py", *(argv if argv is not None else sys.argv[1:])]),
                 "versions": _versions(env),
                 "commit": _commit(),
+                "loop": env.loop,
             }
             if env.baseline is not None:
                 info["commit"] += f"; baseline {_commit(env.baseline)} at {env.baseline}"
