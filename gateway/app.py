@@ -32,6 +32,7 @@ from .core.tenants import TenantResolver, canonical_host
 from .ops.access_log import AccessLogWriter, LineSink, Recorder
 from .ops.metrics import Metrics
 from .ops.ledger import Ledger, LedgerFamilies
+from .ops.tracing import Tracing
 from .ops.usage import UsageCounter
 from .policies import POLICIES, BuildContext, check_config
 from .proxy.body_override import resolve_body_override
@@ -221,6 +222,7 @@ class Gateway:
                                  families=self.metrics.families(LedgerFamilies))
         self.recorder = Recorder(self.metrics, self.usage, self.access_log if model.access_log.enabled else None,
                                  observe=model.metrics.enabled)
+        self.tracing = Tracing(model.tracing, self.metrics)
         # gateway_rollout_phase: the plan in force (swapped on reload) at the gateway's clock, at each scrape.
         self.metrics.rollout_phase.source = self._phases
 
@@ -245,6 +247,7 @@ class Gateway:
             max_concurrent_per_tenant=upstream.max_concurrent_per_tenant, queue_timeout=upstream.queue_timeout,
         )
         self._state = build_state(self._config, self.proxy, self.clock, self.metrics, self.spool)
+        self.tracing.start()
         if self.ledger is not None:
             await self.ledger.start()  # in the background: the gateway serves whether its database answers or not
         self.ready = True
@@ -264,11 +267,12 @@ class Gateway:
             raise
         old, self._config = self._config.model, config
         new = config.model
-        restart = ("server", "upstream", "access_log", "usage")
+        restart = ("server", "upstream", "access_log", "usage", "tracing")
         return [name for name in restart if _restart_part(old, name) != _restart_part(new, name)]
 
     async def close(self) -> None:
-        """After the requests in flight: the ledger's last write, the access log, the upstream pool."""
+        """After the requests in flight: the ledger's last write, the access log, the upstream pool, then the spans
+        still queued for export (bounded in time)."""
         self.ready = False
         if self.ledger is not None:
             await self.ledger.close()
@@ -277,6 +281,7 @@ class Gateway:
             flush()
         if self._own_client and self._client is not None:
             await self._client.close()
+        await self.tracing.close()
 
     async def drain(self, timeout: float) -> int:
         """Let every request in flight finish (uploads still arriving, answers still leaving, bodies a policy holds),
@@ -339,6 +344,7 @@ class Gateway:
         delivery = Delivery()
         status = 0
         client_gone = False
+        trace = self.tracing.begin(request)  # the client's trace continued (or a new one): the server span starts
         self._arrived()
         task = asyncio.current_task()
         if task is not None:
@@ -350,6 +356,7 @@ class Gateway:
                 reply = refusal.reply
             else:
                 exchange = classified
+                exchange.trace = trace
                 if task is not None:
                     self._serving[task] = (request, exchange)
                 try:
@@ -411,7 +418,10 @@ class Gateway:
             self.recorder.record(
                 request, exchange, status, started,
                 refused=refusal.code if refusal else None, request_id=refusal.request_id if refusal else None,
+                trace=trace,
             )
+            if trace is not None:
+                self.tracing.end(trace, request, exchange, status, refusal.code if refusal else None)
 
     async def serve_unparsed(
         self, request: web.BaseRequest, status: int, exc: BaseException | None
@@ -422,7 +432,7 @@ class Gateway:
         else:
             code, text = _PARSER_CODES.get(status, "BAD_REQUEST"), parser_error_text(exc)
         log.info("refused a request the HTTP parser rejected: %s %s", status, type(exc).__name__ if exc else "")
-        return await self._refuse(request, _Refusal.of(status, code, text))
+        return await self._refuse(request, _Refusal.of(status, code, text), parsed=False)
 
     async def serve_busy(self, request: web.BaseRequest) -> web.StreamResponse:
         """The first request on a connection over server.max_connections: 503, and the connection closes."""
@@ -431,17 +441,21 @@ class Gateway:
         refusal.reply.headers["Retry-After"] = "1"
         return await self._refuse(request, refusal)
 
-    async def _refuse(self, request: web.BaseRequest, refusal: _Refusal) -> web.StreamResponse:
+    async def _refuse(self, request: web.BaseRequest, refusal: _Refusal, *, parsed: bool = True) -> web.StreamResponse:
         started = time.monotonic()
         status = refusal.reply.status
         delivery = Delivery()
+        trace = self.tracing.begin(request, parsed=parsed)
         self._arrived()
         try:
             return await send(request, refusal.reply, delivery)
         finally:
             self._left()
-            self.recorder.record(request, None, status if delivery.complete else 499, started, refused=refusal.code,
-                                 request_id=refusal.request_id)
+            status = status if delivery.complete else 499
+            self.recorder.record(request, None, status, started, refused=refusal.code, request_id=refusal.request_id,
+                                 trace=trace)
+            if trace is not None:
+                self.tracing.end(trace, request, None, status, refusal.code)
 
     def _arrived(self) -> None:
         """A request is in flight until ``_left``: the in-flight gauge, and what ``drain`` waits for."""

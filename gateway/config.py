@@ -42,6 +42,7 @@ from .core.spec import RESTRICTED_BY_DEFAULT_FROM, TEMPLATE_PARAM
 from .core.spool import SpoolConfig
 from .core.tenants import Tenant, TenantResolver, canonical_host
 from .ops.ledger.options import LedgerConfig
+from .ops.tracing_options import TracingConfig
 from .proxy.options import UpstreamConfig
 from .rollout.behaviour import Behaviour
 from .rollout.config import ConfigDate, RolloutConfig, TenantRollout
@@ -363,6 +364,8 @@ class GatewayConfig(_Model):
     access_log: AccessLogConfig = AccessLogConfig()
     metrics: MetricsConfig = MetricsConfig()
     usage: UsageConfig = UsageConfig()
+    # W3C trace context on every upstream request, the trace in the access log, OpenTelemetry export (ops/tracing.py).
+    tracing: TracingConfig = TracingConfig()
     # Request bytes a policy holds on disk (the upload upgrade's file parts before a comment's text), per process.
     spool: SpoolConfig = SpoolConfig()
     rollout: RolloutConfig = RolloutConfig()

@@ -44,6 +44,7 @@ from aiohttp import hdrs, web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from .http import new_request_id, token_fingerprint
+from .tracecontext import TraceContext
 
 if TYPE_CHECKING:
     from .routing import Route
@@ -517,7 +518,7 @@ class Exchange:
     __slots__ = ("request", "start", "tenant", "route", "params", "path", "query", "method", "request_id",
                  "request_id_header", "upstream_headers", "request_filters", "decisions", "notes", "upstream_seconds",
                  "upstream_error", "upstream_error_kind", "upstream_retries", "body_error", "services", "body_prefix",
-                 "subrequests", "_client")
+                 "subrequests", "trace", "_client")
 
     def __init__(self, request: web.BaseRequest, start: float, tenant: Tenant, route: Route,
                  params: dict[str, str], path: str, query: str, method: str) -> None:
@@ -555,6 +556,8 @@ class Exchange:
         self.body_prefix: list[bytes] = []
         # The requests of a policy's own sent for this exchange (None until the first).
         self.subrequests: list[SubRequest] | None = None
+        # Its place in a trace (set by the edge; None when it has none): every upstream request carries it on.
+        self.trace: TraceContext | None = None
         self._client: str | None | _Unset = _UNSET
 
     @property
