@@ -3,7 +3,10 @@
 One pooled ClientSession, no decompression, request and response bodies streamed, hop-by-hop headers dropped,
 no access log, no metrics, no policy.
 
-    python bench/minimal_proxy.py --listen 127.0.0.1:18082 --upstream http://127.0.0.1:18081
+    python bench/minimal_proxy.py --listen 127.0.0.1:18082 --upstream http://127.0.0.1:18081 [--loop uvloop]
+
+``--loop uvloop`` runs it on the event loop the gateway runs on by default (``server.event_loop: auto``), so that the
+two are compared on the same loop.
 """
 
 from __future__ import annotations
@@ -67,9 +70,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--listen", default="127.0.0.1:18082", help="host:port")
     parser.add_argument("--upstream", default="http://127.0.0.1:18081", help="base URL of the upstream")
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio", help="event loop (default asyncio)")
     args = parser.parse_args()
     host, _, port = args.listen.rpartition(":")
-    asyncio.run(serve(host, int(port), args.upstream))
+    if args.loop == "uvloop":
+        import uvloop
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(serve(host, int(port), args.upstream))
+    else:
+        asyncio.run(serve(host, int(port), args.upstream))
 
 
 if __name__ == "__main__":

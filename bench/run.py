@@ -2,11 +2,15 @@
 
     .venv/bin/python bench/run.py [--quick] [--scenarios 1k,10m,download1g,upload1g] [--rounds N]
                                   [--transfer-rounds N] [--duration S] [--big-size BYTES]
+                                  [--baseline DIR] [--trace-export RATIO[,RATIO...]]
 
 Starts, on 127.0.0.1 only: nginx serving static files (the upstream), bench/sink.py (the upstream of uploads),
 nginx as a reverse proxy (the reference; once with default buffers, once with 64 KiB buffers),
 bench/minimal_proxy.py (the floor of a Python proxy) and the gateway. The proxies are started fresh for every
-scenario, so the peak RSS reported (VmHWM) is that scenario's. Targets are measured in interleaved rounds (the
+scenario, so the peak RSS reported (VmHWM) is that scenario's. ``--trace-export 1.0,0.1`` adds, per ratio, the
+gateway with its OpenTelemetry export on (``tracing.export``, that ``sample_ratio``), sending its spans to
+bench/sink.py (which answers 200 to anything, as a collector does); the spans it exported and dropped are read from
+its metrics at the end. Targets are measured in interleaved rounds (the
 order rotates each round) and ratios are the median of ratios taken within the same round, so that a noisy
 neighbour on the shared machine weighs on both sides of a ratio alike. Every wrk run and transfer is bounded in
 time, and every process started is stopped at the end, on an error, on Ctrl-C and on SIGTERM.
@@ -58,7 +62,31 @@ LABELS = {
     "gateway": "gateway",
     "baseline": "gateway, baseline tree (--baseline)",
 }
-PROXIES = ("nginx", "nginx64k", "minimal", "gateway", "baseline")
+PROXIES = ["nginx", "nginx64k", "minimal", "gateway", "baseline"]
+# The gateways' admin token (the admin listener is closed without one): /metrics is read with it.
+ADMIN_TOKEN = "bench-admin-token-0123456789"
+
+
+def export_targets(ratios: tuple[float, ...]) -> tuple[str, ...]:
+    """The gateway with its span export on, one target per sample ratio (registered in LABELS and PROXIES)."""
+    targets = tuple(f"export{ratio:g}" for ratio in ratios)
+    for ratio, target in zip(ratios, targets, strict=True):
+        LABELS.setdefault(target, f"gateway, span export at ratio {ratio:g}")
+        if target not in PROXIES:
+            PROXIES.append(target)
+    return targets
+
+
+def span_counts(metrics: bytes) -> tuple[float, float]:
+    """(spans exported, spans dropped) from a gateway's /metrics text."""
+    exported = dropped = 0.0
+    for line in metrics.decode(errors="replace").splitlines():
+        name, _, value = line.rpartition(" ")
+        if name == "gateway_trace_spans_exported_total":
+            exported += float(value)
+        elif name.startswith("gateway_trace_spans_dropped_total{"):
+            dropped += float(value)
+    return exported, dropped
 
 
 class BenchError(Exception):
@@ -125,6 +153,7 @@ class ScenarioResult:
     rounds: int
     samples: list[Sample] = field(default_factory=list)
     peak_rss: dict[str, int] = field(default_factory=dict)  # target -> bytes (VmHWM)
+    spans: dict[str, tuple[float, float]] = field(default_factory=dict)  # export target -> (exported, dropped)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -250,8 +279,9 @@ def pick_ports(base: int, count: int) -> list[int]:
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def http(url: str, method: str = "GET", data: bytes | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, method=method, data=data)
+def http(url: str, method: str = "GET", data: bytes | None = None, timeout: float = 5.0,
+         headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, method=method, data=data, headers=headers or {})
     try:
         with _NO_PROXY.open(request, timeout=timeout) as response:
             return response.status, response.read()
@@ -351,14 +381,20 @@ def nginx_conf(tmp: Path, name: str, body: str) -> Path:
     return path
 
 
-def gateway_conf(tmp: Path, port: int, admin_port: int, upstream_port: int, name: str = "gateway") -> Path:
+def gateway_conf(tmp: Path, port: int, admin_port: int, upstream_port: int, name: str = "gateway",
+                 tracing: dict[str, object] | None = None) -> Path:
     # JSON is YAML: the harness needs no YAML library.
-    config = {
-        "server": {"listen": f"{HOST}:{port}", "admin_listen": f"{HOST}:{admin_port}", "shutdown_timeout": 2},
+    config: dict[str, object] = {
+        "server": {"listen": f"{HOST}:{port}", "admin_listen": f"{HOST}:{admin_port}", "shutdown_timeout": 2,
+                   "admin_token": ADMIN_TOKEN},
         "access_log": {"enabled": True},
         "tenants": [{"name": "bench", "hosts": [HOST, "localhost"], "upstream": f"http://{HOST}:{upstream_port}"}],
         "global_chain": ["request_id"],
+        # The usage ledger (on by default) in the run's temp dir, not the default file in the working directory.
+        "usage": {"ledger": {"url": f"sqlite:///{tmp / name}-{upstream_port}-usage.sqlite3"}},
     }
+    if tracing is not None:
+        config["tracing"] = tracing
     path = tmp / f"{name}-{upstream_port}.yaml"
     path.write_text(json.dumps(config, indent=2) + "\n")
     return path
@@ -381,9 +417,14 @@ class Env:
     sink: Proc | None = None
     # Another checkout of the gateway (an earlier commit, its C module built), run beside this one as "baseline".
     baseline: Path | None = None
+    # The minimal proxy's event loop: the gateway's own (server.event_loop "auto": uvloop when installed).
+    loop: str = "asyncio"
+    # --trace-export: the gateway again with its span export on, one target per sample ratio ("export1.0"...).
+    export_ratios: tuple[float, ...] = ()
 
     def targets(self, scenario: Scenario) -> tuple[str, ...]:
-        return (*scenario.targets, "baseline") if self.baseline is not None else scenario.targets
+        extra = ("baseline",) if self.baseline is not None else ()
+        return (*scenario.targets, *extra, *export_targets(self.export_ratios))
 
     @property
     def docroot(self) -> Path:
@@ -431,6 +472,7 @@ class Env:
             minimal = [
                 self.python, str(BENCH / "minimal_proxy.py"),
                 "--listen", f"{HOST}:{self.ports['minimal']}", "--upstream", f"http://{HOST}:{upstream_port}",
+                "--loop", self.loop,
             ]  # fmt: skip
             procs["minimal"] = self.stack.start(Proc(f"minimal-{tag}", minimal, self.tmp))
             config = gateway_conf(self.tmp, self.ports["gateway"], self.ports["admin"], upstream_port)
@@ -447,6 +489,15 @@ class Env:
                 ))
                 baseline_admin = f"http://{HOST}:{self.ports['baseline_admin']}/readyz"
                 wait_ready(procs["baseline"], lambda: http(baseline_admin)[0] == 200)
+            for ratio, target in zip(self.export_ratios, export_targets(self.export_ratios), strict=True):
+                tracing = {"sample_ratio": ratio, "export": {
+                    "enabled": True, "endpoint": f"http://{HOST}:{self.ports['sink']}/v1/traces"}}
+                config = gateway_conf(self.tmp, self.ports[target], self.ports[f"{target}_admin"], upstream_port,
+                                      target, tracing)
+                argv = [self.python, "-m", "gateway", "serve", "--config", str(config), "--log-level", "warning"]
+                procs[target] = self.stack.start(Proc(f"{target}-{tag}", argv, self.tmp, f"{target}-{tag}-access.log"))
+                admin_url = f"http://{HOST}:{self.ports[f'{target}_admin']}/readyz"
+                wait_ready(procs[target], lambda url=admin_url: http(url)[0] == 200)
             for name in ("nginx", "nginx64k"):
                 wait_ready(procs[name], port_accepts(self.ports[name]))
             wait_ready(procs["minimal"], port_accepts(self.ports["minimal"]))
@@ -611,6 +662,9 @@ def run_scenario(
             rss = proc_status(proc.pid, "VmHWM")
             if rss is not None:
                 result.peak_rss[name] = rss
+        for target in export_targets(env.export_ratios):
+            result.spans[target] = span_counts(http(f"http://{HOST}:{env.ports[f'{target}_admin']}/metrics",
+                                                    headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})[1])
     finally:
         env.stack.stop(*procs.values())
     return result
@@ -657,7 +711,7 @@ def target_checks(results: dict[str, ScenarioResult]) -> list[Check]:
         checks.append(
             Check(
                 "1 KB JSON, wrk -c50",
-                "gateway ≥ 1.0× minimal proxy (≈ 0.12× nginx)",
+                "gateway ≥ 1.0× minimal proxy on the same event loop",
                 got,
                 None if gm is None else gm >= 1.0,
             )
@@ -687,7 +741,7 @@ def scenario_table(r: ScenarioResult) -> list[str]:
         cpu_col = "CPU s per GiB" if per_gib else "CPU per request"
         cols = f"| target | req/s | MiB/s | p50 | p99 | vs nginx | {cpu_col} | peak RSS |"
     lines = [head, "", cols, "|---" * (cols.count("|") - 1) + "|"]
-    for target in [t for t in (*s.targets, "baseline") if r.of(t)]:
+    for target in [t for t in (*s.targets, "baseline", *r.spans) if r.of(t)]:
         label = LABELS[target]
         if target == "direct":
             label += " — sink" if s.kind == "upload" else " — nginx static"
@@ -719,6 +773,13 @@ def scenario_table(r: ScenarioResult) -> list[str]:
         cpu_gb = f"{cpu_g / cpu_b:.2f}×" if cpu_g and cpu_b else "–"
         lines += ["", f"Gateway vs the baseline tree: **{_fmt(gb, '.2f')}×** throughput, {cpu_gb} the CPU per unit of "
                       "work (same round, same machine)."]
+    for target in [t for t in r.spans if r.of(t)]:
+        ratio = r.paired_ratio(target, "gateway")
+        cpu_t = r.cpu_per_unit(target)
+        cpu_tg = f"{cpu_t / cpu_g:.2f}×" if cpu_t and cpu_g else "–"
+        exported, dropped = r.spans[target]
+        lines += ["", f"{LABELS[target]} vs gateway (export off): **{_fmt(ratio, '.2f')}×** throughput, {cpu_tg} the "
+                      f"CPU per unit of work; {exported:,.0f} spans exported, {dropped:,.0f} dropped."]
     if r.problems:
         lines += ["", "**Invalid measurements**: " + "; ".join(r.problems)]
     if r.notes:
@@ -733,7 +794,8 @@ def render(results: dict[str, ScenarioResult], args: argparse.Namespace, env: En
         f"Machine: {info['machine']}. Load average at start {info['load_start']}, at end {info['load_end']}.",
         f"Run: `{info['command']}` — {args.rounds} interleaved round(s) of wrk ({args.duration:g} s each),"
         f" {args.transfer_rounds} of the {_size(env.big_size)} transfers; wall time {info['wall']}.",
-        f"Gateway: {info['gateway']}, commit {info['commit']}. Versions: {info['versions']}.",
+        f"Gateway: {info['gateway']}, commit {info['commit']}. Versions: {info['versions']}. Event loop of the"
+        f" gateway and the minimal proxy: {info['loop']}.",
         "",
         '- Ratios ("vs nginx", "gateway vs minimal") are medians of per-round ratios, both sides measured in the',
         "  same round; throughputs and latencies are medians over rounds and are context only: the machine is",
@@ -757,6 +819,16 @@ def render(results: dict[str, ScenarioResult], args: argparse.Namespace, env: En
 
 
 # --------------------------------------------------------------------------------------------- main
+
+
+def _ratios(text: str) -> tuple[float, ...]:
+    try:
+        ratios = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected ratios like 1.0,0.1, got {text!r}") from None
+    if not ratios or not all(0.0 <= r <= 1.0 for r in ratios) or len(set(ratios)) != len(ratios):
+        raise argparse.ArgumentTypeError("ratios are distinct numbers from 0 to 1")
+    return ratios
 
 
 def _tool(name: str) -> str:
@@ -808,6 +880,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--baseline", type=Path,
         help="another checkout of the gateway (an earlier commit, with its C module built) measured beside this one",
     )
+    parser.add_argument(
+        "--trace-export", type=_ratios, default=(), metavar="RATIO[,RATIO...]",
+        help="also the gateway with its span export on (tracing.export) at each sample ratio, e.g. 1.0,0.1",
+    )
     args = parser.parse_args(argv)
     args.scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     unknown = [s for s in args.scenarios if s not in SCENARIOS]
@@ -820,6 +896,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.transfer_rounds < 1 or args.rounds < 1 or args.duration < 1 or args.big_size < MiB:
         parser.error("--rounds and --transfer-rounds ≥ 1, --duration ≥ 1 and --big-size ≥ 1 MiB")
     return args
+
+
+def _loop() -> str:
+    """The gateway's event loop under ``server.event_loop: auto``, which the minimal proxy then runs on too."""
+    probe = subprocess.run([_python(), "-c", "import uvloop"], capture_output=True)
+    return "uvloop" if probe.returncode == 0 else "asyncio"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -836,12 +918,16 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     try:
         with Stack() as stack:
-            names = ("gateway", "direct", "minimal", "nginx", "sink", "admin", "nginx64k", "baseline", "baseline_admin")
+            names: tuple[str, ...] = ("gateway", "direct", "minimal", "nginx", "sink", "admin", "nginx64k", "baseline",
+                                      "baseline_admin")
+            for target in export_targets(args.trace_export):
+                names += (target, f"{target}_admin")
             ports = dict(zip(names, pick_ports(args.port_base, len(names)), strict=True))
             env = Env(
                 tmp=tmp, python=_python(), nginx=_tool("nginx"), wrk=_tool("wrk"), curl=_tool("curl"),
                 ports=ports, big_size=args.big_size, stack=stack,
-                baseline=args.baseline.resolve() if args.baseline else None,
+                baseline=args.baseline.resolve() if args.baseline else None, loop=_loop(),
+                export_ratios=args.trace_export,
             )  # fmt: skip
             info = {
                 "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -851,6 +937,7 @@ def main(argv: list[str] | None = None) -> int:
                 "command": " ".join(["python bench/run.py", *(argv if argv is not None else sys.argv[1:])]),
                 "versions": _versions(env),
                 "commit": _commit(),
+                "loop": env.loop,
             }
             if env.baseline is not None:
                 info["commit"] += f"; baseline {_commit(env.baseline)} at {env.baseline}"

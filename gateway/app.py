@@ -24,6 +24,7 @@ from .edge.tenancy import TenantResolver
 from .ops.access_log import AccessLogWriter, LineSink, Recorder
 from .ops.ledger import Ledger, LedgerFamilies
 from .ops.metrics import Metrics
+from .ops.tracing import Tracing
 from .ops.usage import UsageCounter
 from .policies import POLICIES, BuildContext, check_config
 from .proxy.core import ProxyCore
@@ -139,6 +140,7 @@ class Gateway:
                                  families=self.metrics.families(LedgerFamilies))
         self.recorder = Recorder(self.metrics, self.usage, self.access_log if model.access_log.enabled else None,
                                  observe=model.metrics.enabled)
+        self.tracing = Tracing(model.tracing, self.metrics)
         self.in_flight = InFlight(self.metrics)
         # gateway_rollout_phase: the plan in force (swapped on reload) at the gateway's clock, at each scrape.
         self.metrics.rollout_phase.source = self._phases
@@ -164,7 +166,8 @@ class Gateway:
             max_concurrent_per_tenant=upstream.max_concurrent_per_tenant, queue_timeout=upstream.queue_timeout,
         )
         self._state = build_state(self._config, self.proxy, self.clock, self.metrics, self.spool)
-        self.edge = Edge(lambda: self.state, self.proxy, self.recorder, self.in_flight, send)
+        self.tracing.start()
+        self.edge = Edge(lambda: self.state, self.proxy, self.recorder, self.in_flight, send, self.tracing)
         if self.ledger is not None:
             await self.ledger.start()  # in the background: the gateway serves whether its database answers or not
         self.ready = True
@@ -188,7 +191,7 @@ class Gateway:
             raise
         old, self._config = self._config.model, config
         new = config.model
-        restart = ("server", "upstream", "access_log", "usage")
+        restart = ("server", "upstream", "access_log", "usage", "tracing")
         return [name for name in restart if _restart_part(old, name) != _restart_part(new, name)]
 
     async def drain(self, timeout: float) -> int:
@@ -198,7 +201,8 @@ class Gateway:
         return await self.in_flight.drain(timeout)
 
     async def close(self) -> None:
-        """After the requests in flight: the ledger's last write, the access log, the upstream pool."""
+        """After the requests in flight: the ledger's last write, the access log, the upstream pool, then the spans
+        still queued for export (bounded in time)."""
         self.ready = False
         if self.ledger is not None:
             await self.ledger.close()
@@ -207,3 +211,4 @@ class Gateway:
             flush()
         if self._own_client and self._client is not None:
             await self._client.close()
+        await self.tracing.close()

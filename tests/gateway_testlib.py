@@ -251,6 +251,17 @@ def guarded_routes(**options: Any) -> list[dict[str, Any]]:
     return routes
 
 
+def bridged_routes() -> list[dict[str, Any]]:
+    """``guarded_routes`` with a card route and ``board_cards`` on the board route: the bridges' roads (the upload
+    upgrade's lookup and upload, the card backfill's board and pages) beside the plain one."""
+    routes = guarded_routes()
+    routes += [{"name": "card", "methods": ["GET"], "paths": ["/cards/{card_id}"]}]
+    for route in routes:
+        if route["name"] == "board":
+            route["chain"] = [{"board_cards": {}}]
+    return routes
+
+
 def multipart_body(parts: list[tuple[list[str], bytes]], boundary: str, *, close: bytes = b"--\r\n") -> bytes:
     """A multipart body from (header lines, content) pairs, written exactly as given (CRLF line ends)."""
     out = bytearray()

@@ -17,6 +17,7 @@ from gateway.core.exchange import Exchange
 from gateway.core.http import token_fingerprint
 from gateway.core.route import Route
 from gateway.core.tenants import Tenant
+from gateway.core.tracecontext import TraceContext, new_span_id, new_trace_id
 from gateway.ops.access_log import Recorder, _seconds, _timestamp
 from gateway.ops.metrics import Metrics
 from gateway.ops.usage import UsageCounter
@@ -29,6 +30,7 @@ class Case:
     exchange: Exchange | None
     refused: str | None = None
     request_id: str | None = None
+    trace: TraceContext | None = None
 
 
 def _expected(case: Case, status: int, taken: float, now: float) -> str:
@@ -38,6 +40,8 @@ def _expected(case: Case, status: int, taken: float, now: float) -> str:
     record = {
         "time": round(now, 3),
         "request_id": ex.request_id if ex else case.request_id,
+        "trace_id": case.trace.trace_id if case.trace else None,
+        "span_id": case.trace.span_id if case.trace else None,
         "tenant": ex.tenant.name if ex else None,
         "route": ex.route.name if ex else "none",
         "method": request.method,
@@ -79,7 +83,8 @@ def _cases() -> list[Case]:
     out = []
     for headers in ({"Host": "x"}, {"Host": "x", "Authorization": "Bearer t", "Content-Length": "12"}):
         out.append(Case(_request(headers, 0), None))
-        out.append(Case(_request(headers, 123), None, "BAD_PATH", "f" * 32))
+        out.append(Case(_request(headers, 123), None, "BAD_PATH", "f" * 32,
+                        TraceContext("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331", True)))
         for odd in (False, True):
             request = _request(headers, 4567)
             ex = Exchange(request, 0.0, tenant, route, {}, '/pä"th', "q=1", "POST" if odd else "GET")
@@ -92,7 +97,8 @@ def _cases() -> list[Case]:
                 ex.upstream_error_kind = "reset"
                 ex.upstream_retries = ["safe_method"]
                 ex.body_error = "aborted"
-            out.append(Case(request, ex))
+            trace = TraceContext(new_trace_id(), new_span_id(), odd, "00f067aa0ba902b7" if odd else None) if odd else None
+            out.append(Case(request, ex, trace=trace))
     return out
 
 
@@ -106,7 +112,7 @@ def test_the_line_is_what_json_dumps_writes(monkeypatch: pytest.MonkeyPatch, tak
     for case in _cases():
         for status in (200, 404, 499):
             recorder.record(case.request, case.exchange, status, 0.0, refused=case.refused,
-                            request_id=case.request_id)
+                            request_id=case.request_id, trace=case.trace)
             assert sink.lines[-1] == _expected(case, status, taken, now)
 
 

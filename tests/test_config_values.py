@@ -115,6 +115,32 @@ def test_each_problem_names_its_path_and_line(tmp_path: Path, old: str, new: str
     assert any(p.startswith(expected) for p in found), found
 
 
+@pytest.mark.parametrize(
+    ("tracing", "expected"),
+    [
+        # The tracing section is as strict as the rest: YAML's true is not 1, a quoted number is not a number.
+        ("  new_traces: 1", "line 19: tracing.new_traces: Input should be a valid boolean"),
+        ('  sample_ratio: "0.5"', "line 19: tracing.sample_ratio: Input should be a valid number"),
+        ("  sample_ratio: .nan", "line 19: tracing.sample_ratio: Input should be a finite number"),
+        ("  sample_ratio: 1.5", "line 19: tracing.sample_ratio: Input should be less than or equal to 1"),
+        ("  export: {enabled: 'yes'}", "line 19: tracing.export.enabled: Input should be a valid boolean"),
+        ("  export: {timeout: .inf}", "line 19: tracing.export.timeout: Input should be a finite number"),
+        ("  export: {endpoint: 'grpc://collector:4317'}",
+         "line 19: tracing.export.endpoint: the endpoint must be an http:// or https:// URL"),
+        ("  export: {headers: {'bad header': x}}", "line 19: tracing.export.headers: invalid header"),
+        ("  export: {max_queue_size: 8, max_batch_size: 9}",
+         "line 19: tracing.export: max_batch_size may not exceed max_queue_size"),
+        ("  export: {client_key_file: /k.pem}",
+         "line 19: tracing.export: client_certificate_file and client_key_file go together"),
+        ("  export: {compression: zstd}", "line 19: tracing.export.compression: Input should be 'none' or 'gzip'"),
+        ("  sample: 0.5", "line 19: tracing.sample: Extra inputs"),
+    ],
+)
+def test_each_tracing_problem_names_its_path_and_line(tmp_path: Path, tracing: str, expected: str) -> None:
+    found = problems(tmp_path, f"{CONFIG}tracing:\n{tracing}\n")
+    assert any(p.startswith(expected) for p in found), found
+
+
 def test_a_quoted_date_is_a_date_and_a_date_in_a_text_key_is_text(tmp_path: Path) -> None:
     text = with_line("created: 2026-06-01", 'created: "2026-06-01"').replace(
         "rollout:\n", "rollout:\n  exemptions: [{name: x, until: 2027-01-01, header: {name: X-Day, value: 2026-01-01}}]\n")

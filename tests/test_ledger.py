@@ -160,3 +160,31 @@ async def test_a_read_sees_this_process_s_own_writes_at_once(tmp_path: Path) -> 
         await ledger.close()
     with pytest.raises(LedgerUnavailable, match="not running"):
         await ledger.report(Query(*window(time.time() - 60, time.time())))
+
+
+def test_ledgers_of_one_process_migrate_one_at_a_time(tmp_path: Path) -> None:
+    """Alembic's migration context is one module-level proxy: four ledgers of one process created at once (gateways
+    started side by side) each end at the head revision. Without the lock, one thread's upgrade ran on another's
+    connection ("table usage_totals already exists", KeyError 'script' or 'config')."""
+    import threading
+
+    stores = [Store(f"sqlite:///{tmp_path}/ledger{i}.sqlite3") for i in range(4)]
+    results: list[tuple[str | None, str] | BaseException] = []
+
+    def migrate(store: Store) -> None:
+        try:
+            results.append(store.migrate())
+        except BaseException as err:  # noqa: BLE001 - the test reports it
+            results.append(err)
+
+    threads = [threading.Thread(target=migrate, args=(store,)) for store in stores]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        assert all(isinstance(r, tuple) and r[0] is None for r in results), results
+        assert [store.revision() for store in stores] == [results[0][1]] * 4  # type: ignore[index]
+    finally:
+        for store in stores:
+            store.close()

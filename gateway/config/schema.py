@@ -34,6 +34,7 @@ from ..rollout.behaviour import Behaviour
 from ..rollout.config import ConfigDate, RolloutConfig, TenantRollout
 from ..rollout.plan import RolloutPlan
 from .ledger import LedgerConfig
+from .tracing import TracingConfig
 from .upstream import UpstreamConfig
 
 __all__ = (
@@ -352,6 +353,8 @@ class GatewayConfig(_Model):
     access_log: AccessLogConfig = AccessLogConfig()
     metrics: MetricsConfig = MetricsConfig()
     usage: UsageConfig = UsageConfig()
+    # W3C trace context on every upstream request, the trace in the access log, OpenTelemetry export (ops/tracing.py).
+    tracing: TracingConfig = TracingConfig()
     # Request bytes a policy holds on disk (the upload upgrade's file parts before a comment's text), per process.
     spool: SpoolConfig = SpoolConfig()
     rollout: RolloutConfig = RolloutConfig()

@@ -17,6 +17,7 @@ from aiohttp import hdrs, web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from .http import new_request_id, token_fingerprint
+from .tracecontext import TraceContext
 
 if TYPE_CHECKING:
     from .route import Route
@@ -529,7 +530,7 @@ class Exchange:
     __slots__ = ("request", "start", "tenant", "route", "params", "path", "query", "method", "request_id",
                  "request_id_header", "upstream_headers", "request_filters", "decisions", "notes", "upstream_seconds",
                  "upstream_error", "upstream_error_kind", "upstream_retries", "body_error", "services", "body_prefix",
-                 "subrequests", "queue_full", "cut", "_client")
+                 "subrequests", "queue_full", "cut", "trace", "_client")
 
     def __init__(self, request: web.BaseRequest, start: float, tenant: Tenant, route: Route,
                  params: dict[str, str], path: str, query: str, method: str) -> None:
@@ -569,6 +570,8 @@ class Exchange:
         self.subrequests: list[SubRequest] | None = None
         self.queue_full = False  # answered 503 UPSTREAM_BUSY: the tenant's turn did not come
         self.cut: Cut | None = None  # cut short by the gateway itself (a policy that undoes its work reads it)
+        # Its place in a trace (set by the edge; None when it has none): every upstream request carries it on.
+        self.trace: TraceContext | None = None
         self._client: str | None | _Unset = _UNSET
 
     @property

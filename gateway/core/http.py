@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from multidict import CIMultiDictProxy
 
-__all__ = ("HOP_BY_HOP", "connection_tokens", "new_request_id", "token_fingerprint")
+__all__ = ("HOP_BY_HOP", "connection_tokens", "new_request_id", "random_hex", "token_fingerprint")
 
 # RFC 9110 7.6.1 (and the de facto Keep-Alive and Proxy-Connection): never forwarded by a proxy.
 HOP_BY_HOP = frozenset(
@@ -40,31 +40,33 @@ def connection_tokens(headers: CIMultiDictProxy[str]) -> frozenset[str]:
     return frozenset(t.strip().lower() for v in values for t in v.split(",") if t.strip())
 
 
-class _RequestIds:
-    """128 random bits from os.urandom as 32 hex digits, drawn 4 KiB at a time: one getrandom(2) per 256 ids."""
-
-    __slots__ = ("_hex", "_next")
-
-    def __init__(self) -> None:
-        self._hex = ""
-        self._next = 0
-
-    def __call__(self) -> str:
-        start = self._next
-        if start >= len(self._hex):
-            self._hex = os.urandom(4096).hex()
-            start = 0
-        self._next = start + 32
-        return self._hex[start : start + 32]
-
-    def forget(self) -> None:
-        self._hex = ""
-        self._next = 0
+_hex = ""  # random hex digits not handed out yet, from _hex[_next:]
+_next = 0
 
 
-new_request_id = _RequestIds()
+def random_hex(digits: int = 32) -> str:
+    """Random bits from os.urandom as hex digits (32 by default: a request id, 128 bits), drawn 4 KiB at a time: one
+    getrandom(2) per 256 request ids. Trace and span ids (``core.tracecontext``) are drawn from the same buffer."""
+    global _hex, _next
+    start = _next
+    end = start + digits
+    if end > len(_hex):
+        _hex = os.urandom(4096).hex()
+        start, end = 0, digits
+    _next = end
+    return _hex[start:end]
+
+
+new_request_id = random_hex
+
+
+def _forget() -> None:
+    global _hex, _next
+    _hex, _next = "", 0
+
+
 # A forked child draws its own bits: it must not hand out the ids its parent has buffered.
-os.register_at_fork(after_in_child=new_request_id.forget)
+os.register_at_fork(after_in_child=_forget)
 
 
 def token_fingerprint(authorization: str | None) -> str | None:

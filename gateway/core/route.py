@@ -56,6 +56,13 @@ class Route:
                 return m.groupdict()
         return None
 
+    def template(self, path: str) -> str | None:
+        """The template ``path`` matches (a trace's ``http.route``); None for a route that matches any path."""
+        for template, pattern in zip(self.templates, self.patterns, strict=True):
+            if pattern.fullmatch(path):
+                return template
+        return None
+
     def matches_path(self, path: str) -> bool:
         """Whether one of its paths matches ``path``, whatever the method."""
         return not self.patterns or any(pattern.fullmatch(path) for pattern in self.patterns)

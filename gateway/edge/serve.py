@@ -17,6 +17,7 @@ from ..core.exchange import Cut, Delivery, Exchange, Next, Reply, Services
 from ..core.http import new_request_id
 from ..ops.access_log import Recorder
 from ..ops.metrics import Metrics
+from ..ops.tracing import Tracing
 from ..rollout import RolloutPlan
 from .classify import EdgeRefusal, classify, read_form_method
 from .route_table import RouteTable
@@ -99,12 +100,13 @@ class Edge:
     """Serves the public listener's requests with the state in force (``state()``, swapped on reload)."""
 
     def __init__(self, state: Callable[[], GatewayState], services: Services, recorder: Recorder,
-                 in_flight: InFlight, write: Write) -> None:
+                 in_flight: InFlight, write: Write, tracing: Tracing) -> None:
         self._state = state
         self._services = services
         self.recorder = recorder
         self.in_flight = in_flight
         self._write = write
+        self.tracing = tracing
 
     async def serve(self, request: web.BaseRequest) -> web.StreamResponse:
         """Classify, run the route's chain, write the reply; record the request once, however it ends."""
@@ -116,6 +118,7 @@ class Edge:
         delivery = Delivery()
         status = 0
         client_gone = False
+        trace = self.tracing.begin(request)  # the client's trace continued (or a new one): the server span starts
         in_flight.arrived()
         task = asyncio.current_task()
         in_flight.serving(task, request, None)
@@ -126,6 +129,7 @@ class Edge:
                 reply = refusal.reply
             else:
                 exchange = classified
+                exchange.trace = trace
                 in_flight.serving(task, request, exchange)
                 try:
                     server = state.config.model.server
@@ -183,14 +187,17 @@ class Edge:
             self.recorder.record(
                 request, exchange, status, started,
                 refused=refusal.code if refusal else None, request_id=refusal.request_id if refusal else None,
+                trace=trace,
             )
+            if trace is not None:
+                self.tracing.end(trace, request, exchange, status, refusal.code if refusal else None)
 
     async def serve_unparsed(
         self, request: web.BaseRequest, status: int, exc: BaseException | None
     ) -> web.StreamResponse:
         """A request the HTTP parser rejected: a JSON answer naming the kind of error (never its text), recorded."""
         log.info("refused a request the HTTP parser rejected: %s %s", status, type(exc).__name__ if exc else "")
-        return await self._refuse(request, EdgeRefusal.unparsed(status, exc))
+        return await self._refuse(request, EdgeRefusal.unparsed(status, exc), parsed=False)
 
     async def serve_busy(self, request: web.BaseRequest) -> web.StreamResponse:
         """The first request on a connection over server.max_connections: 503, and the connection closes."""
@@ -199,17 +206,22 @@ class Edge:
         refusal.reply.headers["Retry-After"] = "1"
         return await self._refuse(request, refusal)
 
-    async def _refuse(self, request: web.BaseRequest, refusal: EdgeRefusal) -> web.StreamResponse:
+    async def _refuse(self, request: web.BaseRequest, refusal: EdgeRefusal, *,
+                      parsed: bool = True) -> web.StreamResponse:
         started = time.monotonic()
         status = refusal.reply.status
         delivery = Delivery()
+        trace = self.tracing.begin(request, parsed=parsed)
         self.in_flight.arrived()
         try:
             return await self._write(request, refusal.reply, delivery)
         finally:
             self.in_flight.left()
-            self.recorder.record(request, None, status if delivery.complete else 499, started, refused=refusal.code,
-                                 request_id=refusal.request_id)
+            status = status if delivery.complete else 499
+            self.recorder.record(request, None, status, started, refused=refusal.code, request_id=refusal.request_id,
+                                 trace=trace)
+            if trace is not None:
+                self.tracing.end(trace, request, None, status, refusal.code)
 
     async def _failed_to_write(self, request: web.BaseRequest, exchange: Exchange | None, delivery: Delivery,
                                err: Exception) -> web.StreamResponse:

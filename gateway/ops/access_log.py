@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from ..core.exchange import BodyError, Exchange, SubRequest, UpstreamError
 from ..core.http import token_fingerprint
+from ..core.tracecontext import TraceContext
 from .metrics import NO_TENANT, Metrics
 from .usage import UsageCounter
 
@@ -75,9 +76,10 @@ class Recorder:
         *,
         refused: str | None = None,
         request_id: str | None = None,
+        trace: TraceContext | None = None,
     ) -> None:
         """``status``: what the client was answered (499 when it went away first); ``refused``: the code of a request
-        refused before routing (``request_id`` its id)."""
+        refused before routing (``request_id`` its id); ``trace``: its place in a trace (the gateway's span)."""
         duration = time.monotonic() - started
         metrics = self.metrics
         if exchange is None:
@@ -106,14 +108,16 @@ class Recorder:
         if sink is None:
             return
         # The line json.dumps(record, separators=(",", ":"), ensure_ascii=False) would write for the record
-        # {time, request_id, tenant, route, method, path, status, bytes_in, bytes_out, duration, upstream_duration,
-        # client[, refused][, effective_method][, decisions][, notes][, upstream_error][, upstream_retries]
-        # [, body_error][, subrequests]}, without
-        # building the dict and running the encoder's generic machinery: strings go through the encoder's escaping.
+        # {time, request_id, trace_id, span_id, tenant, route, method, path, status, bytes_in, bytes_out, duration,
+        # upstream_duration, client[, refused][, effective_method][, decisions][, notes][, upstream_error]
+        # [, upstream_retries][, body_error][, subrequests]}, without building the dict and running the encoder's
+        # generic machinery: strings go through the encoder's escaping.
         bytes_in = request.content_length
         bytes_out = request.writer.output_size
+        ids = _NO_TRACE if trace is None else f'"{trace.trace_id}","span_id":"{trace.span_id}"'
         line = (
             f'{{"time":{_timestamp(time.time())},"request_id":{"null" if rid is None else _json_string(rid)},'
+            f'"trace_id":{ids},'
             f'"tenant":{"null" if tenant is None else _json_string(tenant)},"route":{_json_string(route)},'
             f'"method":{_json_string(request.method)},"path":{"null" if path is None else _json_string(path)},'
             f'"status":{int(status)},"bytes_in":{"null" if bytes_in is None else int(bytes_in)},'
@@ -173,6 +177,7 @@ def _notes(exchange: Exchange) -> dict[str, str]:
 
 
 _json_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_NO_TRACE = 'null,"span_id":null'  # (trace and span ids are hex digits: written as they are)
 _json_string = json.encoder.encode_basestring  # what that encoder does to a str (C implementation)
 
 

@@ -31,6 +31,7 @@ from ..core.exchange import (
     UpstreamFailed,
 )
 from ..core.http import HOP_BY_HOP, connection_tokens
+from ..core.tracecontext import TRACEPARENT, TRACESTATE, ClientSpan
 from .gate import Gate
 from .request_body import RequestBody, client_chunks
 from .upstream import UpstreamClient
@@ -38,8 +39,9 @@ from .upstream import UpstreamClient
 __all__ = ("ProxyCore", "VIA", "body_error_reply", "filtered_body", "upstream_error_reply")
 
 VIA = "1.1 deprecation-gateway"
-# Dropped from the request on top of hop-by-hop headers: the gateway answers Expect itself (ensure_continue).
-_REQUEST_DROP = tuple(istr(name) for name in sorted(HOP_BY_HOP | {"expect", "host"}))
+# Dropped from the request on top of hop-by-hop headers: the gateway answers Expect itself (ensure_continue); the
+# trace context is the gateway's to send (``headers``: the client's trace continued, with the gateway's span as parent).
+_REQUEST_DROP = tuple(istr(name) for name in sorted(HOP_BY_HOP | {"expect", "host", TRACEPARENT, TRACESTATE}))
 # Addresses a client may claim for itself: the upstream sees them only from a trusted hop (trust_forwarded_headers).
 _CLAIMS = ("forwarded", "x-real-ip", "x-client-ip")
 _UNTRUSTED_DROP = tuple(istr(name) for name in sorted({*_REQUEST_DROP, *_CLAIMS}))
@@ -244,10 +246,12 @@ class ProxyCore(Services):
         retry policy and timeouts, and what happened is recorded on the exchange (for the access log and the
         metrics). Returns the response (head read, body streaming) and the turn to give back once its body is done
         with; raises ``_NoAnswer`` (no response head), or what the request body raised."""
-        headers = self.headers(exchange, own, client=purpose is None)
+        url = _upstream_url(exchange, path, query)
+        trace = exchange.trace
+        span = trace.client_span(method, url, purpose) if trace is not None else None
+        headers = self.headers(exchange, own, client=purpose is None, span=span)
         if purpose is None and exchange.request_filters and any(f.changes_length for f in exchange.request_filters):
             headers.popall(hdrs.CONTENT_LENGTH, None)
-        url = _upstream_url(exchange, path, query)
         record: SubRequest | None = None
         if purpose is not None:
             record = SubRequest(purpose, method)
@@ -261,35 +265,45 @@ class ProxyCore(Services):
                 record.error, record.seconds = UpstreamError.BUSY, time.monotonic() - started
             else:
                 exchange.queue_full = True
+            if span is not None:
+                span.end(error=UpstreamError.BUSY)
             raise _NoAnswer(UpstreamError.BUSY, turn)
         gate = turn
         started = time.monotonic()
+        retries = len(exchange.upstream_retries)
         try:
             response = await self.client.request(method, url, headers, body, exchange.upstream_retries)
         except BaseException as err:
             if gate is not None:
                 gate.leave()
             if not isinstance(err, _UPSTREAM_ERRORS):
+                if span is not None:  # the client left, or its body broke or was refused part way
+                    span.end(error="abandoned", retries=len(exchange.upstream_retries) - retries)
                 raise
             status, kind, code, message = _error_kind(err)
             if record is not None:
                 record.error, record.seconds = kind, time.monotonic() - started
+            if span is not None:
+                span.end(error=kind, retries=len(exchange.upstream_retries) - retries)
             raise _NoAnswer(kind, Reply.error(status, code, message, exchange.ensure_request_id())) from err
         seconds = time.monotonic() - started
         if record is not None:
             record.status, record.seconds = response.status, seconds
         else:
             exchange.upstream_seconds = seconds
+        if span is not None:
+            span.end(response.status, retries=len(exchange.upstream_retries) - retries)
         return response, gate
 
-    def headers(self, exchange: Exchange, own: Mapping[str, str] | None = None, *, client: bool = True
-                ) -> CIMultiDict[str]:
+    def headers(self, exchange: Exchange, own: Mapping[str, str] | None = None, *, client: bool = True,
+                span: ClientSpan | None = None) -> CIMultiDict[str]:
         """The headers of one upstream request of ``exchange``, Host first (where aiohttp puts it).
 
         The client's own request (``client``): the client's headers without hop-by-hop ones, then the forwarding
         headers, Via, the request id, and what the policies asked for (``exchange.upstream_headers``). A request of
         a policy's own: Host, the same forwarding headers, Via and request id, then ``own``; nothing else of the
-        client's.
+        client's. Either carries the trace context of ``span`` (``traceparent``, and the client's ``tracestate``),
+        never the client's own headers of it.
 
         ``X-Forwarded-For``: every line the client sent, combined, then the client's address appended. Without
         ``trust_forwarded_headers`` the client's ``Forwarded``, ``X-Real-IP`` and ``X-Client-IP`` are removed and
@@ -324,6 +338,10 @@ class ProxyCore(Services):
         headers[hdrs.VIA] = f"{via}, {VIA}" if via else VIA
         if exchange.request_id is not None:
             headers[exchange.request_id_header] = exchange.request_id
+        if span is not None:
+            headers[TRACEPARENT] = span.traceparent
+            if span.tracestate:
+                headers[TRACESTATE] = span.tracestate
         if client:
             for name, value in exchange.upstream_headers.items():
                 if value is None:

@@ -14,7 +14,7 @@ from prometheus_client import generate_latest
 
 from gateway.rollout import FixedClock, parse_instant
 from tests.adversarial_upstream import AdversarialUpstream, Board, adversarial  # noqa: F401 - fixture
-from tests.gateway_testlib import GatewayFactory, guarded_routes, multipart_body, until
+from tests.gateway_testlib import GatewayFactory, bridged_routes, multipart_body, until
 from tests.process_testlib import samples
 
 B = "one-road-boundary"
@@ -38,11 +38,6 @@ FORWARDING = ("host", "x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"
 
 
 def _config(url: str, **upstream: Any) -> dict[str, Any]:
-    routes = guarded_routes()
-    routes += [{"name": "card", "methods": ["GET"], "paths": ["/cards/{card_id}"]}]
-    for route in routes:
-        if route["name"] == "board":
-            route["chain"] = [{"board_cards": {}}]
     return {
         "server": {"listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0", "trust_forwarded_headers": True,
                    "forwarded_header": True},
@@ -53,7 +48,7 @@ def _config(url: str, **upstream: Any) -> dict[str, Any]:
         "global_chain": [{"request_id": {"header": "X-Correlation-Id"}}],
         "rollout": {"exemptions": [{"name": "legacy", "phase": "full", "until": "2099-01-01",
                                     "header": {"name": "User-Agent", "prefix": "legacy-app/"}, "bridge": True}]},
-        "routes": routes,
+        "routes": bridged_routes(),
     }
 
 

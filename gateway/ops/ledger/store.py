@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +28,7 @@ from .schema import batches, clients, totals
 __all__ = ("Store", "describe_error", "sqlite_path")
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+_MIGRATING = threading.Lock()
 _LOCK_KEY = 0x6C656467  # pg_advisory_xact_lock: one process migrates at a time
 # Alembic logs every step at INFO ("Context impl SQLiteImpl.", ...); the ledger logs one line of its own.
 logging.getLogger("alembic").setLevel(logging.WARNING)
@@ -125,7 +127,10 @@ class Store:
                 config = Config()
                 config.set_main_option("script_location", str(MIGRATIONS))
                 config.attributes["connection"] = conn
-                command.upgrade(config, "head")
+                # Alembic's migration context is one module-level proxy (``alembic.context``): two ledgers of one
+                # process (gateways started side by side in a test, or a reload's new one) must not migrate at once.
+                with _MIGRATING:
+                    command.upgrade(config, "head")
         return found, HEAD
 
     def revision(self) -> str | None:
