@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 import run as harness  # noqa: E402 - the main harness's process and nginx helpers
 
 from gateway.ops.ledger import Ledger, Query, window  # noqa: E402
-from gateway.ops.ledger.options import LedgerConfig  # noqa: E402
+from gateway.config.ledger import LedgerConfig  # noqa: E402
 from gateway.ops.ledger.store import Store  # noqa: E402
 from gateway.ops.usage import UsageCounter  # noqa: E402
 

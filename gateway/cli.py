@@ -18,13 +18,14 @@ from aiohttp import web
 from . import __version__
 from .app import Gateway, load_config
 from .config import ADMIN_PATHS, ConfigError, ListenAddress, LoadedConfig, parse_listen
+from .edge.tenancy import TenantResolver
 from .ops.admin import make_admin_app
 from .ops.gc_pauses import freeze_startup
 from .ops.ledger import commands as ledger_commands
 from .ops.log_format import RedactingFormatter
 from .ops.status import ConfigHistory
 from .ops.workers import Peers, supervise
-from .proxy.acceptor import Acceptor, listening_socket
+from .server.acceptor import Acceptor, listening_socket
 
 __all__ = ("main",)
 
@@ -254,7 +255,7 @@ def _rollout(config_path: str, at: str | None, host: str | None) -> int:
         return 2
     names = None
     if host is not None:
-        tenant = config.tenant_resolver().resolve(host)
+        tenant = TenantResolver.of(config).resolve(host)
         if tenant is None:
             print(f"gateway: no tenant serves the host {host!r}", file=sys.stderr)
             return 2

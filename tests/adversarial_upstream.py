@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tests.conftest import Received
+from tests.gateway_testlib import Received
 
 __all__ = ("AdversarialUpstream", "Board", "StoredFile", "adversarial")
 

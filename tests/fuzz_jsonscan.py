@@ -2,7 +2,7 @@
 
     .venv/bin/python -m tests.fuzz_jsonscan [--cases 200000] [--seed 1]
 
-Each case is a random board-like document (tests/test_json_splice.py's writers: random whitespace, escapes, unicode,
+Each case is a random board-like document (tests/json_testlib.py's writers: random whitespace, escapes, unicode,
 big numbers, nesting), damaged or not (bytes changed, inserted, deleted: quotes, backslashes, brackets, escapes,
 control characters, UTF-8 pieces), fed to the native scanner in random pieces with a random SIMD variant, and
 compared with the exact path: the same layout or the same refusal, and the native path vouches exactly when the
@@ -26,8 +26,7 @@ import time
 from typing import Any
 
 from gateway.policies.board_cards import _jsonscan, json_splice
-from tests.test_json_splice import _MUTATIONS, MESSAGE, Writer, _card_array_document, _layout_fields
-from tests.test_jsonscan import exact as top_array_exact
+from tests.json_testlib import MESSAGE, MUTATIONS, Writer, card_array_document, exact_top_array, layout_fields
 
 VARIANTS = [name for name in ("avx2", "sse2", "none") if _jsonscan.use_simd(name)]
 _EXTRA = [b"\xe6\x97\xa5", b"\xf0\x9f", b"\\u00", b"\\\\\\", b'\\"\\"', b"]}", b"[{", b"1e", b"-", b"tru", b"0.",
@@ -36,7 +35,7 @@ _EXTRA = [b"\xe6\x97\xa5", b"\xf0\x9f", b"\\u00", b"\\\\\\", b'\\"\\"', b"]}", b
 
 def _exact(body: bytes, keep: int) -> Any:
     try:
-        return _layout_fields(json_splice._scan_exact(body, "cards", keep=keep, extra_key=MESSAGE[0]))
+        return layout_fields(json_splice._scan_exact(body, "cards", keep=keep, extra_key=MESSAGE[0]))
     except json_splice.NotJSON:
         return "NotJSON"
 
@@ -56,7 +55,7 @@ def _native(body: bytes, keep: int, pieces: list[bytes]) -> tuple[Any, bool]:
     json_splice._native_layout = spy  # type: ignore[assignment]
     try:
         try:
-            got = _layout_fields(reader.layout(body))
+            got = layout_fields(reader.layout(body))
         except json_splice.NotJSON:
             got = "NotJSON"
     finally:
@@ -85,7 +84,7 @@ def _damage(rng: random.Random, body: bytes) -> bytes:
         elif r < 0.35 and at < len(data):
             data[at] = rng.randrange(256)
         else:
-            data[at:at] = rng.choice(_MUTATIONS + _EXTRA)
+            data[at:at] = rng.choice(MUTATIONS + _EXTRA)
     return bytes(data)
 
 
@@ -101,7 +100,7 @@ def main() -> int:
         _jsonscan.use_simd(rng.choice(VARIANTS))
         writer = Writer(rng, pretty=rng.random() < 0.4)
         if rng.random() < 0.7:
-            body = _card_array_document(rng, writer, rng.choice([1, 2, 3, 5, 8]), rng.randrange(0, 6))
+            body = card_array_document(rng, writer, rng.choice([1, 2, 3, 5, 8]), rng.randrange(0, 6))
         else:
             body = writer.document(rng.choice([None, 0, 1, 3]), rng.randrange(0, 6))
         body = _damage(rng, body)
@@ -119,7 +118,7 @@ def main() -> int:
             scanner = _jsonscan.Scanner(keep, top_array=True)
             for piece in _cut(rng, text):
                 scanner.feed(piece)
-            got, want = scanner.finish(), top_array_exact(text, keep)
+            got, want = scanner.finish(), exact_top_array(text, keep)
             if got != want:
                 print(f"case {case}: top-level array disagreement\ntext={text!r}\nkeep={keep}\nexact={want}\n"
                       f"native={got}")

@@ -17,7 +17,7 @@ from aiohttp.test_utils import make_mocked_request
 from gateway.app import parse_config
 from gateway.config import LoadedConfig
 from gateway.core.exchange import Exchange, Policy, Reply
-from gateway.core.routing import Route
+from gateway.core.route import Route
 from gateway.core.spec import template_params
 from gateway.ops.metrics import Metrics
 from gateway.policies import POLICIES, BuildContext

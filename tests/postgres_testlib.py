@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conftest import free_port
+from tests.gateway_testlib import free_port
 
 PASSWORD = "ledger-" + uuid.uuid4().hex[:16]  # a secret: never to be seen in logs, /config or errors
 USER = "gateway"

@@ -16,7 +16,7 @@ import aiohttp
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import ADMIN_HEADERS, ADMIN_TOKEN, free_port
+from tests.gateway_testlib import ADMIN_HEADERS, ADMIN_TOKEN, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -15,13 +15,13 @@ from yarl import URL
 
 from gateway.core.exchange import Exchange
 from gateway.core.http import token_fingerprint
-from gateway.core.routing import Route
-from gateway.core.tracecontext import TraceContext, new_span_id, new_trace_id
+from gateway.core.route import Route
 from gateway.core.tenants import Tenant
+from gateway.core.tracecontext import TraceContext, new_span_id, new_trace_id
 from gateway.ops.access_log import Recorder, _seconds, _timestamp
 from gateway.ops.metrics import Metrics
 from gateway.ops.usage import UsageCounter
-from tests.conftest import LineCollector
+from tests.gateway_testlib import LineCollector
 
 
 @dataclass

@@ -15,7 +15,7 @@ from gateway.app import parse_config
 from gateway.ops.metrics import Metrics
 from gateway.policies import BEHAVIOURS, BuildContext
 from gateway.rollout import FixedClock, RolloutConfig, RolloutPlan, rollout_problems
-from tests.conftest import make_config
+from tests.gateway_testlib import make_config
 from tests.policy_testlib import Terminal, exchange_for, mocked_request
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
@@ -61,3 +61,53 @@ async def test_the_documented_policy_runs_as_documented() -> None:
     sample = metrics.registry.get_sample_value
     assert sample("gateway_expand_all_total", {"tenant": "acme", "phase": "accepted"}) == 1
     assert sample("gateway_expand_all_total", {"tenant": "acme", "phase": "stripped"}) == 1
+
+
+# The package map: one line a package (its path by indentation, two spaces a level), then the modules named on that
+# line and the lines under it that are indented further without naming a package.
+_PACKAGE = re.compile(r"^( *)([a-z_]+/)(?= |$)")
+_MODULE = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*\.(?:py|pyi|c))\b")
+
+
+def _package_map() -> dict[str, set[str]]:
+    text = DOC.read_text()
+    section = text[text.index("## The package map"):]
+    match = re.search(r"```\n(.*?)```", section, re.S)
+    assert match is not None, "docs/architecture.md's package map has no block"
+    found: dict[str, set[str]] = {}
+    path: list[str] = []
+    current = ""
+    for line in match.group(1).splitlines():
+        head = _PACKAGE.match(line)
+        if head:
+            depth = len(head.group(1)) // 2
+            path = path[:depth] + [head.group(2).rstrip("/")]
+            current = "/".join(path)
+            assert current not in found, f"{current} has two lines in the map"
+            found[current] = set()
+        found[current] |= set(_MODULE.findall(line))
+    return found
+
+
+def _tree() -> dict[str, set[str]]:
+    root = DOC.parent.parent
+    found: dict[str, set[str]] = {}
+    for init in sorted((root / "gateway").rglob("__init__.py")):
+        package = init.parent
+        if package.name == "versions":
+            continue  # the migrations' revisions: "versions/ (one module a revision)" on their package's line
+        found[str(package.relative_to(root))] = {p.name for p in package.iterdir() if p.is_file()
+                                                 and p.suffix in (".py", ".pyi", ".c") and p.name != "__init__.py"}
+    return found
+
+
+def test_the_package_map_names_every_package_and_module_of_the_tree_and_nothing_else() -> None:
+    assert _package_map() == _tree()
+
+
+def test_the_package_map_check_sees_a_missing_module_and_a_stale_one() -> None:
+    tree, drawn = _tree(), _package_map()
+    assert "gateway/edge" in drawn and "method.py" in drawn["gateway/edge"] and "gateway/ops/ledger/migrations" in drawn
+    stale = {**drawn, "gateway/proxy": drawn["gateway/proxy"] | {"body_override.py"}}
+    missing = {**drawn, "gateway/edge": drawn["gateway/edge"] - {"method.py"}}
+    assert stale != tree and missing != tree

@@ -14,7 +14,7 @@ from gateway.core.exchange import Exchange, Policy, Reply
 from gateway.ops.metrics import Metrics
 from gateway.policies.board_cards import json_splice
 from gateway.policies.board_cards import policy as board_cards
-from tests.conftest import BASE_CONFIG
+from tests.gateway_testlib import BASE_CONFIG
 from tests.policy_testlib import Terminal, build_policy, exchange_for, mocked_request
 
 

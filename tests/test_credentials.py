@@ -16,7 +16,7 @@ import yaml
 from gateway import cli
 from gateway.app import ConfigError, parse_config
 from gateway.ops.log_format import RedactingFormatter
-from tests.conftest import make_config
+from tests.gateway_testlib import make_config
 
 # Each: what is written in the URL, and the pieces of it that must never be shown.
 PASSWORDS = [

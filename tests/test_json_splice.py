@@ -10,66 +10,12 @@ import pytest
 
 from gateway.policies.board_cards import json_splice
 from gateway.policies.board_cards.json_splice import NotJSON, drop, scan, truncate
-
-MESSAGE = ("cards_deprecation_message", json.dumps("see the card list ✓").encode())
+from tests.json_testlib import MESSAGE, MUTATIONS, Writer, card_array_document, layout_fields
 
 
 def pairs(text: bytes) -> Any:
     """json.loads that keeps key order and duplicates visible, and numbers as written."""
     return json.loads(text, object_pairs_hook=list, parse_float=str, parse_int=str)
-
-
-class Writer:
-    """Random JSON texts: random whitespace, escapes, unicode, numbers as written, nesting."""
-
-    def __init__(self, rng: random.Random, pretty: bool) -> None:
-        self.rng = rng
-        self.pretty = pretty
-
-    def ws(self) -> str:
-        if not self.pretty:
-            return ""
-        return self.rng.choice(["", " ", "\n  ", "\t", "\r\n", "  "])
-
-    def string(self) -> str:
-        pieces = ["a", "Тест", "日本", "🚀", " ", "[", "]", "{", "}", ",", ":", '\\"', "\\\\", "\\n", "\\u00e9",
-                  "\\ud83d\\ude80", "\\/", "x" * 5]
-        return '"' + "".join(self.rng.choice(pieces) for _ in range(self.rng.randrange(0, 6))) + '"'
-
-    def number(self) -> str:
-        return self.rng.choice(["0", "-1", "7", "12345678901234567890123456789", "1.0", "1.50", "-0.0", "2e3",
-                                "1E+2", "3.14159e-10", "123456789012345678901234567890.5"])
-
-    def value(self, depth: int) -> str:
-        kind = self.rng.randrange(7 if depth < 9 else 4)
-        if kind == 0:
-            return self.string()
-        if kind == 1:
-            return self.number()
-        if kind == 2:
-            return self.rng.choice(["true", "false", "null"])
-        if kind == 3:
-            return self.string()
-        if kind in (4, 5):
-            items = [self.value(depth + 1) for _ in range(self.rng.randrange(0, 4))]
-            return "[" + self.ws() + ("," + self.ws()).join(items) + self.ws() + "]"
-        return self.object(depth + 1, self.rng.randrange(0, 4))
-
-    def object(self, depth: int, size: int, keys: list[str] | None = None) -> str:
-        keys = keys or [self.string() for _ in range(size)]
-        members = [f"{k}{self.ws()}:{self.ws()}{self.value(depth)}" for k in keys]
-        return "{" + self.ws() + ("," + self.ws()).join(members) + self.ws() + "}"
-
-    def document(self, cards: int | None, position: int) -> bytes:
-        suffixes = ["", "é", "[", '"']
-        keys = [json.dumps(f"k{i}" + self.rng.choice(suffixes)) for i in range(self.rng.randrange(0, 5))]
-        members = [f"{k}{self.ws()}:{self.ws()}{self.value(1)}" for k in keys]
-        if cards is not None:
-            elements = [self.object(2, self.rng.randrange(0, 5)) if self.rng.random() < 0.8 else self.value(2)
-                        for _ in range(cards)]
-            array = "[" + self.ws() + ("," + self.ws()).join(elements) + self.ws() + "]"
-            members.insert(min(position, len(members)), f'"cards"{self.ws()}:{self.ws()}{array}')
-        return (self.ws() + "{" + self.ws() + ("," + self.ws()).join(members) + self.ws() + "}" + self.ws()).encode()
 
 
 def cards_of(doc: list[tuple[str, Any]]) -> list[Any]:
@@ -175,11 +121,6 @@ def test_splice_refuses_overlaps() -> None:
 # The native path (the compiled scanner) against the exact element-by-element path on the same text.
 
 
-def _layout_fields(layout: json_splice.Layout) -> tuple[Any, ...]:
-    return (layout.size, layout.members, layout.target, layout.count, layout.is_array, layout.element_ends,
-            layout.last_element_end, layout.extra)
-
-
 def _pieces(body: bytes, keep: int) -> list[list[bytes]]:
     """The body cut into pieces: 64 bytes (the scanner's blocks), 63 and 65, random sizes, and at every byte when
     short."""
@@ -208,7 +149,7 @@ def _scan_paths(
 
     def run(text: bytes | json_splice.Pieces) -> Any:
         try:
-            return _layout_fields(scan(text, "cards", keep=keep, extra_key=extra_key))
+            return layout_fields(scan(text, "cards", keep=keep, extra_key=extra_key))
         except NotJSON:
             return "NotJSON"
 
@@ -226,25 +167,11 @@ def _scan_paths(
     return exact, other, vouched
 
 
-def _card_array_document(rng: random.Random, writer: Writer, cards: int, position: int) -> bytes:
-    """Like Writer.document, but every card an object or array."""
-    suffixes = ["", "é", "[", '"', "]", "]}", "],"]
-    keys = [json.dumps(f"k{i}" + rng.choice(suffixes)) for i in range(rng.randrange(0, 5))]
-    members = [f"{k}{writer.ws()}:{writer.ws()}{writer.value(1)}" for k in keys]
-    elements = [writer.object(2, rng.randrange(0, 5)) if rng.random() < 0.8
-                else "[" + ",".join(writer.value(3) for _ in range(rng.randrange(0, 3))) + "]"
-                for _ in range(cards)]
-    array = "[" + writer.ws() + ("," + writer.ws()).join(elements) + writer.ws() + "]"
-    members.insert(min(position, len(members)), f'"cards"{writer.ws()}:{writer.ws()}{array}')
-    ws = writer.ws
-    return (ws() + "{" + ws() + ("," + ws()).join(members) + ws() + "}" + ws()).encode()
-
-
 @pytest.mark.parametrize("seed", range(300))
 def test_native_path_reads_arrays_of_containers(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
     rng = random.Random(4000 + seed)
     writer = Writer(rng, pretty=seed % 3 == 1)
-    body = _card_array_document(rng, writer, rng.choice([2, 3, 6, 20]), rng.randrange(0, 6))
+    body = card_array_document(rng, writer, rng.choice([2, 3, 6, 20]), rng.randrange(0, 6))
     keep = rng.randrange(0, 3)
     exact, native, used = _scan_paths(monkeypatch, body, keep)
     assert exact != "NotJSON"
@@ -319,12 +246,8 @@ def _scan_native(monkeypatch: pytest.MonkeyPatch, body: bytes, keep: int) -> tup
     return _scan_paths(monkeypatch, body, keep)
 
 
-_MUTATIONS = [b'"', b"\\", b"[", b"]", b"{", b"}", b",", b":", b"x", b"1", b" ", b"\n", b"\x01", b"\x00", b"\\u12",
-              b"\\x", b'\\"', b"\\\\"]
-
-
 def _damaged(rng: random.Random, pretty: bool) -> bytes:
-    body = bytearray(_card_array_document(rng, Writer(rng, pretty), rng.choice([3, 5, 8]), rng.randrange(0, 6)))
+    body = bytearray(card_array_document(rng, Writer(rng, pretty), rng.choice([3, 5, 8]), rng.randrange(0, 6)))
     for _ in range(rng.choice([1, 1, 2, 3])):
         at = rng.randrange(0, len(body) + 1)
         r = rng.random()
@@ -333,7 +256,7 @@ def _damaged(rng: random.Random, pretty: bool) -> bytes:
         elif r < 0.35 and at < len(body):
             body[at] = rng.randrange(256)
         else:
-            body[at:at] = rng.choice(_MUTATIONS)
+            body[at:at] = rng.choice(MUTATIONS)
     return bytes(body)
 
 
@@ -467,7 +390,7 @@ def test_native_path_reads_a_large_board_faithfully(monkeypatch: pytest.MonkeyPa
     exact, native, used = _scan_native(monkeypatch, body, 100)
     assert used and native == exact and native[3] == 400
     layout = scan(body, "cards", keep=100, extra_key=MESSAGE[0])  # the thresholds as shipped
-    assert _layout_fields(layout) == exact
+    assert layout_fields(layout) == exact
     original = pairs(body)
     capped = truncate(body, layout, 100, MESSAGE)
     assert cards_of(pairs(capped)) == cards_of(original)[:100]
@@ -501,7 +424,7 @@ def test_pieces_read_like_the_joined_body(seed: int) -> None:
     assert pieces != json_splice.Pieces([body[:-1] + b"}"[:0] + bytes([body[-1] ^ 1])])
     # The edits read the same bytes from the pieces as from the joined body.
     layout = scan(pieces, "cards", keep=1, extra_key=MESSAGE[0])
-    assert _layout_fields(layout) == _layout_fields(scan(body, "cards", keep=1, extra_key=MESSAGE[0]))
+    assert layout_fields(layout) == layout_fields(scan(body, "cards", keep=1, extra_key=MESSAGE[0]))
     assert truncate(pieces, layout, 1, MESSAGE) == truncate(body, layout, 1, MESSAGE)
     assert drop(pieces, layout, MESSAGE) == drop(body, layout, MESSAGE)
     assert json_splice.set_member(pieces, layout, "x", b"[1]", before="cards", remove=("id",)) == \
@@ -536,7 +459,7 @@ def test_reader_compares_with_the_earlier_body_before_it_reads(monkeypatch: pyte
     monkeypatch.setattr(json_splice, "_Scanner", _CountingScanner)
     body = _large_board(60)
     earlier = json_splice.Pieces(_cut(body, 4096))
-    want = _layout_fields(scan(body, "cards", keep=5, extra_key=MESSAGE[0]))
+    want = layout_fields(scan(body, "cards", keep=5, extra_key=MESSAGE[0]))
 
     def read(pieces: list[bytes], same_as: Any) -> tuple[json_splice.Reader, int]:
         _CountingScanner.fed = 0
@@ -558,29 +481,29 @@ def test_reader_compares_with_the_earlier_body_before_it_reads(monkeypatch: pyte
         got: Any
         expected: Any
         try:
-            got = _layout_fields(reader.layout())
+            got = layout_fields(reader.layout())
         except NotJSON:
             got = "NotJSON"
         try:
-            expected = _layout_fields(scan(other, "cards", keep=5, extra_key=MESSAGE[0]))
+            expected = layout_fields(scan(other, "cards", keep=5, extra_key=MESSAGE[0]))
         except NotJSON:
             expected = "NotJSON"
         assert got == expected and reader.body == other
     reader, fed = read(_cut(late, 777), earlier)
-    assert fed == len(late) and _layout_fields(reader.layout())[2:] == want[2:]  # read whole: the difference was last
+    assert fed == len(late) and layout_fields(reader.layout())[2:] == want[2:]  # read whole: the difference was last
     # No earlier body: read as it comes.
     reader, fed = read(_cut(body, 999), None)
-    assert not reader.same and fed == len(body) and _layout_fields(reader.layout()) == want
+    assert not reader.same and fed == len(body) and layout_fields(reader.layout()) == want
 
 
 def test_reader_without_the_native_scanner(monkeypatch: pytest.MonkeyPatch) -> None:
     body = _large_board(30)
-    want = _layout_fields(scan(body, "cards", keep=3, extra_key=MESSAGE[0]))
+    want = layout_fields(scan(body, "cards", keep=3, extra_key=MESSAGE[0]))
     monkeypatch.setattr(json_splice, "_Scanner", None)
     reader = json_splice.Reader("cards", keep=3, extra_key=MESSAGE[0], same_as=body[:-1] + b" ")
     for piece in _cut(body, 500):
         reader.feed(piece)
-    assert not reader.same and _layout_fields(reader.layout()) == want
+    assert not reader.same and layout_fields(reader.layout()) == want
     reader = json_splice.Reader("cards", keep=3)
     for piece in _cut(body[:-1], 500):
         reader.feed(piece)

@@ -26,7 +26,7 @@ except ImportError as missing:
         "gateway.policies.board_cards._jsonscan, the C JSON scanner, is not built: install a C compiler (gcc) and run scripts/bootstrap.sh"
     ) from missing
 
-from gateway.policies.board_cards import json_splice
+from tests.json_testlib import exact_top_array
 
 VARIANTS = [name for name in ("avx2", "sse2", "none") if _jsonscan.use_simd(name)]
 _jsonscan.use_simd(VARIANTS[0])  # the best the CPU has: what the module chose at import
@@ -64,20 +64,6 @@ def scan(text: bytes | Sequence[bytes], keep: int = 0) -> Any:
     return scanner.finish()
 
 
-def exact(text: bytes, keep: int = 0) -> Any:
-    """The exact path on the same text: what the scanner must answer."""
-    try:
-        pos = json_splice._skip_ws(text, 0)
-        if pos >= len(text) or text[pos] != 0x5B:
-            return None
-        end, count, ends, last_end = json_splice._scan_array(text, pos, keep)
-    except json_splice.NotJSON:
-        return None
-    if json_splice._skip_ws(text, end) != len(text):
-        return None
-    return (count, ends, last_end, end)
-
-
 def cuts(text: bytes, rng: random.Random, every_byte: bool = False) -> Iterator[list[bytes]]:
     """The text cut into pieces: at every byte (when asked), in pieces of 63, 64 and 65 bytes, at random places."""
     if every_byte:
@@ -91,7 +77,7 @@ def cuts(text: bytes, rng: random.Random, every_byte: bool = False) -> Iterator[
 def check(text: bytes, keep: int = 0, *, every_byte: bool = False) -> Any:
     """The scanner's answer on ``text``, checked against the exact path, whole and in pieces."""
     got = scan(text, keep)
-    want = exact(text, keep)
+    want = exact_top_array(text, keep)
     assert got == want, (text[:200], got, want)
     for pieces in cuts(text, random.Random(len(text) * 7 + keep), every_byte):
         assert scan(pieces, keep) == got, (text[:200], [len(p) for p in pieces][:20])

@@ -17,10 +17,10 @@ from prometheus_client import CollectorRegistry
 
 from gateway.config import Secrets
 from gateway.ops.ledger import Ledger, LedgerFamilies, LedgerUnavailable, Query, window
-from gateway.ops.ledger.options import LedgerConfig
+from gateway.config.ledger import LedgerConfig
 from gateway.ops.ledger.store import Store
 from gateway.ops.usage import UsageCounter
-from tests.conftest import free_port
+from tests.gateway_testlib import free_port
 
 GUARD = {"legacy_upload_guard": "legacy_uploads"}
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from gateway.core.routing import BadRequestTarget, Route, RouteTable, effective_method, normalise_target
+from gateway.core.route import Route
+from gateway.edge.method import effective_method
+from gateway.edge.route_table import RouteTable
+from gateway.edge.target import BadRequestTarget, normalise_target
 
 
 @pytest.mark.parametrize(
@@ -107,13 +110,11 @@ def test_route_table_first_match_and_catch_all() -> None:
 
 
 def test_an_override_reaches_a_guarded_route_only_where_its_paths_and_the_table_order_allow() -> None:
-    legacy = Route.build("legacy", ["PUT"], ["/cards/{card_id}/files"], ["/api/v1"])
+    legacy = Route.build("legacy", ["PUT"], ["/cards/{card_id}/files"], ["/api/v1"], guarded=True)
     shadow = Route.build("shadow", ["PATCH"], ["/cards/shadowed/files"], ["/api/v1"])
-    anything = Route.build("anything", None, ["/anything/{id}"], ["/api/v1"])
+    anything = Route.build("anything", None, ["/anything/{id}"], ["/api/v1"], guarded=True)
     upload = Route.build("upload", ["POST"], ["/cards/{card_uid}/files"], ["/api/v1"])
-    legacy.guarded = anything.guarded = True
-    guarded_after = Route.build("after", ["PATCH"], ["/cards/{card_id}/files"], ["/api/v1"])
-    guarded_after.guarded = True
+    guarded_after = Route.build("after", ["PATCH"], ["/cards/{card_id}/files"], ["/api/v1"], guarded=True)
     table = RouteTable([shadow, legacy, anything, upload, guarded_after], Route.build("catch_all", None, (), ()))
     assert table.override_reaches_guard(upload, "/api/v1/cards/7/files")  # PUT: legacy
     assert not table.override_reaches_guard(upload, "/api/v1/cards/7/other")

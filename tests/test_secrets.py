@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from gateway.app import ConfigError, parse_config
-from tests.conftest import make_config
+from tests.gateway_testlib import make_config
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "s3cr3t-Pa55word"

@@ -11,7 +11,7 @@ from gateway.app import parse_config
 from gateway.ops.status import ConfigHistory, _chart, _range, _Range, _ticks, status_data
 from gateway.ops.status_page import render_page
 from gateway.rollout import FixedClock, parse_instant
-from tests.conftest import make_config
+from tests.gateway_testlib import make_config
 
 DAY = 86400.0
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from yarl import URL
 
-from gateway.core import tenants
-from gateway.core.tenants import Tenant, TenantResolver
+from gateway.core.tenants import Tenant
+from gateway.edge import tenancy as tenants
+from gateway.edge.tenancy import TenantResolver
 
 
 def _tenant(name: str, *hosts: str) -> Tenant:

@@ -22,7 +22,7 @@ from gateway.core.tracecontext import (
 )
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing, ratio_bound
-from gateway.ops.tracing_options import TracingConfig
+from gateway.config.tracing import TracingConfig
 
 TID = "12345678901234567890123456789012"
 PID = "1234567890123456"

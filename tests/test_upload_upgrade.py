@@ -14,13 +14,14 @@ import yaml
 from gateway.app import ConfigError, parse_config
 from gateway.cli import main
 from gateway.policies.legacy_upload_guard import LEGACY_UPLOADS
-from gateway.policies.legacy_upload_guard.multipart_sniffer import Ambiguous, Boundary, Verdict
+from gateway.core.multipart import Ambiguous, Boundary
+from gateway.policies.legacy_upload_guard.multipart_sniffer import Verdict
 from gateway.policies.legacy_upload_guard.multipart_splitter import PART_END, Event, MultipartSplitter, PartHead
 from gateway.policies.legacy_upload_guard.upgrade import UpgradeOptions
 from gateway.policies.legacy_upload_guard.upgrade import form_head as _form_head, legacy_file as _legacy_file
 from sandbox.fault_types import FaultTable
-from tests.conftest import guarded_routes, make_config, multipart_body
-from tests.test_legacy_upload_guard import SNIFF_CASES, B, sniff
+from tests.gateway_testlib import guarded_routes, make_config, multipart_body
+from tests.multipart_testlib import SNIFF_CASES, B, sniff
 
 # The splitter's rules beyond the sniffer's.
 BRIDGE_RULES = ("extended_name", "content_transfer_encoding", "nested_multipart")

@@ -17,7 +17,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from gateway.app import ConfigError, parse_config
-from gateway.ops.ledger.options import database_url
+from gateway.config.ledger import database_url
 from gateway.ops.ledger.query import Query, parse_when, window
 from gateway.ops.ledger.schema import metadata
 from gateway.ops.ledger.migrations import HEAD

@@ -1,2 +1,2 @@
-"""What every part of the gateway shares: the exchange (one request and its reply), HTTP helpers, the canonical
-path and the route table, tenants, and the folding of a chain."""
+"""What every part of the gateway shares: the exchange (one request and its reply), the route type, the multipart
+reader, HTTP helpers, tenants, the spool area, and the folding of a chain."""

@@ -1,34 +1,7 @@
-"""One exchange: a classified request on its way through its route's chain, and the reply that comes back.
-
-This is the whole interface a policy works with. A policy is ``async def policy(exchange, next) -> Reply``:
-
-- **request head**: it reads ``exchange`` (tenant, route, path parameters, effective method, the client's headers),
-  may change what the upstream is sent (``upstream_headers``, ``method``, ``path``), or answer at once by returning a
-  ``Reply`` without calling ``next``;
-- **request body**: it may add a ``RequestBodyFilter`` to ``exchange.request_filters``; the proxy core reads the body
-  and runs each chunk through the filters in chain order: a filter passes bytes (as they are or transformed), holds
-  them until it decides (up to its ``hold_limit``), or refuses with a reply (``raise Refuse(reply)``);
-- **response head**: what ``next`` returns is a ``Reply`` whose head has not been sent: the policy edits
-  ``reply.headers`` (and status) before returning it; the chain unwinds innermost first;
-- **response body**: it may add a ``ResponseBodyFilter`` (``reply.add_filter``), which sees each chunk as it is
-  written, or ask for the whole body up to a bound (``await reply.read(cap)``; ``reply.read_pieces(cap, each)`` keeps
-  it as the pieces it arrived in and hands each to ``each`` as it comes) and replace it (``reply.set_body``).
-
-A policy that does more than pass the request on (a migration bridge) has two more services of the proxy core:
-``await exchange.fetch(method, path, ..., purpose=...)`` sends a request of its own to the tenant's upstream and gets
-a ``Reply`` whose body streams. It takes the very road the client's request takes (``ProxyCore.send``): the same
-forwarding headers, Host, request id, retry policy, per-tenant bound, timeouts and metrics; only the headers the
-policy passes are added (never another of the client's). ``exchange.client_body()`` reads the client's body itself
-(``100 Continue``, the idle timeout and aborts handled as for a forwarded body), for a policy that answers without
-calling ``next``, or that reads the start of the body before it decides (it then leaves what it read in
-``exchange.body_prefix`` for the upstream). ``Budget`` bounds what several reads hold together: each read takes its
-bytes from it before it keeps them.
-
-Only the proxy core prepares a response and writes to the client, after the outermost policy has returned: a
-header that any policy adds on any path (an early answer, an upstream error, a body over a cap, a HEAD) is sent.
-The order rule of the chain holds for every phase: the first listed policy sees the request (and its body) first
-and the response (and its body) last.
-"""
+"""One exchange: a classified request on its way through its route's chain, and the reply that comes back. This is the
+whole interface a policy works with (``Exchange``, ``Reply``, the body-phase types, the proxy core's ``Services``,
+``Budget``); docs/architecture.md ("The phases a policy can act in", "A policy's own requests, and its bounds") says
+how a policy uses it and which rules the proxy core enforces."""
 
 from __future__ import annotations
 
@@ -36,7 +9,7 @@ import abc
 import asyncio
 import enum
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -47,16 +20,19 @@ from .http import new_request_id, token_fingerprint
 from .tracecontext import TraceContext
 
 if TYPE_CHECKING:
-    from .routing import Route
+    from .route import Route
     from .tenants import Tenant
 
 __all__ = (
     "Body",
     "BodyBroken",
+    "BodyError",
     "BodyNotRead",
     "BodyTooLarge",
     "BodyUnavailable",
     "Budget",
+    "Cut",
+    "Delivery",
     "Exchange",
     "Flow",
     "Next",
@@ -68,8 +44,47 @@ __all__ = (
     "ResponseBodyFilter",
     "Services",
     "SubRequest",
+    "UpstreamError",
     "UpstreamFailed",
 )
+
+
+# --- what the parts of the gateway tell each other about an exchange -------------------------------------------
+
+
+class BodyError(enum.StrEnum):
+    """Why the client's body could not be read to its end (``Exchange.body_error``)."""
+
+    ABORTED = "aborted"  # the client went away
+    TIMEOUT = "timeout"  # it stopped arriving
+    MALFORMED = "malformed"  # its framing broke (the client is still there)
+
+
+class UpstreamError(enum.StrEnum):
+    """Why an upstream request got no (whole) answer: the ``kind`` of gateway_upstream_errors_total, and ``BUSY``
+    when the tenant's turn in ``upstream.max_concurrent_per_tenant`` did not come."""
+
+    CONNECT = "connect"
+    TIMEOUT = "timeout"
+    RESET = "reset"
+    OTHER = "other"
+    BUSY = "busy"
+
+
+class Cut(enum.StrEnum):
+    """Why the gateway itself cut an exchange short (``Exchange.cut``)."""
+
+    SHUTDOWN = "shutdown"  # the shutdown deadline passed before it had started its answer
+
+
+class Delivery:
+    """What became of a reply: ``complete`` once its last byte was handed to the connection (lingering after it,
+    and a client that leaves then, does not change what it was answered)."""
+
+    __slots__ = ("complete",)
+
+    def __init__(self) -> None:
+        self.complete = False
 
 
 # --- the request body -------------------------------------------------------------------------------------------
@@ -233,45 +248,39 @@ class _Prefixed(Body):
         self._source.close()
 
 
-class _InHand(Body):
-    """A body read whole and kept as the pieces it arrived in (``Reply.read_pieces``), not joined."""
-
-    def __init__(self, pieces: list[bytes], size: int) -> None:
-        self.pieces = pieces
-        self.length = size
-
-    async def chunks(self, *, as_they_come: bool = False) -> AsyncIterator[bytes]:
-        for piece in self.pieces:
-            yield piece
-
-    def close(self) -> None:
-        return
-
-
 async def _one(data: bytes) -> AsyncIterator[bytes]:
     if data:
         yield data
 
 
 class Pieces(Body):
-    """A body in hand as pieces (bytes, or views into larger bytes: a body assembled without being copied whole),
-    sent as they are; pieces smaller than ``piece`` are gathered up to it, larger ones go in slices of it."""
+    """A body in hand as pieces, never joined whole: the pieces it arrived in (``Reply.read_pieces``), or a body
+    assembled from views into larger bytes (``set_body(Pieces(...))``). It is sent a piece at a time: a piece of
+    64 KiB or more as it is (one larger than ``piece`` in slices of it), smaller ones gathered up to ``piece``, so
+    that many small views do not make as many small writes."""
 
-    def __init__(self, pieces: list[bytes | memoryview], piece: int = 1 << 20) -> None:
-        self._pieces = pieces
+    def __init__(self, pieces: Sequence[bytes | memoryview], *, piece: int = 1 << 20, budgeted: bool = False) -> None:
+        self.pieces = list(pieces)
+        self.length = sum(len(p) for p in self.pieces)
+        self.budgeted = budgeted  # read by ``read_pieces``: a budget it was read against took its bytes then
         self._piece = piece
-        self.length = sum(len(p) for p in pieces)
+
+    def as_bytes(self) -> list[bytes]:
+        """The pieces, each as bytes (a view is copied: it is a part of other bytes)."""
+        return [p if isinstance(p, bytes) else bytes(p) for p in self.pieces]
 
     async def chunks(self, *, as_they_come: bool = False) -> AsyncIterator[bytes]:
-        pieces, self._pieces = self._pieces, []
         size = self._piece
         gathered: list[bytes | memoryview] = []
         held = 0
-        for piece in pieces:
-            if len(piece) >= size:
+        for piece in self.pieces:
+            if len(piece) >= _GATHER_BELOW:
                 if gathered:
                     yield b"".join(gathered)
                     gathered, held = [], 0
+                if len(piece) <= size:
+                    yield piece if isinstance(piece, bytes) else bytes(piece)
+                    continue
                 view = memoryview(piece)
                 for at in range(0, len(view), size):
                     yield bytes(view[at : at + size])
@@ -285,7 +294,7 @@ class Pieces(Body):
             yield b"".join(gathered)
 
     def close(self) -> None:
-        self._pieces = []
+        return  # nothing to let go: the pieces are in memory
 
 
 class Budget:
@@ -310,6 +319,8 @@ class Budget:
 
 # ``Reply.read``: a body at least this large is joined off the event loop.
 _JOIN_ON_LOOP = 1 << 20
+# A piece of a body in hand smaller than this is gathered with its neighbours before it is written.
+_GATHER_BELOW = 64 * 1024
 
 
 class Reply:
@@ -367,7 +378,7 @@ class Reply:
     @property
     def streamed(self) -> bool:
         """Whether the body is still to be read from its source (False: it is in hand, ``read`` costs nothing)."""
-        return not isinstance(self._body, (bytes, _InHand))
+        return not isinstance(self._body, (bytes, Pieces))
 
     def add_filter(self, response_filter: ResponseBodyFilter) -> None:
         self._filters.append(response_filter)
@@ -402,11 +413,12 @@ class Reply:
         ``read``.
         """
         body = self._body
-        if not self._filters and isinstance(body, (bytes, _InHand)):
-            pieces = body.pieces if isinstance(body, _InHand) else [body] if body else []
+        if not self._filters and isinstance(body, (bytes, Pieces)):
+            pieces = body.as_bytes() if isinstance(body, Pieces) else [body] if body else []
             size = sum(map(len, pieces))
-            # A body already read in pieces took its budget then; bytes in hand take theirs now.
-            if size > cap or (budget is not None and isinstance(body, bytes) and not budget.take(size)):
+            # A body this method read took its budget then; any other body in hand takes it now.
+            counted = isinstance(body, Pieces) and body.budgeted
+            if size > cap or (budget is not None and not counted and not budget.take(size)):
                 raise BodyTooLarge()
             if each is not None:
                 for piece in pieces:
@@ -429,7 +441,7 @@ class Reply:
         except BodyBroken as broken:
             self._become(broken.reply)
             raise BodyUnavailable() from broken
-        self._body = _InHand(chunks, size)
+        self._body = Pieces(chunks, budgeted=True)
         return chunks
 
     def discard(self) -> None:
@@ -467,10 +479,10 @@ class Reply:
 
 
 class UpstreamFailed(Exception):
-    """A request of a policy's own got no response head: ``kind`` is connect, timeout, reset, busy or other (as in
-    ``gateway_upstream_errors_total``); ``reply`` is what the proxy core would answer for it."""
+    """A request of a policy's own got no response head: ``kind`` says why; ``reply`` is what the proxy core would
+    answer for it."""
 
-    def __init__(self, kind: str, reply: Reply) -> None:
+    def __init__(self, kind: UpstreamError, reply: Reply) -> None:
         super().__init__(kind)
         self.kind = kind
         self.reply = reply
@@ -483,7 +495,7 @@ class SubRequest:
     purpose: str  # what the policy named it (bounded: a metric label)
     method: str
     status: int | None = None  # the response head's; None when none came
-    error: str | None = None  # connect | timeout | reset | busy | other, when no response head came
+    error: UpstreamError | None = None  # when no response head came
     seconds: float = 0.0  # from sending it to its response head (or its failure)
 
 
@@ -518,7 +530,7 @@ class Exchange:
     __slots__ = ("request", "start", "tenant", "route", "params", "path", "query", "method", "request_id",
                  "request_id_header", "upstream_headers", "request_filters", "decisions", "notes", "upstream_seconds",
                  "upstream_error", "upstream_error_kind", "upstream_retries", "body_error", "services", "body_prefix",
-                 "subrequests", "trace", "_client")
+                 "subrequests", "queue_full", "cut", "trace", "_client")
 
     def __init__(self, request: web.BaseRequest, start: float, tenant: Tenant, route: Route,
                  params: dict[str, str], path: str, query: str, method: str) -> None:
@@ -541,21 +553,23 @@ class Exchange:
         self.request_filters: list[RequestBodyFilter] = []
         # Policy name -> decision label, for the access log, the metrics and the usage report.
         self.decisions: dict[str, str] = {}
-        # More fields for the access-log line ("legacy_upload_guard.rule": the rule behind a refusal).
+        # A policy's fields for the access-log line ("legacy_upload_guard.rule": the rule behind a refusal).
         self.notes: dict[str, str] = {}
         # What the proxy core saw (the access log and the metrics read them):
         self.upstream_seconds: float | None = None  # from sending upstream to its response head
         self.upstream_error: str | None = None  # "<kind>: <error>", or "body_reset" / "body_timeout" mid-body
-        self.upstream_error_kind: str | None = None  # connect | timeout | reset | other
+        self.upstream_error_kind: UpstreamError | None = None
         # Why a request was sent again ("unsent", "safe_method"): the client's, and those of a policy's own.
         self.upstream_retries: list[str] = []
-        self.body_error: str | None = None  # the request body: "aborted" (client gone), "timeout", "malformed"
+        self.body_error: BodyError | None = None
         self.services: Services | None = None  # set by the gateway: the proxy core
         # Body bytes already read (by the edge for a form body's ``_method``, or by a policy before it decided): sent
         # upstream first, in order, then the rest of the body.
         self.body_prefix: list[bytes] = []
         # The requests of a policy's own sent for this exchange (None until the first).
         self.subrequests: list[SubRequest] | None = None
+        self.queue_full = False  # answered 503 UPSTREAM_BUSY: the tenant's turn did not come
+        self.cut: Cut | None = None  # cut short by the gateway itself (a policy that undoes its work reads it)
         # Its place in a trace (set by the edge; None when it has none): every upstream request carries it on.
         self.trace: TraceContext | None = None
         self._client: str | None | _Unset = _UNSET

@@ -1,15 +1,7 @@
 """The spool area: request bytes a policy must hold on disk before it can send them (the upload upgrade's file parts
-that come before a comment's text), within one budget for the whole process.
-
-- **One budget per process** (``spool.max_bytes``): every write takes its bytes from it before they reach the disk;
-  when it is spent the write raises ``SpoolFull`` (the caller answers ``503`` with ``Retry-After``). A file gives its
-  bytes back when it is closed.
-- **Nothing left behind**: a spool file is removed when it is closed, on every path. Each one is held with an
-  exclusive ``flock`` for its whole life, so a file whose process died (killed, out of memory) is known by its lock
-  being free: every directory is swept of such files when the gateway starts (``SpoolArea.directory``).
-- **Errors are answers**: a file that cannot be created or written (a full disk, a file size limit) raises
-  ``SpoolError``, with the reason, never a traceback.
-"""
+that come before a comment's text), within one budget for the whole process (``spool.max_bytes``; ``SpoolFull``).
+A spool file is removed when closed, and held under a lock for its life so that one left by a dead process is swept
+at the next start (``SpoolArea.directory``); a file that cannot be written raises ``SpoolError`` with the reason."""
 
 from __future__ import annotations
 

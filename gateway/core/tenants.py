@@ -1,15 +1,13 @@
-"""Tenants (companies) and the resolution of a request's Host to one of them."""
+"""A tenant (a company): its upstream and its file settings, and the canonical form of a Host."""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from cachetools import LRUCache
 from yarl import URL
 
-__all__ = ("Tenant", "TenantResolver", "canonical_host")
+__all__ = ("Tenant", "canonical_host")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,42 +43,3 @@ def canonical_host(host: str) -> str:
     if host.count(":") == 1:
         host = host.partition(":")[0]
     return host.rstrip(".")
-
-
-class TenantResolver:
-    """Exact host names first, then ``*.suffix`` wildcards (longest suffix wins), then the default tenant."""
-
-    def __init__(self, tenants: Sequence[Tenant], default: Tenant | None) -> None:
-        self.tenants = tuple(tenants)
-        self.default = default
-        self._exact: dict[str, Tenant] = {}
-        wildcards: list[tuple[str, Tenant]] = []
-        for tenant in tenants:
-            for pattern in tenant.hosts:
-                if pattern.startswith("*."):
-                    wildcards.append((pattern[1:], tenant))
-                else:
-                    self._exact[pattern] = tenant
-        self._wildcards = sorted(wildcards, key=lambda item: -len(item[0]))
-        # Host header as sent -> tenant, so the few spellings clients send are canonicalised and matched once.
-        # Bounded (least recently used out), so random Host headers cannot grow memory; a hit costs about 0.1 us.
-        self._seen: LRUCache[str, Tenant | None] = LRUCache(maxsize=_SEEN_MAX)
-
-    def resolve(self, host: str | None) -> Tenant | None:
-        if not host:
-            return self.default
-        try:
-            return self._seen[host]
-        except KeyError:
-            pass
-        tenant = self._seen[host] = self._match(canonical_host(host))
-        return tenant
-
-    def _match(self, name: str) -> Tenant | None:
-        tenant = self._exact.get(name)
-        if tenant is not None:
-            return tenant
-        return next((t for suffix, t in self._wildcards if name.endswith(suffix)), self.default)
-
-
-_SEEN_MAX = 4096

@@ -1,23 +1,6 @@
-"""W3C Trace Context (``traceparent``, ``tracestate``): reading a client's, and the one each upstream request carries.
-
-The gateway takes part in a trace (the specification's "participation mode"): every request it sends upstream, the
-client's own and each of a policy's own, carries the client's trace id with a span of the gateway's own as parent,
-and the client's ``tracestate`` (checked, and cut to a bounded size). The rules, from the W3C Recommendation
-(Trace Context Level 1) and its test suite:
-
-- ``traceparent``: ``version-traceid-parentid-flags`` in lower-case hex, optional whitespace around it. Version ``ff``,
-  ids of all zeros, upper-case hex, a wrong length, or the header given twice: invalid, and the request is treated as
-  one without a trace (a new one is started; the client's ``tracestate`` is dropped). A version above ``00`` is read
-  as far as ``00`` goes (a longer value must continue with ``-``); what is sent on is always version ``00``, with only
-  the ``sampled`` flag.
-- ``tracestate``: the header's lines are joined; empty members are skipped; a member whose key or value breaks the
-  grammar, a key given twice, or more than 32 members: the whole ``tracestate`` is dropped (the trace goes on). What
-  is sent on is at most ``MAX_TRACESTATE`` characters: over it, members longer than 128 characters go first, then
-  members from the end.
-
-Pure functions and a small per-request object: no I/O, no SDK. Ids are drawn from ``core.http.random_hex`` (os.urandom,
-4 KiB at a time), so that a request without a trace costs a slice and a format, nothing more.
-"""
+"""W3C Trace Context (``traceparent``, ``tracestate``): reading a client's, and the one each upstream request carries
+(the gateway takes part in the trace; what is invalid and how ``tracestate`` is cut: docs/operations.md, "Traces").
+Pure functions and a small per-request object: no I/O, no SDK; ids are drawn from ``core.http.random_hex``."""
 
 from __future__ import annotations
 

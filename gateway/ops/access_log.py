@@ -21,7 +21,7 @@ from typing import Protocol, TextIO
 from aiohttp import hdrs, web
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from ..core.exchange import Exchange, SubRequest
+from ..core.exchange import BodyError, Exchange, SubRequest, UpstreamError
 from ..core.http import token_fingerprint
 from ..core.tracecontext import TraceContext
 from .metrics import NO_TENANT, Metrics
@@ -90,11 +90,11 @@ class Recorder:
             upstream, rid, client = exchange.upstream_seconds, exchange.request_id, exchange.client
             if exchange.upstream_error_kind is not None:
                 metrics.upstream_errors.labels(exchange.upstream_error_kind).inc()
-            if exchange.body_error == "timeout":
+            if exchange.body_error is BodyError.TIMEOUT:
                 metrics.client_timeouts.labels("body").inc()
             for reason in exchange.upstream_retries:
                 metrics.upstream_retries.labels(reason).inc()
-            if exchange.notes.get("queue") == "full":
+            if exchange.queue_full:
                 metrics.upstream_busy.inc()
             if exchange.subrequests:
                 self._subrequests(exchange.tenant.name, exchange.subrequests)
@@ -132,8 +132,9 @@ class Recorder:
                 line += f',"effective_method":{_json_string(exchange.method)}'
             if exchange.decisions:
                 line += f',"decisions":{_json_encode(exchange.decisions)}'
-            if exchange.notes:
-                line += f',"notes":{_json_encode(exchange.notes)}'
+            notes = _notes(exchange)
+            if notes:
+                line += f',"notes":{_json_encode(notes)}'
             if exchange.upstream_error:
                 line += f',"upstream_error":{_json_string(exchange.upstream_error)}'
             if exchange.upstream_retries:
@@ -154,12 +155,25 @@ class Recorder:
         metrics = self.metrics
         families = metrics.families(SubRequestFamilies)
         for sub in subrequests:
-            if sub.error == "busy":
+            if sub.error is UpstreamError.BUSY:
                 metrics.upstream_busy.inc()
             elif sub.error is not None:
                 metrics.upstream_errors.labels(sub.error).inc()
             families.requests.labels(tenant, sub.purpose, _result(sub)).inc()
             families.duration.labels(sub.purpose).observe(sub.seconds)
+
+
+def _notes(exchange: Exchange) -> dict[str, str]:
+    """The line's ``notes``: what the gateway itself noted (an upstream queue that was full, a cut), then the
+    policies' own."""
+    if not exchange.queue_full and exchange.cut is None:
+        return exchange.notes
+    own: dict[str, str] = {}
+    if exchange.queue_full:
+        own["queue"] = "full"
+    if exchange.cut is not None:
+        own["cut"] = exchange.cut
+    return {**own, **exchange.notes}
 
 
 _json_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode

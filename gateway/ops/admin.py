@@ -1,17 +1,7 @@
-"""The admin listener (its own address, loopback by default): metrics, liveness, readiness, effective config,
-rollout, the usage report, and the status page that shows them to people.
-
-Closed by default to what it need not serve (``_guard``): /livez and /readyz answer anyone; every other path needs
-``server.admin_token`` (or to be opened on purpose in ``server.admin_open``), and answers only requests whose
-``Host`` is one the listener is known by: an IP address, ``localhost``, or a name in ``server.admin_hosts``. A
-DNS-rebinding page in an operator's browser sends its own host name, so it never reads /config. The settings are
-read from the config in force at each request: a reload applies a new token at once.
-
-The token is taken as ``Authorization: Bearer <token>`` (Prometheus, scripts, ``gateway usage``), as HTTP Basic with
-the token as password (a browser's own prompt), or as a cookie: a browser opens any admin page once with
-``?token=<token>`` and is redirected to the same page without it, holding an HttpOnly, SameSite=Strict cookie whose
-value is derived from the token (never the token itself).
-"""
+"""The admin listener (its own address, loopback by default): metrics, liveness, readiness, the effective config,
+rollout, the usage report, and the status page. Closed by default (``_guard``): every path but /livez and /readyz
+needs the admin token (Bearer, Basic, or the cookie a ``?token=`` visit sets) and a known ``Host``
+(docs/operations.md, "Admin listener")."""
 
 from __future__ import annotations
 
@@ -39,16 +29,23 @@ from .status_page import CONTENT_SECURITY_POLICY, render_page
 
 if TYPE_CHECKING:
     from ..config import LoadedConfig
-    from ..core.routing import RouteTable
+    from ..core.route import Route
 
 __all__ = ("COOKIE", "MAX_TOP", "Served", "cookie_value", "known_host", "make_admin_app", "usage_query")
+
+
+class ServedRoutes(Protocol):
+    @property
+    def routes(self) -> tuple[Route, ...]: ...
+    @property
+    def catch_all(self) -> Route: ...
 
 
 class ServedState(Protocol):
     @property
     def config(self) -> LoadedConfig: ...
     @property
-    def routes(self) -> RouteTable: ...
+    def routes(self) -> ServedRoutes: ...
     @property
     def rollout(self) -> RolloutPlan: ...
 

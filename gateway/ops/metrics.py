@@ -1,16 +1,7 @@
-"""The gateway's own metric families, on a registry owned by the app; policies add theirs through ``families``.
-
-Labels are tenant names (from the config; ``none`` for a request refused before its tenant was known), route names,
-methods, status classes, decisions and phases: never raw paths, ids, hosts or tokens.
-
-Under ``--workers N`` (prometheus-client's multiprocess mode) every worker writes its values to files in one
-directory, and the worker that answers a scrape reads them all (``scrape``). prometheus-client makes a worker's file
-by opening it (empty) and then sizing it and writing its header: a scrape that lists the directory in between finds
-a file shorter than the header, which prometheus-client's reader cannot unpack (``struct.error``, a 500). A file
-also vanishes while a scrape reads the directory when the supervisor clears a dead worker's live gauges, or when the
-workers leave. So the scrape reads the files that hold a header, and lists them again if one vanished: a file
-without a header holds no sample yet, and a vanished one belongs to a worker that is gone.
-"""
+"""The gateway's own metric families, on a registry owned by the app; policies add theirs through ``families``. Labels
+are bounded: tenant and route names from the config, methods, status classes, decisions and phases, never raw paths,
+ids, hosts or tokens. Under ``--workers N``, ``scrape`` reads every worker's files (prometheus-client's multiprocess
+mode)."""
 
 from __future__ import annotations
 
@@ -190,7 +181,14 @@ _HEADER = 8  # prometheus-client's file header: the bytes used (4) and padding (
 
 
 class _WorkerFiles(MultiProcessCollector):
-    """prometheus-client's reader of the workers' files, over the files that are whole (see the module's notes)."""
+    """prometheus-client's reader of the workers' files, over the files that are whole.
+
+    prometheus-client makes a worker's file by opening it (empty), then sizing it and writing its header: a scrape
+    that lists the directory in between finds a file shorter than the header, which its reader cannot unpack
+    (``struct.error``, a 500). A file also vanishes while a scrape reads the directory when the supervisor clears a
+    dead worker's live gauges, or when the workers leave. So only the files that hold a header are read, and the
+    directory is listed again if one vanished: a file without a header holds no sample yet, and a vanished one
+    belongs to a worker that is gone."""
 
     def __init__(self, registry: CollectorRegistry, path: str) -> None:
         super().__init__(registry, path)  # type: ignore[no-untyped-call]

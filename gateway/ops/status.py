@@ -1,16 +1,7 @@
-"""The status page's data (admin ``/status.json``, and what ``/status`` renders): per company, each dated behaviour as
-a timeline with the phase in force and the next change, and its requests per day from the usage ledger on the same
-axis; per deprecated behaviour, the clients in the window, most recently seen first; the config in force, the last
-reload, the ledger's state and the build.
-
-Everything here is already served by another admin endpoint: the config as ``/config`` shows it (its digest is of
-that), phases, brownouts and exemptions as ``/config`` and ``/rollout`` give them, clients as ``/deprecations``
-lists them (token fingerprints, never tokens), the version and the reloads as ``/metrics`` counts them. A failed
-reload is shown with the number of its problems, not their text (that is in the log).
-
-Times are laid out for people once, here (each company's timezone), so the page's renderers (``status_page``: the
-server's HTML and the page's script) only place them.
-"""
+"""The status page's data (admin ``/status.json``, and what ``/status`` renders): per company, each dated behaviour's
+timeline and its requests per day from the usage ledger; per deprecated behaviour, the clients in the window; the
+config in force, the last reload, the ledger's state and the build. Nothing that another admin endpoint does not
+already serve; times are laid out for people once, here, so the renderers only place them."""
 
 from __future__ import annotations
 

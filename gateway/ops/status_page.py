@@ -1,14 +1,7 @@
-"""The status page's HTML: rendered here from ``status.status_data`` (readable without JavaScript), then refreshed
-in place by a small inline script that fetches ``status.json`` every 10 seconds and builds the same elements from
-it. No build step and no external asset: the styles and the script are in the page, which works in an air-gapped
-cluster.
-
-Both renderers build the same structure from the same data, function for function (``_overview`` and ``overview``,
-``_tenant`` and ``tenant``, ...): change one, change the other (the browser tests compare the two). Every value is
-text to them: escaped here, set with ``textContent``/``setAttribute`` there, never parsed as HTML (User-Agent
-strings come from clients). The Content-Security-Policy allows only this page's own script (by its hash) and
-requests to its own origin.
-"""
+"""The status page's HTML, rendered here from ``status.status_data`` (readable without JavaScript) and refreshed in
+place by a small inline script that builds the same elements from ``status.json`` every 10 seconds: no build step,
+no external asset. The two renderers are kept function for function alike (see ``_SCRIPT``); every value is text to
+both, never HTML."""
 
 from __future__ import annotations
 
@@ -348,7 +341,11 @@ button{font:inherit;padding:2px 10px}
 dd{margin-bottom:6px}td.when{white-space:normal}}
 """
 
-# The script renders what the Python above renders, from /status.json. It never parses text as HTML.
+# The script renders what the Python above renders, from /status.json, function for function (``_overview`` and
+# ``overview``, ``_tenant`` and ``tenant``, ...): change one, change the other (the browser tests compare the two).
+# Every value is text: escaped in Python, set with textContent/setAttribute here, never parsed as HTML (User-Agent
+# strings come from clients). The Content-Security-Policy allows only this script (by its hash) and requests to the
+# page's own origin.
 _SCRIPT = """
 "use strict";
 (() => {

@@ -1,27 +1,7 @@
-"""Spans recorded with the OpenTelemetry SDK and sent to a collector over OTLP/HTTP (``tracing.export``).
-
-Imported only when the export is on. What is recorded, per sampled request:
-
-- a **server span** (kind SERVER) from the request's arrival to its record (after the last byte written): named
-  ``METHOD route-template``; the HTTP semantic conventions' attributes (``http.request.method``, ``http.route`` (the
-  route's template, never the raw path), ``url.path`` (canonical, never the query), ``url.scheme``,
-  ``server.address``/``server.port``, ``network.protocol.version``, ``user_agent.original``,
-  ``http.response.status_code``, ``error.type``), and the gateway's own (``gateway.tenant``, ``gateway.route``,
-  ``gateway.request_id``, ``gateway.client``: the token's fingerprint, never the token; ``gateway.decision.<policy>``
-  for each policy's decision, ``gateway.note.<key>`` for the access log's notes, ``gateway.upstream_error``,
-  ``gateway.body_error``, ``gateway.refused``);
-- a **client span** (kind CLIENT) per upstream request, the client's own and each of a policy's own, child of the
-  server span, from sending to its response head (or the failure): ``http.request.method``, ``server.address``,
-  ``server.port``, ``url.full`` (the upstream's origin and path: no credentials, no query), ``gateway.purpose`` (a
-  policy's own request: ``card_lookup``, ``backfill_page``...), ``http.response.status_code``,
-  ``http.request.resend_count``, ``error.type``.
-
-No header value is recorded: no token, no cookie, no signed link's query, no upstream credentials.
-
-Export never holds a request up: ended spans go to the SDK's ``BatchSpanProcessor`` queue (its own thread sends them);
-a full queue drops the span here, and a batch the collector refuses or does not take in time is dropped by the
-exporter. Both are counted in ``gateway_trace_spans_dropped_total{reason}`` on the app's registry.
-"""
+"""Spans recorded with the OpenTelemetry SDK and sent to a collector over OTLP/HTTP (``tracing.export``), imported only
+when the export is on: a server span per request and a client span per upstream request, with the attributes
+docs/operations.md ("Traces") lists and never a header value. Export never holds a request up: spans that do not fit
+the queue, or that the collector does not take, are dropped and counted (``gateway_trace_spans_dropped_total``)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,7 @@
-"""Traces: the gateway's part in its clients' traces, on every request, and the spans it exports when asked to.
-
-Always on (``tracing.new_traces``, ``tracing.sample_ratio``): the edge reads the client's W3C trace context
-(``core.tracecontext``) and gives the request a span id of the gateway's own; every upstream request then carries the
-trace on (the proxy core: ``ProxyCore.send``), and the access log names the trace and the span. That costs a header
-lookup, a few random hex digits and a formatted string per request: no SDK object is made.
-
-With ``tracing.export.enabled`` the spans are also recorded with the OpenTelemetry SDK and sent in batches to a
-collector over OTLP/HTTP (``ops.trace_export``, imported only then): a server span per request, a client span per
-upstream request. Which traces are recorded is the SDK's ``ParentBased(TraceIdRatioBased(sample_ratio))``: a client's
-sampled flag is followed, and a trace the gateway starts is sampled by its trace id. A request whose trace is not
-sampled makes no SDK object either: the same decision is taken here first, from the same ratio.
-"""
+"""Traces: the gateway's part in its clients' traces, on every request (the client's W3C context read at the edge, a
+span id of the gateway's own, the trace carried on by every upstream request and named in the access log: no SDK
+object), and the spans it exports when ``tracing.export.enabled`` (``ops.trace_export``, sampled by
+``ParentBased(TraceIdRatioBased(sample_ratio))``, the same decision taken here first). docs/operations.md, "Traces"."""
 
 from __future__ import annotations
 
@@ -19,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from ..config.tracing import ExportConfig, TracingConfig
 from ..core.exchange import Exchange
 from ..core.tracecontext import (
     TRACEPARENT,
@@ -31,7 +23,6 @@ from ..core.tracecontext import (
     parse_tracestate,
 )
 from .metrics import Metrics
-from .tracing_options import ExportConfig, TracingConfig
 
 if TYPE_CHECKING:
     from .trace_export import SpanExport

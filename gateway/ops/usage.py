@@ -1,20 +1,7 @@
-"""Who still uses deprecated behaviour: the counts of one process, held in bounded memory until the usage ledger
-(``gateway.ops.ledger``) writes them.
-
-Every request on which a policy recorded a decision (``exchange.decisions``) counts for that policy's dated
-behaviour, in the hour it arrived (UTC), keyed by tenant and decision (the totals, every request) and by tenant,
-token fingerprint, User-Agent and decision (the client rows, with first and last seen). The counter never touches a
-database: ``record`` is a few dictionary updates on the request's own path, and the ledger takes what accumulated
-(``take``) and hands it to its writer thread.
-
-Memory is bounded by construction:
-- per behaviour and hour, at most ``max_clients`` clients (tenant, fingerprint, User-Agent) get rows; the requests of
-  the others count in the totals as untracked, as the in-memory report did before the ledger;
-- at most ``max_rows`` client rows are held (the batch being written and what came since): while the database cannot
-  be written, a client not yet held counts as untracked rather than growing memory; and at most ``max_rows`` keys
-  of untracked requests (an outage of many hours): past that, requests are dropped, and counted as such
-  (``dropped``).
-"""
+"""Who still uses deprecated behaviour: the counts of one process (per behaviour and hour: totals by tenant and
+decision, client rows by token fingerprint and User-Agent), updated on the request's path with a few dictionary
+updates and held in bounded memory until the usage ledger (``ops.ledger``) takes them. The bounds
+(``usage.max_clients``, ``ledger.max_pending_clients``): docs/operations.md and docs/configuration.md."""
 
 from __future__ import annotations
 

@@ -1,18 +1,7 @@
-"""``gateway serve --workers N``: N worker processes sharing one port (SO_REUSEPORT), under a small supervisor.
-
-The supervisor owns the signals: SIGTERM/SIGINT and SIGHUP are passed to every worker; a worker that dies on its
-own is restarted (at most once a second). Metrics are aggregated across workers with prometheus-client's
-multiprocess mode: every worker writes to one directory, and whichever worker answers /metrics reads them all.
-
-Each worker writes its own share of the usage it counted to the usage ledger (``gateway.ops.ledger``), so the
-usage report (admin /deprecations, the status page), read from the ledger, is the whole process's whichever worker
-answers.
-
-Nothing is left behind: the supervisor removes its directories when it exits (of a PROMETHEUS_MULTIPROC_DIR given
-to it, the metric files: the directory is the operator's, emptied at start and at exit, as prometheus-client needs
-between runs). A supervisor that is killed cannot; its workers are stopped then (PDEATHSIG), and the last of them to
-leave removes the directories (``Peers.leave``).
-"""
+"""``gateway serve --workers N``: N worker processes sharing one port (SO_REUSEPORT) under a small supervisor, which
+passes on the signals, restarts a worker that dies, and removes its directories however it ends (docs/operations.md,
+"Processes and signals"). Metrics are aggregated with prometheus-client's multiprocess mode; each worker writes its
+own usage to the ledger."""
 
 from __future__ import annotations
 

@@ -1,16 +1,6 @@
-"""What a policy module provides (``PolicySpec``) and what its builder is given (``BuildContext``).
-
-In a module of its own so that the policies can import it while the registry (``gateway.policies``) imports them.
-A policy module exports ``SPEC = PolicySpec(NAME, Options, build, behaviours=...)``:
-
-- ``Options``: a frozen pydantic model of its options (defaults, ranges, cross-field checks);
-- ``build(options, ctx) -> Policy``: does all parsing once; the policy it returns only acts
-  (``core.exchange`` describes the phases a policy can act in);
-- its metric families: a class taking the registry, asked for with ``ctx.families(ThatClass)`` (made once per
-  registry, so a reload does not register them again);
-- ``behaviours``: the dated behaviours it owns (phases, date flags and their defaults), which the rollout engine and
-  the config checks read through the registry.
-"""
+"""What a policy module provides (``PolicySpec``: its name, options model, builder, and dated behaviours) and what its
+builder is given (``BuildContext``), in a module of its own so that the policies can import it while the registry
+imports them. docs/architecture.md ("Adding a policy") walks through one."""
 
 from __future__ import annotations
 

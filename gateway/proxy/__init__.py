@@ -1,1 +1,2 @@
-"""The proxy core: forwarding to the upstream, the body phases, and the only code that writes to the client."""
+"""The proxy core: the route chain's terminal handler (the request body through its filters, the tenant's turn, the
+upstream request) and ``send``, the one road of every upstream request."""

@@ -18,7 +18,18 @@ from aiohttp import hdrs
 from multidict import CIMultiDict, CIMultiDictProxy, istr
 from yarl import URL
 
-from ..core.exchange import Body, BodyBroken, Exchange, Refuse, Reply, Services, SubRequest, UpstreamFailed
+from ..core.exchange import (
+    Body,
+    BodyBroken,
+    BodyError,
+    Exchange,
+    Refuse,
+    Reply,
+    Services,
+    SubRequest,
+    UpstreamError,
+    UpstreamFailed,
+)
 from ..core.http import HOP_BY_HOP, connection_tokens
 from ..core.tracecontext import TRACEPARENT, TRACESTATE, ClientSpan
 from .gate import Gate
@@ -78,21 +89,21 @@ def upstream_error_reply(exchange: Exchange, err: BaseException) -> Reply:
     return Reply.error(status, code, message, exchange.ensure_request_id())
 
 
-def _error_kind(err: BaseException) -> tuple[int, str, str, str]:
+def _error_kind(err: BaseException) -> tuple[int, UpstreamError, str, str]:
     if isinstance(err, asyncio.TimeoutError):
-        status, kind, code, message = 504, "timeout", "UPSTREAM_TIMEOUT", "the upstream service did not answer in time"
+        status, kind, code, message = 504, UpstreamError.TIMEOUT, "UPSTREAM_TIMEOUT", "the upstream service did not answer in time"
     elif isinstance(err, aiohttp.ClientConnectorError):
-        status, kind, code, message = 502, "connect", "UPSTREAM_UNAVAILABLE", "the upstream service cannot be reached"
+        status, kind, code, message = 502, UpstreamError.CONNECT, "UPSTREAM_UNAVAILABLE", "the upstream service cannot be reached"
     elif isinstance(err, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):
-        status, kind, code, message = 502, "reset", "UPSTREAM_RESET", "the upstream service closed the connection"
+        status, kind, code, message = 502, UpstreamError.RESET, "UPSTREAM_RESET", "the upstream service closed the connection"
     else:
-        status, kind, code, message = 502, "other", "UPSTREAM_ERROR", "the upstream service sent an invalid response"
+        status, kind, code, message = 502, UpstreamError.OTHER, "UPSTREAM_ERROR", "the upstream service sent an invalid response"
     return status, kind, code, message
 
 
 def body_error_reply(exchange: Exchange) -> Reply:
     """The answer to a request whose body could not be read to its end (``exchange.body_error`` says why)."""
-    if exchange.body_error == "timeout":
+    if exchange.body_error is BodyError.TIMEOUT:
         reply = Reply.error(408, "CLIENT_BODY_TIMEOUT", "the request body stopped arriving", exchange.ensure_request_id())
     else:
         # "malformed": the client is still there; "aborted": nobody reads it (the access log says 499).
@@ -141,12 +152,12 @@ class UpstreamBody(Body):
                 while chunk := await content.readany():
                     yield chunk
         except _UPSTREAM_ERRORS as err:
-            kind = "timeout" if isinstance(err, asyncio.TimeoutError) else "reset"
+            kind = UpstreamError.TIMEOUT if isinstance(err, asyncio.TimeoutError) else UpstreamError.RESET
             exchange = self._exchange
             if self._record:
                 exchange.upstream_error_kind = kind
                 exchange.upstream_error = f"body_{kind}"
-            status, code = (504, "UPSTREAM_TIMEOUT") if kind == "timeout" else (502, "UPSTREAM_RESET")
+            status, code = (504, "UPSTREAM_TIMEOUT") if kind is UpstreamError.TIMEOUT else (502, "UPSTREAM_RESET")
             raise BodyBroken(Reply.error(status, code, "the upstream service's response broke off part way",
                                          exchange.ensure_request_id())) from err
         finally:
@@ -192,10 +203,10 @@ def _is_forwarding(name: str) -> bool:
 
 
 class _NoAnswer(Exception):
-    """The upstream gave no usable response head (``ProxyCore.send``): ``kind`` as in gateway_upstream_errors_total
-    (or ``busy``), ``reply`` the proxy core's answer for it."""
+    """The upstream gave no usable response head (``ProxyCore.send``): ``kind`` says why, ``reply`` is the proxy
+    core's answer for it."""
 
-    def __init__(self, kind: str, reply: Reply) -> None:
+    def __init__(self, kind: UpstreamError, reply: Reply) -> None:
         super().__init__(kind)
         self.kind = kind
         self.reply = reply
@@ -251,12 +262,12 @@ class ProxyCore(Services):
         turn = await self._turn(exchange)
         if isinstance(turn, Reply):
             if record is not None:
-                record.error, record.seconds = "busy", time.monotonic() - started
+                record.error, record.seconds = UpstreamError.BUSY, time.monotonic() - started
             else:
-                exchange.notes["queue"] = "full"
+                exchange.queue_full = True
             if span is not None:
-                span.end(error="busy")
-            raise _NoAnswer("busy", turn)
+                span.end(error=UpstreamError.BUSY)
+            raise _NoAnswer(UpstreamError.BUSY, turn)
         gate = turn
         started = time.monotonic()
         retries = len(exchange.upstream_retries)
@@ -367,8 +378,8 @@ class ProxyCore(Services):
             if gate is not None:
                 gate.leave()
             assert exchange.subrequests is not None
-            exchange.subrequests[-1].error = "other"
-            raise UpstreamFailed("other", Reply.error(502, "UPSTREAM_ERROR", "the upstream service sent an invalid "
+            exchange.subrequests[-1].error = UpstreamError.OTHER
+            raise UpstreamFailed(UpstreamError.OTHER, Reply.error(502, "UPSTREAM_ERROR", "the upstream service sent an invalid "
                                                       "response", exchange.ensure_request_id()))
         raw = upstream.headers
         answer = CIMultiDict(raw)
@@ -407,7 +418,7 @@ class ProxyCore(Services):
             # must not act on a method whose route chain the request never went through.
             upstream, gate = await self.send(exchange, exchange.method, exchange.path, exchange.query, body)
         except _NoAnswer as failed:
-            if failed.kind == "busy":
+            if failed.kind is UpstreamError.BUSY:
                 if exchange.has_body:
                     failed.reply.close_connection = True  # its body is unread
                 return failed.reply
@@ -424,7 +435,7 @@ class ProxyCore(Services):
             upstream.close()
             if gate is not None:
                 gate.leave()
-            exchange.upstream_error_kind = "other"
+            exchange.upstream_error_kind = UpstreamError.OTHER
             exchange.upstream_error = "other: unsolicited 101"
             return Reply.error(502, "UPSTREAM_UPGRADE", "the upstream service switched protocols unasked",
                                exchange.ensure_request_id())
@@ -432,7 +443,7 @@ class ProxyCore(Services):
             upstream.close()
             if gate is not None:
                 gate.leave()
-            exchange.upstream_error_kind = "other"
+            exchange.upstream_error_kind = UpstreamError.OTHER
             exchange.upstream_error = f"other: status {upstream.status}"
             return Reply.error(502, "UPSTREAM_ERROR", "the upstream service sent an invalid response",
                                exchange.ensure_request_id())

@@ -11,7 +11,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from ..core.exchange import Exchange, Flow, Refuse, RequestBodyFilter
+from ..core.exchange import BodyError, Exchange, Flow, Refuse, RequestBodyFilter
 
 __all__ = ("RequestBody", "client_chunks", "ensure_continue")
 
@@ -104,15 +104,15 @@ async def client_chunks(exchange: Exchange, timeout: float, idle: _Idle | None =
                 return
             yield chunk
     except _BodyTimeout:
-        exchange.body_error = "timeout"
+        exchange.body_error = BodyError.TIMEOUT
         raise ConnectionResetError("the request body stopped arriving") from None
     except _MALFORMED as err:
         # aiohttp stops feeding a body whose framing broke: the client is still there and gets a 400.
-        exchange.body_error = "malformed"
+        exchange.body_error = BodyError.MALFORMED
         raise ConnectionResetError("the request body is malformed") from err
     except ConnectionError:
         # The client went away: the upstream request is abandoned with it.
-        exchange.body_error = "aborted"
+        exchange.body_error = BodyError.ABORTED
         raise
     finally:
         idle.cancel()
@@ -199,7 +199,7 @@ class RequestBody:
             while not self._ready and not self._ended:
                 await self._step()
         except ConnectionError:
-            if watchman is not None and exchange.body_error == "timeout":
+            if watchman is not None and exchange.body_error is BodyError.TIMEOUT:
                 watchman.on_idle_timeout()  # raises Refuse with the filter's answer, or leaves the core's 408
             raise
         finally:

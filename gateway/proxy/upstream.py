@@ -1,24 +1,7 @@
-"""The client side of the proxy: one session's pooled connections to the upstreams, and one road for every request.
-
-Every proxied request, with or without a body, is sent the same way: a pooled connection from the session's
-connector, the request head (and body, streamed) written by aiohttp's ``ClientRequest``, the response head read, as
-``ClientSession._request`` does it but without its per-call machinery (argument merging, redirects, cookies, proxies,
-traces, middlewares, a total timeout), which costs more CPU than the rest of a small proxied request, and without its
-header merging, which folds header lines that differ only in case. So the upstream is sent exactly the headers the
-proxy core built, whether or not the request has a body.
-
-One retry policy, at most one retry, each one reported to the caller (``retried``):
-
-- ``unsent``: the pooled connection failed before any byte of the request left the gateway (writing the head
-  failed at once, or a request with a body failed before its body was first read, which is when its head is
-  written). The upstream cannot have seen it: it is sent again on a new connection, whatever its method.
-- ``safe_method``: the connection broke after the request was written but before the response head (typically a
-  kept-alive connection the upstream closed as the gateway reused it). Whether the upstream acted on it cannot be
-  known: only a GET, HEAD, OPTIONS or TRACE without a body is sent again, and only with ``retry_safe_methods``.
-  Never a DELETE, PUT, POST or PATCH.
-
-The private aiohttp API this relies on is listed, and checked at import, in ``aiohttp_private``.
-"""
+"""The client side of the proxy: one session's pooled connections to the upstreams, and one road for every request
+(``UpstreamClient.request``: the headers exactly as the proxy core built them, with or without a body), with one
+retry policy (``unsent``, ``safe_method``: docs/configuration.md, ``upstream.retry_safe_methods``). The private
+aiohttp API it relies on, and why, is listed and checked in ``server.aiohttp_private``."""
 
 from __future__ import annotations
 
@@ -31,8 +14,7 @@ from aiohttp.typedefs import LooseHeaders
 from multidict import CIMultiDict, istr
 from yarl import URL
 
-from . import aiohttp_private  # noqa: F401 - checks, at import, the private API used below
-from .options import UpstreamConfig
+from ..config.upstream import UpstreamConfig
 
 __all__ = ("UpstreamClient",)
 
@@ -129,7 +111,16 @@ class UpstreamClient:
         retried: list[str] | None = None,
     ) -> aiohttp.ClientResponse:
         """The upstream's response, its head read and its body still streaming; raises aiohttp's client errors.
-        Each retry's reason is appended to ``retried``."""
+
+        At most one retry, its reason appended to ``retried``: ``unsent`` when the pooled connection failed before
+        any byte of the request left (the head's write failed at once, or a body failed before it was first read,
+        which is when the head is written): the upstream cannot have seen it, so it goes again on a new connection
+        whatever its method; ``safe_method`` when the connection broke after the request was written but before the
+        response head (a kept-alive connection the upstream closed as it was reused): only a GET, HEAD, OPTIONS or
+        TRACE without a body, and only with ``retry_safe_methods``. The request is written as
+        ``ClientSession._request`` would, without its per-call machinery (redirects, cookies, traces, a total
+        timeout: more CPU than the rest of a small request) and its header merging (which folds lines that differ
+        only in case)."""
         session = self.session
         if session.closed:
             raise RuntimeError("the upstream session is closed")

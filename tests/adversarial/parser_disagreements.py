@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from tests.conftest import multipart_body
+from tests.gateway_testlib import multipart_body
 
 __all__ = ("B", "DISAGREEMENTS", "Disagreement")
 

@@ -1,4 +1,4 @@
-"""A form body's ``_method`` as the body streams (gateway/proxy/body_override.py): what the corpus cannot show with
+"""A form body's ``_method`` as the body streams (gateway/edge/method.py): what the corpus cannot show with
 one write. A file part that starts streaming upstream before a later ``_method`` part arrives; large uploads that
 carry no override pass whole; clients that stop while the edge reads the override reach no upstream.
 Tenant ``acme`` (Host 127.0.0.1) has the forbid setting on.
@@ -10,7 +10,7 @@ import asyncio
 import hashlib
 import json
 
-from tests.conftest import CountingUpstream, RunningGateway, parse_responses, read_answer
+from tests.gateway_testlib import CountingUpstream, RunningGateway, parse_responses, read_answer
 
 B = "stream-B0undary"
 FILE_HEAD = (f"--{B}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.bin\"\r\n"

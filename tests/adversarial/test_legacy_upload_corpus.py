@@ -15,9 +15,9 @@ from typing import Literal
 
 import pytest
 
-from tests.adversarial.conftest import send_raw
+from tests.gateway_testlib import send_raw
 from tests.adversarial.parser_disagreements import DISAGREEMENTS
-from tests.conftest import CountingUpstream, RunningGateway, multipart_body, parse_responses
+from tests.gateway_testlib import CountingUpstream, RunningGateway, multipart_body, parse_responses
 
 DISABLED = "PUBLIC_API_LEGACY_FILE_UPLOAD_DISABLED"
 AMBIGUOUS = "LEGACY_UPLOAD_AMBIGUOUS"

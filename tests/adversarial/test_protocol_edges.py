@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import RecordingUpstream, guarded_routes, make_config, multipart_body, parse_responses
+from tests.gateway_testlib import RecordingUpstream, guarded_routes, make_config, multipart_body, parse_responses
 from tests.process_testlib import Proc, start, wait_for
 
 B = "edge-boundary"

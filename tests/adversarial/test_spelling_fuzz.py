@@ -30,7 +30,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from tests.conftest import guarded_routes, make_config, multipart_body, parse_responses
+from tests.gateway_testlib import guarded_routes, make_config, multipart_body, parse_responses
 from tests.process_testlib import Proc, start
 
 SEED = int(os.environ.get("FUZZ_SEED", "16"))

@@ -19,7 +19,7 @@ import dockerfile
 import pytest
 import yaml
 
-from tests.conftest import free_port
+from tests.gateway_testlib import free_port
 
 from .deploy_testlib import DOCKERFILE, ROOT
 

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.cli import _reload
 from gateway.ops.metrics import Metrics
 from gateway.rollout import FixedClock, parse_instant
-from tests.conftest import (
+from tests.gateway_testlib import (
     AdminFactory, GatewayFactory, Received, RecordingUpstream, free_port, guarded_routes, make_config,
 )
 

@@ -14,14 +14,9 @@ from aiohttp import StreamReader, web
 from gateway.core.exchange import Policy
 from gateway.ops.metrics import Metrics
 from gateway.policies.legacy_upload_guard import DISABLED_CODE, NAME
-from gateway.policies.legacy_upload_guard.multipart_sniffer import (
-    Ambiguous,
-    MalformedValue,
-    MultipartSniffer,
-    form_data_boundary,
-    parse_media_type,
-)
-from tests.conftest import guarded_routes, make_config
+from gateway.core.multipart import Ambiguous, MalformedValue, form_data_boundary, parse_media_type
+from gateway.policies.legacy_upload_guard.multipart_sniffer import MultipartSniffer
+from tests.gateway_testlib import guarded_routes, make_config
 from tests.differential.parsers import Protocol as _Protocol
 from tests.policy_testlib import Terminal, build_policy, config_of, exchange_for, mocked_request
 

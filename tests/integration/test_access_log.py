@@ -8,7 +8,7 @@ import json
 import aiohttp
 
 from gateway.ops.access_log import AccessLogWriter
-from tests.conftest import GatewayFactory, LineCollector, RecordingUpstream, make_config, raw_exchange
+from tests.gateway_testlib import GatewayFactory, LineCollector, RecordingUpstream, make_config, raw_exchange
 
 
 async def test_access_log_lines_and_redaction(upstream: RecordingUpstream, start_gateway: GatewayFactory) -> None:

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from gateway.cli import _reload
 from gateway.ops.admin import make_admin_app
-from tests.conftest import ADMIN_TOKEN, GatewayFactory, RecordingUpstream, free_port, make_config, raw_exchange
+from tests.gateway_testlib import ADMIN_TOKEN, GatewayFactory, RecordingUpstream, free_port, make_config, raw_exchange
 from tests.process_testlib import ROOT, wait_for
 
 COOKIE = "gateway_admin"  # the admin cookie's name (docs/operations.md)

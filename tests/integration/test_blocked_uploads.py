@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import CountingUpstream, guarded_routes, multipart_body
+from tests.gateway_testlib import CountingUpstream, guarded_routes, multipart_body
 from tests.process_testlib import Proc, start, wait_for
 
 MiB = 1 << 20

@@ -18,37 +18,11 @@ from aiohttp import web
 from gateway.core.http import token_fingerprint
 from gateway.rollout import FixedClock, parse_instant
 from tests.board_fixtures import BIG_INT, board_bytes
-from tests.conftest import GatewayFactory, Received, RecordingUpstream, make_config, parse_responses, raw_exchange
+from tests.gateway_testlib import GatewayFactory, Received, RecordingUpstream, parse_responses, raw_exchange
+from tests.integration.board_testlib import board_config, json_responder
 
-BOARD_ROUTE = {"name": "board", "methods": ["GET", "HEAD"], "paths": ["/boards/{board_id}", "/spaces/{space_id}/boards/{board_id}"]}
 CAP_EPOCH = int(dt.datetime(2026, 10, 1, tzinfo=dt.UTC).timestamp())
 FULL, CAPPED, REMOVED = "2026-09-15T12:00:00Z", "2026-10-15T12:00:00Z", "2026-11-15T12:00:00Z"
-
-
-def board_config(upstream_url: str, *, options: dict[str, Any] | None = None, rollout: dict[str, Any] | None = None,
-                 tenant_rollout: dict[str, Any] | None = None) -> dict[str, Any]:
-    route = {**BOARD_ROUTE, "chain": [{"board_cards": options or {}}]}
-    config = make_config(upstream_url, routes=[route], rollout=rollout or {})
-    if tenant_rollout is not None:
-        config["tenants"][0]["rollout"] = tenant_rollout
-    return config
-
-
-def json_responder(body: bytes, *, status: int = 200, headers: dict[str, str] | None = None,
-                   etag: str | None = '"v1"', gzip_always: bool = False):
-    async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
-        out_headers = {"Content-Type": "application/json; charset=utf-8", **(headers or {})}
-        if etag is not None:
-            out_headers["ETag"] = etag
-            if request.headers.get("If-None-Match") in (etag, f"W/{etag}", "*") and status == 200:
-                return web.Response(status=304, headers=out_headers)
-        payload = body
-        if gzip_always:
-            payload = gzip.compress(body)
-            out_headers["Content-Encoding"] = "gzip"
-        return web.Response(status=status, body=payload, headers=out_headers)
-
-    return responder
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from gateway.core.chain import fold
 from gateway.core.exchange import Exchange, Flow, Next, Policy, Refuse, Reply, RequestBodyFilter, ResponseBodyFilter
 from gateway.rollout import FixedClock, parse_instant
 from tests.board_fixtures import board_bytes
-from tests.conftest import (
+from tests.gateway_testlib import (
     CountingUpstream, GatewayFactory, Received, RecordingUpstream, Responder, chunked_responder, free_port,
     guarded_routes, make_config, multipart_body, parse_responses, raw_exchange,
 )

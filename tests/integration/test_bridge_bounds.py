@@ -30,7 +30,7 @@ import aiohttp
 import pytest
 
 from tests.adversarial_upstream import AdversarialUpstream, Board, adversarial  # noqa: F401 - fixture
-from tests.conftest import guarded_routes, multipart_body
+from tests.gateway_testlib import guarded_routes, multipart_body
 from tests.process_testlib import Proc, start, wait_for
 
 MiB = 1 << 20

@@ -24,8 +24,15 @@ import pytest
 from prometheus_client import generate_latest
 
 from tests.adversarial_upstream import AdversarialUpstream, adversarial  # noqa: F401 - fixture
-from tests.integration.test_upload_upgrade_aborts import until
-from tests.conftest import GatewayFactory, LineCollector, RunningGateway, guarded_routes, make_config, multipart_body
+from tests.gateway_testlib import (
+    GatewayFactory,
+    LineCollector,
+    RunningGateway,
+    guarded_routes,
+    make_config,
+    multipart_body,
+    until,
+)
 from tests.process_testlib import samples, start, wait_for
 
 B = "truth-boundary"

@@ -22,7 +22,7 @@ from gateway.policies.board_cards.json_splice import scan
 from gateway.rollout import FixedClock, parse_instant
 from sandbox.app import create_app
 from sandbox.settings import SandboxSettings
-from tests.conftest import GatewayFactory, make_config
+from tests.gateway_testlib import GatewayFactory, make_config
 
 NOW = "2026-11-24T12:00:00Z"
 TOKEN = "Bearer sandbox-token"  # the bridged client (the exemptions name its fingerprint)
@@ -215,7 +215,7 @@ async def test_bounds_fail_the_backfill_cleanly(sandbox: Any, start_gateway: Gat
 
 
 async def test_the_access_log_and_the_usage_report_show_the_bridge(sandbox: Any, start_gateway: GatewayFactory) -> None:
-    from tests.conftest import LineCollector
+    from tests.gateway_testlib import LineCollector
 
     lines = LineCollector()
     config = _config(f"http://127.0.0.1:{sandbox.port}")

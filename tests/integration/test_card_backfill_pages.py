@@ -16,7 +16,7 @@ from gateway.core.exchange import Exchange, Next, Reply
 from gateway.policies.board_cards.backfill import BackfillFailed, BackfillOptions, fetch_cards
 from sandbox.app import create_app
 from sandbox.settings import SandboxSettings
-from tests.conftest import GatewayFactory, make_config
+from tests.gateway_testlib import GatewayFactory, make_config
 
 TOKEN = {"Authorization": "Bearer sandbox-token"}
 SIZES = (0, 1, 100, 101, 250, 10_000)  # boards 4.. in the sandbox (board 1 has 250 of its own)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ADMIN_HEADERS, ADMIN_TOKEN, free_port
+from tests.gateway_testlib import ADMIN_HEADERS, ADMIN_TOKEN, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable

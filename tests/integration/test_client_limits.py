@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.conftest import RecordingUpstream, parse_responses
+from tests.gateway_testlib import RecordingUpstream, parse_responses
 from tests.process_testlib import Proc, start, wait_for
 
 
@@ -128,7 +128,7 @@ async def test_connections_over_the_bound_are_answered_503_and_closed(
 async def test_a_tenant_over_its_upstream_concurrency_waits_then_gets_503(
     upstream: RecordingUpstream, start_gateway: Any
 ) -> None:
-    from tests.conftest import make_config
+    from tests.gateway_testlib import make_config
 
     release = asyncio.Event()
 
@@ -207,7 +207,7 @@ async def test_the_open_file_limit_is_raised_to_the_hard_one_and_a_low_hard_limi
 
     import yaml
 
-    from tests.conftest import free_port
+    from tests.gateway_testlib import free_port
     from tests.process_testlib import ROOT
 
     _, parent_hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -19,7 +19,7 @@ from gateway.core.http import token_fingerprint
 from gateway.rollout import FixedClock, parse_instant
 from sandbox.app import create_app
 from sandbox.settings import SandboxSettings
-from tests.conftest import GatewayFactory, guarded_routes, make_config
+from tests.gateway_testlib import GatewayFactory, guarded_routes, make_config
 
 TOKEN = "Bearer sandbox-token"
 DOCS = "https://docs.example.test/deprecations/board-cards"

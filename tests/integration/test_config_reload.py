@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 import yaml
 
-from tests.conftest import RecordingUpstream
+from tests.gateway_testlib import RecordingUpstream
 from tests.process_testlib import Proc, start, wait_for
 from tests.process_testlib import config as process_config
 

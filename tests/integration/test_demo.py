@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tests.conftest import free_port
+from tests.gateway_testlib import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,8 +10,8 @@ import pytest
 
 from gateway.rollout import FixedClock, parse_instant
 from tests.board_fixtures import board_bytes
-from tests.conftest import GatewayFactory, RecordingUpstream, parse_responses, raw_exchange
-from tests.integration.test_board_cards import board_config, json_responder
+from tests.gateway_testlib import GatewayFactory, RecordingUpstream, parse_responses, raw_exchange
+from tests.integration.board_testlib import board_config, json_responder
 
 REMOVED = "2026-11-15T12:00:00Z"
 EXEMPTIONS = [

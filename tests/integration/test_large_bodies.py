@@ -15,7 +15,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from tests.conftest import RecordingUpstream, free_port
+from tests.gateway_testlib import RecordingUpstream, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZE = 150 * 1024 * 1024 + 7

@@ -22,7 +22,7 @@ from gateway.policies.legacy_upload_guard import DISABLED_CODE
 from sandbox.app import create_app
 from sandbox.settings import DEFAULT_TOKEN
 from sandbox.state import STORE
-from tests.conftest import (
+from tests.gateway_testlib import (
     CountingUpstream,
     GatewayFactory,
     LineCollector,

@@ -14,8 +14,7 @@ from prometheus_client import generate_latest
 
 from gateway.rollout import FixedClock, parse_instant
 from tests.adversarial_upstream import AdversarialUpstream, Board, adversarial  # noqa: F401 - fixture
-from tests.integration.test_upload_upgrade_aborts import until
-from tests.conftest import GatewayFactory, bridged_routes, multipart_body
+from tests.gateway_testlib import GatewayFactory, bridged_routes, multipart_body, until
 from tests.process_testlib import samples
 
 B = "one-road-boundary"

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from tests.conftest import RecordingUpstream, free_port
+from tests.gateway_testlib import RecordingUpstream, free_port
 from tests.process_testlib import ROOT, Proc, start
 from tests.process_testlib import config as _config
 from tests.process_testlib import samples as _samples
@@ -193,7 +193,7 @@ async def test_workers_stop_when_the_supervisor_is_killed(upstream: RecordingUps
 
 async def test_deprecations_endpoint_and_usage_command(upstream: RecordingUpstream, start_gateway,
                                                        start_admin, tmp_path: Path) -> None:
-    from tests.conftest import make_config
+    from tests.gateway_testlib import make_config
 
     config = make_config(upstream.url, usage={"ledger": {"url": f"sqlite:///{tmp_path}/usage.sqlite3"}})
     gw = await start_gateway(config)
@@ -235,7 +235,7 @@ async def test_deprecations_endpoint_and_usage_command(upstream: RecordingUpstre
 async def test_admin_rollout_and_phase_gauge_follow_the_clock(upstream: RecordingUpstream, start_gateway,
                                                               start_admin) -> None:
     from gateway.rollout import FixedClock, parse_instant
-    from tests.conftest import make_config
+    from tests.gateway_testlib import make_config
 
     clock = FixedClock(parse_instant("2026-10-31T23:59:59Z"))
     gw = await start_gateway(make_config(upstream.url), clock=clock)

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from gateway.core.chain import fold
 from gateway.core.exchange import BodyBroken, Exchange, Next, Policy, Reply, UpstreamFailed
-from tests.conftest import GatewayFactory, Received, RecordingUpstream, free_port, make_config, raw_exchange, parse_responses
+from tests.gateway_testlib import GatewayFactory, Received, RecordingUpstream, free_port, make_config, raw_exchange, parse_responses
 
 
 def _route_through(gw: Any, policies: list[Policy]) -> None:

@@ -13,7 +13,7 @@ import pytest
 from aiohttp import http_exceptions, web
 
 from gateway.app import parser_error_text
-from tests.conftest import (
+from tests.gateway_testlib import (
     GatewayFactory,
     Received,
     RecordingUpstream,
@@ -181,7 +181,7 @@ async def test_streamed_chunked_response(gw, upstream, client) -> None:
 async def test_a_response_that_has_fully_arrived_leaves_in_one_write(gw, upstream, monkeypatch) -> None:
     from aiohttp.http_writer import StreamWriter
 
-    from gateway.proxy.listener import _Connection
+    from gateway.server.listener import _Connection
 
     writes: list[int] = []
     write, writelines = StreamWriter._write, StreamWriter._writelines

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from tests.conftest import Received, RecordingUpstream
+from tests.gateway_testlib import Received, RecordingUpstream
 from tests.process_testlib import Proc, start, wait_for
 
 BODY = os.urandom(256 * 1024)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tests.conftest import Received, RecordingUpstream, guarded_routes, multipart_body
+from tests.gateway_testlib import Received, RecordingUpstream, guarded_routes, multipart_body
 from tests.process_testlib import Proc, start, wait_for
 
 SIZE = 2 * 1024 * 1024

@@ -19,7 +19,7 @@ from gateway.core.http import token_fingerprint
 from gateway.ops.admin import make_admin_app
 from gateway.ops.status import ConfigHistory
 from gateway.rollout import FixedClock, parse_instant
-from tests.conftest import GatewayFactory, RecordingUpstream, admin_url, guarded_routes, make_config
+from tests.gateway_testlib import GatewayFactory, RecordingUpstream, admin_url, guarded_routes, make_config
 
 XSS = '<script>window.pwned=1</script>"><img src=x onerror=alert(1)>'
 

@@ -21,7 +21,7 @@ import pytest
 from playwright.async_api import Browser, Page, async_playwright
 
 from gateway.core.http import token_fingerprint
-from tests.conftest import ADMIN_TOKEN, BASE_CONFIG, RecordingUpstream, guarded_routes
+from tests.gateway_testlib import ADMIN_TOKEN, BASE_CONFIG, RecordingUpstream, guarded_routes
 from tests.process_testlib import Proc, start
 
 XSS = '<script>window.pwned=1</script>"><img src=x onerror="window.pwned=2">'

@@ -17,7 +17,7 @@ import aiohttp
 
 from tests import process_testlib
 from tests.adversarial_upstream import AdversarialUpstream, Board, adversarial  # noqa: F401 - fixture
-from tests.conftest import RecordingUpstream, bridged_routes, multipart_body
+from tests.gateway_testlib import RecordingUpstream, bridged_routes, multipart_body
 from tests.otlp_receiver import OtlpReceiver, otlp  # noqa: F401 - fixture
 from tests.process_testlib import Proc, wait_for
 

@@ -16,8 +16,8 @@ from aiohttp import web
 
 from sandbox.app import create_app
 from sandbox.state import JOURNAL
-from tests.conftest import GatewayFactory, LineCollector, RunningGateway, multipart_body
-from tests.integration.test_upload_upgrade import (  # noqa: F401 - fixtures
+from tests.gateway_testlib import GatewayFactory, LineCollector, RunningGateway, multipart_body, until
+from tests.integration.upload_upgrade_testlib import (  # noqa: F401 - fixtures
     MP,
     TOKEN,
     B,
@@ -36,18 +36,6 @@ from tests.integration.test_upload_upgrade import (  # noqa: F401 - fixtures
     text_part,
     upgrades,
 )
-
-
-async def until(check: Callable[[], bool | Awaitable[bool]], timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        result = check()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 async def abort_midway(gw: RunningGateway, method: str, target: str, body: bytes, sent: int,

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from sandbox.store import LegacyFile, RestrictedFile
-from tests.conftest import GatewayFactory, LineCollector, multipart_body
-from tests.integration.test_upload_upgrade import (  # noqa: F401 - fixtures
+from tests.gateway_testlib import GatewayFactory, LineCollector, multipart_body
+from tests.integration.upload_upgrade_testlib import (  # noqa: F401 - fixtures
     UUID,
     B,
     KiB,

@@ -12,9 +12,9 @@ import pytest
 from multidict import CIMultiDict
 from yarl import URL
 
-from gateway.proxy.options import UpstreamConfig
+from gateway.config.upstream import UpstreamConfig
 from gateway.proxy.upstream import UpstreamClient
-from tests.conftest import free_port
+from tests.gateway_testlib import free_port
 
 
 @dataclass

@@ -28,7 +28,7 @@ import yaml
 
 from gateway import cli
 from gateway.core.http import token_fingerprint
-from tests.conftest import ADMIN_HEADERS, ADMIN_TOKEN, BASE_CONFIG, RecordingUpstream, free_port, guarded_routes
+from tests.gateway_testlib import ADMIN_HEADERS, ADMIN_TOKEN, BASE_CONFIG, RecordingUpstream, free_port, guarded_routes
 from tests.process_testlib import ROOT, Proc, samples, start, wait_for
 
 UA = "legacy-uploader/2.1"
@@ -327,7 +327,7 @@ async def test_a_database_that_is_down_hides_nothing_and_stops_nothing(
         upstream: RecordingUpstream, start_gateway: Any, start_admin: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The ledger's database unreachable from the start, its password from the environment: the gateway serves and
     is ready, /deprecations says the ledger cannot be read, and no admin answer shows the password."""
-    from tests.conftest import make_config
+    from tests.gateway_testlib import make_config
 
     secret = "s3cr3t-ledger-pw"
     monkeypatch.setenv("LEDGER_SECRET", secret)

@@ -21,7 +21,7 @@ from prometheus_client.mmap_dict import MmapedDict, mmap_key
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway.ops.metrics import Metrics
-from tests.conftest import ADMIN_HEADERS, RecordingUpstream, free_port
+from tests.gateway_testlib import ADMIN_HEADERS, RecordingUpstream, free_port
 from tests.process_testlib import ROOT, samples, wait_for
 from tests.process_testlib import config as process_config
 

@@ -1,21 +1,7 @@
-"""The usage ledger in a running gateway: writes what the usage counter holds to the database in the background, and
-answers the admin endpoints' reads.
-
-Nothing here is on a request's path. Requests only update the counter (``ops.usage``); a task wakes every
-``flush_interval``, takes the counter's batch (O(1) on the event loop) and hands it to the ledger's own thread,
-where SQLAlchemy writes it (``store.Store``). Reads (``/deprecations``, ``/status``) run on a second thread, so a long
-report never holds a write back. Neither thread is the event loop's default executor, and both are daemon threads:
-a database that never answers cannot hold the process at exit.
-
-The database slow or down costs the record, never a request: a write that fails or does not answer within
-``flush_timeout`` leaves its batch in the counter (sent again, under the same id, so that a write whose outcome was
-unknown is not counted twice), the counter keeps counting in bounded memory, and the next attempt comes after a
-backoff (1 s doubling to 60 s, with jitter). The state is a metric (``gateway_usage_ledger_up``), and each change of
-state is one log line, never one per attempt. What could not be kept is counted
-(``gateway_usage_ledger_dropped_requests_total``). On SIGTERM the gateway closes the ledger after the requests in
-flight have finished: one last write, within ``flush_timeout``; a SIGKILL loses what was counted since the last
-write (at most ``flush_interval``).
-"""
+"""The usage ledger in a running gateway: writes what the usage counter holds to the database in the background (its
+own thread, never on a request's path), and answers the admin endpoints' reads (a second thread). A database slow or
+down costs the record, never a request: the batch stays in the counter and is sent again after a backoff
+(docs/operations.md, "The usage ledger"; docs/configuration.md, ``usage.ledger``)."""
 
 from __future__ import annotations
 
@@ -33,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..gc_pauses import freeze_startup
 from ..usage import HOUR, UsageCounter
-from .options import LedgerConfig
+from ...config.ledger import LedgerConfig
 
 if TYPE_CHECKING:
     from .query import Query

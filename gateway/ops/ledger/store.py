@@ -1,16 +1,6 @@
-"""The usage ledger's database side (SQLAlchemy Core, synchronous): creating and upgrading the schema (Alembic),
-writing batches as upserts that add up, reading reports, deleting what retention lets go.
-
-Blocking by nature: the gateway calls it from the ledger's own thread (``ledger.Ledger``), the command line directly.
-Drivers: the standard library's sqlite3, and psycopg 3 for PostgreSQL.
-
-Several processes may write the same hour, client and decision at once (``--workers``, a fleet of replicas): every
-write is ``INSERT ... ON CONFLICT DO UPDATE SET requests = requests + excluded.requests`` (first seen the smaller,
-last seen the larger), atomic per row in both databases, so concurrent batches add up exactly. Rows are written in
-key order (two PostgreSQL transactions then lock shared rows in the same order and cannot deadlock), and SQLite
-transactions that write start with ``BEGIN IMMEDIATE`` (WAL mode; a writer waits up to the busy timeout for the
-other instead of failing on a lock upgrade).
-"""
+"""The usage ledger's database side (SQLAlchemy Core, synchronous; sqlite3 or psycopg 3): the schema and its upgrades
+(Alembic), batches written as upserts that add up (several processes may write the same rows: ``Store.write``),
+reports, retention. Blocking by nature: the gateway calls it from the ledger's own thread, the command line directly."""
 
 from __future__ import annotations
 
@@ -31,7 +21,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from ..usage import Batch
 from .migrations import HEAD
-from .options import database_url
+from ...config.ledger import database_url
 from .query import DAY, Query, iso
 from .schema import batches, clients, totals
 
@@ -152,7 +142,14 @@ class Store:
 
     def write(self, batch: Batch, now: float, *, forget: str | None = None) -> bool:
         """Add the batch's counts; False when a batch of that id was already written (nothing is added twice).
-        ``forget``: the id of this process's previous batch, settled now that the next one is being written."""
+        ``forget``: the id of this process's previous batch, settled now that the next one is being written.
+
+        Several processes may write the same hour, client and decision at once (``--workers``, replicas): each row is
+        ``INSERT ... ON CONFLICT DO UPDATE SET requests = requests + excluded.requests`` (first seen the smaller, last
+        seen the larger), atomic per row in both databases, so concurrent batches add up exactly. Rows go in key
+        order (two PostgreSQL transactions lock shared rows in the same order and cannot deadlock); SQLite writes
+        start with ``BEGIN IMMEDIATE`` (WAL mode: a writer waits up to the busy timeout instead of failing on a lock
+        upgrade)."""
         with self._transaction(write=True, timeout=self.timeout) as conn:
             claimed = conn.execute(self._claim_batch, {"id": batch.id, "written_at": now})
             if claimed.first() is None:

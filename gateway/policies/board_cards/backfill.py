@@ -1,28 +1,7 @@
-"""The card backfill bridge: a board's ``cards`` rebuilt from the paginated card list (spec, "List cards",
-"Versioning" 5), for a client whose phase still shows cards after the service itself has stopped returning them.
-
-Pages are fetched with the client's own ``Authorization`` (never another credential), ``concurrency`` at a time.
-Consecutive pages overlap by ``overlap`` cards: page k+1 must contain the last card of page k, which proves that no
-card was skipped between them even if the list shifted while it was read; cards seen twice (a card inserted in
-front moves the next page's window) are dropped by id. A link that does not hold is read once more; if it still
-does not hold, the backfill fails as ``inconsistent``, as does a page longer than its limit or holding a card of
-another board. Every bound (pages, cards, bytes, time) fails it likewise: the caller then serves the upstream's board
-as it came, never a partial array presented as whole.
-
-Bounds hold by construction:
-
-- **bytes**: one ``Budget`` of ``max_bytes`` for the whole backfill; every piece of every page body is taken from it
-  before it is kept, so pages read in parallel never hold more than ``max_bytes`` together (a page that declares a
-  longer body than what is left is refused before it is read);
-- **a page's length**: the scanner counts its elements without making an object of any, and a page of more than
-  ``page_size`` is refused before any card is looked at;
-- **copies**: a card of a large page is a view into it (``Filled.cards``), never copied: the answer is assembled from
-  views;
-- **the event loop**: a page is scanned and its cards read (only their ``id`` and ``board_id``) on a worker thread:
-  the scanner releases the GIL, a small card is parsed whole (well under a millisecond), a large one is walked with
-  ``bytes.find`` between its strings without being parsed, in steps that let the event loop run; the walk stops
-  when the backfill is given up (its timeout).
-"""
+"""The card backfill bridge: a board's ``cards`` rebuilt from the paginated card list (spec, "List cards", "Versioning"
+5), for a client whose phase still shows cards after the service has stopped returning them. How pages are linked
+(``overlap``), when it fails, and the bounds that hold by construction (bytes, a page's length, copies, the event
+loop): docs/policies/board_cards.md ("The card backfill bridge")."""
 
 from __future__ import annotations
 

@@ -1,30 +1,8 @@
-"""Byte-level editing of one member of a JSON object, without re-serialising anything else.
-
-``scan`` reads the top level of a JSON text whose value is an object and records where each member starts and
-ends; for one named member whose value is an array it also records where each element ends. ``truncate`` and
-``drop`` then cut the raw bytes at those offsets, so everything that is kept (key order, whitespace, unicode and
-escapes, integers of any size, floats as written) stays byte for byte what the upstream sent.
-
-What is checked ("JSON enough to be safe" for cutting): the top level strictly (one object, string keys, colons,
-commas, scalars by the JSON grammar, nothing but whitespace after it); the named array element by element, as
-strictly; inside nested values, that strings are closed with valid escapes and no raw control characters, and that
-brackets balance with matching kinds. A text that fails these checks raises ``NotJSON``; the caller passes it
-through untouched.
-
-A body may be scanned as it arrives: ``Reader`` is fed its pieces one by one (``Reply.read_pieces``) and keeps them
-as ``Pieces``, never joined; every function here takes either ``bytes`` or ``Pieces``.
-
-Speed: the native path (``_jsonscan``, a small C module built with the package) reads the whole text in one pass,
-64 bytes at a time with SIMD compares and bit arithmetic, by the same rules as the exact path below, at about
-0.2 ns a byte; it reads piece by piece, so a large body is read while it arrives, a little at a time, and the event
-loop is never held for the whole of it. It only vouches for what the exact path accepts: whatever it cannot (a text
-that is not JSON, nesting deeper than it reads, a repeated ``cards``) goes to the exact path, which gives the answer
-and the reason. Without the compiled module every body is read by the exact path: the same answers, more slowly.
-
-The exact path skips nested values with one precompiled regular expression per value (nesting up to ``_FAST_DEPTH``
-levels in the pattern, deeper values by an explicit stack), so Python runs once per top-level member and once per
-array element, not once per token; the regex engine visits every byte of every string (about 6 ns a byte).
-"""
+"""Byte-level editing of one member of a JSON object (the board's ``cards``), without re-serialising anything else:
+``scan`` (or ``Reader``, fed a body's pieces as they arrive) records where the top-level members and the named
+array's elements end, and ``truncate``/``drop`` cut the raw bytes there. A text that is not JSON enough to be cut
+safely raises ``NotJSON``. The native path (``_jsonscan``) and the exact path, what each checks and their speeds:
+docs/policies/board_cards.md ("Speed", "The native scanner")."""
 
 from __future__ import annotations
 
@@ -166,8 +144,9 @@ def _skip_ws(body: bytes, pos: int) -> int:
 
 
 class Pieces:
-    """A body kept as the pieces it arrived in, not joined: its length, slices and comparisons read the pieces
-    where they are. ``bytes(pieces)`` joins them once (and keeps only the joined copy)."""
+    """A body's text kept as the pieces it arrived in, not joined: its length, slices and comparisons read the pieces
+    where they are. ``bytes(pieces)`` joins them once (and keeps only the joined copy). A view for reading and
+    comparing (the scan, the memo); the body a reply holds and sends is ``core.exchange.Pieces``."""
 
     __slots__ = ("_pieces", "_starts", "_size")
 

@@ -1,14 +1,7 @@
-"""board_cards: withdraw ``cards`` from the board route on the spec's dates ("Limits" 2-3, "Versioning" 5).
-
-Before the cap date the upstream's bytes pass untouched; from it, at most ``cap`` cards (the first ones); from the
-removal date, none. Whenever cards are excluded, ``cards_deprecation_message`` names the paginated card list
-request that replaces them. The phase comes from the rollout plan (dates, overrides, brownouts, exemptions).
-
-A compatibility policy: a body it cannot edit safely (not 200, not JSON, not parseable, too large, an unknown
-content coding) passes through untouched, counted in ``gateway_board_responses{tenant,phase,action}`` and logged
-once.
-See docs/policies/board_cards.md for the choices on compression and validators.
-"""
+"""board_cards: withdraw ``cards`` from the board route on the spec's dates ("Limits" 2-3, "Versioning" 5): untouched
+before the cap date, at most ``cap`` cards from it, none from the removal date, with ``cards_deprecation_message``
+naming the card list request that replaces them. A body it cannot edit safely passes through untouched, counted
+(docs/policies/board_cards.md)."""
 
 from __future__ import annotations
 

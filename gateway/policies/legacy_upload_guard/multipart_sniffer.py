@@ -1,74 +1,15 @@
-"""An incremental, bounded reader of multipart/form-data part headers: does a body carry a file part?
-
-Pure: no I/O and no aiohttp, so every rule is unit-testable byte by byte. It is strict on purpose. The gateway does
-not parse the body for the upstream, it only decides whether the upstream could see a file in it, so anything two
-common multipart parsers could read differently is reported as ``Ambiguous`` instead of guessed. The rules, and the
-parsers that read each case differently (tests/differential), are listed in docs/policies/legacy_upload_guard.md.
-A file part wins over an ambiguity: a rule broken in one part's headers is remembered while the next parts are read.
-
-Memory stays bounded whatever the body size: the sniffer keeps at most one part's header block
-(``max_header_bytes``) or a delimiter's length of a part body.
-"""
+"""The guard's reading of a multipart body: does it carry a file part? The core's multipart reader does the reading;
+this consumer stops at the first file part and keeps the first rule broken before it (a file part wins)."""
 
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from urllib.parse import unquote
 
-__all__ = (
-    "Ambiguous",
-    "Boundary",
-    "MalformedValue",
-    "MediaType",
-    "MultipartSniffer",
-    "Verdict",
-    "form_data_boundary",
-    "parse_media_type",
-    "parse_parameters",
-    "request_media_type",
-)
+from ...core.multipart import Ambiguous, Boundary, MultipartReader, PartHeaders, Read
 
-_TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
-_TOKEN_RE = re.compile(_TOKEN)
-# qdtext without the backslash: in a media type a quoted-pair is refused, because parsers disagree on whether it
-# escapes.
-_QUOTED = r'"[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]*"'
-_PARAM_RE = re.compile(rf"[ \t]*;[ \t]*(?:({_TOKEN})=({_TOKEN}|{_QUOTED}))?")
-# With RFC 9110 quoted-pairs: how a parser that honours backslash escapes reads a parameter list (a Content-Disposition
-# is read this way, and also as a parser that ends a quoted value at the first quote does).
-_ESCAPED = r'"(?:[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t \x21-\x7e\x80-\xff])*"'
-_ESCAPED_PARAM_RE = re.compile(rf"[ \t]*;[ \t]*(?:({_TOKEN})=({_TOKEN}|{_ESCAPED}))?")
-_QUOTED_PAIR_RE = re.compile(r"\\(.)")
-_QUOTE_OR_PAIR_RE = re.compile(r'\\.|"')
-# "name=" or "filename=" as formidable's regular expressions find them (after any non-word character, quotes
-# included): where that is not a parameter name, a parser that searches the header text reads another field.
-_PARAMETER_LIKE_RE = re.compile(r"(?<![A-Za-z0-9_])(file)?name(?=[*0-9]*[ \t]*=)", re.IGNORECASE)
-_MEDIA_TYPE_RE = re.compile(rf"[ \t]*({_TOKEN})/({_TOKEN})")
-# Part header lines: a field name, a colon, a value without control characters (obs-text is allowed: browsers
-# send UTF-8 file names raw).
-_HEADER_LINE_RE = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):([\t \x21-\x7e\x80-\xff]*)")
-_BARE_LF_RE = re.compile(rb"(?<!\r)\n|\r(?!\n)")
-# RFC 2046's bchars: 1 to 70, not ending with a space (the parsers of tests/differential agree on every one of them
-# in a quoted boundary; an unquoted one must be a token, see parse_media_type).
-_BOUNDARY_RE = re.compile(r"[0-9A-Za-z'()+_,\-./:=? ]{0,69}[0-9A-Za-z'()+_,\-./:=?]")
-
-_CRLF = b"\r\n"
-
-
-class MalformedValue(ValueError):
-    """A header value that does not follow its grammar."""
-
-
-class Ambiguous(Exception):
-    """A body (or its headers) that parsers could read differently; ``rule`` is a stable name for it."""
-
-    def __init__(self, rule: str, message: str) -> None:
-        super().__init__(message)
-        self.rule = rule
-        self.message = message
+__all__ = ("MultipartSniffer", "PartFinding", "Verdict")
 
 
 class Verdict(enum.Enum):
@@ -78,444 +19,59 @@ class Verdict(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class MediaType:
-    type: str  # lower-cased
-    subtype: str  # lower-cased
-    params: tuple[tuple[str, str, bool], ...]  # (lower-cased name, value without quotes, was quoted)
-
-    @property
-    def essence(self) -> str:
-        return f"{self.type}/{self.subtype}"
-
-
-def parse_parameters(text: str, pos: int = 0, *, escapes: bool = False) -> tuple[tuple[str, str, bool], ...]:
-    """``*( OWS ";" OWS [ name "=" ( token / quoted-string ) ] )`` from ``pos`` to the end, or MalformedValue.
-
-    Quoted strings have no backslash, unless ``escapes``: then quoted-pairs are read (and unescaped) as RFC 9110
-    says."""
-    params: list[tuple[str, str, bool]] = []
-    end = len(text.rstrip(" \t"))
-    pattern = _ESCAPED_PARAM_RE if escapes else _PARAM_RE
-    while pos < end:
-        m = pattern.match(text, pos)
-        if m is None or m.end() > end:
-            raise MalformedValue(f"cannot parse the parameters at {text[pos:pos + 40]!r}")
-        pos = m.end()
-        if m.group(1) is None:
-            continue
-        value = m.group(2)
-        quoted = value.startswith('"')
-        if quoted:
-            value = _QUOTED_PAIR_RE.sub(r"\1", value[1:-1]) if escapes else value[1:-1]
-        params.append((m.group(1).lower(), value, quoted))
-    return tuple(params)
-
-
-def parse_media_type(value: str) -> MediaType:
-    """RFC 9110 ``media-type`` (type/subtype and parameters), strictly: no comments, no lists, no escapes."""
-    m = _MEDIA_TYPE_RE.match(value)
-    if m is None:
-        raise MalformedValue(f"not a media type: {value[:60]!r}")
-    return MediaType(m.group(1).lower(), m.group(2).lower(), parse_parameters(value, m.end()))
-
-
-def request_media_type(values: list[str], suspicious: re.Pattern[str]) -> MediaType | None:
-    """The media type of a request's Content-Type lines (``values``): None when there is none, or when it cannot be
-    parsed and does not look like what ``suspicious`` finds; Ambiguous when there are several, or when it cannot be
-    parsed and some parser could still read it as such."""
-    if len(values) > 1:
-        raise Ambiguous("duplicate_content_type", "the request has more than one Content-Type header")
-    if not values:
-        return None
-    try:
-        return parse_media_type(values[0])
-    except MalformedValue:
-        if suspicious.search(values[0]):
-            raise Ambiguous("malformed_content_type", "the Content-Type cannot be parsed") from None
-        return None
-
-
-@dataclass(frozen=True, slots=True)
-class Boundary:
-    value: bytes
-    quoted: bool
-
-    @property
-    def delimiter(self) -> bytes:
-        return b"--" + self.value
-
-    @property
-    def alternates(self) -> tuple[bytes, ...]:
-        # A parser that keeps the quotes of a quoted boundary looks for another delimiter: it must not occur either.
-        return (b'--"' + self.value,) if self.quoted else ()
-
-
-def form_data_boundary(media: MediaType) -> Boundary:
-    """The boundary of a ``multipart/form-data`` media type, or Ambiguous when parsers could disagree on it."""
-    if media.essence != "multipart/form-data":
-        raise Ambiguous("multipart_subtype", f"only multipart/form-data is accepted here, not {media.essence}")
-    names = [name for name, _, _ in media.params]
-    if len(set(names)) != len(names):
-        rule = "duplicate_boundary" if names.count("boundary") > 1 else "duplicate_parameter"
-        raise Ambiguous(rule, "the Content-Type repeats a parameter")
-    if any(name.startswith("boundary") and name != "boundary" for name in names):
-        raise Ambiguous("boundary_parameter", "the Content-Type has an extended or misspelled boundary parameter")
-    found = [(value, quoted) for name, value, quoted in media.params if name == "boundary"]
-    if not found:
-        raise Ambiguous("missing_boundary", "the multipart Content-Type has no boundary parameter")
-    ((value, quoted),) = found
-    if not _BOUNDARY_RE.fullmatch(value):
-        raise Ambiguous(
-            "boundary_characters", "the boundary must be 1 to 70 letters, digits or '_', '.', '+', '-'"
-        )
-    return Boundary(value.encode("ascii"), quoted)
-
-
-def _field_bases(names: Iterable[str]) -> frozenset[str]:
-    return frozenset(n.lower().removesuffix("[]") for n in names)
-
-
-def _searched(disposition: str) -> tuple[str | None, list[str]]:
-    """A Content-Disposition as a parser that searches its text for ``name=`` and ``filename=`` reads it: the first
-    of those that is not a parameter (inside a quoted value, or the end of another parameter's name), and the field
-    names it reads, a quoted one ending at the first quote (backslash included)."""
-    names: list[str] = []
-    for m in _PARAMETER_LIKE_RE.finditer(disposition):
-        before = disposition[: m.start()]
-        outside = sum(q.group(0) == '"' for q in _QUOTE_OR_PAIR_RE.finditer(before)) % 2 == 0
-        if not (outside and before.rstrip(" \t").endswith(";")):
-            return ("filename" if m.group(1) else "name"), names
-        rest = disposition[m.end() :]
-        if not m.group(1) and rest.startswith('="'):
-            names.append(rest[2:].partition('"')[0])
-    return None, names
-
-
-def _extended_value(value: str) -> str:
-    """An RFC 8187 ``charset'language'value`` decoded (as UTF-8 when the charset is unknown)."""
-    charset, sep, rest = value.partition("'")
-    if not sep:
-        return unquote(value)
-    encoded = rest.partition("'")[2]
-    try:
-        return unquote(encoded, encoding=charset or "utf-8", errors="replace")
-    except LookupError:
-        return unquote(encoded, errors="replace")
-
-
-class _State(enum.Enum):
-    START = 0  # before the first delimiter: a preamble, in which there is no delimiter
-    AFTER_DELIMITER = 1  # CRLF (a part follows) or "--" (the close delimiter)
-    HEADERS = 2
-    BODY = 3
-    EPILOGUE = 4  # after the close delimiter: an epilogue, in which there is no delimiter
-
-
-@dataclass(frozen=True, slots=True)
 class PartFinding:
     index: int  # 0-based part number
     reason: str
 
 
 class MultipartSniffer:
-    """Feed body bytes as they arrive; ``feed`` answers FILE as soon as a file part's headers are complete.
-
-    A part is a file part when its Content-Disposition has a ``filename`` parameter (any spelling starting with
-    ``filename``: ``filename*``, RFC 2231 ``filename*0``), when it has a Content-Type other than text/plain, or when
-    its field name is one of ``file_fields`` (``files`` also covers ``files[]`` and ``files[0]``). NO_FILE is only
-    answered by ``feed_eof`` after a complete, well-formed body. Ambiguous is raised for every rule broken: at once
-    when the structure of the body is in doubt (where parts begin and end), and otherwise, for a rule broken in a
-    part's headers, once the body has ended without a file part (``pending`` holds it until then).
-    """
+    """Feed body bytes as they arrive; ``feed`` answers FILE as soon as a file part's headers are complete. NO_FILE
+    is only answered by ``feed_eof`` after a complete, well-formed body. Ambiguous is raised at once when the structure
+    of the body is in doubt, and for a rule broken in a part's headers once the body has ended without a file part
+    (``pending`` holds it until then)."""
 
     def __init__(self, boundary: Boundary, *, max_header_bytes: int = 16384, file_fields: Iterable[str] = ()) -> None:
-        self._delimiter = boundary.delimiter
-        self._alternates = boundary.alternates
-        self._alt_keep = max((len(a) for a in self._alternates), default=1) - 1
-        self._alt_tail = b""
-        self._max_header_bytes = max_header_bytes
-        self._file_bases = _field_bases(file_fields)
-        self._buf = bytearray()
-        self._state = _State.START
-        self._scanned = 0  # bytes of the current header block already checked
-        self._preamble = False  # bytes before the first delimiter were dropped
-        self.parts = 0  # parts whose headers were read
-        self.bytes_fed = 0
+        self._reader = MultipartReader(boundary, self, max_header_bytes=max_header_bytes, file_fields=file_fields)
         self.finding: PartFinding | None = None
-        self.pending: Ambiguous | None = None  # the first rule broken in a part's headers
+
+    @property
+    def pending(self) -> Ambiguous | None:
+        return self._reader.pending
+
+    @property
+    def bytes_fed(self) -> int:
+        return self._reader.bytes_fed
+
+    @property
+    def parts(self) -> int:
+        return self._reader.parts
+
+    @property
+    def _buf(self) -> bytearray:
+        """What the reader holds between feeds (bounded: tests check it)."""
+        return self._reader.held
 
     def feed(self, data: bytes) -> Verdict:
-        if self.finding is not None:
-            return Verdict.FILE
-        self.bytes_fed += len(data)
-        if self._alternates:
-            self._check_alternates(data)
-        self._buf += self._skip_content(data)
-        try:
-            while True:
-                progressed = self._step()
-                if self.finding is not None:
-                    return Verdict.FILE
-                if not progressed:
-                    return Verdict.NEED_MORE
-        except Ambiguous as err:
-            raise (self.pending or err) from None
+        if self.finding is None:
+            self._reader.feed(data)
+        return Verdict.NEED_MORE if self.finding is None else Verdict.FILE
 
     def feed_eof(self) -> Verdict:
         if self.finding is not None:
             return Verdict.FILE
-        if self.pending is not None:
-            raise self.pending
-        if self._state is _State.EPILOGUE:
-            return Verdict.NO_FILE
-        raise Ambiguous("unterminated_body", "the multipart body ends before its close delimiter")
+        self._reader.close()
+        return Verdict.NO_FILE
 
-    def _skip_content(self, data: bytes) -> bytes:
-        """Inside a part, the common case: ``data`` holds no delimiter, and none straddles the bytes held back from
-        the last feed and ``data``. Then all but its last few bytes are content (``_content``), and never pass
-        through the buffer; a large upload costs no copy here. Returns what is left for the buffer."""
-        delimiter = self._delimiter
-        keep = len(delimiter) + 2
-        if self._state is not _State.BODY or len(data) <= 2 * keep or delimiter in data:
-            return data
-        buf = self._buf
-        if delimiter in bytes(buf) + data[: len(delimiter)]:
-            return data  # read the usual way
-        if buf:
-            self._content(bytes(buf), len(buf))
-            buf.clear()
-        self._content(data, len(data) - keep)
-        return data[len(data) - keep :]
+    # --- the reader's events ---------------------------------------------------------------------------------------
 
-    def _check_alternates(self, data: bytes) -> None:
-        # Searched in place, plus the few bytes where one could straddle the last feed and this one: the splitter
-        # reads a whole upload through here, so a feed is not copied.
-        keep = self._alt_keep
-        seam = self._alt_tail + data[:keep]
-        for alternate in self._alternates:
-            if alternate in data or alternate in seam:
-                raise Ambiguous("alternate_delimiter", "the body contains the quoted boundary as a delimiter")
-        self._alt_tail = (self._alt_tail + data[-keep:])[-keep:] if keep else b""
+    def on_part(self, part: PartHeaders) -> Read:
+        if part.file_reason is None:
+            return Read.SKIP
+        self.finding = PartFinding(part.index, part.file_reason)
+        return Read.STOP
 
-    def _step(self) -> bool:
-        """Advance by one syntactic element if the buffer holds it; False when more bytes are needed."""
-        buf = self._buf
-        delimiter = self._delimiter
-        state = self._state
-        if state is _State.START:
-            # RFC 2046 5.1.1 allows a preamble: parsers look for the delimiter in it, so none may be there but the
-            # first, at the start of the body or of a line (its CRLF belongs to the delimiter).
-            i = buf.find(delimiter)
-            if i == -1:
-                # Keep what a delimiter straddling two feeds needs, and the two bytes before it.
-                keep = len(delimiter) + 2
-                if len(buf) > keep:
-                    del buf[: len(buf) - keep]
-                    self._preamble = True
-                return False
-            if (i > 0 or self._preamble) and buf[i - 2 : i] != _CRLF:
-                rule = "line_endings" if buf[i - 1 : i] == b"\n" else "preamble"
-                raise Ambiguous(rule, "the boundary occurs in the preamble without a CRLF before it")
-            del buf[: i + len(delimiter)]
-            self._state = _State.AFTER_DELIMITER
-            return True
-        if state is _State.AFTER_DELIMITER:
-            if not buf:
-                return False
-            if buf[:1] == b"\n":
-                raise Ambiguous("line_endings", "a delimiter line ends with a bare LF instead of CRLF")
-            if len(buf) < 2:
-                if bytes(buf[:1]) not in (b"\r", b"-"):
-                    raise Ambiguous("delimiter_suffix", "a boundary delimiter is followed by other characters")
-                return False
-            suffix = bytes(buf[:2])
-            del buf[:2]
-            if suffix == _CRLF:
-                self._state = _State.HEADERS
-            elif suffix == b"--":
-                self._state = _State.EPILOGUE
-            else:
-                rule = "line_endings" if suffix[:1] == b"\r" else "delimiter_suffix"
-                raise Ambiguous(rule, "a boundary delimiter is followed by something other than CRLF or '--'")
-            return True
-        if state is _State.HEADERS:
-            return self._step_headers()
-        if state is _State.BODY:
-            return self._step_body()
-        # EPILOGUE: every parser of tests/differential ignores it, one that reads on would find parts after it.
-        if buf.find(delimiter) != -1:
-            raise Ambiguous("epilogue", "the boundary delimiter occurs after the close delimiter")
-        keep = len(delimiter) - 1
-        if len(buf) > keep:
-            del buf[: len(buf) - keep]
-        return False
+    def on_content(self, data: bytes) -> None:
+        return
 
-    def _step_headers(self) -> bool:
-        buf = self._buf
-        if buf[:2] == _CRLF:
-            # No header at all: nothing makes it a file part, the part's body starts at once.
-            self._note(Ambiguous("missing_disposition", f"part {self.parts} has no headers (no Content-Disposition)"))
-            del buf[:2]
-            self.parts += 1
-            self._state = _State.BODY
-            return True
-        # Only bytes not checked by an earlier feed are scanned (with the overlap each search needs), so a client
-        # that trickles a header block byte by byte costs linear time.
-        seen = self._scanned
-        end = buf.find(b"\r\n\r\n", max(0, seen - 3))
-        # A CR at the very end may be the first half of a CRLF still on its way.
-        limit = end + 4 if end != -1 else len(buf) - 1 if buf.endswith(b"\r") else len(buf)
-        if _BARE_LF_RE.search(buf, max(0, seen - 1), limit):
-            raise Ambiguous("line_endings", f"the headers of part {self.parts} use a bare LF or CR")
-        if buf.find(self._delimiter, max(0, seen - len(self._delimiter) + 1), limit) != -1:
-            raise Ambiguous("delimiter_in_headers", f"the headers of part {self.parts} contain the boundary")
-        self._scanned = limit
-        if end == -1:
-            if len(buf) > self._max_header_bytes:
-                raise Ambiguous("part_headers_too_large", f"the headers of part {self.parts} are too large")
-            return False
-        if end > self._max_header_bytes:
-            raise Ambiguous("part_headers_too_large", f"the headers of part {self.parts} are too large")
-        block = bytes(buf[:end])
-        del buf[: end + 4]
-        self._scanned = 0
-        reason = self._classify_part(block)
-        if reason is not None:
-            self.finding = PartFinding(self.parts, reason)
-        self.parts += 1
-        self._state = _State.BODY
-        return True
-
-    def _step_body(self) -> bool:
-        buf = self._buf
-        delimiter = self._delimiter
-        i = buf.find(delimiter)
-        if i == -1:
-            # Keep enough to see a delimiter (and the CRLF before it) that straddles two feeds.
-            keep = len(delimiter) + 2
-            if len(buf) > keep:
-                self._take(len(buf) - keep)
-            return False
-        if i < 2 or buf[i - 2 : i] != _CRLF:
-            rule = "line_endings" if i >= 1 and buf[i - 1 : i] == b"\n" else "delimiter_not_on_own_line"
-            raise Ambiguous(rule, f"the boundary occurs in part {self.parts - 1} without a CRLF before it")
-        after = i + len(delimiter)
-        if len(buf) < after + 2:
-            if len(buf) == after + 1 and bytes(buf[after : after + 1]) not in (b"\r", b"-"):
-                rule = "line_endings" if buf[after : after + 1] == b"\n" else "delimiter_suffix"
-                raise Ambiguous(rule, "a boundary delimiter is followed by something other than CRLF or '--'")
-            self._take(i - 2)
-            return False
-        suffix = bytes(buf[after : after + 2])
-        if suffix == _CRLF:
-            state = _State.HEADERS
-        elif suffix == b"--":
-            state = _State.EPILOGUE
-        else:
-            rule = "line_endings" if suffix[:1] in (b"\r", b"\n") else "delimiter_suffix"
-            raise Ambiguous(rule, "a boundary delimiter is followed by something other than CRLF or '--'")
-        self._take(i - 2)
-        self._part_end()
-        del buf[: len(delimiter) + 4]
-        self._state = state
-        return True
-
-    def _take(self, n: int) -> None:
-        """The first ``n`` bytes of the buffer are the current part's content: dropped (a reader that hands content
-        out overrides this)."""
-        if n > 0:
-            del self._buf[:n]
-
-    def _content(self, data: bytes, end: int) -> None:
-        """``data[:end]`` is content of the current part that never entered the buffer (``_skip_content``): dropped
-        (not even sliced), unless a reader that hands content out overrides this."""
-
-    def _part_end(self) -> None:
-        """The current part's content is complete (the buffer now starts with the CRLF and delimiter after it)."""
-
-    def _note(self, problem: Ambiguous) -> None:
-        if self.pending is None:
-            self.pending = problem
-
-    def _classify_part(self, block: bytes) -> str | None:
-        """Why this part is a file part, or None; a rule its headers break is noted (``pending``), and what can still
-        be read of them is read: a file part in an ambiguous part is still a file part."""
-        n = self.parts
-        note = self._note
-        headers: list[list[bytes]] = []
-        for line in block.split(_CRLF):
-            if line[:1] in (b" ", b"\t"):
-                note(Ambiguous("folded_header", f"part {n} has a folded (obs-fold) header line"))
-                if headers:  # read unfolded, as the parsers that accept it do
-                    headers[-1][1] += b" " + line.strip(b" \t")
-                continue
-            m = _HEADER_LINE_RE.fullmatch(line)
-            if m is None:
-                note(Ambiguous("malformed_part_header", f"part {n} has a header line that is not 'Name: value'"))
-                continue
-            headers.append([m.group(1).lower(), m.group(2).strip(b" \t")])
-        fields: dict[bytes, list[bytes]] = {}
-        for name, value in headers:
-            fields.setdefault(name, []).append(value)
-        for name in (b"content-disposition", b"content-type", b"content-transfer-encoding"):
-            if len(fields.get(name, ())) > 1:
-                rule = f"duplicate_part_{name.decode().replace('-', '_')}"
-                note(Ambiguous(rule, f"part {n} repeats {name.decode()}"))
-        dispositions = fields.get(b"content-disposition", [])
-        if not dispositions:
-            note(Ambiguous("missing_disposition", f"part {n} has no Content-Disposition"))
-        names: list[str] = []
-        for raw in dispositions:
-            if self._has_filename(raw.decode("latin-1"), names):
-                return "filename parameter"
-        for raw in fields.get(b"content-type", ()):
-            try:
-                media = parse_media_type(raw.decode("latin-1"))
-            except MalformedValue:
-                note(Ambiguous("malformed_part_content_type", f"part {n} has a Content-Type that cannot be parsed"))
-                continue
-            # multipart/* included: RFC 2388 sent several files of one field as a nested multipart/mixed part.
-            if media.essence != "text/plain":
-                return f"content type {media.essence}"
-        return next((f"field name {name!r}" for name in names if self._is_file_field(name)), None)
-
-    def _has_filename(self, raw: str, names: list[str]) -> bool:
-        """Whether this Content-Disposition has a filename parameter; the field names it gives are added to
-        ``names``."""
-        n = self.parts
-        note = self._note
-        kind = _TOKEN_RE.match(raw)
-        if kind is None:
-            note(Ambiguous("malformed_disposition", f"part {n} has a Content-Disposition that cannot be parsed"))
-            return False
-        try:
-            params = parse_parameters(raw, kind.end(), escapes=True)
-        except MalformedValue:
-            note(Ambiguous("malformed_disposition", f"part {n} has a Content-Disposition that cannot be parsed"))
-            return False
-        stray, searched_names = _searched(raw)
-        if stray is not None:
-            note(Ambiguous(f"{stray}_outside_parameter", f"part {n} has '{stray}=' outside a parameter name"))
-        names += searched_names
-        if kind.group(0).lower() != "form-data":
-            note(Ambiguous("disposition_type", f"part {n} is not a form-data part ({kind.group(0)!r})"))
-        keys = [key for key, _, _ in params]
-        if len(set(keys)) != len(keys):
-            note(Ambiguous("duplicate_disposition_parameter", f"part {n} repeats a Content-Disposition parameter"))
-        if any(key.startswith("filename") for key in keys):
-            return True
-        for key, value, _ in params:
-            if key == "name":
-                names.append(value)
-            elif key == "name*":
-                # RFC 8187: parsers that decode it read this name, the others the plain one (or none).
-                names += (value, _extended_value(value))
-            elif key.startswith("name"):
-                note(Ambiguous("extended_name", f"part {n} has a misspelled or continued name parameter"))
-        if "name" not in keys and "name*" not in keys:
-            note(Ambiguous("missing_name", f"part {n} has no field name"))
-        return False
-
-    def _is_file_field(self, name: str) -> bool:
-        # The bases carry no brackets: "files" covers "files", "files[]" and "files[0]".
-        return name.lower().partition("[")[0] in self._file_bases
+    def on_part_end(self) -> None:
+        return

@@ -21,7 +21,8 @@ from multidict import CIMultiDictProxy
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ...core.exchange import BodyBroken, Exchange, Flow, Next, Policy, Refuse, Reply, RequestBodyFilter
+from ...core.exchange import BodyBroken, BodyError, Exchange, Flow, Next, Policy, Refuse, Reply, RequestBodyFilter
+from ...core.multipart import Ambiguous, Boundary, form_data_boundary, request_media_type
 from ...core.spec import (
     RESTRICTED_BY_DEFAULT_FROM,
     TEMPLATE_PARAM_RE,
@@ -32,14 +33,7 @@ from ...core.spec import (
 )
 from ...rollout.behaviour import Base, Behaviour, DateFlag
 from ..base import BuildContext, PolicySpec
-from .multipart_sniffer import (
-    Ambiguous,
-    Boundary,
-    MultipartSniffer,
-    Verdict,
-    form_data_boundary,
-    request_media_type,
-)
+from .multipart_sniffer import MultipartSniffer, Verdict
 from .multipart_splitter import MultipartSplitter
 from .upgrade import PATH_TEMPLATE_PATTERN, GuardHooks, Upgrade, UpgradeFamilies, UpgradeOptions
 from .upgrade.body import chained
@@ -346,7 +340,7 @@ async def _read_then_decide(exchange: Exchange, next: Next, settings: _Settings,
                 if held > watch.hold_limit:
                     watch.on_hold_limit()
         except BodyBroken as broken:
-            if exchange.body_error == "timeout":
+            if exchange.body_error is BodyError.TIMEOUT:
                 watch.on_idle_timeout()  # the guard's own 408
             _refused_incomplete(exchange, settings)
             upgrade.count(exchange, "aborted")
@@ -367,7 +361,7 @@ async def _read_then_decide(exchange: Exchange, next: Next, settings: _Settings,
 def _refused_incomplete(exchange: Exchange, settings: _Settings) -> None:
     """The body broke off or stalled before the guard could decide: refused (the proxy core's answer says why)."""
     exchange.decisions[NAME] = "refused"
-    exchange.notes[f"{NAME}.rule"] = "incomplete_body" if exchange.body_error != "timeout" else "body_timeout"
+    exchange.notes[f"{NAME}.rule"] = "incomplete_body" if exchange.body_error is not BodyError.TIMEOUT else "body_timeout"
     settings.counters[(exchange.tenant.name, "refused")].inc()
 
 

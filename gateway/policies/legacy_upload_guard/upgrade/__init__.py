@@ -1,27 +1,8 @@
-"""The upload upgrade bridge: a legacy upload that the guard would refuse with 403 is performed on the restricted
-access routes instead (spec, "Deprecated upload routes and their replacements", "Restricted access file operations",
-"Get card", "Limits" 1), for a client whose company (``bridges.upload_upgrade``) or exemption (``bridge``) says so.
-
-The units, in the order a request meets them:
-
-- ``Upgrade`` (here): built once per route; the options, the id cache, the spool directory, the counters; the guard
-  hands it a request through ``card_file`` or ``comment``, each served by a ``run.Run`` of its own;
-- ``options``: the options, the metric family, the words of the answers;
-- ``card``: ``PUT /cards/{card_id}/files`` to ``POST /cards/{card_uid}/files``;
-- ``comment``: a comment with ``files[]``: the comment, then one upload per file part (spooled when before the text);
-- ``run``: one request's state and the steps both flows share (the card's uid, an upload, finding a file whose answer
-  was lost, deleting what was made for a client who is told it was not);
-- ``body``: the body plumbing (the client's body as parts, one upload's body, the new form's part head);
-- ``outcomes``: how a run ends: its answer, its outcome, its decision and note, the warning.
-
-Every request to the service carries the client's own ``Authorization`` and nothing else of the client's (the proxy
-core adds what every upstream request carries: Host, the forwarding headers, the request id). A file is never held
-in memory: its bytes go to the service (or the spool) as they arrive, and an upload's close delimiter is only sent
-once the file part has ended cleanly (for the card route, once the whole body has): a body that breaks off, turns
-out ambiguous or is abandoned leaves the service an incomplete upload, which creates no file. What the bridge created
-for a client that is told otherwise is deleted, or named in the answer. docs/policies/legacy_upload_guard.md
-("Upload upgrade bridge") lists every answer.
-"""
+"""The upload upgrade bridge: a legacy upload that the guard would refuse with 403 is performed on the restricted access
+routes instead, for a client whose company (``bridges.upload_upgrade``) or exemption (``bridge``) says so. ``Upgrade``
+(here) is built once per route and hands each request to a ``run.Run``; the modules, the rules it keeps (the
+client's own ``Authorization`` only, no file held in memory, nothing left half made) and every answer:
+docs/policies/legacy_upload_guard.md ("Upload upgrade bridge")."""
 
 from __future__ import annotations
 
@@ -33,9 +14,9 @@ from cachetools import TTLCache
 from prometheus_client import Counter
 
 from ....core.exchange import Exchange, Reply
+from ....core.multipart import Ambiguous, Boundary
 from ....core.spec import TEMPLATE_PARAM_RE
 from ....core.spool import SpoolArea
-from ..multipart_sniffer import Ambiguous, Boundary
 from ..multipart_splitter import MultipartSplitter
 from . import card, comment
 from .body import form_head

@@ -9,7 +9,7 @@ close delimiter is only sent once the whole body has ended cleanly.
 from __future__ import annotations
 
 from ....core.exchange import Reply
-from ..multipart_sniffer import Boundary
+from ....core.multipart import Boundary
 from .body import Parts
 from .outcomes import Refusal
 from .run import Run

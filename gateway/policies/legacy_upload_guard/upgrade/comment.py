@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from ....core.exchange import BodyBroken, Reply
+from ....core.multipart import Ambiguous, Boundary
 from ....core.spool import SpoolError, SpoolFile, SpoolFull
-from ..multipart_sniffer import Ambiguous, Boundary
 from ..multipart_splitter import PartHead
 from .body import Parts
 from .outcomes import CommentRecord, FileEntry, Partial, Refusal, Stop, log

@@ -13,9 +13,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ....core.exchange import BodyBroken, Reply
+from ....core.exchange import BodyBroken, BodyError, Cut, Reply
+from ....core.multipart import Ambiguous
 from ....core.spool import SpoolError
-from ..multipart_sniffer import Ambiguous
 from .options import PARTIAL_CODE, UPGRADE_HEADER, sentence, short
 
 if TYPE_CHECKING:
@@ -181,8 +181,8 @@ async def settle(run: Run, work: Awaitable[Reply]) -> Reply:
         reply.headers["Retry-After"] = "30"
         return finish(run, "partial" if run.changed else "failed", reply, "spool_error")
     except BodyBroken as broken:
-        reason = {"timeout": "body_timeout", "malformed": "malformed_body"}.get(exchange.body_error or "",
-                                                                              "client_gone")
+        reason = {BodyError.TIMEOUT: "body_timeout", BodyError.MALFORMED: "malformed_body"}.get(
+            exchange.body_error or BodyError.ABORTED, "client_gone")
         await run.rollback()
         reply = broken.reply
         if run.changed:
@@ -194,7 +194,7 @@ async def settle(run: Run, work: Awaitable[Reply]) -> Reply:
         # The client went away (aiohttp cancels its handler), or the shutdown deadline cut the request: undo what can
         # be undone, and say so in the log.
         await run.rollback()
-        record(run, "aborted", "shutdown" if exchange.notes.get("cut") else "client_gone")
+        record(run, "aborted", "shutdown" if exchange.cut is Cut.SHUTDOWN else "client_gone")
         raise
     else:
         return finish(run, run.outcome or "upgraded", reply, run.reason)

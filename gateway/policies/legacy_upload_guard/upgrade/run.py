@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from ....core.exchange import BodyNotRead, Exchange, Reply, UpstreamFailed
+from ....core.exchange import BodyNotRead, Exchange, Reply, UpstreamError, UpstreamFailed
 from ....core.spool import SpoolFile
 from ....core.tenants import canonical_host
 from ..multipart_splitter import PartHead
@@ -262,7 +262,7 @@ class Run:
                                       purpose="file_search")
         if data is None:
             reply.discard()
-            raise UpstreamFailed("other", reply)
+            raise UpstreamFailed(UpstreamError.OTHER, reply)
         files: Any = data.get("files")
         comment = self.saved
         if comment is not None:

@@ -15,25 +15,14 @@ from aiohttp import hdrs, web
 from aiohttp.helpers import must_be_empty_body
 from aiohttp.http_exceptions import HttpProcessingError
 
+from ..core.exchange import BodyBroken, Delivery, Reply
 from . import aiohttp_private  # noqa: F401 - checks, at import, the private API used below
 
-from ..core.exchange import BodyBroken, Reply
-
-__all__ = ("Delivery", "send")
+__all__ = ("send",)
 
 _BODY_ERRORS = (ConnectionError, aiohttp.ClientPayloadError, HttpProcessingError)
 # A body in hand up to this size leaves with its head in one write; a larger one a piece of this size at a time.
 _ONE_WRITE = 1 << 20
-
-
-class Delivery:
-    """What became of a reply: ``complete`` once its last byte was handed to the connection (lingering after it,
-    and a client that leaves then, does not change what it was answered)."""
-
-    __slots__ = ("complete",)
-
-    def __init__(self) -> None:
-        self.complete = False
 
 
 class _WholeBody(web.StreamResponse):

@@ -1,19 +1,7 @@
-"""The public listener: aiohttp's low-level server, with every request (parsed or not) handed to the gateway's edge,
-the client-side time limits aiohttp does not have, and a bound on open connections.
-
-A request the HTTP parser rejects goes through the same edge as every other (``Edge.serve_unparsed``), so it gets a
-JSON answer whose text never quotes the request's bytes, and exactly one record.
-
-Time limits, per connection, one timer at a time:
-
-- **head**: a request's head (request line and headers) must arrive whole within ``header_timeout`` of the
-  connection's opening or of the first byte of a later request; a client that drips its head byte by byte
-  (slowloris), or opens a connection and sends nothing, is closed then;
-- **idle**: a kept-alive connection with no request for ``keepalive_timeout`` is closed;
-- the request body's idle timeout is the proxy core's (``server.client_body_timeout``).
-
-Over ``max_connections`` open connections, a new one's first request is answered ``503`` (``Retry-After``) and the
-connection closed.
+"""The public listener: aiohttp's low-level server, every request (parsed or not) handed to the edge, the client-side
+time limits aiohttp lacks (a request head must arrive within ``header_timeout``; an idle kept-alive connection is
+closed after ``keepalive_timeout``), and a bound on open connections (over it, a connection's first request is
+answered 503). docs/reliability.md has the details.
 """
 
 from __future__ import annotations
@@ -21,32 +9,33 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
+from ..config.schema import ServerConfig
+from ..edge.serve import Edge
+from ..ops.metrics import Metrics
 from . import aiohttp_private  # noqa: F401 - checks, at import, the private API used below
 
-__all__ = ("Edge", "Listener")
+__all__ = ("Event", "Events", "Listener", "make_listener", "metric_events")
 
 
-class Edge(Protocol):
-    async def serve(self, request: web.BaseRequest) -> web.StreamResponse: ...
+class Event(enum.Enum):
+    """What the listener reports of its connections."""
 
-    async def serve_unparsed(
-        self, request: web.BaseRequest, status: int, exc: BaseException | None
-    ) -> web.StreamResponse: ...
-
-    async def serve_busy(self, request: web.BaseRequest) -> web.StreamResponse: ...
-
-
-# What the listener reports: "head_timeout", "idle_timeout", "connection_refused", "connection_opened",
-# "connection_closed".
-Events = Callable[[str], None]
+    OPENED = "connection_opened"
+    CLOSED = "connection_closed"
+    REFUSED = "connection_refused"  # over max_connections: its first request is answered 503
+    HEAD_TIMEOUT = "head_timeout"
+    IDLE_TIMEOUT = "idle_timeout"
 
 
-class _State(enum.Enum):
+Events = Callable[[Event], None]
+
+
+class _Phase(enum.Enum):
     HEAD = 1  # waiting for a request's head (its first byte has come, or the connection is new)
     BUSY = 2  # a request is being served
     IDLE = 3  # kept alive, between requests
@@ -61,36 +50,36 @@ class _Connection(RequestHandler):
         assert isinstance(listener, Listener)
         self._owner = listener
         self._deadline: asyncio.TimerHandle | None = None
-        self._phase = _State.HEAD
+        self._phase = _Phase.HEAD
         self._clock = asyncio.get_running_loop()
         listener.opened += 1
-        listener.events("connection_opened")
+        listener.events(Event.OPENED)
         # Over the bound: its first request is answered 503 (by the edge, which records it) and the connection closed.
         self.over_limit = bool(listener.max_connections and listener.opened > listener.max_connections)
         if self.over_limit:
-            listener.events("connection_refused")
+            listener.events(Event.REFUSED)
         self._arm(listener.header_timeout)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         listener = self._owner
         listener.opened -= 1
-        listener.events("connection_closed")
+        listener.events(Event.CLOSED)
         self._cancel()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._phase is _State.IDLE:
+        if self._phase is _Phase.IDLE:
             # The first byte of the next request: its head must now arrive within the head timeout.
-            self._phase = _State.HEAD
+            self._phase = _Phase.HEAD
             self._arm(self._owner.header_timeout)
         super().data_received(data)
 
     def exchange_started(self) -> None:
-        self._phase = _State.BUSY
+        self._phase = _Phase.BUSY
         self._cancel()
 
     def exchange_ended(self) -> None:
-        self._phase = _State.IDLE
+        self._phase = _Phase.IDLE
         self._arm(self._owner.keepalive_timeout)
 
     def _arm(self, timeout: float) -> None:
@@ -104,10 +93,10 @@ class _Connection(RequestHandler):
 
     def _expire(self) -> None:
         self._deadline = None
-        if self._phase is _State.HEAD:
-            self._owner.events("head_timeout")
-        elif self._phase is _State.IDLE:
-            self._owner.events("idle_timeout")
+        if self._phase is _Phase.HEAD:
+            self._owner.events(Event.HEAD_TIMEOUT)
+        elif self._phase is _Phase.IDLE:
+            self._owner.events(Event.IDLE_TIMEOUT)
         else:
             return
         self.force_close()
@@ -169,3 +158,44 @@ class Listener(web.Server):
 
     def __call__(self) -> RequestHandler:
         return _Connection(self, loop=self._loop, **self._kwargs)
+
+
+def make_listener(edge: Edge, server: ServerConfig, events: Events) -> Listener:
+    """The public listener as the ``server`` section sets it up."""
+    return Listener(
+        edge,
+        header_timeout=server.client_header_timeout,
+        keepalive_timeout=server.client_keepalive_timeout,
+        max_connections=server.max_connections,
+        events=events,
+        max_line_size=server.max_header_bytes,
+        max_field_size=server.max_header_bytes,
+        # Bodies pass through as sent: a gzip request body must reach the upstream still gzipped.
+        auto_decompress=False,
+        read_bufsize=256 * 1024,
+        # A client that goes away cancels its request, and with it the upstream request and connection.
+        handler_cancellation=True,
+        # After an early answer, unread request bytes are read and dropped for at most this long, so the client can
+        # read the answer before the connection closes (aiohttp's default is 10 s).
+        lingering_time=2.0,
+        # Every request is recorded by the edge itself (ops.access_log), never by aiohttp's access logger.
+        access_log=None,
+    )
+
+
+def metric_events(metrics: Metrics) -> Events:
+    """The listener's events counted in ``metrics``: connections open and refused, client time limits."""
+    timeouts = {Event.HEAD_TIMEOUT: metrics.client_timeouts.labels("head"),
+                Event.IDLE_TIMEOUT: metrics.client_timeouts.labels("idle")}
+
+    def count(event: Event) -> None:
+        if event is Event.OPENED:
+            metrics.connections_open.inc()
+        elif event is Event.CLOSED:
+            metrics.connections_open.dec()
+        elif event is Event.REFUSED:
+            metrics.connections_refused.inc()
+        else:
+            timeouts[event].inc()
+
+    return count

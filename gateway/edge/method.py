@@ -1,52 +1,102 @@
-"""A form body's ``_method`` field: the method override that a header or the query would carry, sent in the body.
+"""The effective method of a request, in one place: the request line's, unless an override header, the query's
+``_method`` or a form body's ``_method`` field names another (as Rack, Symfony, Laravel and Express read them).
 
-Rack, Symfony, Laravel and Express's method-override read ``_method`` from the body of a POST form. A client can
-then send ``POST /api/v1/cards/1/files`` (the restricted upload route, not guarded) with ``_method=PUT`` and a file:
-to such an upstream it is the deprecated ``PUT /cards/{card_id}/files``, which the forbid setting refuses. The edge
-reads the override before the chain runs, on the requests where it could land on a guarded route only (a POST with a
-form body, on a path where another method reaches a route whose chain enforces a security behaviour):
-
-- ``application/x-www-form-urlencoded`` (and a POST without Content-Type, which Rack reads as one): the whole body,
-  up to ``server.method_override_look_ahead``, every ``_method`` pair (``&`` and ``;`` separators);
-- ``multipart/form-data``: the part headers until a ``_method`` part and its value, a file part, or the end, up to
-  the same bound. The rest streams upstream while its part headers keep being read: a ``_method`` part after a file
-  part (too late to choose the chain) that names another method breaks the upstream request off, so that the
-  upstream never receives the complete body, and is answered 400.
-
-The override joins the header and query overrides: one method, and the request is classified (and sent upstream)
-by it; several that disagree, a value that is not a method, or a body whose structure parsers could read apart is
-``400 AMBIGUOUS_METHOD``; a body that shows nothing decisive within the bound is ``413 METHOD_OVERRIDE_UNDECIDED``.
-What was read is sent upstream first (``Exchange.body_prefix``), byte for byte. Uploads without an override are not
-held: a multipart body streams from its first file part on.
+Overrides that disagree, or one that is not a method, are ``400 AMBIGUOUS_METHOD``. A form body is read only where
+its override could land the request on a guarded route, and only up to ``server.method_override_look_ahead``; the
+bytes read go upstream first (``FormMethod.prefix``), the rest is read on as it streams (``FormMethod.watch``).
+docs/proxying.md, "Method overrides", has the rules.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from urllib.parse import parse_qsl
 
-from multidict import CIMultiDictProxy
+from multidict import CIMultiDictProxy, istr
 
 from ..core.exchange import Exchange, Flow, Refuse, Reply, RequestBodyFilter
-from ..core.routing import (
-    OVERRIDE_FIELD,
-    BadRequestTarget,
-    RouteTable,
-    method_overrides,
-    override_fields,
-    valid_override,
-)
-from ..policies.legacy_upload_guard.multipart_sniffer import (
+from ..core.multipart import (
     Ambiguous,
     Boundary,
-    MultipartSniffer,
+    MultipartReader,
+    PartHeaders,
+    Read,
     form_data_boundary,
     request_media_type,
 )
-from .core import body_error_reply
-from .request_body import client_chunks
+from ..proxy.core import body_error_reply
+from ..proxy.request_body import client_chunks
+from .route_table import RouteTable
+from .target import BadRequestTarget
 
-__all__ = ("resolve_body_override",)
+__all__ = (
+    "METHOD_OVERRIDE_HEADERS",
+    "OVERRIDE_FIELD",
+    "FormMethod",
+    "effective_method",
+    "form_method",
+    "method_overrides",
+    "override_fields",
+    "valid_override",
+)
+
+_TOKEN_RE = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+METHOD_OVERRIDE_HEADERS = (istr("X-HTTP-Method-Override"), istr("X-Method-Override"), istr("X-HTTP-Method"))
+# The form field (in the query, or in a form body) that Rack, Symfony, Laravel and Express's method-override read as
+# the method.
+OVERRIDE_FIELD = "_method"
+
+
+
+
+def method_overrides(headers: CIMultiDictProxy[str], query: str) -> set[str]:
+    """The methods the override headers and the query's ``_method`` name (upper-cased; empty: no override)."""
+    overrides: set[str] = set()
+    for name in METHOD_OVERRIDE_HEADERS:
+        if name in headers:
+            overrides.update(v.strip().upper() for v in headers.getall(name))
+    if query:
+        overrides.update(override_fields(query))
+    return overrides
+
+
+def override_fields(form: str, encoding: str = "utf-8") -> list[str]:
+    """The values of the ``_method`` fields of a query or of a urlencoded form body (upper-cased, in order)."""
+    if OVERRIDE_FIELD not in (lowered := form.lower()) and "%" not in lowered:
+        return []  # no field can be named _method
+    # Some frameworks split a form on ';' as well as '&' (HTML 4's recommendation, older Python, Perl's CGI):
+    # "?a=1;_method=PUT" is an override there.
+    pairs = parse_qsl(form.replace(";", "&"), keep_blank_values=True, encoding=encoding)
+    return [v.strip().upper() for k, v in pairs if k.lower() == OVERRIDE_FIELD]
+
+
+def valid_override(method: str, overrides: set[str]) -> str:
+    """The one method ``overrides`` agree on, for a request sent with ``method``; BadRequestTarget otherwise."""
+    if len(overrides) > 1:
+        raise BadRequestTarget("AMBIGUOUS_METHOD", "the request carries method overrides that disagree")
+    (override,) = overrides
+    if not _TOKEN_RE.fullmatch(override):
+        raise BadRequestTarget("AMBIGUOUS_METHOD", "the method override is not a valid method name")
+    if override in ("HEAD", "CONNECT") and override != method:
+        # The upstream receives the effective method: a HEAD answer has no body for the client's non-HEAD request.
+        raise BadRequestTarget("AMBIGUOUS_METHOD", f"a method override to {override} is not accepted")
+    return override
+
+
+def effective_method(method: str, headers: CIMultiDictProxy[str], query: str) -> str:
+    """The method an upstream may act on: the request line's, unless an override header or ``_method`` says otherwise.
+
+    Several overrides that disagree are refused: the gateway cannot know which one the upstream honours. (A form
+    body's ``_method`` is read once the route is known, where it matters: ``form_method``.)
+    """
+    overrides = method_overrides(headers, query)
+    return valid_override(method, overrides) if overrides else method
+
+
+# --- a form body's _method --------------------------------------------------------------------------------------
 
 # A Content-Type that is not a clean form but that some parser could still read as one.
 _MENTIONS_FORM_RE = re.compile(r"multipart|boundary|form-data|urlencoded", re.IGNORECASE)
@@ -81,57 +131,56 @@ def _late(exchange: Exchange) -> Reply:
                       f"a {OVERRIDE_FIELD} field after a file part names another method than the request was sent as")
 
 
-class _OverrideFinder(MultipartSniffer):
-    """The multipart sniffer, reading every part's headers to the end (a file part does not stop it) and collecting
-    the values of ``_method`` parts."""
+class _OverrideFinder:
+    """Reads every part's headers to the end of the body (a file part does not stop it), collecting the values of
+    ``_method`` parts; the rules it breaks are the core reader's (``pending``: the first broken in a part's headers)."""
 
     def __init__(self, boundary: Boundary) -> None:
-        super().__init__(boundary, max_header_bytes=_MAX_PART_HEADER_BYTES)
+        self._reader = MultipartReader(boundary, self, max_header_bytes=_MAX_PART_HEADER_BYTES)
         self.values: list[str] = []
         self.file_seen = False
         self.values_before_file = 0  # how many of ``values`` came before the first file part
-        self._part_names: list[str] = []
-        self._capturing = False
-        self._value = bytearray()
+        self._value: bytearray | None = None  # the ``_method`` part being read
 
-    def _has_filename(self, raw: str, names: list[str]) -> bool:
-        found = super()._has_filename(raw, names)
-        self._part_names = names
-        return found
+    @property
+    def pending(self) -> Ambiguous | None:
+        return self._reader.pending
 
-    def _classify_part(self, block: bytes) -> str | None:
-        self._part_names = []
-        reason = super()._classify_part(block)
-        if any(name.lower() == OVERRIDE_FIELD for name in self._part_names):
-            if reason is not None:
-                raise Ambiguous("override_file_part", f"the {OVERRIDE_FIELD} part is a file part ({reason})")
-            self._capturing = True
+    def feed(self, data: bytes) -> None:
+        self._reader.feed(data)
+
+    def feed_eof(self) -> None:
+        self._reader.close()
+
+    # --- the reader's events ---------------------------------------------------------------------------------------
+
+    def on_part(self, part: PartHeaders) -> Read:
+        if any(name.lower() == OVERRIDE_FIELD for name in part.names):
+            if part.file_reason is not None:
+                raise Ambiguous("override_file_part", f"the {OVERRIDE_FIELD} part is a file part ({part.file_reason})")
             self._value = bytearray()
-        elif reason is not None and not self.file_seen:
+            return Read.CONTENT
+        if part.file_reason is not None and not self.file_seen:
             self.file_seen = True
             self.values_before_file = len(self.values)
-        return None  # never a finding: the sniffer reads on
+        return Read.SKIP
 
-    def _take(self, n: int) -> None:
-        if self._capturing and n > 0:
-            self._content(bytes(self._buf[:n]), n)
-        super()._take(n)
+    def on_content(self, data: bytes) -> None:
+        assert self._value is not None
+        self._value += data
+        if len(self._value) > _MAX_VALUE:
+            raise Ambiguous("override_value_too_long", f"the {OVERRIDE_FIELD} part is too long for a method")
 
-    def _content(self, data: bytes, end: int) -> None:
-        if self._capturing:
-            self._value += data[:end]
-            if len(self._value) > _MAX_VALUE:
-                raise Ambiguous("override_value_too_long", f"the {OVERRIDE_FIELD} part is too long for a method")
-
-    def _part_end(self) -> None:
-        if self._capturing:
-            self._capturing = False
+    def on_part_end(self) -> None:
+        if self._value is not None:
             self.values.append(self._value.decode("latin-1").strip().upper())
+            self._value = None
 
 
 class _TailWatch(RequestBodyFilter):
-    """The rest of a multipart body, read on as it streams upstream: a ``_method`` part that names another method
-    than the request was classified by, or a structure in doubt, breaks the upstream request off."""
+    """The rest of a multipart body, read on as it streams upstream (the first request filter: it sees the client's
+    bytes): a ``_method`` part that names another method than the request was classified by, or a structure in
+    doubt, breaks the upstream request off."""
 
     def __init__(self, exchange: Exchange, finder: _OverrideFinder, skip: int, method: str) -> None:
         self._exchange = exchange
@@ -191,10 +240,20 @@ def _form_kind(headers: CIMultiDictProxy[str]) -> str | Boundary | None:
     return kind
 
 
-async def resolve_body_override(exchange: Exchange, routes: RouteTable, *, look_ahead: int, timeout: float
-                                ) -> Reply | None:
-    """Read a form body's ``_method`` where it could route the request to a guarded route, and classify the exchange
-    by it (route, params, method); an answer when the request is refused. Does nothing on other requests."""
+@dataclass(frozen=True, slots=True)
+class FormMethod:
+    """What a form body says: its ``_method`` (None: it has none before a file part), the bytes read of it (sent
+    upstream first), and the watch over the rest of it as it streams (None when it was read to its end)."""
+
+    method: str | None
+    prefix: list[bytes]
+    watch: RequestBodyFilter | None
+
+
+async def form_method(exchange: Exchange, routes: RouteTable, *, look_ahead: int, timeout: float
+                      ) -> FormMethod | Reply | None:
+    """A form body's ``_method``, read where it could route the request to a guarded route; an answer when the
+    request is refused; None on other requests (nothing is read)."""
     request = exchange.request
     if request.method != "POST" or not exchange.has_body or not routes.override_reaches_guard(exchange.route,
                                                                                                exchange.path):
@@ -229,25 +288,20 @@ async def resolve_body_override(exchange: Exchange, routes: RouteTable, *, look_
                         f"{look_ahead} bytes")
     finally:
         await source.aclose()
-    exchange.body_prefix = prefix
-    overrides = method_overrides(headers, exchange.query) | set(values)
     method = exchange.method
     if values:
+        overrides = method_overrides(headers, exchange.query) | set(values)
         try:
             method = valid_override(request.method, overrides)
         except BadRequestTarget as err:
             return _ambiguous(exchange, "disagreeing_overrides" if len(overrides) > 1 else "invalid_override",
                               err.message)
         exchange.notes["method_override"] = "body"
-        if method != exchange.method:
-            exchange.route, exchange.params = routes.match(method, exchange.path)
-            exchange.method = method
     if any(value != method for value in late):
         return _late(exchange)
-    if finder is not None and not ended:
-        # The rest streams; its part headers are read on (first in filter order: it sees the client's bytes).
-        exchange.request_filters.insert(0, _TailWatch(exchange, finder, sum(map(len, prefix)), method))
-    return None
+    # The rest streams; its part headers are read on.
+    watch = _TailWatch(exchange, finder, sum(map(len, prefix)), method) if finder is not None and not ended else None
+    return FormMethod(method if values else None, prefix, watch)
 
 
 async def _read_urlencoded(source: AsyncIterator[bytes], prefix: list[bytes], look_ahead: int) -> list[str]:

@@ -1,18 +1,7 @@
-"""The configuration file: YAML and its schema. Every problem is reported at once with its path.
-
-Schema only: a chain entry is a policy name and its raw options, and the rollout section's date flags are raw dates;
-the policy registry validates both against what the policies declare (``gateway.policies.check_config``), which is
-what ``gateway.app.load_config`` runs. This module imports no policy.
-
-Defaults that come from the service spec live here: a company created on or after 2026-05-21 has restricted file
-access and the forbid-legacy-uploads setting on, unless the config says otherwise; forbid without restricted
-access is an error.
-
-Every value is read as what its key means, not as what YAML made of it: the file's timestamps stay text (a date
-key parses its own value, so ``2026-02-30`` is a problem of that key, and a quoted date is a date), and the schema
-is strict (``true`` is not the number 1, ``"5"`` is not a number). Each problem names its key's path and, for a
-file, its line (``Document.annotate``).
-"""
+"""The configuration file: YAML and its schema, with every problem reported at once with its key's path (and line).
+Schema only: a chain entry is a policy name and its raw options, the rollout's date flags are raw dates; the policy
+registry checks both (``gateway.policies.check_config``). The defaults that come from the service spec live here.
+Values are read as their key means them, strictly (docs/configuration.md)."""
 
 from __future__ import annotations
 
@@ -37,16 +26,16 @@ from pydantic import (
 )
 from yarl import URL
 
-from .core.redaction import MASK, url_credentials, without_userinfo
-from .core.spec import RESTRICTED_BY_DEFAULT_FROM, TEMPLATE_PARAM
-from .core.spool import SpoolConfig
-from .core.tenants import Tenant, TenantResolver, canonical_host
-from .ops.ledger.options import LedgerConfig
-from .ops.tracing_options import TracingConfig
-from .proxy.options import UpstreamConfig
-from .rollout.behaviour import Behaviour
-from .rollout.config import ConfigDate, RolloutConfig, TenantRollout
-from .rollout.plan import RolloutPlan
+from ..core.redaction import MASK, url_credentials, without_userinfo
+from ..core.spec import RESTRICTED_BY_DEFAULT_FROM, TEMPLATE_PARAM
+from ..core.spool import SpoolConfig
+from ..core.tenants import Tenant, canonical_host
+from ..rollout.behaviour import Behaviour
+from ..rollout.config import ConfigDate, RolloutConfig, TenantRollout
+from ..rollout.plan import RolloutPlan
+from .ledger import LedgerConfig
+from .tracing import TracingConfig
+from .upstream import UpstreamConfig
 
 __all__ = (
     "ADMIN_PATHS",
@@ -493,12 +482,6 @@ class LoadedConfig:
 
     def tenants(self) -> list[Tenant]:
         return [t.resolve() for t in self.model.tenants]
-
-    def tenant_resolver(self) -> TenantResolver:
-        """Host -> tenant for this config (``default_tenant`` for hosts no tenant names)."""
-        tenants = self.tenants()
-        default = next((t for t in tenants if t.name == self.model.default_tenant), None)
-        return TenantResolver(tenants, default)
 
     def shown(self) -> dict[str, Any]:
         """The config as loaded, for people: secrets shown as their references, credentials in URLs masked."""

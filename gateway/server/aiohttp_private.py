@@ -1,17 +1,6 @@
-"""Every use the gateway makes of aiohttp's private or undocumented API, why, and a check of each at import.
-
-aiohttp is pinned in requirements.lock. A version that moves one of these pieces stops the gateway at import with a
-message naming it, instead of misbehaving at run time. Nothing else in the gateway reaches under aiohttp's public API.
-
-| piece | used in | why |
-|---|---|---|
-| ``ClientRequest(...)``, ``ClientRequest.send(conn)``, ``ClientResponse.start(conn)`` | ``proxy/upstream.py`` | one road for every proxied request, with and without a body, without ``ClientSession.request``'s per-call machinery (redirects, cookies, traces, proxies, middlewares: more CPU than the rest of a small request) and its header merging, which folds header lines that differ only in case |
-| ``ClientRequest.update_headers``, ``update_auto_headers`` (overridden) | ``proxy/upstream.py`` | the upstream is sent the headers as the proxy core built them, with none added |
-| ``BaseConnector.connect(req, traces=, timeout=)``, ``ResponseHandler.set_response_params(...)`` | ``proxy/upstream.py`` | a pooled connection and the response parser's limits, as ``ClientSession._request`` sets them |
-| ``aiohttp.helpers.TimerNoop`` | ``proxy/upstream.py`` | no total timeout per request: the timeouts are per connect and per read |
-| ``web_protocol.RequestHandler`` (subclassed): ``_make_error_handler(err_info)``, ``_manager``; ``web.Server.__call__``, ``_loop``, ``_kwargs`` | ``proxy/listener.py`` | a request the HTTP parser rejects goes through the gateway's own edge like every other: a JSON answer whose text never quotes the request's bytes, and exactly one access-log record |
-| ``web.StreamResponse(_real_headers=)``, ``StreamResponse._send_headers_immediately`` (a class attribute overridden), ``aiohttp.helpers.must_be_empty_body`` | ``proxy/writer.py`` | the reply's headers handed over without a copy, and a body in hand sent with its head in one write (what ``web.Response`` does, without its per-response handling of text, charsets and compression): part of what keeps small requests as cheap as a minimal aiohttp proxy |
-"""
+"""Every use the gateway makes of aiohttp's private or undocumented API, checked at import: a version that moves one
+of these pieces stops the gateway at start with a message naming it, instead of misbehaving at run time. The list,
+where each piece is used and why: docs/architecture.md ("aiohttp's private pieces")."""
 
 from __future__ import annotations
 
@@ -74,7 +63,7 @@ def check() -> None:
     missing = [name for name, present in _CHECKS if not present()]
     if missing:
         raise RuntimeError(
-            f"aiohttp {aiohttp.__version__} lacks private API the gateway relies on (see gateway/proxy/"
+            f"aiohttp {aiohttp.__version__} lacks private API the gateway relies on (see gateway/server/"
             "aiohttp_private.py; install the version pinned in requirements.lock): " + "; ".join(missing)
         )
 

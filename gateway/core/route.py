@@ -1,0 +1,68 @@
+"""A route: a name, the methods and path templates it matches, and what its chain holds (built whole, once)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .spec import TEMPLATE_PARAM_RE
+
+__all__ = ("Route", "compile_template")
+
+
+def compile_template(template: str) -> str:
+    """Turn ``/cards/{card_id}/files`` into a regex fragment; each parameter matches one path segment."""
+    pos = 0
+    parts: list[str] = []
+    for m in TEMPLATE_PARAM_RE.finditer(template):
+        parts.append(re.escape(template[pos : m.start()]))
+        parts.append(f"(?P<{m.group(1)}>[^/]+)")
+        pos = m.end()
+    parts.append(re.escape(template[pos:]))
+    return "".join(parts)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Route:
+    """A named route: the methods and paths it matches, and the policies of its chain (its folded handler is kept by
+    name in ``GatewayState.handlers``)."""
+
+    name: str
+    methods: frozenset[str] | None  # None: any method
+    templates: tuple[str, ...]
+    policies: tuple[str, ...] = ()
+    patterns: tuple[re.Pattern[str], ...] = ()
+    # A policy of its chain enforces a security behaviour (legacy_upload_guard): an override must not route around it.
+    guarded: bool = False
+
+    @classmethod
+    def build(cls, name: str, methods: Iterable[str] | None, paths: Sequence[str], prefixes: Sequence[str], *,
+              policies: Sequence[str] = (), guarded: bool = False) -> Route:
+        templates = tuple(prefix.rstrip("/") + path for path in paths for prefix in (prefixes or ("",)))
+        # Upstreams often route case-insensitively: so does the classifier (the path is forwarded as written).
+        patterns = tuple(re.compile(compile_template(t), re.IGNORECASE) for t in templates)
+        return cls(name, frozenset(m.upper() for m in methods) if methods else None, templates, tuple(policies),
+                   patterns, guarded)
+
+    def match(self, method: str, path: str) -> dict[str, str] | None:
+        if self.methods is not None and method not in self.methods:
+            return None
+        if not self.patterns:
+            return {}
+        for pattern in self.patterns:
+            m = pattern.fullmatch(path)
+            if m is not None:
+                return m.groupdict()
+        return None
+
+    def template(self, path: str) -> str | None:
+        """The template ``path`` matches (a trace's ``http.route``); None for a route that matches any path."""
+        for template, pattern in zip(self.templates, self.patterns, strict=True):
+            if pattern.fullmatch(path):
+                return template
+        return None
+
+    def matches_path(self, path: str) -> bool:
+        """Whether one of its paths matches ``path``, whatever the method."""
+        return not self.patterns or any(pattern.fullmatch(path) for pattern in self.patterns)

@@ -1,0 +1,123 @@
+"""The edge's classification of a request, in the order of the road: one Host and headers that can be forwarded as
+sent, the canonical path, the effective method (headers and query), the tenant, the route; then, where it could
+matter, a form body's ``_method``. A request that cannot be classified safely is refused here and reaches no policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import hdrs, http_exceptions, web
+from multidict import CIMultiDictProxy
+
+from ..core.exchange import Exchange, Reply, Services
+from ..core.http import new_request_id
+from ..core.tenants import canonical_host
+from .method import effective_method, form_method
+from .route_table import RouteTable
+from .target import BadRequestTarget, normalise_target
+from .tenancy import TenantResolver
+
+__all__ = ("EdgeRefusal", "classify", "parser_error_text", "read_form_method")
+
+_PARSER_CODES = {400: "MALFORMED_REQUEST", 413: "REQUEST_TOO_LARGE", 431: "HEADERS_TOO_LARGE"}
+# What the answer says, by the kind of error (most specific first). The parser's own text is never echoed: it can
+# quote the request's bytes (a header with a token, a signed query string), whatever parser (C or Python) wrote it.
+_PARSER_TEXTS: tuple[tuple[type[BaseException], str], ...] = (
+    (http_exceptions.LineTooLong, "a request line or header is too long"),
+    (http_exceptions.BadHttpMethod, "the request method is not valid"),
+    (http_exceptions.BadStatusLine, "the request line is not valid"),
+    (http_exceptions.InvalidURLError, "the request target is not valid"),
+    (http_exceptions.InvalidHeader, "a header is not valid"),
+    (http_exceptions.PayloadEncodingError, "the request body's framing is not valid"),
+)
+
+
+def parser_error_text(exc: BaseException | None) -> str:
+    """What a 4xx answer to a request the HTTP parser rejected says: fixed text by kind, never the parser's own."""
+    return next((text for kind, text in _PARSER_TEXTS if isinstance(exc, kind)), "the request is not valid HTTP/1.1")
+
+
+@dataclass(slots=True)
+class EdgeRefusal:
+    """A request answered before routing: its answer, its code and its request id (for the record)."""
+
+    reply: Reply
+    code: str
+    request_id: str
+
+    @classmethod
+    def of(cls, status: int, code: str, message: str) -> EdgeRefusal:
+        rid = new_request_id()
+        reply = Reply.error(status, code, message, rid)
+        reply.close_connection = True
+        return cls(reply, code, rid)
+
+    @classmethod
+    def unparsed(cls, status: int, exc: BaseException | None) -> EdgeRefusal:
+        """A request the HTTP parser rejected: a JSON answer naming the kind of error (never its text)."""
+        if status >= 500:
+            return cls.of(status, "INTERNAL_ERROR", "the gateway failed to handle this request")
+        return cls.of(status, _PARSER_CODES.get(status, "BAD_REQUEST"), parser_error_text(exc))
+
+
+def _codings(headers: CIMultiDictProxy[str]) -> list[str]:
+    return [c.strip().lower() for v in headers.getall(hdrs.TRANSFER_ENCODING) for c in v.split(",") if c.strip()]
+
+
+def _utf8_values(request: web.BaseRequest) -> bool:
+    """Whether every header value is UTF-8. aiohttp reads other bytes (obs-text, RFC 9110 5.5) into strings it can
+    only write back without them, so such a request would reach the upstream altered."""
+    try:
+        for _, value in request.raw_headers:
+            value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def classify(request: web.BaseRequest, started: float, tenants: TenantResolver, routes: RouteTable,
+             services: Services) -> Exchange | EdgeRefusal:
+    """The request's head, classified: its ``Exchange`` (served by ``services``, the proxy core), or its refusal."""
+    headers = request.headers
+    hosts = headers.getall(hdrs.HOST, ())
+    if len(hosts) > 1:
+        return EdgeRefusal.of(400, "BAD_HOST", "the request has more than one Host header")
+    host = hosts[0] if hosts else None
+    if hdrs.TRANSFER_ENCODING in headers and _codings(headers) != ["chunked"]:
+        # aiohttp takes "gzip, chunked" and decodes only the chunked framing: the upstream would be sent gzip
+        # bytes labelled as plain.
+        return EdgeRefusal.of(400, "BAD_TRANSFER_ENCODING", "a request body may use no transfer coding but chunked")
+    if not all(value.isascii() for _, value in request.raw_headers) and not _utf8_values(request):
+        return EdgeRefusal.of(400, "BAD_HEADER", "a header value is not UTF-8: it cannot be forwarded as it was sent")
+    try:
+        target = normalise_target(request.raw_path)
+        if target.authority is not None and (host is None or canonical_host(target.authority) != canonical_host(host)):
+            raise BadRequestTarget("BAD_REQUEST_TARGET", "the absolute-form request target names another host")
+        method = effective_method(request.method, headers, target.query)
+    except BadRequestTarget as err:
+        return EdgeRefusal.of(400, err.code, err.message)
+    tenant = tenants.resolve(host)
+    if tenant is None:
+        return EdgeRefusal.of(421, "UNKNOWN_HOST", "this gateway serves no company at the requested host")
+    route, params = routes.match(method, target.path)
+    exchange = Exchange(request, started, tenant, route, params, target.path, target.query, method)
+    exchange.services = services
+    return exchange
+
+
+async def read_form_method(exchange: Exchange, routes: RouteTable, *, look_ahead: int, timeout: float
+                           ) -> Reply | None:
+    """The last step of classification: a form body's ``_method`` (``method.form_method``), where it could route the
+    request to a guarded route. The exchange is then classified by it (method, route), starts with the bytes read,
+    and reads the rest through the watch; an answer when the request is refused."""
+    found = await form_method(exchange, routes, look_ahead=look_ahead, timeout=timeout)
+    if found is None or isinstance(found, Reply):
+        return found
+    exchange.body_prefix = found.prefix
+    if found.method is not None and found.method != exchange.method:
+        exchange.route, exchange.params = routes.match(found.method, exchange.path)
+        exchange.method = found.method
+    if found.watch is not None:
+        exchange.request_filters.append(found.watch)  # the first filter: no policy has run yet
+    return None
