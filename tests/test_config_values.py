@@ -141,6 +141,40 @@ def test_each_tracing_problem_names_its_path_and_line(tmp_path: Path, tracing: s
     assert any(p.startswith(expected) for p in found), found
 
 
+@pytest.mark.parametrize(
+    ("section", "expected"),
+    [
+        # Every section as strict as the server's: the upstream, the ledger, the spool and each policy's options.
+        ('upstream:\n  read_timeout: "60"', "line 19: upstream.read_timeout: Input should be a valid number"),
+        ("upstream:\n  retry_safe_methods: 1", "line 19: upstream.retry_safe_methods: Input should be a valid boolean"),
+        ("upstream:\n  pool_size: 10.5", "line 19: upstream.pool_size: Input should be a valid integer"),
+        ("upstream:\n  queue_timeout: .nan", "line 19: upstream.queue_timeout: Input should be a finite number"),
+        ('usage:\n  ledger:\n    flush_interval: "5"',
+         "line 20: usage.ledger.flush_interval: Input should be a valid number"),
+        ('usage:\n  ledger:\n    enabled: "no"', "line 20: usage.ledger.enabled: Input should be a valid boolean"),
+        ('spool:\n  max_bytes: "1"', "line 19: spool.max_bytes: Input should be a valid integer"),
+    ],
+)
+def test_every_section_is_strict(tmp_path: Path, section: str, expected: str) -> None:
+    found = problems(tmp_path, f"{CONFIG}{section}\n")
+    assert any(p.startswith(expected) for p in found), found
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("{cap: 100}", '{cap: "100"}', "line 17: routes[0].chain[0].board_cards.cap: Input should be a valid integer"),
+        ("{cap: 100}", "{cap: 100, signal: 1}",
+         "line 17: routes[0].chain[0].board_cards.signal: Input should be a valid boolean"),
+        ("{cap: 100}", '{cap: 100, backfill: {concurrency: "4"}}',
+         "line 17: routes[0].chain[0].board_cards.backfill.concurrency: Input should be a valid integer"),
+    ],
+)
+def test_policy_options_are_strict(tmp_path: Path, old: str, new: str, expected: str) -> None:
+    found = problems(tmp_path, with_line(old, new))
+    assert any(p.startswith(expected) for p in found), found
+
+
 def test_a_quoted_date_is_a_date_and_a_date_in_a_text_key_is_text(tmp_path: Path) -> None:
     text = with_line("created: 2026-06-01", 'created: "2026-06-01"').replace(
         "rollout:\n", "rollout:\n  exemptions: [{name: x, until: 2027-01-01, header: {name: X-Day, value: 2026-01-01}}]\n")

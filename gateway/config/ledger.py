@@ -47,7 +47,7 @@ def database_url(url: str) -> str:
 
 
 class LedgerConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)  # "5" is not 5
 
     # Off: nothing is counted or kept, and /deprecations, /status and `gateway usage` have no clients to show.
     enabled: bool = True

@@ -8,7 +8,7 @@ __all__ = ("UpstreamConfig",)
 
 
 class UpstreamConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)  # "5" is not 5
 
     connect_timeout: float = Field(default=5.0, gt=0, le=300)
     # Longest silence while waiting for the upstream's response head or its next body bytes.

@@ -32,7 +32,7 @@ _EMPTY_GRACE = 60.0
 class SpoolConfig(BaseModel):
     """The ``spool`` section of the config."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)  # "5" is not 5
 
     # Where spool files go (a policy may name another directory for its own); default: the system's temporary one.
     dir: str | None = Field(default=None, max_length=4096)

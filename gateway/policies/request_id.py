@@ -20,7 +20,7 @@ NAME = "request_id"
 
 
 class Options(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)  # "5" is not 5
 
     header: str = Field(default="X-Request-Id", pattern=r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
     # An incoming id is kept only if it looks like an id: it ends up in logs and upstream requests.

@@ -42,7 +42,7 @@ _ABSENT = object()
 
 
 class BackfillOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)  # "5" is not 5
 
     # The limit asked per page (the spec does not give the card list's maximum; the sandbox's is 100).
     page_size: int = Field(default=100, ge=2, le=1000)

@@ -85,7 +85,7 @@ class Families:
 
 
 class Options(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)  # "5" is not 5
 
     # Cards kept from the cap date on (spec: 100).
     cap: int = Field(default=100, ge=1, le=100_000)

@@ -15,11 +15,11 @@ import datetime as dt
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from multidict import CIMultiDictProxy
 from prometheus_client import CollectorRegistry, Counter
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AnyHttpUrl, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from ...core.exchange import BodyBroken, BodyError, Exchange, Flow, Next, Policy, Refuse, Reply, RequestBodyFilter
 from ...core.multipart import Ambiguous, Boundary, form_data_boundary, request_media_type
@@ -32,6 +32,7 @@ from ...core.spec import (
     successor_link,
 )
 from ...rollout.behaviour import Base, Behaviour, DateFlag
+from ...rollout.clock import parse_date, parse_instant_value
 from ..base import BuildContext, PolicySpec
 from .multipart_sniffer import MultipartSniffer, Verdict
 from .multipart_splitter import MultipartSplitter
@@ -108,6 +109,18 @@ LEGACY_UPLOADS = Behaviour(
 _DECISIONS = ("allowed", "blocked", "refused", "bridged")
 
 
+def _date_or_instant(value: object) -> object:
+    """``deprecated_since``: YAML dates reach the options as text; a date (YYYY-MM-DD) or an ISO 8601 date-time."""
+    if isinstance(value, str) and len(value.strip()) > len("YYYY-MM-DD"):
+        return parse_instant_value(value)
+    return value if isinstance(value, dt.datetime) else parse_date(value)
+
+
+def _list_as_tuple(value: object) -> object:
+    """``file_fields``: a YAML list (a string stays a string, and is refused as one)."""
+    return tuple(value) if isinstance(value, list) else value
+
+
 class Families:
     """This policy's metric families."""
 
@@ -119,7 +132,7 @@ class Families:
 
 
 class Options(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)  # "5" is not 5
 
     # "route": the route exists to upload (PUT .../files): decided from method, route and headers, body unread.
     # "file_parts": an upload only when the multipart body has a file part (comment routes): part headers are read.
@@ -128,7 +141,7 @@ class Options(BaseModel):
     successor: str = Field(pattern=PATH_TEMPLATE_PATTERN, max_length=500)
     successor_method: str = Field(default="POST", pattern=r"^[A-Z]+$")
     # The Deprecation header's date (a date is midnight in rollout.timezone).
-    deprecated_since: dt.date | dt.datetime = RESTRICTED_BY_DEFAULT_FROM  # a date first: YAML dates reach it as text
+    deprecated_since: Annotated[dt.date | dt.datetime, BeforeValidator(_date_or_instant)] = RESTRICTED_BY_DEFAULT_FROM
     # The deprecation's documentation, sent as Link rel="deprecation" (RFC 9745 3) on every deprecated answer.
     deprecation_link: AnyHttpUrl | None = None
     message: str = Field(default=DEFAULT_MESSAGE, min_length=1, max_length=500)
@@ -140,7 +153,7 @@ class Options(BaseModel):
     body_read_timeout: float = Field(default=30.0, gt=0, le=3600)
     # Field names that are files whatever their part headers say (the upstream reads them as files); "files"
     # also covers "files[]" and "files[0]".
-    file_fields: tuple[str, ...] = ("files", "file")
+    file_fields: Annotated[tuple[str, ...], BeforeValidator(_list_as_tuple)] = ("files", "file")
     # After an early answer: how much of the rest of the body to read and drop, for how long at most, before
     # closing, so that the client can read the answer before the connection is reset.
     linger_bytes: int = Field(default=4 << 20, ge=0, le=1 << 30)

@@ -30,7 +30,7 @@ _FIELD_PATTERN = r"^[A-Za-z0-9_.\-\[\]]{1,64}$"
 class UpgradeOptions(BaseModel):
     """The bridge's bounds and the service's routes it uses (whether it applies is the tenant's and the exemptions')."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)  # "5" is not 5
 
     # The service's routes: the card lookup (GET, JSON with "uid", "files", and "comments" with their uids and files)
     # and the restricted access uploads.
