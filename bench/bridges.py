@@ -44,6 +44,8 @@ from aiohttp import web
 from benchlib import free_port, proc_status
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tests.process_testlib import LivezProbe  # noqa: E402 - the /livez probe the bounds tests use too
 PYTHON = str(ROOT / ".venv/bin/python") if (ROOT / ".venv/bin/python").exists() else sys.executable
 MiB = 1 << 20
 TOKEN = {"Authorization": "Bearer sandbox-token"}
@@ -179,24 +181,6 @@ async def upload_round(client: aiohttp.ClientSession, sandbox: str, gateway: str
     return out
 
 
-# Asks /livez every 10 ms until its stdin closes; prints the longest answer time (a process of its own, so that this
-# one's work serving pages is not measured with the gateway's).
-_PROBE = """
-import http.client, json, sys, threading, time
-port, worst, count, done = int(sys.argv[1]), 0.0, 0, threading.Event()
-threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
-while not done.is_set():
-    started = time.monotonic()
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    c.request("GET", "/livez")
-    c.getresponse().read()
-    c.close()
-    worst, count = max(worst, time.monotonic() - started), count + 1
-    time.sleep(0.01)
-print(json.dumps({"worst": worst, "count": count}))
-"""
-
-
 def _pages(kind: str) -> dict[tuple[int, int], bytes]:
     """(limit, offset) -> the page, made ahead of time."""
     out: dict[tuple[int, int], bytes] = {}
@@ -268,25 +252,23 @@ async def adversarial(tmp: Path) -> list[dict[str, Any]]:
                     async with client.get(f"http://127.0.0.1:{port}/api/latest/boards/8", headers=LEGACY) as resp:
                         await resp.read()  # warm: a backfill of an empty board
                     before = proc_status(gateway.pid, "VmHWM") or 0
-                    probe = subprocess.Popen([PYTHON, "-c", _PROBE, str(admin)], stdin=subprocess.PIPE,
-                                             stdout=subprocess.PIPE)
+                    probe = LivezProbe(admin, PYTHON)
                     await asyncio.sleep(0.3)
                     started = time.perf_counter()
                     async with client.get(f"http://127.0.0.1:{port}/api/latest/boards/9", headers=LEGACY) as resp:
                         await resp.read()
                         answer = resp.headers.get("X-Gateway-Backfill", "")
                     seconds = time.perf_counter() - started
-                    out, _ = await asyncio.get_running_loop().run_in_executor(None, probe.communicate, b"")
-                    lag = json.loads(out)
+                    await probe.finish()
                 growth = ((proc_status(gateway.pid, "VmHWM") or 0) - before) / MiB
                 assert answer.startswith(expected), (kind, answer)
                 row = {"kind": kind, "answer": answer, "seconds": seconds, "hwm_growth_mib": growth,
-                       "hwm_mib": before / MiB + growth, "livez_worst_ms": lag["worst"] * 1000,
-                       "livez_count": lag["count"], "largest_page_mib": max(map(len, pages.values())) / MiB}
+                       "hwm_mib": before / MiB + growth, "livez_worst_ms": probe.worst * 1000,
+                       "livez_count": probe.count, "largest_page_mib": max(map(len, pages.values())) / MiB}
                 results.append(row)
                 print(f"adversarial backfill {kind}: {answer} in {seconds:.2f} s; gateway peak RSS +{growth:.0f} MiB "
                       f"(largest page {row['largest_page_mib']:.0f} MiB, max_bytes 64 MiB); /livez at worst "
-                      f"{row['livez_worst_ms']:.0f} ms over {lag['count']} probes", flush=True)
+                      f"{row['livez_worst_ms']:.0f} ms over {probe.count} probes", flush=True)
             finally:
                 gateway.send_signal(signal.SIGTERM)
                 try:

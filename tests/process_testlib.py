@@ -119,3 +119,39 @@ async def start(data: dict[str, Any], tmp_path: Path, *, env: dict[str, str] | N
         item.stop()
         raise
     return item
+
+
+# Asks the admin /livez every 10 ms until its stdin closes, then prints the longest answer time and the count. A
+# process of its own: in the caller's process, the GIL and the event loop serving the pages would be measured too.
+_LIVEZ_PROBE = """
+import http.client, json, sys, threading, time
+port, worst, count, done = int(sys.argv[1]), 0.0, 0, threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+while not done.is_set():
+    started = time.monotonic()
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    connection.request("GET", "/livez")
+    response = connection.getresponse()
+    response.read()
+    assert response.status == 200, response.status
+    connection.close()
+    worst, count = max(worst, time.monotonic() - started), count + 1
+    time.sleep(0.01)
+print(json.dumps({"worst": worst, "count": count}))
+"""
+
+
+class LivezProbe:
+    """How long a gateway's admin ``/livez`` takes at worst (seconds) while it works: asked from another process
+    from construction until ``finish``. Used by tests/integration/test_bridge_bounds.py and bench/bridges.py."""
+
+    def __init__(self, port: int, python: str = sys.executable) -> None:
+        self._proc = subprocess.Popen([python, "-c", _LIVEZ_PROBE, str(port)], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE)
+        self.worst = 0.0
+        self.count = 0
+
+    async def finish(self) -> None:
+        out, _ = await asyncio.get_running_loop().run_in_executor(None, self._proc.communicate, b"")
+        result = json.loads(out)
+        self.worst, self.count = result["worst"], result["count"]

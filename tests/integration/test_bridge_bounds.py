@@ -19,8 +19,6 @@ import json
 import os
 import resource
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -31,7 +29,7 @@ import pytest
 
 from tests.adversarial_upstream import AdversarialUpstream, Board, adversarial  # noqa: F401 - fixture
 from tests.gateway_testlib import guarded_routes, multipart_body
-from tests.process_testlib import Proc, start, wait_for
+from tests.process_testlib import LivezProbe, Proc, start, wait_for
 
 MiB = 1 << 20
 UA = {"User-Agent": "legacy-app/1.0", "Authorization": "Bearer t"}
@@ -111,37 +109,6 @@ async def test_pages_read_in_parallel_never_hold_more_than_max_bytes(adversarial
     assert growth < 16 * MiB + 8 * MiB + 24 * MiB, growth / MiB
 
 
-# Asks the admin /livez every 10 ms until its stdin closes, then prints the longest answer time and the count. A
-# process of its own: in the test's process, the GIL and the event loop serving the pages would be measured too.
-_PROBE = """
-import http.client, json, sys, threading, time
-port, worst, count, done = int(sys.argv[1]), 0.0, 0, threading.Event()
-threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
-while not done.is_set():
-    started = time.monotonic()
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    connection.request("GET", "/livez")
-    assert connection.getresponse().status == 200
-    connection.close()
-    worst, count = max(worst, time.monotonic() - started), count + 1
-    time.sleep(0.01)
-print(json.dumps({"worst": worst, "count": count}))
-"""
-
-
-class _Probe:
-    def __init__(self, port: int) -> None:
-        self._proc = subprocess.Popen([sys.executable, "-c", _PROBE, str(port)], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE)
-        self.worst = 0.0
-        self.count = 0
-
-    async def finish(self) -> None:
-        out, _ = await asyncio.get_running_loop().run_in_executor(None, self._proc.communicate, b"")
-        result = json.loads(out)
-        self.worst, self.count = result["worst"], result["count"]
-
-
 @pytest.mark.parametrize(("board", "answer"), [
     # One page of 3 million {"id": n} (about 50 MB, under max_bytes): refused once counted, never parsed.
     (Board(huge_first_page=3_000_000), "failed; reason=inconsistent"),
@@ -157,10 +124,10 @@ async def test_the_worst_pages_hold_neither_memory_nor_the_event_loop(adversaria
     baseline = await _warm(proc)
     # What /livez takes on this machine with nothing to do: the bound is 100 ms over it (on a shared machine the
     # probe and the gateway also wait for a CPU; that wait is not the event loop's).
-    idle = _Probe(proc.admin)
+    idle = LivezProbe(proc.admin)
     await asyncio.sleep(1.0)
     await idle.finish()
-    probe = _Probe(proc.admin)
+    probe = LivezProbe(proc.admin)
     try:
         await asyncio.sleep(0.3)
         status, headers, body = await _board(proc, 3)
