@@ -28,11 +28,11 @@ from prometheus_client import CollectorRegistry, Counter
 from yarl import URL
 
 from .. import __version__
+from ..config.tracing import TracingConfig
 from ..core.exchange import Exchange
 from ..core.http import random_hex
 from ..core.tracecontext import ClientSpan, TraceContext, TraceParent, format_traceparent
 from .metrics import Metrics
-from .tracing import TracingConfig
 
 __all__ = ("SpanExport", "TraceFamilies")
 
