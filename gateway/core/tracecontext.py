@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from multidict import istr
-from yarl import URL
 
 from .http import random_hex
 
@@ -191,8 +190,9 @@ class TraceContext:
         self.tracestate = tracestate
         self._spare = spare  # a span id drawn ahead for the first upstream request ("" when none)
 
-    def client_span(self, method: str, url: URL, purpose: str | None) -> ClientSpan:
-        """The span of one upstream request (``purpose``: a policy's own request's, None for the client's own)."""
+    def client_span(self, method: str, url: str, purpose: str | None) -> ClientSpan:
+        """The span of one upstream request (``url``: where it goes, without its query; ``purpose``: a policy's own
+        request's, None for the client's own)."""
         span_id = self._spare
         if span_id:
             self._spare = ""

@@ -229,7 +229,8 @@ class _RecordedTrace(TraceContext):
         self._tracer = tracer
         self._context: Context | None = None
 
-    def client_span(self, method: str, url: URL, purpose: str | None) -> ClientSpan:
+    def client_span(self, method: str, target: str, purpose: str | None) -> ClientSpan:
+        url = URL(target, encoded=True)
         context = self._context
         if context is None:
             context = self._context = trace_api.set_span_in_context(self.span, Context())

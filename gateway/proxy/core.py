@@ -34,7 +34,7 @@ from ..core.http import HOP_BY_HOP, connection_tokens
 from ..core.tracecontext import TRACEPARENT, TRACESTATE, ClientSpan
 from .gate import Gate
 from .request_body import RequestBody, client_chunks
-from .upstream import UpstreamClient
+from .upstream import Response, UpstreamClient
 
 __all__ = ("ProxyCore", "VIA", "body_error_reply", "filtered_body", "upstream_error_reply")
 
@@ -66,10 +66,6 @@ def _declared_length(raw: CIMultiDictProxy[str]) -> int | None:
     if declared is not None and hdrs.TRANSFER_ENCODING not in raw and declared.isdigit():
         return int(declared)
     return None
-
-
-def _upstream_url(exchange: Exchange, path: str, query: str) -> URL:
-    return URL(exchange.tenant.upstream_prefix + path + ("?" + query if query else ""), encoded=True)
 
 
 def _forwarded_element(ip: str, proto: str, host: str | None) -> str:
@@ -129,7 +125,7 @@ async def filtered_body(exchange: Exchange, timeout: float) -> RequestBody | Rep
 class UpstreamBody(Body):
     """The upstream's response body, streamed as it arrives; a failure part way becomes ``BodyBroken``."""
 
-    def __init__(self, response: aiohttp.ClientResponse, exchange: Exchange, length: int | None,
+    def __init__(self, response: Response, exchange: Exchange, length: int | None,
                  gate: Gate | None, *, record: bool = True) -> None:
         self._response = response
         self._exchange = exchange
@@ -237,7 +233,7 @@ class ProxyCore(Services):
 
     async def send(self, exchange: Exchange, method: str, path: str, query: str,
                    body: AsyncIterable[bytes] | None, *, own: Mapping[str, str] | None = None,
-                   purpose: str | None = None) -> tuple[aiohttp.ClientResponse, Gate | None]:
+                   purpose: str | None = None) -> tuple[Response, Gate | None]:
         """Every request the gateway sends upstream goes through here: the client's own (``purpose`` None: the
         client's headers, filtered) and each of a policy's own (``own``: the only headers of its choosing).
 
@@ -246,9 +242,10 @@ class ProxyCore(Services):
         retry policy and timeouts, and what happened is recorded on the exchange (for the access log and the
         metrics). Returns the response (head read, body streaming) and the turn to give back once its body is done
         with; raises ``_NoAnswer`` (no response head), or what the request body raised."""
-        url = _upstream_url(exchange, path, query)
+        prefix = exchange.tenant.upstream_prefix
+        url = URL(prefix + path + "?" + query if query else prefix + path, encoded=True)
         trace = exchange.trace
-        span = trace.client_span(method, url, purpose) if trace is not None else None
+        span = trace.client_span(method, prefix + path, purpose) if trace is not None else None
         headers = self.headers(exchange, own, client=purpose is None, span=span)
         if purpose is None and exchange.request_filters and any(f.changes_length for f in exchange.request_filters):
             headers.popall(hdrs.CONTENT_LENGTH, None)
@@ -465,7 +462,7 @@ class ProxyCore(Services):
         busy.headers["Retry-After"] = "1"
         return busy
 
-    def _reply(self, upstream: aiohttp.ClientResponse, exchange: Exchange, gate: Gate | None) -> Reply:
+    def _reply(self, upstream: Response, exchange: Exchange, gate: Gate | None) -> Reply:
         raw = upstream.headers
         headers = CIMultiDict(raw)
         _drop(headers, _RESPONSE_DROP, raw)

@@ -7,16 +7,23 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from typing import Protocol
 
 import aiohttp
+from aiohttp.client_proto import ResponseHandler
+from aiohttp.connector import Connection
 from aiohttp.helpers import TimerNoop
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.http_parser import RawResponseMessage
+from aiohttp.http_writer import _serialize_headers
+from aiohttp.streams import StreamReader
 from aiohttp.typedefs import LooseHeaders
-from multidict import CIMultiDict, istr
+from multidict import CIMultiDict, CIMultiDictProxy, istr
 from yarl import URL
 
 from ..config.upstream import UpstreamConfig
 
-__all__ = ("UpstreamClient",)
+__all__ = ("Response", "UpstreamClient")
 
 # Only what the client sent goes upstream: no default User-Agent, Accept or Content-Type.
 _SKIP_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
@@ -36,6 +43,10 @@ _NOT_RETRIED = (
     aiohttp.ClientConnectorSSLError,
 )
 _NO_TIMER = TimerNoop()
+_GET_METHODS = frozenset(aiohttp.ClientRequest.GET_METHODS)
+_CONTENT_LENGTH = istr("Content-Length")
+_AUTHORIZATION = istr("Authorization")
+_EXPECT = istr("Expect")
 # Methods whose response has no body to read (ClientSession: EMPTY_BODY_METHODS).
 _NO_RESPONSE_BODY = frozenset({"HEAD"})
 
@@ -75,6 +86,81 @@ class _Tracked:
             yield chunk
 
 
+class Response(Protocol):
+    """An upstream response as the proxy core reads it: its head, and its body still streaming. aiohttp's
+    ``ClientResponse`` (a request with a body) and ``BodylessResponse`` (one without) are both one."""
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def reason(self) -> str | None: ...
+
+    @property
+    def headers(self) -> CIMultiDictProxy[str]: ...
+
+    @property
+    def content(self) -> StreamReader: ...
+
+    def release(self) -> object:
+        """The connection back to the pool if the body was read to its end; closed otherwise."""
+
+    def close(self) -> None:
+        """The connection closed, whatever was read."""
+
+
+class BodylessResponse:
+    """The response to a request without a body: the parser's message and payload, and the pooled connection it came
+    on (given back once, by ``release`` or ``close``)."""
+
+    __slots__ = ("status", "reason", "headers", "content", "_connection")
+
+    def __init__(self, message: RawResponseMessage, payload: StreamReader, connection: Connection) -> None:
+        self.status = message.code
+        self.reason: str | None = message.reason
+        self.headers: CIMultiDictProxy[str] = message.headers
+        self.content = payload
+        self._connection: Connection | None = connection
+
+    def release(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.release()  # closed instead when the body was not read to its end (protocol.should_close)
+
+    def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
+
+    async def read(self) -> bytes:
+        """The whole body (as ``ClientResponse.read``)."""
+        return await self.content.read()
+
+
+def _write_head(protocol: ResponseHandler, head: bytes) -> None:
+    transport = protocol.transport
+    if transport is None or transport.is_closing():
+        raise aiohttp.ClientConnectionResetError("Cannot write to closing transport")
+    transport.write(head)
+
+
+class _Origin:
+    """One upstream origin (scheme, userinfo, host, port), as bodyless requests to it need it: the request the
+    connector keys its pool by (and opens new connections for), and the Basic credentials of its userinfo, which
+    aiohttp sends in place of the client's ``Authorization`` (docs/configuration.md, ``upstream``)."""
+
+    __slots__ = ("key_request", "authorization", "request_info")
+
+    def __init__(self, url: URL, session: aiohttp.ClientSession, version: aiohttp.HttpVersion) -> None:
+        self.key_request = _ProxiedRequest(
+            "GET", url, headers=CIMultiDict(((istr("Host"), url.host_port_subcomponent or ""),)),
+            loop=asyncio.get_running_loop(), timer=_NO_TIMER, session=session, version=version,
+        )
+        self.authorization = self.key_request.headers.get(istr("Authorization"))
+        origin = url.origin()  # no userinfo
+        self.request_info = aiohttp.RequestInfo(origin, "GET", CIMultiDictProxy(CIMultiDict()), origin)
+
+
 class UpstreamClient:
     """Sends the proxied requests over the pooled connections of one session."""
 
@@ -83,6 +169,7 @@ class UpstreamClient:
         self._max_field_size = max_field_size
         self._retry_safe_methods = retry_safe_methods
         self._version = aiohttp.HttpVersion(*session.version)
+        self._origins: dict[tuple[str, str], _Origin] = {}
 
     @classmethod
     def open(cls, config: UpstreamConfig, *, max_field_size: int) -> UpstreamClient:
@@ -106,10 +193,24 @@ class UpstreamClient:
     async def close(self) -> None:
         await self.session.close()
 
+    def _prepared(self, protocol: ResponseHandler, method: str) -> None:
+        protocol.set_response_params(
+            timer=_NO_TIMER,
+            skip_payload=method in _NO_RESPONSE_BODY,
+            read_until_eof=True,
+            auto_decompress=False,
+            read_timeout=self.session.timeout.sock_read,
+            read_bufsize=_READ_BUFSIZE,
+            timeout_ceil_threshold=_TIMEOUT_CEIL_THRESHOLD,
+            max_line_size=_MAX_LINE_SIZE,
+            max_field_size=self._max_field_size,
+            max_headers=_MAX_HEADERS,
+        )
+
     async def request(
         self, method: str, url: URL, headers: CIMultiDict[str], body: AsyncIterable[bytes] | None,
         retried: list[str] | None = None,
-    ) -> aiohttp.ClientResponse:
+    ) -> Response:
         """The upstream's response, its head read and its body still streaming; raises aiohttp's client errors.
 
         At most one retry, its reason appended to ``retried``: ``unsent`` when the pooled connection failed before
@@ -117,13 +218,92 @@ class UpstreamClient:
         which is when the head is written): the upstream cannot have seen it, so it goes again on a new connection
         whatever its method; ``safe_method`` when the connection broke after the request was written but before the
         response head (a kept-alive connection the upstream closed as it was reused): only a GET, HEAD, OPTIONS or
-        TRACE without a body, and only with ``retry_safe_methods``. The request is written as
+        TRACE without a body, and only with ``retry_safe_methods``.
+
+        A request without a body is written by the gateway itself, its head in one write, and its response read
+        straight from aiohttp's connection protocol; one with a body is aiohttp's ``ClientRequest``, written as
         ``ClientSession._request`` would, without its per-call machinery (redirects, cookies, traces, a total
-        timeout: more CPU than the rest of a small request) and its header merging (which folds lines that differ
-        only in case)."""
-        session = self.session
-        if session.closed:
+        timeout) and its header merging (which folds lines that differ only in case)."""
+        if self.session.closed:
             raise RuntimeError("the upstream session is closed")
+        if body is not None or _EXPECT in headers:
+            return await self._with_body(method, url, headers, body, retried)
+        key = (url.scheme, url.raw_authority)
+        origin = self._origins.get(key)
+        if origin is None:
+            origin = self._origins[key] = _Origin(url, self.session, self._version)
+        return await self._bodyless(method, origin, url.raw_path_qs, headers, retried)
+
+    async def _bodyless(self, method: str, origin: _Origin, target: str, headers: CIMultiDict[str],
+                        retried: list[str] | None) -> BodylessResponse:
+        # What aiohttp's ClientRequest would add: the upstream's Basic credentials, and a zero length for a method
+        # other than GET, HEAD, OPTIONS and TRACE.
+        length = method not in _GET_METHODS and _CONTENT_LENGTH not in headers
+        if origin.authorization is not None or length:
+            headers = CIMultiDict(headers)
+            if origin.authorization is not None:
+                headers[_AUTHORIZATION] = origin.authorization
+            if length:
+                headers[_CONTENT_LENGTH] = "0"
+        # aiohttp's own serialisation (C): a CR or LF in a name or value is refused, never written.
+        head = _serialize_headers(f"{method} {target} HTTP/1.1", headers)
+        connector = self.session.connector
+        assert connector is not None
+        timeout = self.session.timeout
+        retry_safe = self._retry_safe_methods and method in _SAFE
+        attempts = 0
+        while True:
+            sent = False
+            try:
+                connection = await self._connect(connector, origin.key_request, timeout)
+                protocol = connection.protocol
+                assert protocol is not None
+                try:
+                    self._prepared(protocol, method)
+                    _write_head(protocol, head)
+                    sent = True
+                    protocol.start_timeout()
+                    while True:
+                        try:
+                            message, payload = await protocol.read()
+                        except HttpProcessingError as err:
+                            raise aiohttp.ClientResponseError(origin.request_info, (), status=err.code,
+                                                              message=err.message, headers=err.headers) from err
+                        # Interim answers (1xx but 101) are read past, as aiohttp's ClientResponse does.
+                        if not 100 <= message.code <= 199 or message.code == 101:
+                            return BodylessResponse(message, payload, connection)
+                except BaseException:
+                    connection.close()
+                    raise
+            except _NOT_RETRIED:
+                raise
+            except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError, *_UNSENT) as err:
+                if attempts or not (not sent or retry_safe):
+                    if isinstance(err, aiohttp.ClientError):
+                        raise
+                    raise aiohttp.ClientOSError(*err.args) from err
+                attempts += 1
+                if retried is not None:
+                    retried.append("safe_method" if sent else "unsent")
+            except aiohttp.ClientError:
+                raise
+            except OSError as err:
+                if err.errno is None and isinstance(err, asyncio.TimeoutError):
+                    raise
+                raise aiohttp.ClientOSError(*err.args) from err
+
+    @staticmethod
+    async def _connect(connector: aiohttp.BaseConnector, request: aiohttp.ClientRequest,
+                       timeout: aiohttp.ClientTimeout) -> Connection:
+        try:
+            return await connector.connect(request, traces=[], timeout=timeout)
+        except asyncio.TimeoutError as err:
+            # The origin only: the target's query (a signed link) must not reach a log line through this text.
+            raise aiohttp.ConnectionTimeoutError(f"Connection timeout to host {request.url.origin()}") from err
+
+    async def _with_body(self, method: str, url: URL, headers: CIMultiDict[str], body: AsyncIterable[bytes] | None,
+                         retried: list[str] | None) -> aiohttp.ClientResponse:
+        session = self.session
         connector = session.connector
         assert connector is not None
         timeout = session.timeout
@@ -144,25 +324,10 @@ class UpstreamClient:
             )
             sent = False
             try:
-                try:
-                    connection = await connector.connect(request, traces=[], timeout=timeout)
-                except asyncio.TimeoutError as err:
-                    # The origin only: the target's query (a signed link) must not reach a log line through this text.
-                    raise aiohttp.ConnectionTimeoutError(f"Connection timeout to host {request.url.origin()}") from err
+                connection = await self._connect(connector, request, timeout)
                 protocol = connection.protocol
                 assert protocol is not None
-                protocol.set_response_params(
-                    timer=_NO_TIMER,
-                    skip_payload=method in _NO_RESPONSE_BODY,
-                    read_until_eof=True,
-                    auto_decompress=False,
-                    read_timeout=timeout.sock_read,
-                    read_bufsize=_READ_BUFSIZE,
-                    timeout_ceil_threshold=_TIMEOUT_CEIL_THRESHOLD,
-                    max_line_size=_MAX_LINE_SIZE,
-                    max_field_size=self._max_field_size,
-                    max_headers=_MAX_HEADERS,
-                )
+                self._prepared(protocol, method)
                 try:
                     response = await request.send(connection)
                     sent = True
