@@ -6,6 +6,7 @@ aiohttp API it relies on, and why, is listed and checked in ``server.aiohttp_pri
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from typing import Protocol
 
@@ -69,6 +70,50 @@ class _ProxiedRequest(aiohttp.ClientRequest):
 _SKIPPED: CIMultiDict[None] = CIMultiDict((name, None) for name in sorted(istr(n) for n in _SKIP_AUTO_HEADERS))
 if not {istr(name) for name in (*aiohttp.ClientRequest.DEFAULT_HEADERS, "User-Agent")} <= set(_SKIPPED):
     raise RuntimeError("this aiohttp adds request headers the gateway does not skip: review gateway/proxy/upstream.py")
+
+
+class _Connection(ResponseHandler):
+    """aiohttp's client connection protocol, with its read timeout (``upstream.read_timeout``) kept as a deadline and
+    one timer per connection, set again when it fires early, instead of a new timer for each piece read and each
+    request: the same limit, without a timer's cost on every response."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self._read_deadline: float | None = None
+        self._read_timer_at = 0.0
+
+    def _reschedule_timeout(self) -> None:
+        timeout = self._read_timeout
+        if not timeout:
+            self._read_deadline = None
+            return
+        deadline = self._read_deadline = self._loop.time() + timeout
+        handle = self._read_timeout_handle
+        if handle is None or deadline < self._read_timer_at:
+            if handle is not None:
+                handle.cancel()
+            self._read_timer_at = deadline
+            self._read_timeout_handle = self._loop.call_at(deadline, self._read_timer_fired)
+
+    def _drop_timeout(self) -> None:
+        self._read_deadline = None  # the timer, if any, fires and finds nothing to do
+
+    def _read_timer_fired(self) -> None:
+        self._read_timeout_handle = None
+        deadline = self._read_deadline
+        if deadline is None:
+            return
+        if self._loop.time() < deadline:
+            self._read_timer_at = deadline
+            self._read_timeout_handle = self._loop.call_at(deadline, self._read_timer_fired)
+            return
+        self._on_read_timeout()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        super().connection_lost(exc)
+        handle, self._read_timeout_handle = self._read_timeout_handle, None
+        if handle is not None:
+            handle.cancel()
 
 
 class _Tracked:
@@ -179,6 +224,7 @@ class UpstreamClient:
             ttl_dns_cache=60,
             timeout_ceil_threshold=_TIMEOUT_CEIL_THRESHOLD,
         )
+        connector._factory = functools.partial(_Connection, loop=asyncio.get_running_loop())  # type: ignore[assignment]
         session = aiohttp.ClientSession(
             connector=connector,
             timeout=aiohttp.ClientTimeout(

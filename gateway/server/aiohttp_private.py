@@ -39,6 +39,15 @@ _CHECKS: tuple[tuple[str, Callable[[], bool]], ...] = (
      lambda: _has_parameters(client_proto.ResponseHandler.set_response_params, "timer", "skip_payload",
                              "read_until_eof", "auto_decompress", "read_timeout", "read_bufsize",
                              "timeout_ceil_threshold", "max_line_size", "max_field_size", "max_headers")),
+    ("aiohttp.connector.BaseConnector._factory (makes each connection's ResponseHandler)",
+     lambda: "self._factory = functools.partial(ResponseHandler, loop=loop)" in inspect.getsource(
+         connector.BaseConnector.__init__)),
+    ("aiohttp.client_proto.ResponseHandler._reschedule_timeout(), _drop_timeout(), _on_read_timeout(), "
+     "._read_timeout, ._read_timeout_handle",
+     lambda: all(callable(getattr(client_proto.ResponseHandler, name, None))
+                 for name in ("_reschedule_timeout", "_drop_timeout", "_on_read_timeout"))
+     and "self._read_timeout_handle" in inspect.getsource(client_proto.ResponseHandler.__init__)
+     and "self._read_timeout" in inspect.getsource(client_proto.ResponseHandler.__init__)),
     ("aiohttp.helpers.TimerNoop", lambda: isinstance(getattr(helpers, "TimerNoop", None), type)),
     ("aiohttp.web_protocol.RequestHandler._make_error_handler(err_info)",
      lambda: _has_parameters(getattr(web_protocol.RequestHandler, "_make_error_handler", None), "err_info")),

@@ -42,15 +42,15 @@ class _Phase(enum.Enum):
 
 
 class _Connection(RequestHandler):
-    __slots__ = ("_owner", "_deadline", "_phase", "_clock", "over_limit")
+    __slots__ = ("_owner", "_deadline", "_timer", "_timer_at", "_phase", "_clock", "over_limit")
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         listener = self._manager
         assert isinstance(listener, Listener)
         self._owner = listener
-        self._deadline: asyncio.TimerHandle | None = None
-        self._phase = _Phase.HEAD
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
         self._clock = asyncio.get_running_loop()
         listener.opened += 1
         listener.events(Event.OPENED)
@@ -58,47 +58,52 @@ class _Connection(RequestHandler):
         self.over_limit = bool(listener.max_connections and listener.opened > listener.max_connections)
         if self.over_limit:
             listener.events(Event.REFUSED)
-        self._arm(listener.header_timeout)
+        self._arm(_Phase.HEAD, listener.header_timeout)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         listener = self._owner
         listener.opened -= 1
         listener.events(Event.CLOSED)
-        self._cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self._phase is _Phase.IDLE:
             # The first byte of the next request: its head must now arrive within the head timeout.
-            self._phase = _Phase.HEAD
-            self._arm(self._owner.header_timeout)
+            self._arm(_Phase.HEAD, self._owner.header_timeout)
         super().data_received(data)
 
     def exchange_started(self) -> None:
-        self._phase = _Phase.BUSY
-        self._cancel()
+        self._phase = _Phase.BUSY  # no limit while it is served: the timer, when it fires, finds it busy
 
     def exchange_ended(self) -> None:
-        self._phase = _Phase.IDLE
-        self._arm(self._owner.keepalive_timeout)
+        self._arm(_Phase.IDLE, self._owner.keepalive_timeout)
 
-    def _arm(self, timeout: float) -> None:
-        self._cancel()
-        self._deadline = self._clock.call_later(timeout, self._expire)
-
-    def _cancel(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+    def _arm(self, phase: _Phase, timeout: float) -> None:
+        # One timer per connection, moved only when the new deadline comes before it: a timer that fires before the
+        # deadline sets itself again for it (aiohttp's keep-alive timer works the same way), so a request costs no
+        # timer of its own.
+        self._phase = phase
+        deadline = self._deadline = self._clock.time() + timeout
+        timer = self._timer
+        if timer is None or deadline < self._timer_at:
+            if timer is not None:
+                timer.cancel()
+            self._timer_at = deadline
+            self._timer = self._clock.call_at(deadline, self._expire)
 
     def _expire(self) -> None:
-        self._deadline = None
-        if self._phase is _Phase.HEAD:
-            self._owner.events(Event.HEAD_TIMEOUT)
-        elif self._phase is _Phase.IDLE:
-            self._owner.events(Event.IDLE_TIMEOUT)
-        else:
+        self._timer = None
+        phase = self._phase
+        if phase is _Phase.BUSY:
+            return  # set again when the exchange ends
+        if self._clock.time() < self._deadline:
+            self._timer_at = self._deadline
+            self._timer = self._clock.call_at(self._deadline, self._expire)
             return
+        self._owner.events(Event.HEAD_TIMEOUT if phase is _Phase.HEAD else Event.IDLE_TIMEOUT)
         self.force_close()
 
     def _make_error_handler(self, err_info: Any) -> Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]:
