@@ -3,6 +3,8 @@
     .venv/bin/python bench/run.py [--quick] [--scenarios 1k,10m,download1g,upload1g] [--rounds N]
                                   [--transfer-rounds N] [--duration S] [--big-size BYTES]
                                   [--baseline DIR] [--trace-export RATIO[,RATIO...]]
+    .venv/bin/python bench/run.py --instructions N [--instructions-connections C] [--instructions-rounds R]
+                                  [--scenarios 1k] [--baseline DIR] [--trace-export RATIO[,RATIO...]]
 
 Starts, on 127.0.0.1 only: nginx serving static files (the upstream), bench/sink.py (the upstream of uploads),
 nginx as a reverse proxy (the reference; once with default buffers, once with 64 KiB buffers),
@@ -15,10 +17,22 @@ order rotates each round) and ratios are the median of ratios taken within the s
 neighbour on the shared machine weighs on both sides of a ratio alike. Every wrk run and transfer is bounded in
 time, and every process started is stopped at the end, on an error, on Ctrl-C and on SIGTERM.
 
+``--instructions N`` counts instructions instead of timing wrk (the 1k scenario only; wrk ratios move by ±20% on
+the shared machine, callgrind's counts repeat within about 0.5%). Each Python proxy target (the minimal proxy, the
+gateway, and the baseline and span-export gateways when asked for) runs in turn under valgrind's callgrind with
+instrumentation off, in front of the same nginx upstream; once it is ready it gets 400 requests to warm up, the
+harness waits until it is idle (a gateway still opens its usage ledger in a thread after /readyz answers), then
+switches instrumentation on (``callgrind_control -i on``), sends exactly N ``GET /1k.json`` requests on C
+keep-alive connections (N/C each, one after the other, every answer checked: 200 and the file's length), switches
+it off, dumps, and stops the process. Instructions per request: the ``totals:`` lines of that process's dumps, summed,
+divided by N (user space, every thread of the target; not the kernel, the client or the upstream). R rounds
+repeat the whole set, the order rotating; the report gives per target the median, the min–max over rounds, and
+the ratios to the minimal proxy (and to the baseline) as medians of per-round ratios. Needs valgrind.
+
 Prints Markdown tables and writes them to bench/results/latest.md. Exits 0 when every measurement was valid
 (the gateway missing a performance target does not fail the run), 1 when something failed (a process did not
-start, a target answered wrongly, an upload arrived short), 2 on a usage error, 128+N on signal N.
-Stdlib only, besides the programs it starts (nginx, wrk, curl).
+start, a target answered wrongly, an upload arrived short, a count had no dump), 2 on a usage error, 128+N on
+signal N. Stdlib only, besides the programs it starts (nginx, wrk, curl; valgrind for --instructions).
 """
 
 from __future__ import annotations
@@ -39,9 +53,11 @@ import sys
 import tempfile
 import time
 import urllib.error
+import threading
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http.client import HTTPConnection
 from pathlib import Path
 from benchlib import cpu_seconds as proc_cpu
 from benchlib import proc_status
@@ -65,6 +81,7 @@ LABELS = {
 PROXIES = ["nginx", "nginx64k", "minimal", "gateway", "baseline"]
 # The gateways' admin token (the admin listener is closed without one): /metrics is read with it.
 ADMIN_TOKEN = "bench-admin-token-0123456789"
+ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
 def export_targets(ratios: tuple[float, ...]) -> tuple[str, ...]:
@@ -421,6 +438,8 @@ class Env:
     loop: str = "asyncio"
     # --trace-export: the gateway again with its span export on, one target per sample ratio ("export1.0"...).
     export_ratios: tuple[float, ...] = ()
+    # --instructions: valgrind, which runs each Python proxy under callgrind.
+    valgrind: str = ""
 
     def targets(self, scenario: Scenario) -> tuple[str, ...]:
         extra = ("baseline",) if self.baseline is not None else ()
@@ -459,6 +478,47 @@ class Env:
         self.sink = self.stack.start(Proc("sink", sink, self.tmp))
         wait_ready(self.sink, port_accepts(self.ports["sink"]))
 
+    def admin_port(self, target: str) -> int:
+        """The admin listener of a gateway target (``gateway``, ``baseline``, ``export...``)."""
+        return self.ports["admin" if target == "gateway" else f"{target}_admin"]
+
+    def ready(self, target: str) -> Callable[[], bool]:
+        """A target is ready: the minimal proxy accepts connections, a gateway answers 200 on its admin /readyz."""
+        if target == "minimal":
+            return port_accepts(self.ports["minimal"])
+        url = f"http://{HOST}:{self.admin_port(target)}/readyz"
+        return lambda: http(url, headers=ADMIN_HEADERS)[0] == 200
+
+    def start_python(self, target: str, upstream_port: int, tag: str, wrapper: tuple[str, ...] = (),
+                     config_name: str | None = None) -> Proc:
+        """Start one Python proxy target (``minimal``, ``gateway``, ``baseline`` or an ``export...`` target) in front of
+        ``upstream_port``, its argv after ``wrapper`` (e.g. valgrind's); not waited for (see ``ready``)."""
+        if target == "minimal":
+            argv = [
+                self.python, str(BENCH / "minimal_proxy.py"),
+                "--listen", f"{HOST}:{self.ports['minimal']}", "--upstream", f"http://{HOST}:{upstream_port}",
+                "--loop", self.loop,
+            ]  # fmt: skip
+            return self.stack.start(Proc(f"minimal-{tag}", [*wrapper, *argv], self.tmp))
+        tracing: dict[str, object] | None = None
+        env: dict[str, str] | None = None
+        cwd = ROOT
+        if target == "baseline":
+            if self.baseline is None:
+                raise BenchError("no --baseline tree to start")
+            env, cwd = {**os.environ, "PYTHONPATH": str(self.baseline)}, self.baseline
+        elif target != "gateway":
+            ratio = dict(zip(export_targets(self.export_ratios), self.export_ratios, strict=True))[target]
+            tracing = {"sample_ratio": ratio, "export": {
+                "enabled": True, "endpoint": f"http://{HOST}:{self.ports['sink']}/v1/traces"}}
+        config = gateway_conf(self.tmp, self.ports[target], self.admin_port(target), upstream_port,
+                              config_name or target, tracing)
+        argv = [self.python, "-m", "gateway", "serve", "--config", str(config), "--log-level", "warning"]
+        # stdout is the JSON access log: written to a file, as in production, and part of the measured cost.
+        return self.stack.start(
+            Proc(f"{target}-{tag}", [*wrapper, *argv], self.tmp, f"{target}-{tag}-access.log", env=env, cwd=cwd)
+        )
+
     def start_proxies(self, upstream_port: int, tag: str) -> dict[str, Proc]:
         """Fresh nginx proxy, minimal proxy and gateway in front of ``upstream_port``."""
         procs: dict[str, Proc] = {}
@@ -469,40 +529,16 @@ class Env:
                 procs[name] = self.stack.start(
                     Proc(f"{name}-proxy-{tag}", [self.nginx, "-p", str(self.tmp), "-c", str(conf)], self.tmp)
                 )
-            minimal = [
-                self.python, str(BENCH / "minimal_proxy.py"),
-                "--listen", f"{HOST}:{self.ports['minimal']}", "--upstream", f"http://{HOST}:{upstream_port}",
-                "--loop", self.loop,
-            ]  # fmt: skip
-            procs["minimal"] = self.stack.start(Proc(f"minimal-{tag}", minimal, self.tmp))
-            config = gateway_conf(self.tmp, self.ports["gateway"], self.ports["admin"], upstream_port)
-            gateway = [self.python, "-m", "gateway", "serve", "--config", str(config), "--log-level", "warning"]
-            # stdout is the JSON access log: written to a file, as in production, and part of the measured cost.
-            procs["gateway"] = self.stack.start(Proc(f"gateway-{tag}", gateway, self.tmp, f"gateway-{tag}-access.log"))
-            if self.baseline is not None:
-                config = gateway_conf(self.tmp, self.ports["baseline"], self.ports["baseline_admin"], upstream_port,
-                                      "baseline")
-                argv = [self.python, "-m", "gateway", "serve", "--config", str(config), "--log-level", "warning"]
-                procs["baseline"] = self.stack.start(Proc(
-                    f"baseline-{tag}", argv, self.tmp, f"baseline-{tag}-access.log",
-                    env={**os.environ, "PYTHONPATH": str(self.baseline)}, cwd=self.baseline,
-                ))
-                baseline_admin = f"http://{HOST}:{self.ports['baseline_admin']}/readyz"
-                wait_ready(procs["baseline"], lambda: http(baseline_admin)[0] == 200)
-            for ratio, target in zip(self.export_ratios, export_targets(self.export_ratios), strict=True):
-                tracing = {"sample_ratio": ratio, "export": {
-                    "enabled": True, "endpoint": f"http://{HOST}:{self.ports['sink']}/v1/traces"}}
-                config = gateway_conf(self.tmp, self.ports[target], self.ports[f"{target}_admin"], upstream_port,
-                                      target, tracing)
-                argv = [self.python, "-m", "gateway", "serve", "--config", str(config), "--log-level", "warning"]
-                procs[target] = self.stack.start(Proc(f"{target}-{tag}", argv, self.tmp, f"{target}-{tag}-access.log"))
-                admin_url = f"http://{HOST}:{self.ports[f'{target}_admin']}/readyz"
-                wait_ready(procs[target], lambda url=admin_url: http(url)[0] == 200)
+            procs["minimal"] = self.start_python("minimal", upstream_port, tag)
+            procs["gateway"] = self.start_python("gateway", upstream_port, tag)
+            # The baseline and the span-export gateways are started one at a time, each once the one before is ready.
+            for target in (*(("baseline",) if self.baseline is not None else ()), *export_targets(self.export_ratios)):
+                procs[target] = self.start_python(target, upstream_port, tag)
+                wait_ready(procs[target], self.ready(target))
             for name in ("nginx", "nginx64k"):
                 wait_ready(procs[name], port_accepts(self.ports[name]))
-            wait_ready(procs["minimal"], port_accepts(self.ports["minimal"]))
-            admin = f"http://{HOST}:{self.ports['admin']}/readyz"
-            wait_ready(procs["gateway"], lambda: http(admin)[0] == 200)
+            wait_ready(procs["minimal"], self.ready("minimal"))
+            wait_ready(procs["gateway"], self.ready("gateway"))
         except BaseException:
             self.stack.stop(*procs.values())
             raise
@@ -664,10 +700,273 @@ def run_scenario(
                 result.peak_rss[name] = rss
         for target in export_targets(env.export_ratios):
             result.spans[target] = span_counts(http(f"http://{HOST}:{env.ports[f'{target}_admin']}/metrics",
-                                                    headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})[1])
+                                                    headers=ADMIN_HEADERS)[1])
     finally:
         env.stack.stop(*procs.values())
     return result
+
+
+# --------------------------------------------------------------------------------------------- instructions
+
+WARMUP_REQUESTS = 400  # --instructions: requests each target serves before counting starts
+STARTUP_TIMEOUT = 300.0  # a Python proxy under valgrind takes tens of seconds to import and start listening
+STOP_TIMEOUT = 120.0  # ...and to shut down and write its last dump after SIGTERM
+SETTLE_TIMEOUT = 120.0  # after the warm-up, how long a target may take to go quiet before it is counted
+
+
+def wait_quiet(proc: Proc, timeout: float = SETTLE_TIMEOUT, most: float = 0.02) -> float:
+    """Until ``proc`` uses at most ``most`` CPU seconds in one second (nothing sent to it): what it still does after
+    its warm-up (a gateway opens its usage ledger in a thread, importing the database's libraries, which under
+    valgrind goes on for seconds after /readyz answers) must not be counted as the requests' work. Returns the seconds
+    waited; BenchError after ``timeout``."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        before = proc_cpu(proc.pid)
+        time.sleep(1.0)
+        if not proc.alive():
+            raise BenchError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.tail()}")
+        if proc_cpu(proc.pid) - before <= most:
+            return time.monotonic() - started
+    raise BenchError(f"{proc.name} still busy {timeout:.0f}s after its warm-up, with nothing sent to it")
+
+
+@dataclass
+class Count:
+    """Instructions a Python proxy target executed (callgrind's Ir, user space, every thread) over ``requests``."""
+
+    target: str
+    round: int
+    instructions: int
+    requests: int
+    seconds: float
+    problem: str | None = None  # the count is invalid (a wrong answer, a missing dump): the run fails
+
+    @property
+    def per_request(self) -> float:
+        return self.instructions / self.requests
+
+
+@dataclass
+class InstructionsResult:
+    requests: int
+    length: int  # bytes of the 1 KB file's body
+    connections: int
+    rounds: int
+    targets: tuple[str, ...]
+    counts: list[Count] = field(default_factory=list)
+    # export target -> (spans exported, spans dropped), read from its /metrics after its last count
+    spans: dict[str, tuple[float, float]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def of(self, target: str) -> list[Count]:
+        return [c for c in self.counts if c.target == target and c.problem is None]
+
+    def per_request(self, target: str) -> list[float]:
+        return [c.per_request for c in self.of(target)]
+
+    def paired_ratio(self, target: str, reference: str) -> float | None:
+        """Median over rounds of the per-request instructions of ``target`` / ``reference`` in the same round."""
+        ref = {c.round: c.per_request for c in self.of(reference)}
+        ratios = [c.per_request / ref[c.round] for c in self.of(target) if ref.get(c.round)]
+        return statistics.median(ratios) if ratios else None
+
+
+class FixedClient:
+    """``connections`` keep-alive HTTP/1.1 connections to one target, kept open from the warm-up to the end of the
+    count (no connection is opened or closed while counting). ``send(n)`` sends exactly ``n`` GET requests, split
+    among the connections, each connection's share sequentially in its own thread, and checks every answer: status
+    200 and a body of ``length`` bytes. The request is wrk's: a request line and a Host header, nothing else."""
+
+    def __init__(self, port: int, path: str, length: int, connections: int, timeout: float = 120.0) -> None:
+        self.path = path
+        self.length = length
+        self.conns = [HTTPConnection(HOST, port, timeout=timeout) for _ in range(connections)]
+        self.done = 0
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+
+    def _run(self, conn: HTTPConnection, requests: int) -> None:
+        try:
+            for _ in range(requests):
+                conn.putrequest("GET", self.path, skip_accept_encoding=True)
+                conn.endheaders()
+                response = conn.getresponse()
+                body = response.read()
+                if response.status != 200 or len(body) != self.length:
+                    raise BenchError(f"HTTP {response.status} with {len(body)} bytes, expected 200 with {self.length}")
+                with self._lock:
+                    self.done += 1
+        except Exception as err:  # noqa: BLE001 - reported as the measurement's problem; this connection stops
+            with self._lock:
+                self.errors.append(f"{type(err).__name__}: {err}")
+
+    def send(self, requests: int, progress: Callable[[int], None], every: float = 15.0) -> None:
+        """Send ``requests`` requests; ``progress(done)`` every ``every`` seconds. Errors are in ``errors``."""
+        self.done = 0
+        shares = [requests // len(self.conns) + (i < requests % len(self.conns)) for i in range(len(self.conns))]
+        threads = [threading.Thread(target=self._run, args=(conn, share), daemon=True)
+                   for conn, share in zip(self.conns, shares, strict=True) if share]
+        for thread in threads:
+            thread.start()
+        last = time.monotonic()
+        while any(thread.is_alive() for thread in threads):
+            for thread in threads:
+                thread.join(0.2)
+            if time.monotonic() - last >= every:
+                last = time.monotonic()
+                progress(self.done)
+
+    def close(self) -> None:
+        for conn in self.conns:
+            conn.close()
+
+
+def callgrind_control(pid: int, *command: str) -> None:
+    """``callgrind_control COMMAND PID``; BenchError when it did not reach the process (it exits 0 even then)."""
+    done = subprocess.run(["callgrind_control", *command, str(pid)], capture_output=True, text=True, timeout=120)
+    text = (done.stdout + done.stderr).strip()
+    if done.returncode != 0 or re.search(r"^(Error|No active callgrind)", text, re.MULTILINE):
+        raise BenchError(f"callgrind_control {' '.join(command)} {pid} failed: {text}")
+
+
+def callgrind_total(out: Path) -> tuple[int, list[str]]:
+    """Instructions in every dump callgrind wrote for one process (``out.1``, ``out.2``... and, at exit, ``out``):
+    the sum of their ``totals:`` lines. (``summary:`` counts from the start of the process: 0 with
+    --instr-atstart=no.) Returns (total, the dump files' names)."""
+    total, names = 0, []
+    dumps = [out, *out.parent.glob(f"{out.name}.*")]
+    for dump in sorted(d for d in dumps if d.exists() and (d == out or d.suffix[1:].isdigit())):
+        match = re.search(r"^totals:\s*(\d+)", dump.read_text(errors="replace"), re.MULTILINE)
+        if match is None:
+            raise BenchError(f"no totals: line in callgrind's dump {dump}")
+        total += int(match.group(1))
+        names.append(dump.name)
+    return total, names
+
+
+def count_one(env: Env, target: str, rnd: int, args: argparse.Namespace, expected: bytes, result: InstructionsResult,
+              log: Callable[[str], None]) -> Count:
+    """One target under callgrind: start, wait until ready, warm up, count exactly N requests, dump, stop."""
+    assert env.upstream is not None
+    n = args.instructions
+    if not env.upstream.alive():
+        raise BenchError(f"the upstream nginx exited with {env.upstream.popen.returncode}:\n{env.upstream.tail()}")
+    tag = f"i{rnd + 1}"
+    out = env.tmp / f"callgrind-{target}-{tag}.out"
+    wrapper = (env.valgrind, "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}")
+    proc = env.start_python(target, env.ports["direct"], tag, wrapper, config_name=f"{target}-{tag}")
+    client: FixedClient | None = None
+    try:
+        started = time.monotonic()
+        wait_ready(proc, env.ready(target), timeout=STARTUP_TIMEOUT)
+        status, body = http(env.url(target, "/1k.json"), timeout=60)
+        if status != 200 or body != expected:
+            raise BenchError(f"{target} answered /1k.json wrongly: HTTP {status} {body[:200]!r}")
+        log(f"    {LABELS[target]}: ready in {time.monotonic() - started:.0f}s; {WARMUP_REQUESTS} requests to warm up")
+        client = FixedClient(env.ports[target], "/1k.json", len(expected), args.instructions_connections)
+        client.send(WARMUP_REQUESTS, lambda done: log(f"      warm-up {done}/{WARMUP_REQUESTS}"))
+        if client.errors:
+            raise BenchError(f"{target} failed while warming up: {client.errors[0]}")
+        log(f"    quiet {wait_quiet(proc):.0f}s after the warm-up")
+        log(f"    counting {n} requests ({args.instructions_connections} connections)")
+        callgrind_control(proc.pid, "-i", "on")
+        started = time.monotonic()
+        client.send(n, lambda done: log(f"      {done}/{n} requests, {time.monotonic() - started:.0f}s"))
+        seconds = time.monotonic() - started
+        callgrind_control(proc.pid, "-i", "off")
+        callgrind_control(proc.pid, "-d")
+        problem = None
+        if client.errors or client.done != n:
+            problem = f"{client.done} of {n} requests answered right; {'; '.join(sorted(set(client.errors)))}"
+            if not env.upstream.alive():
+                problem += f" (the upstream nginx exited with {env.upstream.popen.returncode}: killed from outside?)"
+        if target in export_targets(env.export_ratios):
+            metrics = http(f"http://{HOST}:{env.admin_port(target)}/metrics", headers=ADMIN_HEADERS, timeout=60)[1]
+            result.spans[target] = span_counts(metrics)
+        if not proc.alive():
+            raise BenchError(f"{proc.name} died:\n{proc.tail()}")
+    finally:
+        if client is not None:
+            client.close()
+        proc.stop(STOP_TIMEOUT)  # SIGTERM: it writes its last dump as it exits (SIGKILL after the timeout)
+        env.stack.stop(proc)
+    total, dumps = callgrind_total(out)
+    if not any(name != out.name for name in dumps):
+        problem = problem or f"callgrind wrote no dump on request (files: {', '.join(dumps) or 'none'})"
+    elif total == 0:
+        problem = problem or "callgrind counted 0 instructions"
+    count = Count(target, rnd, total, n, seconds, problem)
+    note = f"  !! {problem}" if problem else ""
+    log(f"    {LABELS[target]}: {count.per_request:,.0f} instructions per request ({total:,} over {n:,} requests,"
+        f" {seconds:.0f}s; {' + '.join(dumps)}){note}")
+    return count
+
+
+def run_instructions(env: Env, args: argparse.Namespace, log: Callable[[str], None]) -> InstructionsResult:
+    """The 1k scenario's Python proxies under callgrind, one at a time, in interleaved rounds (order rotating)."""
+    targets = tuple(t for t in env.targets(SCENARIOS["1k"]) if t not in ("direct", "nginx"))
+    expected = (env.docroot / "1k.json").read_bytes()
+    result = InstructionsResult(args.instructions, len(expected), args.instructions_connections,
+                                args.instructions_rounds, targets)
+    for rnd in range(args.instructions_rounds):
+        shift = rnd % len(targets)
+        for target in targets[shift:] + targets[:shift]:
+            log(f"  round {rnd + 1}/{args.instructions_rounds} {LABELS[target]}:")
+            count = count_one(env, target, rnd, args, expected, result, log)
+            result.counts.append(count)
+            if count.problem:
+                result.problems.append(f"{LABELS[target]} round {rnd + 1}: {count.problem}")
+    return result
+
+
+def render_instructions(r: InstructionsResult, info: dict[str, str]) -> str:
+    baseline = "baseline" in r.targets
+    lines = [
+        f"# Gateway benchmark, instructions per request under callgrind — {info['date']}",
+        "",
+        f"Machine: {info['machine']}. Load average at start {info['load_start']}, at end {info['load_end']}.",
+        f"Run: `{info['command']}` — 1 KB JSON response (`GET /1k.json`, {r.length:,} bytes) through each Python"
+        f" proxy; N = {r.requests:,} requests per measurement on C = {r.connections} keep-alive connections, after"
+        f" {WARMUP_REQUESTS} to warm up; {r.rounds} interleaved round(s); wall time {info['wall']}.",
+        f"Gateway: {info['gateway']}, commit {info['commit']}. Event loop of the gateway and the minimal proxy:"
+        f" {info['loop']}. {info['valgrind']} (callgrind, `--instr-atstart=no`). Versions: {info['versions']}.",
+        "",
+        "- Instructions are callgrind's count (Ir) of the proxy process, every thread, user space only, from",
+        "  `callgrind_control -i on` to `-i off` around exactly N requests (the kernel's socket work, the client and",
+        "  the upstream are not in it), divided by N: the sum of the `totals:` lines of the process's dumps.",
+        "- Each target runs fresh under valgrind in each round, with the wrk mode's configuration (gateway: access log",
+        "  to a file, `request_id`, the usage ledger on SQLite, metrics on). Ratios are medians of per-round ratios.",
+        "",
+        "### 1 KB JSON response — instructions per request",
+        "",
+        "| target | instructions per request | min–max over rounds | spread | vs minimal |"
+        + (" vs baseline |" if baseline else ""),
+        "|---|---:|---:|---:|---:|" + ("---:|" if baseline else ""),
+    ]
+    for target in r.targets:
+        values = r.per_request(target)
+        if not values:
+            lines.append(f"| {LABELS[target]} | – | – | – | – |" + (" – |" if baseline else ""))
+            continue
+        median, low, high = statistics.median(values), min(values), max(values)
+        row = (f"| {LABELS[target]} | {median / 1e3:,.1f} k | {low / 1e3:,.1f}–{high / 1e3:,.1f} k"
+               f" | {(high - low) / median:.2%} | {_fmt(r.paired_ratio(target, 'minimal'), '.3f', '×')} |")
+        if baseline:
+            row += f" {_fmt(r.paired_ratio(target, 'baseline'), '.3f', '×')} |"
+        lines.append(row)
+    gm = r.paired_ratio("gateway", "minimal")
+    lines += ["", f"Gateway vs minimal proxy: **{_fmt(gm, '.3f')}×** the instructions per request."]
+    if baseline:
+        lines += ["", f"Gateway vs the baseline tree: **{_fmt(r.paired_ratio('gateway', 'baseline'), '.3f')}×** the"
+                      " instructions per request."]
+    for target in [t for t in r.targets if t in r.spans]:
+        exported, dropped = r.spans[target]
+        ratio = _fmt(r.paired_ratio(target, "gateway"), ".3f")
+        lines += ["", f"{LABELS[target]} vs gateway (export off): **{ratio}×** the instructions per request;"
+                      f" {exported:,.0f} spans exported, {dropped:,.0f} dropped (its last round, warm-up included)."]
+    if r.problems:
+        lines += ["", "**Invalid measurements**: " + "; ".join(r.problems)]
+    return "\n".join(lines) + "\n"
 
 
 # --------------------------------------------------------------------------------------------- report
@@ -831,10 +1130,10 @@ def _ratios(text: str) -> tuple[float, ...]:
     return ratios
 
 
-def _tool(name: str) -> str:
+def _tool(name: str, install: str = "nginx-light wrk curl") -> str:
     path = shutil.which(name) or (f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").exists() else None)
     if path is None:
-        raise BenchError(f"{name} not found: apt-get install -y nginx-light wrk curl")
+        raise BenchError(f"{name} not found: apt-get install -y {install}")
     return path
 
 
@@ -853,16 +1152,16 @@ def _first_line(argv: list[str]) -> str:
 def _versions(env: Env) -> str:
     first = _first_line
     aiohttp_v = first([env.python, "-c", "import aiohttp, sys; print(aiohttp.__version__, sys.version.split()[0])"])
-    return (
-        f"{first([env.nginx, '-v']).replace('nginx version: ', '')}, {first([env.wrk, '-v']).split(' Copyright')[0]},"
-        f" aiohttp/Python {aiohttp_v}"
-    )
+    wrk = f" {first([env.wrk, '-v']).split(' Copyright')[0]}," if env.wrk else ""
+    return f"{first([env.nginx, '-v']).replace('nginx version: ', '')},{wrk} aiohttp/Python {aiohttp_v}"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Benchmark the gateway against nginx and a minimal aiohttp proxy.")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 round of 3 s wrk runs, 3 of 64 MiB transfers (< 90 s)")
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated, from {','.join(SCENARIOS)}")
+    parser.add_argument(
+        "--scenarios", help=f"comma-separated, from {','.join(SCENARIOS)} (default all; with --instructions only 1k)"
+    )
     parser.add_argument("--rounds", type=int, help="interleaved rounds per scenario (default 3, quick 1)")
     parser.add_argument(
         "--transfer-rounds", type=int, help="interleaved rounds of the large transfers (default 5, quick 3)"
@@ -884,7 +1183,40 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--trace-export", type=_ratios, default=(), metavar="RATIO[,RATIO...]",
         help="also the gateway with its span export on (tracing.export) at each sample ratio, e.g. 1.0,0.1",
     )
+    parser.add_argument(
+        "--instructions", type=int, metavar="N",
+        help="instead of wrk: user-space instructions per request of each Python proxy under callgrind, counted over"
+             " exactly N requests of the 1k scenario (e.g. 2000)",
+    )
+    parser.add_argument(
+        "--instructions-connections", type=int, metavar="C",
+        help="--instructions: keep-alive connections sending the N requests, N/C each, sequentially (default 4)",
+    )
+    parser.add_argument(
+        "--instructions-rounds", type=int, metavar="R",
+        help="--instructions: interleaved rounds of the whole set of targets (default 1)",
+    )
     args = parser.parse_args(argv)
+    if args.instructions is None:
+        if args.instructions_connections is not None or args.instructions_rounds is not None:
+            parser.error("--instructions-connections and --instructions-rounds go with --instructions N")
+        args.scenarios = args.scenarios or ",".join(SCENARIOS)
+    else:
+        wrk_only = [f"--{name.replace('_', '-')}" for name in ("quick", "rounds", "transfer_rounds", "duration",
+                                                                "big_size") if getattr(args, name) not in (None, False)]
+        if wrk_only:
+            parser.error(f"{', '.join(wrk_only)}: not with --instructions (its rounds: --instructions-rounds R)")
+        if args.scenarios is not None and [s.strip() for s in args.scenarios.split(",") if s.strip()] != ["1k"]:
+            parser.error(f"--instructions measures the 1k scenario only, not {args.scenarios!r}: give --scenarios 1k"
+                         " or leave --scenarios out")
+        args.scenarios = "1k"
+        if args.instructions_connections is None:
+            args.instructions_connections = 4
+        if args.instructions_rounds is None:
+            args.instructions_rounds = 1
+        if not (1 <= args.instructions_connections <= args.instructions) or args.instructions_rounds < 1:
+            parser.error("--instructions N ≥ 1, --instructions-connections C from 1 to N, --instructions-rounds R"
+                         " ≥ 1")
     args.scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     unknown = [s for s in args.scenarios if s not in SCENARIOS]
     if unknown or not args.scenarios:
@@ -923,11 +1255,14 @@ def main(argv: list[str] | None = None) -> int:
             for target in export_targets(args.trace_export):
                 names += (target, f"{target}_admin")
             ports = dict(zip(names, pick_ports(args.port_base, len(names)), strict=True))
+            counting = args.instructions is not None  # callgrind instead of wrk and curl
+            if counting:
+                _tool("callgrind_control", "valgrind")
             env = Env(
-                tmp=tmp, python=_python(), nginx=_tool("nginx"), wrk=_tool("wrk"), curl=_tool("curl"),
-                ports=ports, big_size=args.big_size, stack=stack,
+                tmp=tmp, python=_python(), nginx=_tool("nginx"), wrk="" if counting else _tool("wrk"),
+                curl="" if counting else _tool("curl"), ports=ports, big_size=args.big_size, stack=stack,
                 baseline=args.baseline.resolve() if args.baseline else None, loop=_loop(),
-                export_ratios=args.trace_export,
+                export_ratios=args.trace_export, valgrind=_tool("valgrind", "valgrind") if counting else "",
             )  # fmt: skip
             info = {
                 "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -939,22 +1274,31 @@ def main(argv: list[str] | None = None) -> int:
                 "commit": _commit(),
                 "loop": env.loop,
             }
+            if counting:
+                info["valgrind"] = _first_line([env.valgrind, "--version"])
             if env.baseline is not None:
                 info["commit"] += f"; baseline {_commit(env.baseline)} at {env.baseline}"
             log(f"temp dir {tmp}; ports {env.ports}")
             env.make_files()
             env.start_upstreams()
             results: dict[str, ScenarioResult] = {}
-            for key in args.scenarios:
-                scenario = SCENARIOS[key]
-                log(f"{scenario.title} ({key}):")
-                rounds = args.transfer_rounds if scenario.transfer else args.rounds
-                results[key] = run_scenario(env, scenario, rounds, args.duration, log)
-                if results[key].problems:
+            counts: InstructionsResult | None = None
+            if counting:
+                log(f"{SCENARIOS['1k'].title} (1k), instructions under callgrind over {args.instructions} requests:")
+                counts = run_instructions(env, args, log)
+                if counts.problems:
                     status = 1
+            else:
+                for key in args.scenarios:
+                    scenario = SCENARIOS[key]
+                    log(f"{scenario.title} ({key}):")
+                    rounds = args.transfer_rounds if scenario.transfer else args.rounds
+                    results[key] = run_scenario(env, scenario, rounds, args.duration, log)
+                    if results[key].problems:
+                        status = 1
             info["load_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
             info["wall"] = f"{time.monotonic() - started:.0f}s"
-            report = render(results, args, env, info)
+            report = render(results, args, env, info) if counts is None else render_instructions(counts, info)
         print(report)
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(report)
