@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from typing import Protocol
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
+from aiohttp.client_reqrep import ConnectionKey
 from aiohttp.connector import Connection
 from aiohttp.helpers import TimerNoop
 from aiohttp.http_exceptions import HttpProcessingError
@@ -158,28 +160,64 @@ class BodylessResponse:
     """The response to a request without a body: the parser's message and payload, and the pooled connection it came
     on (given back once, by ``release`` or ``close``)."""
 
-    __slots__ = ("status", "reason", "headers", "content", "_connection")
+    __slots__ = ("status", "reason", "headers", "content", "_pool", "_key", "_protocol")
 
-    def __init__(self, message: RawResponseMessage, payload: StreamReader, connection: Connection) -> None:
+    def __init__(self, message: RawResponseMessage, payload: StreamReader, pool: aiohttp.BaseConnector,
+                 key: ConnectionKey, protocol: ResponseHandler) -> None:
         self.status = message.code
         self.reason: str | None = message.reason
         self.headers: CIMultiDictProxy[str] = message.headers
         self.content = payload
-        self._connection: Connection | None = connection
+        self._pool = pool
+        self._key = key
+        self._protocol: ResponseHandler | None = protocol
 
     def release(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            connection.release()  # closed instead when the body was not read to its end (protocol.should_close)
+        protocol, self._protocol = self._protocol, None
+        if protocol is not None:
+            # Back to the pool; closed instead when the body was not read to its end (protocol.should_close).
+            self._pool._release(self._key, protocol)
 
     def close(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            connection.close()
+        protocol, self._protocol = self._protocol, None
+        if protocol is not None:
+            self._pool._release(self._key, protocol, should_close=True)
 
     async def read(self) -> bytes:
         """The whole body (as ``ClientResponse.read``)."""
         return await self.content.read()
+
+
+def _pooled(connector: aiohttp.BaseConnector, key: ConnectionKey) -> ResponseHandler | None:
+    """A kept-alive connection from the connector's pool, taken as ``BaseConnector._get`` takes one (still connected,
+    idle for less than the keep-alive timeout; counted as acquired, so the pool's limit holds), without its coroutine
+    and its ``Connection`` object: it is given back with ``BaseConnector._release``."""
+    conns = connector._conns.get(key)
+    if not conns:
+        return None
+    now = time.monotonic()
+    keepalive = connector._keepalive_timeout
+    while conns:
+        protocol, idle_since = conns.popleft()
+        if protocol.is_connected() and (keepalive is None or now - idle_since <= keepalive):
+            if not conns:
+                del connector._conns[key]
+            connector._acquired.add(protocol)
+            if connector._limit_per_host:
+                connector._acquired_per_host[key].add(protocol)
+            return protocol
+        protocol.close()
+    del connector._conns[key]
+    return None
+
+
+def _detached(connection: Connection) -> ResponseHandler:
+    """A new connection's protocol, without its ``Connection`` (which would give it back when collected): still
+    counted as acquired until ``BaseConnector._release``."""
+    protocol = connection._protocol
+    assert protocol is not None
+    connection._protocol = None
+    return protocol
 
 
 def _write_head(protocol: ResponseHandler, head: bytes) -> None:
@@ -194,13 +232,14 @@ class _Origin:
     connector keys its pool by (and opens new connections for), and the Basic credentials of its userinfo, which
     aiohttp sends in place of the client's ``Authorization`` (docs/configuration.md, ``upstream``)."""
 
-    __slots__ = ("key_request", "authorization", "request_info")
+    __slots__ = ("key_request", "key", "authorization", "request_info")
 
     def __init__(self, url: URL, session: aiohttp.ClientSession, version: aiohttp.HttpVersion) -> None:
         self.key_request = _ProxiedRequest(
             "GET", url, headers=CIMultiDict(((istr("Host"), url.host_port_subcomponent or ""),)),
             loop=asyncio.get_running_loop(), timer=_NO_TIMER, session=session, version=version,
         )
+        self.key = self.key_request.connection_key
         self.authorization = self.key_request.headers.get(istr("Authorization"))
         origin = url.origin()  # no userinfo
         self.request_info = aiohttp.RequestInfo(origin, "GET", CIMultiDictProxy(CIMultiDict()), origin)
@@ -301,9 +340,9 @@ class UpstreamClient:
         while True:
             sent = False
             try:
-                connection = await self._connect(connector, origin.key_request, timeout)
-                protocol = connection.protocol
-                assert protocol is not None
+                protocol = _pooled(connector, origin.key)
+                if protocol is None:
+                    protocol = _detached(await self._connect(connector, origin.key_request, timeout))
                 try:
                     self._prepared(protocol, method)
                     _write_head(protocol, head)
@@ -317,9 +356,9 @@ class UpstreamClient:
                                                               message=err.message, headers=err.headers) from err
                         # Interim answers (1xx but 101) are read past, as aiohttp's ClientResponse does.
                         if not 100 <= message.code <= 199 or message.code == 101:
-                            return BodylessResponse(message, payload, connection)
+                            return BodylessResponse(message, payload, connector, origin.key, protocol)
                 except BaseException:
-                    connection.close()
+                    connector._release(origin.key, protocol, should_close=True)
                     raise
             except _NOT_RETRIED:
                 raise

@@ -48,6 +48,17 @@ _CHECKS: tuple[tuple[str, Callable[[], bool]], ...] = (
                  for name in ("_reschedule_timeout", "_drop_timeout", "_on_read_timeout"))
      and "self._read_timeout_handle" in inspect.getsource(client_proto.ResponseHandler.__init__)
      and "self._read_timeout" in inspect.getsource(client_proto.ResponseHandler.__init__)),
+    ("aiohttp.connector.BaseConnector._conns, ._acquired, ._acquired_per_host, ._limit_per_host, "
+     "._keepalive_timeout (its pool of kept-alive connections and what is acquired)",
+     lambda: all(f"self.{name} =" in inspect.getsource(connector.BaseConnector.__init__) or
+                 f"self.{name}:" in inspect.getsource(connector.BaseConnector.__init__)
+                 for name in ("_conns", "_acquired", "_acquired_per_host", "_limit_per_host", "_keepalive_timeout"))),
+    ("aiohttp.connector.BaseConnector._release(key, protocol, should_close=)",
+     lambda: _has_parameters(getattr(connector.BaseConnector, "_release", None), "key", "protocol", "should_close")),
+    ("aiohttp.connector.Connection._protocol",
+     lambda: "self._protocol" in inspect.getsource(connector.Connection.__init__)),
+    ("aiohttp.ClientRequest.connection_key", lambda: isinstance(getattr(aiohttp.ClientRequest, "connection_key", None),
+                                                                property)),
     ("aiohttp.helpers.TimerNoop", lambda: isinstance(getattr(helpers, "TimerNoop", None), type)),
     ("aiohttp.web_protocol.RequestHandler._make_error_handler(err_info)",
      lambda: _has_parameters(getattr(web_protocol.RequestHandler, "_make_error_handler", None), "err_info")),
