@@ -9,7 +9,7 @@ import asyncio
 import functools
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
@@ -83,6 +83,11 @@ class _Connection(ResponseHandler):
         super().__init__(loop)
         self._read_deadline: float | None = None
         self._read_timer_at = 0.0
+        self.parser_skips_payload: bool | None = None  # the setting the parser in place was made with
+
+    def set_response_params(self, **params: Any) -> None:
+        super().set_response_params(**params)
+        self.parser_skips_payload = params.get("skip_payload", False)
 
     def _reschedule_timeout(self) -> None:
         timeout = self._read_timeout
@@ -279,9 +284,16 @@ class UpstreamClient:
         await self.session.close()
 
     def _prepared(self, protocol: ResponseHandler, method: str) -> None:
+        skip_payload = method in _NO_RESPONSE_BODY
+        if isinstance(protocol, _Connection) and protocol.parser_skips_payload is skip_payload \
+                and protocol._parser is not None:
+            # The parser that read the previous response on this connection, made with the same settings, reads the
+            # next one (aiohttp's server reads every request of a connection with one parser): a connection given
+            # back to the pool has read its last response to the end and holds nothing more.
+            return
         protocol.set_response_params(
             timer=_NO_TIMER,
-            skip_payload=method in _NO_RESPONSE_BODY,
+            skip_payload=skip_payload,
             read_until_eof=True,
             auto_decompress=False,
             read_timeout=self.session.timeout.sock_read,
