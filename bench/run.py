@@ -2,9 +2,10 @@
 
     .venv/bin/python bench/run.py [--quick] [--scenarios 1k,10m,download1g,upload1g] [--rounds N]
                                   [--transfer-rounds N] [--duration S] [--big-size BYTES]
-                                  [--baseline DIR] [--trace-export RATIO[,RATIO...]]
+                                  [--baseline DIR] [--trace-export RATIO[,RATIO...]] [--without PIECE[,PIECE...]]
     .venv/bin/python bench/run.py --instructions N [--instructions-connections C] [--instructions-rounds R]
                                   [--scenarios 1k] [--baseline DIR] [--trace-export RATIO[,RATIO...]]
+                                  [--without PIECE[,PIECE...]]
 
 Starts, on 127.0.0.1 only: nginx serving static files (the upstream), bench/sink.py (the upstream of uploads),
 nginx as a reverse proxy (the reference; once with default buffers, once with 64 KiB buffers),
@@ -12,7 +13,10 @@ bench/minimal_proxy.py (the floor of a Python proxy) and the gateway. The proxie
 scenario, so the peak RSS reported (VmHWM) is that scenario's. ``--trace-export 1.0,0.1`` adds, per ratio, the
 gateway with its OpenTelemetry export on (``tracing.export``, that ``sample_ratio``), sending its spans to
 bench/sink.py (which answers 200 to anything, as a collector does); the spans it exported and dropped are read from
-its metrics at the end. Targets are measured in interleaved rounds (the
+its metrics at the end. ``--without access_log,metrics,request_id,new_traces,ledger`` adds, per piece, the gateway
+with that piece of its per-request work switched off in its configuration (the access log, the per-request metrics,
+the ``request_id`` policy, the trace started for a request without ``traceparent``, the usage ledger): the difference
+to the gateway is what the piece costs. Targets are measured in interleaved rounds (the
 order rotates each round) and ratios are the median of ratios taken within the same round, so that a noisy
 neighbour on the shared machine weighs on both sides of a ratio alike. Every wrk run and transfer is bounded in
 time, and every process started is stopped at the end, on an error, on Ctrl-C and on SIGTERM.
@@ -89,6 +93,26 @@ def export_targets(ratios: tuple[float, ...]) -> tuple[str, ...]:
     targets = tuple(f"export{ratio:g}" for ratio in ratios)
     for ratio, target in zip(ratios, targets, strict=True):
         LABELS.setdefault(target, f"gateway, span export at ratio {ratio:g}")
+        if target not in PROXIES:
+            PROXIES.append(target)
+    return targets
+
+
+# --without: a piece of the gateway's per-request work switched off by its configuration, and what that takes.
+WITHOUT = {
+    "access_log": {"access_log": {"enabled": False}},
+    "metrics": {"metrics": {"enabled": False}},
+    "request_id": {"global_chain": []},
+    "new_traces": {"tracing": {"new_traces": False}},
+    "ledger": {"usage": {"ledger": {"enabled": False}}},
+}
+
+
+def without_targets(pieces: tuple[str, ...]) -> tuple[str, ...]:
+    """The gateway with one piece switched off, one target per piece (registered in LABELS and PROXIES)."""
+    targets = tuple(f"without_{piece}" for piece in pieces)
+    for piece, target in zip(pieces, targets, strict=True):
+        LABELS.setdefault(target, f"gateway without {piece}")
         if target not in PROXIES:
             PROXIES.append(target)
     return targets
@@ -399,7 +423,7 @@ def nginx_conf(tmp: Path, name: str, body: str) -> Path:
 
 
 def gateway_conf(tmp: Path, port: int, admin_port: int, upstream_port: int, name: str = "gateway",
-                 tracing: dict[str, object] | None = None) -> Path:
+                 tracing: dict[str, object] | None = None, patch: dict[str, object] | None = None) -> Path:
     # JSON is YAML: the harness needs no YAML library.
     config: dict[str, object] = {
         "server": {"listen": f"{HOST}:{port}", "admin_listen": f"{HOST}:{admin_port}", "shutdown_timeout": 2,
@@ -412,6 +436,9 @@ def gateway_conf(tmp: Path, port: int, admin_port: int, upstream_port: int, name
     }
     if tracing is not None:
         config["tracing"] = tracing
+    for key, value in (patch or {}).items():
+        config[key] = {**config[key], **value} if isinstance(value, dict) and isinstance(config.get(key), dict) \
+            else value
     path = tmp / f"{name}-{upstream_port}.yaml"
     path.write_text(json.dumps(config, indent=2) + "\n")
     return path
@@ -440,10 +467,12 @@ class Env:
     export_ratios: tuple[float, ...] = ()
     # --instructions: valgrind, which runs each Python proxy under callgrind.
     valgrind: str = ""
+    # --without: the gateway again with one piece of its per-request work off, one target per piece.
+    without: tuple[str, ...] = ()
 
     def targets(self, scenario: Scenario) -> tuple[str, ...]:
         extra = ("baseline",) if self.baseline is not None else ()
-        return (*scenario.targets, *extra, *export_targets(self.export_ratios))
+        return (*scenario.targets, *extra, *export_targets(self.export_ratios), *without_targets(self.without))
 
     @property
     def docroot(self) -> Path:
@@ -501,18 +530,21 @@ class Env:
             ]  # fmt: skip
             return self.stack.start(Proc(f"minimal-{tag}", [*wrapper, *argv], self.tmp))
         tracing: dict[str, object] | None = None
+        patch: dict[str, object] | None = None
         env: dict[str, str] | None = None
         cwd = ROOT
         if target == "baseline":
             if self.baseline is None:
                 raise BenchError("no --baseline tree to start")
             env, cwd = {**os.environ, "PYTHONPATH": str(self.baseline)}, self.baseline
+        elif target.startswith("without_"):
+            patch = WITHOUT[target.removeprefix("without_")]
         elif target != "gateway":
             ratio = dict(zip(export_targets(self.export_ratios), self.export_ratios, strict=True))[target]
             tracing = {"sample_ratio": ratio, "export": {
                 "enabled": True, "endpoint": f"http://{HOST}:{self.ports['sink']}/v1/traces"}}
         config = gateway_conf(self.tmp, self.ports[target], self.admin_port(target), upstream_port,
-                              config_name or target, tracing)
+                              config_name or target, tracing, patch)
         argv = [self.python, "-m", "gateway", "serve", "--config", str(config), "--log-level", "warning"]
         # stdout is the JSON access log: written to a file, as in production, and part of the measured cost.
         return self.stack.start(
@@ -532,7 +564,8 @@ class Env:
             procs["minimal"] = self.start_python("minimal", upstream_port, tag)
             procs["gateway"] = self.start_python("gateway", upstream_port, tag)
             # The baseline and the span-export gateways are started one at a time, each once the one before is ready.
-            for target in (*(("baseline",) if self.baseline is not None else ()), *export_targets(self.export_ratios)):
+            for target in (*(("baseline",) if self.baseline is not None else ()), *export_targets(self.export_ratios),
+                           *without_targets(self.without)):
                 procs[target] = self.start_python(target, upstream_port, tag)
                 wait_ready(procs[target], self.ready(target))
             for name in ("nginx", "nginx64k"):
@@ -964,6 +997,15 @@ def render_instructions(r: InstructionsResult, info: dict[str, str]) -> str:
         ratio = _fmt(r.paired_ratio(target, "gateway"), ".3f")
         lines += ["", f"{LABELS[target]} vs gateway (export off): **{ratio}×** the instructions per request;"
                       f" {exported:,.0f} spans exported, {dropped:,.0f} dropped (its last round, warm-up included)."]
+    pieces = [t for t in r.targets if t.startswith("without_") and r.per_request(t)]
+    if pieces and r.per_request("gateway"):
+        gateway = statistics.median(r.per_request("gateway"))
+        lines += ["", "What each piece of the gateway's per-request work costs (the gateway with it on, less the gateway"
+                      " with it off):", "", "| piece | instructions per request | share of the gateway's |",
+                  "|---|---:|---:|"]
+        for target in pieces:
+            cost = gateway - statistics.median(r.per_request(target))
+            lines.append(f"| {target.removeprefix('without_')} | {cost / 1e3:,.1f} k | {cost / gateway:.1%} |")
     if r.problems:
         lines += ["", "**Invalid measurements**: " + "; ".join(r.problems)]
     return "\n".join(lines) + "\n"
@@ -1130,6 +1172,14 @@ def _ratios(text: str) -> tuple[float, ...]:
     return ratios
 
 
+def _pieces(text: str) -> tuple[str, ...]:
+    pieces = tuple(piece.strip() for piece in text.split(",") if piece.strip())
+    unknown = [piece for piece in pieces if piece not in WITHOUT]
+    if unknown or not pieces:
+        raise argparse.ArgumentTypeError(f"pieces are {','.join(WITHOUT)}, not {text!r}")
+    return pieces
+
+
 def _tool(name: str, install: str = "nginx-light wrk curl") -> str:
     path = shutil.which(name) or (f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").exists() else None)
     if path is None:
@@ -1182,6 +1232,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--trace-export", type=_ratios, default=(), metavar="RATIO[,RATIO...]",
         help="also the gateway with its span export on (tracing.export) at each sample ratio, e.g. 1.0,0.1",
+    )
+    parser.add_argument(
+        "--without", type=_pieces, default=(), metavar="PIECE[,PIECE...]",
+        help=f"also the gateway with one piece of its per-request work switched off, one target each, from "
+             f"{','.join(WITHOUT)}: what each piece costs (with --instructions: a table of it)",
     )
     parser.add_argument(
         "--instructions", type=int, metavar="N",
@@ -1252,7 +1307,7 @@ def main(argv: list[str] | None = None) -> int:
         with Stack() as stack:
             names: tuple[str, ...] = ("gateway", "direct", "minimal", "nginx", "sink", "admin", "nginx64k", "baseline",
                                       "baseline_admin")
-            for target in export_targets(args.trace_export):
+            for target in (*export_targets(args.trace_export), *without_targets(args.without)):
                 names += (target, f"{target}_admin")
             ports = dict(zip(names, pick_ports(args.port_base, len(names)), strict=True))
             counting = args.instructions is not None  # callgrind instead of wrk and curl
@@ -1263,6 +1318,7 @@ def main(argv: list[str] | None = None) -> int:
                 curl="" if counting else _tool("curl"), ports=ports, big_size=args.big_size, stack=stack,
                 baseline=args.baseline.resolve() if args.baseline else None, loop=_loop(),
                 export_ratios=args.trace_export, valgrind=_tool("valgrind", "valgrind") if counting else "",
+                without=args.without,
             )  # fmt: skip
             info = {
                 "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
