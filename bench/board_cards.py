@@ -64,6 +64,9 @@ from tests.board_fixtures import board_bytes  # noqa: E402
 from benchlib import cpu_seconds, free_port, wait_port
 
 PYTHON = sys.executable
+# --pin: the gateways on the first CPU, the load (the upstream, wrk, this process's board client) on the second.
+GATEWAY_CPU = "0"
+LOAD_CPUS = "1"
 INSTANTS = {"full": "2026-09-15T00:00:00Z", "capped": "2026-10-15T00:00:00Z", "removed": "2026-11-15T00:00:00Z"}
 
 UPSTREAM = r'''
@@ -82,6 +85,43 @@ app.router.add_get("/small", one_kb)
 app.router.add_get("/{tail:.*}", board)
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
 '''
+
+
+NGINX_UPSTREAM = """\
+worker_processes 1;
+master_process off;
+daemon off;
+pid {work}/nginx.pid;
+error_log {work}/nginx-error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {work}/nginx-tmp;
+    keepalive_requests 1000000;
+    sendfile on;
+    types {{ application/json json; }}
+    default_type application/json;
+    server {{
+        listen 127.0.0.1:{port};
+        root {work}/www;
+        location = /small {{ try_files /small.json =404; }}
+        location / {{ try_files /board.json =404; }}
+    }}
+}}
+"""
+
+
+def start_nginx_upstream(work: Path, port: int, body: bytes, pin: list[str]) -> subprocess.Popen[bytes]:
+    """--latency's upstream: nginx serving the board (with its ETag) and the 1 KB document from files, so that the
+    upstream takes little of the machine's CPU while it serves 100 MB of boards a second."""
+    www = work / "www"
+    www.mkdir(exist_ok=True)
+    (www / "board.json").write_bytes(body)
+    (www / "small.json").write_bytes((b'{"id":1,"title":"' + b"x" * 1000)[:1022] + b'"}')
+    conf = work / "nginx.conf"
+    conf.write_text(NGINX_UPSTREAM.format(work=work, port=port))
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    return subprocess.Popen([*pin, nginx, "-p", str(work), "-c", str(conf)], stderr=subprocess.DEVNULL)
 
 
 def gateway_config(upstream_port: int, port: int, options: dict[str, Any] | None, *, production: bool = False) -> str:
@@ -106,11 +146,14 @@ def loadavg() -> str:
 
 
 def start_gateway(work: Path, tree: Path, upstream_port: int, phase: str | None, options: dict[str, Any] | None,
-                  *, production: bool = False, prefix: list[str] | None = None) -> tuple[subprocess.Popen[bytes], int]:
+                  *, production: bool = False, prefix: list[str] | None = None,
+                  cpus: str | None = None) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     config = work / f"gateway-{port}.yaml"
     config.write_text(gateway_config(upstream_port, port, options, production=production))
     env = {**os.environ, "GATEWAY_NOW": INSTANTS[phase or "full"], "PYTHONPATH": str(tree)}
+    if cpus is not None:
+        prefix = ["taskset", "-c", cpus, *(prefix or [])]
     proc = subprocess.Popen([*(prefix or []), PYTHON, "-m", "gateway", "serve", "--config", str(config),
                              "--log-level", "warning"], cwd=tree, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL if prefix else None)
@@ -146,9 +189,20 @@ def stop(procs: list[subprocess.Popen[bytes]]) -> None:
             proc.wait()
 
 
-def wrk(url: str, duration: int, connections: int = 4, threads: int = 2) -> dict[str, float]:
-    out = subprocess.run(["wrk", f"-c{connections}", f"-t{threads}", f"-d{duration}s", "--timeout", "10s", "--latency",
-                          url], capture_output=True, text=True, check=True, timeout=duration + 60).stdout
+def wrk(url: str, duration: int, connections: int = 4, threads: int = 2, rate: float | None = None,
+        cpus: str | None = None) -> dict[str, float]:
+    """wrk's figures; ``rate``: each connection waits connections/rate seconds before each of its requests (wrk's
+    ``delay`` hook), so the load stays near ``rate`` a second instead of as many as the target can take; ``cpus``:
+    wrk pinned to them (taskset)."""
+    argv = ["wrk", f"-c{connections}", f"-t{threads}", f"-d{duration}s", "--timeout", "10s", "--latency", url]
+    if cpus is not None:
+        argv = ["taskset", "-c", cpus, *argv]
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", prefix="bench-board-cards-pace-") as script:
+        if rate is not None:
+            script.write(f"function delay()\n  return {connections * 1000.0 / rate:.3f}\nend\n")
+            script.flush()
+            argv[-1:-1] = ["-s", script.name]
+        out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=duration + 60).stdout
     requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     mean = _ms(re.search(r"Latency\s+([\d.]+\w+)", out).group(1))  # type: ignore[union-attr]
@@ -513,7 +567,8 @@ def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: d
     try:
         gateways = {}
         for name, tree, phase, options in setups:
-            proc, port = start_gateway(work, tree, upstream_port, phase, options, production=True)
+            proc, port = start_gateway(work, tree, upstream_port, phase, options, production=True,
+                                       cpus=GATEWAY_CPU if args.pin else None)
             procs.append(proc)
             subprocess.run(["wrk", "-c10", "-t1", "-d1s", f"http://127.0.0.1:{port}/small"], capture_output=True,
                            check=True)
@@ -524,10 +579,13 @@ def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: d
             order = order[round_no % len(order):] + order[: round_no % len(order)]
             for name, port in order:
                 url = f"http://127.0.0.1:{port}/small"
-                samples[name]["idle"].append(wrk(url, args.duration, connections=args.connections, threads=1))
+                load_cpus = LOAD_CPUS if args.pin else None
+                samples[name]["idle"].append(wrk(url, args.duration, connections=args.connections, threads=1,
+                                                 rate=args.rate, cpus=load_cpus))
                 start = time.monotonic()
                 with BoardLoad(port, args.board_rate) as load:
-                    samples[name]["boards"].append(wrk(url, args.duration, connections=args.connections, threads=1))
+                    samples[name]["boards"].append(wrk(url, args.duration, connections=args.connections, threads=1,
+                                                       rate=args.rate, cpus=load_cpus))
                 seconds[name] += time.monotonic() - start
                 if load.failed:
                     raise RuntimeError(f"{name}: the board client failed: {load.failed}")
@@ -549,7 +607,11 @@ def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: d
         }
     results["latency"] = out
     print()
-    print(f"1 KB requests, wrk -t1 -c{args.connections}, idle and while a client reads {args.board_rate:g} boards/s:")
+    paced = f", paced to about {args.rate:g}/s" if args.rate else ", as fast as the gateway answers"
+    pinned = (f"; the gateways on CPU {GATEWAY_CPU}, the upstream, wrk and the board client on CPU {LOAD_CPUS}"
+              if args.pin else "")
+    print(f"1 KB requests, wrk -t1 -c{args.connections}{paced}, idle and while a client reads {args.board_rate:g} "
+          f"boards/s{pinned}:")
     print("| board route | 1 KB p99 idle | p99 under boards | ratio (median of rounds) | 1 KB req/s idle / under "
           "boards | boards/s done |")
     print("|---|---:|---:|---:|---:|---:|")
@@ -575,6 +637,12 @@ def main() -> int:
                         "ways (compact, indented, escaped), instead of the wrk rows")
     parser.add_argument("--board-rate", type=float, default=10.0, help="boards a second during --latency "
                         "(default: %(default)s)")
+    parser.add_argument("--rate", type=float, help="--latency: pace the 1 KB requests to about this many a second (each "
+                        "wrk connection waits connections/rate seconds before each request), below what the gateway "
+                        "can take, instead of as many as it answers")
+    parser.add_argument("--pin", action="store_true", help="--latency: the gateways on one CPU, everything else (the "
+                        "upstream, wrk, the board client) on another, so the load's own work does not take the "
+                        "gateway's CPU (needs 2 CPUs and taskset)")
     parser.add_argument("--connections", type=int, default=50, help="wrk connections for the 1 KB requests of "
                         "--latency (default: %(default)s)")
     args = parser.parse_args()
@@ -590,7 +658,14 @@ def main() -> int:
     procs: list[subprocess.Popen[bytes]] = []
     try:
         upstream_port = free_port()
-        procs.append(subprocess.Popen([PYTHON, str(work / "upstream.py"), str(upstream_port), str(work / "board.json")]))
+        pin = ["taskset", "-c", LOAD_CPUS] if args.latency and args.pin else []
+        if pin:
+            os.sched_setaffinity(0, {int(LOAD_CPUS)})  # the board client's thread
+        if args.latency and shutil.which("nginx"):
+            procs.append(start_nginx_upstream(work, upstream_port, body, pin))
+        else:
+            procs.append(subprocess.Popen([*pin, PYTHON, str(work / "upstream.py"), str(upstream_port),
+                                           str(work / "board.json")]))
         wait_port(upstream_port, proc=procs[0])
         if args.scan:
             scan_table(args, results)  # (with --instructions N: also callgrind counts per scan, N unused)
