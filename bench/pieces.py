@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/pieces.py [--repeat 7]                      # this tree
     PYTHONPATH=/tmp/base .venv/bin/python bench/pieces.py               # another checkout (its gateway/ first)
+    .venv/bin/python bench/pieces.py --instructions 2000 --trees /tmp/base,.   # callgrind, per proxied request
 
 Each figure is the minimum over ``--repeat`` runs of ``timeit`` divided by the calls per run: the least the machine's
 other work added, not a mean. Rows that need code one tree does not have are left out (the hand-written metric
@@ -13,17 +14,23 @@ classes, the random buffer). Three parts:
 - ids: a request id, a new trace (its ids), a continued trace, and the ways of drawing 128 random bits as hex;
 - the access log: the record encoded three ways, and ``Recorder.record`` of a typical proxied request with and
   without its line (the difference is the line), and with the line going through ``AccessLogWriter`` to a file.
+
+``--instructions N``: instead, user-space instructions per proxied 1 KB GET under valgrind's callgrind (N requests
+after 500 of warm-up), for each tree of ``--trees`` in turn, ``--runs`` times: what the pieces add up to on a whole
+request, in a count the machine's other work does not move.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import random
 import subprocess
 import sys
 import tempfile
+import time
 import timeit
 from collections.abc import Callable
 from pathlib import Path
@@ -97,8 +104,9 @@ def id_rows(repeat: int) -> None:
     row("ids: a Random() of its own, '%032x' % getrandbits(128)", best(lambda: "%032x" % own(128), 500_000, repeat))
 
 
-def _typical() -> tuple[Any, Any, Any]:
-    """A proxied request as the access log sees it: routed, with a request id, a trace, an upstream time."""
+def _typical(decisions: bool) -> tuple[Any, Any, Any]:
+    """A proxied request as the access log sees it: routed, with a request id, a trace, an upstream time; with
+    ``decisions``, a board request on which board_cards decided."""
     from aiohttp.test_utils import make_mocked_request
     from yarl import URL
 
@@ -107,23 +115,22 @@ def _typical() -> tuple[Any, Any, Any]:
     from gateway.core.tenants import Tenant
     from gateway.core.tracecontext import new_trace
 
-    request = make_mocked_request("GET", "/api/latest/boards/1?x=1", headers={
+    path = "/api/latest/boards/1" if decisions else "/api/latest/cards/7"
+    request = make_mocked_request("GET", path + "?x=1", headers={
         "Host": "acme.example", "Authorization": "Bearer secret", "User-Agent": "bench/1"})
     request.writer.output_size = 1289
     tenant = Tenant("acme", ("acme.example",), URL("http://up"), None, False, False, False)
-    exchange = Exchange(request, 0.0, tenant, Route.build("board", None, (), ()), {}, "/api/latest/boards/1", "x=1",
-                        "GET")
+    route = Route.build("board" if decisions else "catch_all", None, (), ())
+    exchange = Exchange(request, 0.0, tenant, route, {}, path, "x=1", "GET")
     exchange.request_id = "0dd90f30c9a1b2d3e4f5061728394a5b"
     exchange.upstream_seconds = 0.005491
-    exchange.decisions = {"board_cards": "removed"}
+    if decisions:
+        exchange.decisions = {"board_cards": "removed"}
     return request, exchange, new_trace()
 
 
 def access_log_rows(repeat: int) -> None:
-    from gateway.ops.access_log import AccessLogWriter, Recorder
-    from gateway.ops.metrics import Metrics
-
-    request, exchange, trace = _typical()
+    _, exchange, trace = _typical(True)
     record = {"time": 1795277386.828, "request_id": exchange.request_id, "trace_id": trace.trace_id,
               "span_id": trace.span_id, "tenant": "acme", "route": "board", "method": "GET",
               "path": "/api/latest/boards/1", "status": 200, "bytes_in": None, "bytes_out": 1289, "duration": 0.006017,
@@ -140,49 +147,126 @@ def access_log_rows(repeat: int) -> None:
         row("access log: the record by orjson.dumps (bytes)", best(lambda: dumps(record), 200_000, repeat))
         row("access log: the record by orjson.dumps(...).decode() (str)",
             best(lambda: dumps(record).decode(), 200_000, repeat))
+    for decisions in (False, True):
+        asyncio.run(_recorder_rows(repeat, decisions))
 
-    class Lines:
-        def __init__(self) -> None:
-            self.lines: list[Any] = []
 
-        def write(self, line: Any) -> None:
-            self.lines.append(line)
-            if len(self.lines) > 10_000:
-                self.lines.clear()
+class _Lines:
+    def __init__(self) -> None:
+        self.lines: list[Any] = []
 
+    def write(self, line: Any) -> None:
+        self.lines.append(line)
+        if len(self.lines) > 10_000:
+            self.lines.clear()
+
+
+async def _recorder_rows(repeat: int, decisions: bool) -> None:
+    """In a running event loop, as in the gateway: the writer's timer is set once, it flushes every 64 KiB."""
+    from gateway.ops.access_log import AccessLogWriter, Recorder
+    from gateway.ops.metrics import Metrics
+
+    request, exchange, trace = _typical(decisions)
     metrics = Metrics(multiprocess=False)
-    quiet = Recorder(metrics, None, None)
-    listed = Recorder(metrics, None, Lines())
+    kind = "a board request with a decision" if decisions else "a plain request"
     with open(os.devnull, "w") as devnull:
         writer = AccessLogWriter(devnull, interval=3600, limit=64 * 1024)
-        written = Recorder(metrics, None, writer)
+        recorders = {"none": Recorder(metrics, None, None), "list": Recorder(metrics, None, _Lines()),
+                     "writer": Recorder(metrics, None, writer)}
+        clock = time.monotonic  # a duration of about 6 ms, as a small proxied request's
 
-        def call(recorder: Recorder) -> Callable[[], None]:
-            return lambda: recorder.record(request, exchange, 200, 0.0, trace=trace)
-
-        print("(the line: " + _line(listed, request, exchange, trace) + ")", file=sys.stderr)
-        without = best(call(quiet), 100_000, repeat)
-        with_line = best(call(listed), 100_000, repeat)
-        with_writer = best(call(written), 100_000, repeat)
+        cost = {name: best(lambda r=recorder: r.record(request, exchange, 200, clock() - 0.006017, trace=trace),
+                           100_000, repeat) for name, recorder in recorders.items()}
         writer.flush()
-    row("access log: Recorder.record without its line (metrics only)", without)
-    row("access log: Recorder.record with its line (to a list)", with_line)
-    row("access log: the line alone (the difference)", with_line - without)
-    row("access log: Recorder.record, the line through AccessLogWriter to /dev/null (64 KiB batches)", with_writer)
-    row("access log: the line and its writing (the difference)", with_writer - without)
+    print(f"({kind}: {recorders['list'].sink.lines[-1]})", file=sys.stderr)  # type: ignore[union-attr]
+    row(f"access log, {kind}: Recorder.record without its line (metrics only)", cost["none"])
+    row(f"access log, {kind}: the line (Recorder.record to a list, less the above)", cost["list"] - cost["none"])
+    row(f"access log, {kind}: the line through AccessLogWriter to /dev/null (less the above)",
+        cost["writer"] - cost["none"])
 
 
-def _line(recorder: Any, request: Any, exchange: Any, trace: Any) -> str:
-    recorder.record(request, exchange, 200, 0.0, trace=trace)
-    line = recorder.sink.lines[-1]
-    return line.decode() if isinstance(line, bytes) else str(line)
+def instructions(requests: int, trees: list[Path], runs: int) -> None:
+    """User-space instructions per proxied 1 KB GET (callgrind), each tree's gateway ``runs`` times, trees in turn: the
+    gateway of bench/run.py (access log to a file, ``request_id``, metrics, the ledger on SQLite) in front of nginx."""
+    import http.client
+    import re
+    import shutil
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import run as harness
+
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    counts: dict[Path, list[float]] = {tree: [] for tree in trees}
+    with tempfile.TemporaryDirectory(prefix="pieces-instr-") as name, harness.Stack() as stack:
+        tmp = Path(name)
+        (tmp / "www").mkdir()
+        (tmp / "www" / "1k.json").write_bytes(b'{"pad":"' + b"x" * 1012 + b'"}')
+        upstream_port, port, admin = harness.pick_ports(18680, 3)
+        conf = harness.nginx_conf(tmp, "upstream", harness.NGINX_STATIC.format(
+            host=harness.HOST, port=upstream_port, docroot=tmp / "www"))
+        upstream = stack.start(harness.Proc("upstream", [nginx, "-p", str(tmp), "-c", str(conf)], tmp))
+        harness.wait_ready(upstream, harness.port_accepts(upstream_port))
+        config = harness.gateway_conf(tmp, port, admin, upstream_port)
+        for run in range(runs):
+            for number, tree in enumerate(trees):
+                out = tmp / f"callgrind-{number}-{run}.out"
+                argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+                        sys.executable, "-m", "gateway", "serve", "--config", str(config), "--log-level", "warning"]
+                # The tree's own gateway: first on the path (python -m puts the working directory first).
+                env = {**os.environ, "PYTHONPATH": str(tree)}
+                proc = stack.start(harness.Proc(f"gw-{number}-{run}", argv, tmp, f"gw-{number}-{run}-access.log",
+                                                env=env, cwd=tree))
+                harness.wait_ready(proc, lambda: harness.http(f"http://{harness.HOST}:{admin}/readyz")[0] == 200,
+                                   timeout=300)
+                conn = http.client.HTTPConnection(harness.HOST, port, timeout=60)
+
+                def get() -> None:
+                    conn.request("GET", "/1k.json", headers={"Authorization": "Bearer bench-client"})
+                    answer = conn.getresponse()
+                    answer.read()
+                    assert answer.status == 200, answer.status
+
+                def control(*args: str) -> None:
+                    subprocess.run(["callgrind_control", *args, str(proc.pid)], capture_output=True, check=True)
+
+                for _ in range(500):
+                    get()
+                control("-i", "on")
+                control("-z")
+                for _ in range(requests):
+                    get()
+                control("-d")
+                control("-i", "off")
+                conn.close()
+                stack.stop(proc)
+                dump = next(tmp.glob(f"callgrind-{number}-{run}.out.*"))
+                total = re.search(r"^totals:\s*(\d+)", dump.read_text(errors="replace"), re.MULTILINE)
+                assert total is not None, dump
+                counts[tree].append(int(total.group(1)) / requests)
+                print(f"{tree}: run {run + 1}: {counts[tree][-1]:,.0f} instructions per request", file=sys.stderr,
+                      flush=True)
+    first = sum(counts[trees[0]]) / runs
+    print("| tree | instructions per request (each run) | mean | vs the first |\n|---|---|---:|---:|")
+    for tree, values in counts.items():
+        mean = sum(values) / runs
+        print(f"| {tree} | {' / '.join(f'{v:,.0f}' for v in values)} | {mean:,.0f} | {mean / first:.3f} |")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--instructions", type=int, metavar="N", default=0,
+                        help="instead: instructions per request under callgrind over N requests, per tree")
+    parser.add_argument("--trees", default=str(Path(__file__).resolve().parent.parent),
+                        help="with --instructions: checkouts of the gateway, comma-separated (default: this one)")
+    parser.add_argument("--runs", type=int, default=2, help="with --instructions: runs of each tree, in turn")
     parser.add_argument("--only-metrics", action="store_true", help=argparse.SUPPRESS)  # the multiprocess child
     args = parser.parse_args()
+    if args.instructions:
+        instructions(args.instructions, [Path(t).resolve() for t in args.trees.split(",")], args.runs)
+        return 0
     if args.only_metrics:
         metrics_rows(args.repeat)
         return 0
