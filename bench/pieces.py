@@ -173,10 +173,13 @@ async def _recorder_rows(repeat: int, decisions: bool) -> None:
         writer = AccessLogWriter(devnull, interval=3600, limit=64 * 1024)
         recorders = {"none": Recorder(metrics, None, None), "list": Recorder(metrics, None, _Lines()),
                      "writer": Recorder(metrics, None, writer)}
-        clock = time.monotonic  # a duration of about 6 ms, as a small proxied request's
+        clock = time.monotonic
 
-        cost = {name: best(lambda r=recorder: r.record(request, exchange, 200, clock() - 0.006017, trace=trace),
-                           100_000, repeat) for name, recorder in recorders.items()}
+        def call(recorder: Recorder) -> Callable[[], None]:
+            # A duration of about 6 ms, as a small proxied request's.
+            return lambda: recorder.record(request, exchange, 200, clock() - 0.006017, trace=trace)
+
+        cost = {name: best(call(recorder), 100_000, repeat) for name, recorder in recorders.items()}
         writer.flush()
     print(f"({kind}: {recorders['list'].sink.lines[-1]})", file=sys.stderr)  # type: ignore[union-attr]
     row(f"access log, {kind}: Recorder.record without its line (metrics only)", cost["none"])
@@ -185,9 +188,10 @@ async def _recorder_rows(repeat: int, decisions: bool) -> None:
         cost["writer"] - cost["none"])
 
 
-def instructions(requests: int, trees: list[Path], runs: int) -> None:
+def instructions(requests: int, trees: list[tuple[Path, bool]], runs: int) -> None:
     """User-space instructions per proxied 1 KB GET (callgrind), each tree's gateway ``runs`` times, trees in turn: the
-    gateway of bench/run.py (access log to a file, ``request_id``, metrics, the ledger on SQLite) in front of nginx."""
+    gateway of bench/run.py (access log to a file, ``request_id``, metrics, the ledger on SQLite) in front of nginx.
+    A tree given with True runs with ``PROMETHEUS_MULTIPROC_DIR`` set, as a worker of ``--workers N``."""
     import http.client
     import re
     import shutil
@@ -198,7 +202,7 @@ def instructions(requests: int, trees: list[Path], runs: int) -> None:
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    counts: dict[Path, list[float]] = {tree: [] for tree in trees}
+    counts: dict[tuple[Path, bool], list[float]] = {target: [] for target in trees}
     with tempfile.TemporaryDirectory(prefix="pieces-instr-") as name, harness.Stack() as stack:
         tmp = Path(name)
         (tmp / "www").mkdir()
@@ -210,12 +214,15 @@ def instructions(requests: int, trees: list[Path], runs: int) -> None:
         harness.wait_ready(upstream, harness.port_accepts(upstream_port))
         config = harness.gateway_conf(tmp, port, admin, upstream_port)
         for run in range(runs):
-            for number, tree in enumerate(trees):
+            for number, (tree, multiprocess) in enumerate(counts):
                 out = tmp / f"callgrind-{number}-{run}.out"
                 argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
                         sys.executable, "-m", "gateway", "serve", "--config", str(config), "--log-level", "warning"]
                 # The tree's own gateway: first on the path (python -m puts the working directory first).
                 env = {**os.environ, "PYTHONPATH": str(tree)}
+                if multiprocess:  # one process with the metrics of a worker of --workers
+                    env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp / f"metrics-{number}-{run}")
+                    os.mkdir(env["PROMETHEUS_MULTIPROC_DIR"])
                 proc = stack.start(harness.Proc(f"gw-{number}-{run}", argv, tmp, f"gw-{number}-{run}-access.log",
                                                 env=env, cwd=tree))
                 harness.wait_ready(proc, lambda: harness.http(f"http://{harness.HOST}:{admin}/readyz")[0] == 200,
@@ -244,14 +251,15 @@ def instructions(requests: int, trees: list[Path], runs: int) -> None:
                 dump = next(tmp.glob(f"callgrind-{number}-{run}.out.*"))
                 total = re.search(r"^totals:\s*(\d+)", dump.read_text(errors="replace"), re.MULTILINE)
                 assert total is not None, dump
-                counts[tree].append(int(total.group(1)) / requests)
-                print(f"{tree}: run {run + 1}: {counts[tree][-1]:,.0f} instructions per request", file=sys.stderr,
-                      flush=True)
+                counts[tree, multiprocess].append(int(total.group(1)) / requests)
+                print(f"{tree}: run {run + 1}: {counts[tree, multiprocess][-1]:,.0f} instructions per request",
+                      file=sys.stderr, flush=True)
     first = sum(counts[trees[0]]) / runs
     print("| tree | instructions per request (each run) | mean | vs the first |\n|---|---|---:|---:|")
-    for tree, values in counts.items():
+    for (tree, multiprocess), values in counts.items():
         mean = sum(values) / runs
-        print(f"| {tree} | {' / '.join(f'{v:,.0f}' for v in values)} | {mean:,.0f} | {mean / first:.3f} |")
+        shown = f"{tree}, multiprocess" if multiprocess else str(tree)
+        print(f"| {shown} | {' / '.join(f'{v:,.0f}' for v in values)} | {mean:,.0f} | {mean / first:.3f} |")
 
 
 def main() -> int:
@@ -260,12 +268,14 @@ def main() -> int:
     parser.add_argument("--instructions", type=int, metavar="N", default=0,
                         help="instead: instructions per request under callgrind over N requests, per tree")
     parser.add_argument("--trees", default=str(Path(__file__).resolve().parent.parent),
-                        help="with --instructions: checkouts of the gateway, comma-separated (default: this one)")
+                        help="with --instructions: checkouts of the gateway, comma-separated (default: this one); "
+                             "DIR:multiprocess runs that one with PROMETHEUS_MULTIPROC_DIR set, as a worker")
     parser.add_argument("--runs", type=int, default=2, help="with --instructions: runs of each tree, in turn")
     parser.add_argument("--only-metrics", action="store_true", help=argparse.SUPPRESS)  # the multiprocess child
     args = parser.parse_args()
     if args.instructions:
-        instructions(args.instructions, [Path(t).resolve() for t in args.trees.split(",")], args.runs)
+        specs = [t.partition(":") for t in args.trees.split(",")]
+        instructions(args.instructions, [(Path(t).resolve(), mode == "multiprocess") for t, _, mode in specs], args.runs)
         return 0
     if args.only_metrics:
         metrics_rows(args.repeat)
