@@ -143,6 +143,32 @@ def test_ids_are_random_lower_case_hex_never_zero() -> None:
     assert set(counts) == set("0123456789abcdef") and max(counts.values()) < 1.2 * min(counts.values())
 
 
+def test_ids_drawn_as_zeros_are_drawn_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """All zeros is not a valid trace or span id: such a draw (once in 2**64 draws at best) is thrown away."""
+    from gateway.core import tracecontext
+
+    zeros = [0]
+
+    def draw(digits: int = 32) -> str:
+        zeros[0] -= 1
+        return ("0" if zeros[0] >= 0 else "1") * digits
+
+    monkeypatch.setattr(tracecontext, "random_hex", draw)
+    zeros[0] = 3  # the new trace's draw, then two of new_trace_id's
+    trace = tracecontext.new_trace()
+    assert (trace.trace_id, trace.span_id) == ("1" * 32, "1" * 16)
+    zeros[0] = 1  # the span id drawn ahead with the trace was zeros too: the first upstream request's is drawn again
+    assert trace.client_span("GET", None, None).traceparent == f"00-{'1' * 32}-{'1' * 16}-01"  # type: ignore[arg-type]
+    zeros[0] = 2
+    assert new_trace_id() == "1" * 32
+    zeros[0] = 2
+    assert new_span_id() == "1" * 16
+    parent = parse_traceparent([VALID])
+    assert parent is not None
+    zeros[0] = 2
+    assert tracecontext.continued_trace(parent, "").span_id == "1" * 16
+
+
 _METRICS = Metrics(multiprocess=False)
 
 

@@ -1,6 +1,6 @@
 """W3C Trace Context (``traceparent``, ``tracestate``): reading a client's, and the one each upstream request carries
 (the gateway takes part in the trace; what is invalid and how ``tracestate`` is cut: docs/operations.md, "Traces").
-Pure functions and a small per-request object: no I/O, no SDK; ids are drawn from ``core.http.random_hex``."""
+Pure functions and a small per-request object: no I/O, no SDK; ids are ``core.http.random_hex`` digits."""
 
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ def new_span_id() -> str:
 
 def new_trace(bound: int | None = None) -> TraceContext:
     """A trace started by the gateway: its id, the gateway's span, and a span id drawn with them for the first upstream
-    request (one draw from the random buffer per request, where most requests make one upstream request). Sampled
+    request (one draw of random bits per request, where most requests make one upstream request). Sampled
     when the trace id's low 64 bits are below ``bound`` (None: always; see ``ops.tracing.ratio_bound``)."""
     digits = random_hex(64)
     trace_id, span_id = digits[:32], digits[32:48]

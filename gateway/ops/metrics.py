@@ -1,7 +1,7 @@
 """The gateway's own metric families, on a registry owned by the app; policies add theirs through ``families``. Labels
 are bounded: tenant and route names from the config, methods, status classes, decisions and phases, never raw paths,
-ids, hosts or tokens. Under ``--workers N``, ``scrape`` reads every worker's files (prometheus-client's multiprocess
-mode)."""
+ids, hosts or tokens. Every family is prometheus-client's, in one process and under ``--workers N``, where ``scrape``
+reads every worker's files (its multiprocess mode)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from .. import __version__
-from .local_metrics import LocalCounter, LocalGauge, LocalHistogram
 
 __all__ = ("NO_TENANT", "Metrics", "PhaseCollector", "scrape")
 
@@ -31,9 +30,8 @@ _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 
 class Metrics:
     """Every metric family of the gateway, created once on the given registry.
 
-    The families updated on every request (requests, the two durations, in flight) are plain numbers read at scrape
-    time (``local_metrics``) in one process; with ``--workers N`` (prometheus-client's multiprocess mode) they are
-    prometheus-client's own, which write every update to the shared directory the scraped worker reads.
+    ``multiprocess`` (by default: whether ``PROMETHEUS_MULTIPROC_DIR`` is set, as under ``--workers N``) chooses only
+    what ``scrape`` reads: this registry, or every worker's files.
     """
 
     def __init__(self, registry: CollectorRegistry | None = None, *, multiprocess: bool | None = None) -> None:
@@ -42,21 +40,18 @@ class Metrics:
         if multiprocess is None:
             multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self.multiprocess = multiprocess
-        requests = ("gateway_requests", "Requests answered, by tenant, route, method and status class.")
-        request_labels = ("tenant", "route", "method", "status_class")
-        duration = ("gateway_request_duration_seconds", "Time from request head to the last response byte, by route.")
-        upstream = ("gateway_upstream_duration_seconds", "Time from sending upstream to its response head, by route.")
-        self.requests: Counter | LocalCounter
-        self.request_duration: Histogram | LocalHistogram
-        self.upstream_duration: Histogram | LocalHistogram
-        if multiprocess:
-            self.requests = Counter(*requests, request_labels, registry=r)
-            self.request_duration = Histogram(*duration, ("route",), buckets=_BUCKETS, registry=r)
-            self.upstream_duration = Histogram(*upstream, ("route",), buckets=_BUCKETS, registry=r)
-        else:
-            self.requests = LocalCounter(*requests, request_labels, registry=r)
-            self.request_duration = LocalHistogram(*duration, ("route",), _BUCKETS, registry=r)
-            self.upstream_duration = LocalHistogram(*upstream, ("route",), _BUCKETS, registry=r)
+        self.requests = Counter(
+            "gateway_requests", "Requests answered, by tenant, route, method and status class.",
+            ("tenant", "route", "method", "status_class"), registry=r,
+        )
+        self.request_duration = Histogram(
+            "gateway_request_duration_seconds", "Time from request head to the last response byte, by route.",
+            ("route",), buckets=_BUCKETS, registry=r,
+        )
+        self.upstream_duration = Histogram(
+            "gateway_upstream_duration_seconds", "Time from sending upstream to its response head, by route.",
+            ("route",), buckets=_BUCKETS, registry=r,
+        )
         self.upstream_errors = Counter(
             "gateway_upstream_errors", "Upstream failures, by kind (connect, timeout, reset, other).",
             ("kind",), registry=r,
@@ -109,21 +104,19 @@ class Metrics:
         )
         self.build_info.labels(__version__).set(1)
         self._families: dict[Callable[[CollectorRegistry], Any], Any] = {}
-        self._request_children: dict[tuple[str, str, str, str], Any] = {}
-        self._duration_children: dict[str, Any] = {}
-        self._upstream_children: dict[str, Any] = {}
+        self._request_children: dict[tuple[str, str, str, str], Counter] = {}
+        self._duration_children: dict[str, Histogram] = {}
+        self._upstream_children: dict[str, Histogram] = {}
 
-    def _live_gauge(self, name: str, documentation: str) -> Gauge | LocalGauge:
+    def _live_gauge(self, name: str, documentation: str) -> Gauge:
         """A gauge without labels, updated per request or connection: the sum over the live workers."""
-        if self.multiprocess:
-            return Gauge(name, documentation, registry=self.registry, multiprocess_mode="livesum")
-        return LocalGauge(name, documentation, registry=self.registry)
+        return Gauge(name, documentation, registry=self.registry, multiprocess_mode="livesum")
 
     def observe_request(
         self, tenant: str, route: str, method: str, status: int, seconds: float, upstream: float | None
     ) -> None:
         """``tenant``: a tenant name from the config, or ``NO_TENANT``."""
-        # Children are cached: labels() builds a label tuple (and takes a lock in prometheus-client) per call.
+        # Children are cached: labels() builds a label tuple and takes the family's lock per call.
         key = (tenant, route, method if method in _KNOWN_METHODS else "OTHER", _STATUS_CLASSES[min(status // 100, 5)])
         child = self._request_children.get(key)
         if child is None:

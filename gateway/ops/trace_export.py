@@ -30,7 +30,7 @@ from yarl import URL
 from .. import __version__
 from ..config.tracing import TracingConfig
 from ..core.exchange import Exchange
-from ..core.http import random_hex
+from ..core.http import random_bits
 from ..core.tracecontext import ClientSpan, TraceContext, TraceParent, format_traceparent
 from .metrics import Metrics
 
@@ -114,10 +114,10 @@ class _Ids(IdGenerator):
 
     def generate_trace_id(self) -> int:
         root, self.root = self.root, None
-        return root if root is not None else int(random_hex(32), 16) or 1
+        return root if root is not None else random_bits(128) or 1
 
     def generate_span_id(self) -> int:
-        return int(random_hex(16), 16) or 1
+        return random_bits(64) or 1
 
     def is_trace_id_random(self) -> bool:
         return True
