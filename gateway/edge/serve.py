@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import hdrs, web
+from prometheus_client import Gauge
 
 from ..config import LoadedConfig
 from ..core.exchange import Cut, Delivery, Exchange, Next, Reply, Services
@@ -47,7 +48,13 @@ class InFlight:
     edge's task of each, which the shutdown deadline cuts if it has not started its answer."""
 
     def __init__(self, metrics: Metrics) -> None:
-        self._gauge = metrics.in_flight
+        # The gauge reads the count when scraped; under --workers (prometheus-client's multiprocess mode, which has no
+        # gauge read from a function) each worker writes its count to its file as it changes.
+        self._gauge: Gauge | None = None
+        if metrics.multiprocess:
+            self._gauge = metrics.in_flight
+        else:
+            metrics.in_flight.set_function(lambda: self.running)
         self.draining = False  # every answer closes its connection
         self.cutting = False  # the shutdown deadline has passed: what still runs is cut
         self.running = 0
@@ -57,12 +64,14 @@ class InFlight:
         self._cut_tasks: set[asyncio.Task[Any]] = set()
 
     def arrived(self) -> None:
-        self._gauge.inc()
+        if self._gauge is not None:
+            self._gauge.inc()
         self.running += 1
         self._all_done.clear()
 
     def left(self) -> None:
-        self._gauge.dec()
+        if self._gauge is not None:
+            self._gauge.dec()
         self.running -= 1
         if not self.running:
             self._all_done.set()
