@@ -165,6 +165,7 @@ class ClientSpan:
     ``tracestate``: the client's, sent on with it ("" for none)."""
 
     __slots__ = ("traceparent", "tracestate")
+    recorded = False  # a span that is exported (``ops.trace_export``) is told its end
 
     def __init__(self, traceparent: str, tracestate: str) -> None:
         self.traceparent = traceparent

@@ -13,12 +13,12 @@ from multidict import CIMultiDictProxy
 from ..core.exchange import Exchange, Reply, Services
 from ..core.http import new_request_id
 from ..core.tenants import canonical_host
-from .method import effective_method, form_method
+from .method import effective_method, form_method, reads_form_method
 from .route_table import RouteTable
 from .target import BadRequestTarget, normalise_target
 from .tenancy import TenantResolver
 
-__all__ = ("EdgeRefusal", "classify", "parser_error_text", "read_form_method")
+__all__ = ("EdgeRefusal", "classify", "parser_error_text", "read_form_method", "reads_form_method")
 
 _PARSER_CODES = {400: "MALFORMED_REQUEST", 413: "REQUEST_TOO_LARGE", 431: "HEADERS_TOO_LARGE"}
 # What the answer says, by the kind of error (most specific first). The parser's own text is never echoed: it can

@@ -250,13 +250,18 @@ class FormMethod:
     watch: RequestBodyFilter | None
 
 
+def reads_form_method(exchange: Exchange, routes: RouteTable) -> bool:
+    """Whether ``form_method`` reads anything of this request: a POST with a body, whose form body's ``_method``
+    could route it to a guarded route."""
+    return exchange.request.method == "POST" and exchange.has_body and routes.override_reaches_guard(exchange.route,
+                                                                                                  exchange.path)
+
+
 async def form_method(exchange: Exchange, routes: RouteTable, *, look_ahead: int, timeout: float
                       ) -> FormMethod | Reply | None:
     """A form body's ``_method``, read where it could route the request to a guarded route; an answer when the
     request is refused; None on other requests (nothing is read)."""
-    request = exchange.request
-    if request.method != "POST" or not exchange.has_body or not routes.override_reaches_guard(exchange.route,
-                                                                                               exchange.path):
+    if not reads_form_method(exchange, routes):
         return None
     headers = exchange.headers
     try:
@@ -292,7 +297,7 @@ async def form_method(exchange: Exchange, routes: RouteTable, *, look_ahead: int
     if values:
         overrides = method_overrides(headers, exchange.query) | set(values)
         try:
-            method = valid_override(request.method, overrides)
+            method = valid_override(exchange.request.method, overrides)
         except BadRequestTarget as err:
             return _ambiguous(exchange, "disagreeing_overrides" if len(overrides) > 1 else "invalid_override",
                               err.message)

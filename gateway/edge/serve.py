@@ -20,7 +20,7 @@ from ..ops.access_log import Recorder
 from ..ops.metrics import Metrics
 from ..ops.tracing import Tracing
 from ..rollout import RolloutPlan
-from .classify import EdgeRefusal, classify, read_form_method
+from .classify import EdgeRefusal, classify, read_form_method, reads_form_method
 from .route_table import RouteTable
 from .tenancy import TenantResolver
 
@@ -127,23 +127,26 @@ class Edge:
         delivery = Delivery()
         status = 0
         client_gone = False
-        trace = self.tracing.begin(request)  # the client's trace continued (or a new one): the server span starts
+        tracing = self.tracing
+        trace = tracing.begin(request)  # the client's trace continued (or a new one): the server span starts
         in_flight.arrived()
         task = asyncio.current_task()
-        in_flight.serving(task, request, None)
         try:
             classified = classify(request, started, state.tenants, state.routes, self._services)
             if isinstance(classified, EdgeRefusal):
+                in_flight.serving(task, request, None)
                 refusal = classified
                 reply = refusal.reply
             else:
                 exchange = classified
                 exchange.trace = trace
-                in_flight.serving(task, request, exchange)
+                in_flight.serving(task, request, exchange)  # (classify does not wait: nothing came in between)
                 try:
-                    server = state.config.model.server
-                    refused = await read_form_method(exchange, state.routes, timeout=server.client_body_timeout,
-                                                     look_ahead=server.method_override_look_ahead)
+                    refused = None
+                    if reads_form_method(exchange, state.routes):
+                        server = state.config.model.server
+                        refused = await read_form_method(exchange, state.routes, timeout=server.client_body_timeout,
+                                                         look_ahead=server.method_override_look_ahead)
                     reply = refused or await state.handlers[exchange.route.name](exchange)
                 except asyncio.CancelledError:
                     if not in_flight.was_cut(task):
@@ -198,8 +201,8 @@ class Edge:
                 refused=refusal.code if refusal else None, request_id=refusal.request_id if refusal else None,
                 trace=trace,
             )
-            if trace is not None:
-                self.tracing.end(trace, request, exchange, status, refusal.code if refusal else None)
+            if trace is not None and tracing.exporting:
+                tracing.end(trace, request, exchange, status, refusal.code if refusal else None)
 
     async def serve_unparsed(
         self, request: web.BaseRequest, status: int, exc: BaseException | None

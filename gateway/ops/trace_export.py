@@ -197,6 +197,7 @@ class _Admission(SpanProcessor):
 
 class _RecordedClientSpan(ClientSpan):
     __slots__ = ("span",)
+    recorded = True
 
     def __init__(self, traceparent: str, tracestate: str, span: trace_api.Span) -> None:
         super().__init__(traceparent, tracestate)

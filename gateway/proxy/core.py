@@ -16,7 +16,6 @@ from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Mappin
 import aiohttp
 from aiohttp import hdrs
 from multidict import CIMultiDict, CIMultiDictProxy, istr
-from yarl import URL
 
 from ..core.exchange import (
     Body,
@@ -243,10 +242,11 @@ class ProxyCore(Services):
         metrics). Returns the response (head read, body streaming) and the turn to give back once its body is done
         with; raises ``_NoAnswer`` (no response head), or what the request body raised."""
         prefix = exchange.tenant.upstream_prefix
-        url = URL(prefix + path + "?" + query if query else prefix + path, encoded=True)
         trace = exchange.trace
-        span = trace.client_span(method, prefix + path, purpose) if trace is not None else None
-        headers = self.headers(exchange, own, client=purpose is None, span=span)
+        context = trace.client_span(method, prefix + path, purpose) if trace is not None else None
+        # Only a span that is recorded (exported) has an end to be told of; the others are their traceparent.
+        span = context if context is not None and context.recorded else None
+        headers = self.headers(exchange, own, client=purpose is None, span=context)
         if purpose is None and exchange.request_filters and any(f.changes_length for f in exchange.request_filters):
             headers.popall(hdrs.CONTENT_LENGTH, None)
         record: SubRequest | None = None
@@ -256,7 +256,7 @@ class ProxyCore(Services):
                 exchange.subrequests = []
             exchange.subrequests.append(record)
         started = time.monotonic()
-        turn = await self._turn(exchange)
+        turn = await self._turn(exchange) if self.max_concurrent else None
         if isinstance(turn, Reply):
             if record is not None:
                 record.error, record.seconds = UpstreamError.BUSY, time.monotonic() - started
@@ -269,7 +269,8 @@ class ProxyCore(Services):
         started = time.monotonic()
         retries = len(exchange.upstream_retries)
         try:
-            response = await self.client.request(method, url, headers, body, exchange.upstream_retries)
+            response = await self.client.request_to(method, prefix, path + "?" + query if query else path, headers,
+                                                    body, exchange.upstream_retries)
         except BaseException as err:
             if gate is not None:
                 gate.leave()

@@ -237,9 +237,12 @@ class _Origin:
     connector keys its pool by (and opens new connections for), and the Basic credentials of its userinfo, which
     aiohttp sends in place of the client's ``Authorization`` (docs/configuration.md, ``upstream``)."""
 
-    __slots__ = ("key_request", "key", "authorization", "request_info")
+    __slots__ = ("key_request", "key", "authorization", "request_info", "path")
 
     def __init__(self, url: URL, session: aiohttp.ClientSession, version: aiohttp.HttpVersion) -> None:
+        """``url``: a base URL with "/" appended."""
+        # The base URL's path (``http://host/base``), which a request target's path is appended to.
+        self.path = url.raw_path[:-1]
         self.key_request = _ProxiedRequest(
             "GET", url, headers=CIMultiDict(((istr("Host"), url.host_port_subcomponent or ""),)),
             loop=asyncio.get_running_loop(), timer=_NO_TIMER, session=session, version=version,
@@ -258,7 +261,7 @@ class UpstreamClient:
         self._max_field_size = max_field_size
         self._retry_safe_methods = retry_safe_methods
         self._version = aiohttp.HttpVersion(*session.version)
-        self._origins: dict[tuple[str, str], _Origin] = {}
+        self._origins: dict[str, _Origin] = {}
 
     @classmethod
     def open(cls, config: UpstreamConfig, *, max_field_size: int) -> UpstreamClient:
@@ -325,11 +328,28 @@ class UpstreamClient:
             raise RuntimeError("the upstream session is closed")
         if body is not None or _EXPECT in headers:
             return await self._with_body(method, url, headers, body, retried)
-        key = (url.scheme, url.raw_authority)
-        origin = self._origins.get(key)
+        base = str(url.with_path("").with_query(None).with_fragment(None))
+        return await self._bodyless(method, self._origin(base), url.raw_path_qs, headers, retried)
+
+    async def request_to(
+        self, method: str, base: str, target: str, headers: CIMultiDict[str], body: AsyncIterable[bytes] | None,
+        retried: list[str] | None = None,
+    ) -> Response:
+        """``request`` to ``base`` (an upstream's base URL as the config writes it, ``Tenant.upstream_prefix``) +
+        ``target`` (a percent-encoded path, and its query): the proxy core's way, which makes no URL of its own for a
+        request without a body."""
+        if self.session.closed:
+            raise RuntimeError("the upstream session is closed")
+        if body is not None or _EXPECT in headers:
+            return await self._with_body(method, URL(base + target, encoded=True), headers, body, retried)
+        origin = self._origins.get(base) or self._origin(base)
+        return await self._bodyless(method, origin, origin.path + target, headers, retried)
+
+    def _origin(self, base: str) -> _Origin:
+        origin = self._origins.get(base)
         if origin is None:
-            origin = self._origins[key] = _Origin(url, self.session, self._version)
-        return await self._bodyless(method, origin, url.raw_path_qs, headers, retried)
+            origin = self._origins[base] = _Origin(URL(base + "/", encoded=True), self.session, self._version)
+        return origin
 
     async def _bodyless(self, method: str, origin: _Origin, target: str, headers: CIMultiDict[str],
                         retried: list[str] | None) -> BodylessResponse:
