@@ -144,8 +144,7 @@ def new_trace(bound: int | None = None) -> TraceContext:
     trace_id, span_id = digits[:32], digits[32:48]
     if trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
         trace_id, span_id = new_trace_id(), new_span_id()
-    sampled = bound is None or int(trace_id[16:], 16) < bound
-    return TraceContext(trace_id, span_id, sampled, spare=digits[48:])
+    return TraceContext(trace_id, span_id, bound is None or int(trace_id[16:], 16) < bound, None, "", digits[48:])
 
 
 def continued_trace(parent: TraceParent, tracestate: str) -> TraceContext:
@@ -155,7 +154,7 @@ def continued_trace(parent: TraceParent, tracestate: str) -> TraceContext:
     span_id = digits[:16]
     if span_id == _ZERO_SPAN:
         span_id = new_span_id()
-    return TraceContext(parent.trace_id, span_id, parent.sampled, parent.parent_id, tracestate, spare=digits[16:])
+    return TraceContext(parent.trace_id, span_id, parent.sampled, parent.parent_id, tracestate, digits[16:])
 
 
 class ClientSpan:
@@ -183,7 +182,7 @@ class TraceContext:
     __slots__ = ("trace_id", "span_id", "sampled", "parent_id", "tracestate", "_spare")
 
     def __init__(self, trace_id: str, span_id: str, sampled: bool, parent_id: str | None = None,
-                 tracestate: str = "", *, spare: str = "") -> None:
+                 tracestate: str = "", spare: str = "") -> None:
         self.trace_id = trace_id
         self.span_id = span_id
         self.sampled = sampled
