@@ -141,20 +141,20 @@ def new_trace(bound: int | None = None) -> TraceContext:
     request (one draw of random bits per request, where most requests make one upstream request). Sampled
     when the trace id's low 64 bits are below ``bound`` (None: always; see ``ops.tracing.ratio_bound``)."""
     digits = random_hex(64)
-    trace_id, span_id = digits[:32], digits[32:48]
-    if trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
-        trace_id, span_id = new_trace_id(), new_span_id()
-    return TraceContext(trace_id, span_id, bound is None or int(trace_id[16:], 16) < bound, None, "", digits[48:])
+    trace_id, span_id, spare = digits[:32], digits[32:48], digits[48:]
+    if trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN or spare == _ZERO_SPAN:
+        trace_id, span_id, spare = new_trace_id(), new_span_id(), new_span_id()
+    return TraceContext(trace_id, span_id, bound is None or int(trace_id[16:], 16) < bound, None, "", spare)
 
 
 def continued_trace(parent: TraceParent, tracestate: str) -> TraceContext:
     """The client's trace, continued: a span of the gateway's own under the caller's (and one drawn with it for the
     first upstream request)."""
     digits = random_hex(32)
-    span_id = digits[:16]
-    if span_id == _ZERO_SPAN:
-        span_id = new_span_id()
-    return TraceContext(parent.trace_id, span_id, parent.sampled, parent.parent_id, tracestate, digits[16:])
+    span_id, spare = digits[:16], digits[16:]
+    if span_id == _ZERO_SPAN or spare == _ZERO_SPAN:
+        span_id, spare = new_span_id(), new_span_id()
+    return TraceContext(parent.trace_id, span_id, parent.sampled, parent.parent_id, tracestate, spare)
 
 
 class ClientSpan:
@@ -164,7 +164,6 @@ class ClientSpan:
     ``tracestate``: the client's, sent on with it ("" for none)."""
 
     __slots__ = ("traceparent", "tracestate")
-    recorded = False  # a span that is exported (``ops.trace_export``) is told its end
 
     def __init__(self, traceparent: str, tracestate: str) -> None:
         self.traceparent = traceparent
@@ -180,6 +179,7 @@ class TraceContext:
     caller's span when the client sent a valid ``traceparent``, the sampled flag passed on, and the ``tracestate``."""
 
     __slots__ = ("trace_id", "span_id", "sampled", "parent_id", "tracestate", "_spare")
+    recording = False  # its spans are recorded (exported): ``client_span`` makes each upstream request's
 
     def __init__(self, trace_id: str, span_id: str, sampled: bool, parent_id: str | None = None,
                  tracestate: str = "", spare: str = "") -> None:
@@ -193,12 +193,15 @@ class TraceContext:
     def client_span(self, method: str, url: str, purpose: str | None) -> ClientSpan:
         """The span of one upstream request (``url``: where it goes, without its query; ``purpose``: a policy's own
         request's, None for the client's own)."""
+        return ClientSpan(self.traceparent(), self.tracestate)
+
+    def traceparent(self) -> str:
+        """The ``traceparent`` of one upstream request, with a span id of its own: what there is of a span that is not
+        recorded (the proxy core asks for it without a ``ClientSpan`` when ``recording`` is False)."""
         span_id = self._spare
         if span_id:
             self._spare = ""
         else:
-            span_id = random_hex(16)
-        if span_id == _ZERO_SPAN:
             span_id = new_span_id()
         # format_traceparent, inline: this runs for every upstream request.
-        return ClientSpan(f"00-{self.trace_id}-{span_id}-{'01' if self.sampled else '00'}", self.tracestate)
+        return f"00-{self.trace_id}-{span_id}-{'01' if self.sampled else '00'}"

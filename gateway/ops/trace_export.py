@@ -197,7 +197,6 @@ class _Admission(SpanProcessor):
 
 class _RecordedClientSpan(ClientSpan):
     __slots__ = ("span",)
-    recorded = True
 
     def __init__(self, traceparent: str, tracestate: str, span: trace_api.Span) -> None:
         super().__init__(traceparent, tracestate)
@@ -221,6 +220,7 @@ class _RecordedTrace(TraceContext):
     """A sampled request's trace with its server span recorded; its upstream requests' spans are recorded too."""
 
     __slots__ = ("span", "_tracer", "_context")
+    recording = True
 
     def __init__(self, span: trace_api.Span, tracer: trace_api.Tracer, parent_id: str | None,
                  tracestate: str) -> None:

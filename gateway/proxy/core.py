@@ -243,10 +243,15 @@ class ProxyCore(Services):
         with; raises ``_NoAnswer`` (no response head), or what the request body raised."""
         prefix = exchange.tenant.upstream_prefix
         trace = exchange.trace
-        context = trace.client_span(method, prefix + path, purpose) if trace is not None else None
-        # Only a span that is recorded (exported) has an end to be told of; the others are their traceparent.
-        span = context if context is not None and context.recorded else None
-        headers = self.headers(exchange, own, client=purpose is None, span=context)
+        span: ClientSpan | None = None
+        if trace is None:
+            traceparent = None
+        elif trace.recording:  # a span of the gateway's own, exported: told its end below
+            span = trace.client_span(method, prefix + path, purpose)
+            traceparent = span.traceparent
+        else:  # a span of the gateway's own that nobody records: its traceparent is all there is of it
+            traceparent = trace.traceparent()
+        headers = self.headers(exchange, own, client=purpose is None, traceparent=traceparent)
         if purpose is None and exchange.request_filters and any(f.changes_length for f in exchange.request_filters):
             headers.popall(hdrs.CONTENT_LENGTH, None)
         record: SubRequest | None = None
@@ -294,13 +299,13 @@ class ProxyCore(Services):
         return response, gate
 
     def headers(self, exchange: Exchange, own: Mapping[str, str] | None = None, *, client: bool = True,
-                span: ClientSpan | None = None) -> CIMultiDict[str]:
+                traceparent: str | None = None) -> CIMultiDict[str]:
         """The headers of one upstream request of ``exchange``, Host first (where aiohttp puts it).
 
         The client's own request (``client``): the client's headers without hop-by-hop ones, then the forwarding
         headers, Via, the request id, and what the policies asked for (``exchange.upstream_headers``). A request of
         a policy's own: Host, the same forwarding headers, Via and request id, then ``own``; nothing else of the
-        client's. Either carries the trace context of ``span`` (``traceparent``, and the client's ``tracestate``),
+        client's. Either carries the trace context given (``traceparent``, and the client's ``tracestate``),
         never the client's own headers of it.
 
         ``X-Forwarded-For``: every line the client sent, combined, then the client's address appended. Without
@@ -336,10 +341,11 @@ class ProxyCore(Services):
         headers[hdrs.VIA] = f"{via}, {VIA}" if via else VIA
         if exchange.request_id is not None:
             headers[exchange.request_id_header] = exchange.request_id
-        if span is not None:
-            headers[TRACEPARENT] = span.traceparent
-            if span.tracestate:
-                headers[TRACESTATE] = span.tracestate
+        if traceparent is not None:
+            headers[TRACEPARENT] = traceparent
+            tracestate = exchange.trace.tracestate if exchange.trace is not None else ""
+            if tracestate:
+                headers[TRACESTATE] = tracestate
         if client:
             for name, value in exchange.upstream_headers.items():
                 if value is None:
