@@ -554,12 +554,18 @@ class BoardLoad:
         self._thread.join(120)
 
 
+CONTROL = "control: boards read from the upstream, beside the gateway"
+
+
 def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: dict[str, Any]) -> None:
     """1 KB p99 with the board route idle, and while boards are read from it at ``--board-rate``."""
     setups = [(f"{label}{suffix}", tree, phase, options) for suffix, tree in trees(args)
               for label, phase, options in (("capped, cold", "capped", {"memo_bytes": 0}),
                                             ("removed, cold", "removed", {"memo_bytes": 0}),
                                             ("pass-through boards", None, None))]
+    # The control: the same boards read from the upstream itself, beside the gateway: what the machine (the upstream,
+    # the board client, wrk) does to the 1 KB requests without the gateway carrying a board.
+    setups.append((CONTROL, ROOT, None, None))
     samples: dict[str, dict[str, list[dict[str, float]]]] = {name: {"idle": [], "boards": []} for name, *_ in setups}
     boards: dict[str, int] = {name: 0 for name, *_ in setups}
     seconds = {name: 0.0 for name, *_ in setups}
@@ -583,7 +589,7 @@ def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: d
                 samples[name]["idle"].append(wrk(url, args.duration, connections=args.connections, threads=1,
                                                  rate=args.rate, cpus=load_cpus))
                 start = time.monotonic()
-                with BoardLoad(port, args.board_rate) as load:
+                with BoardLoad(upstream_port if name == CONTROL else port, args.board_rate) as load:
                     samples[name]["boards"].append(wrk(url, args.duration, connections=args.connections, threads=1,
                                                        rate=args.rate, cpus=load_cpus))
                 seconds[name] += time.monotonic() - start

@@ -116,6 +116,8 @@ class Edge:
         self.in_flight = in_flight
         self._write = write
         self.tracing = tracing
+        # Given to current_task: without a loop it asks for the running one, a getpid(2) on Python 3.11.
+        self._loop = asyncio.get_running_loop()
 
     async def serve(self, request: web.BaseRequest) -> web.StreamResponse:
         """Classify, run the route's chain, write the reply; record the request once, however it ends."""
@@ -130,7 +132,7 @@ class Edge:
         tracing = self.tracing
         trace = tracing.begin(request)  # the client's trace continued (or a new one): the server span starts
         in_flight.arrived()
-        task = asyncio.current_task()
+        task = asyncio.current_task(self._loop)
         try:
             classified = classify(request, started, state.tenants, state.routes, self._services)
             if isinstance(classified, EdgeRefusal):
