@@ -21,6 +21,7 @@ from .config import ADMIN_PATHS, ConfigError, ListenAddress, LoadedConfig, parse
 from .edge.tenancy import TenantResolver
 from .ops.admin import make_admin_app
 from .ops.gc_pauses import freeze_startup
+from .ops.heap import keep_freed_memory
 from .ops.ledger import commands as ledger_commands
 from .ops.log_format import RedactingFormatter
 from .ops.status import ConfigHistory
@@ -139,6 +140,7 @@ def _raise_file_limit(config: LoadedConfig) -> None:
 async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, admin_listen: ListenAddress,
                  *, reuse_port: bool = False, formatter: RedactingFormatter | None = None) -> None:
     _raise_file_limit(config)
+    keep_freed_memory()
     gateway = Gateway(config)
     history = ConfigHistory()
     peers = Peers.from_environ()  # under --workers: the supervisor's marks
