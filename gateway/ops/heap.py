@@ -14,11 +14,12 @@ __all__ = ("MMAP_THRESHOLD", "TRIM_THRESHOLD", "keep_freed_memory")
 
 log = logging.getLogger("gateway")
 
-# Allocations up to this size come from the heap (a body's pieces are 256 KiB, joined at most a few MiB); larger
-# ones are mapped and unmapped on their own, as glibc does by default from 128 KiB.
-MMAP_THRESHOLD = 8 << 20
-# Free memory kept at the top of the heap before it is trimmed: a few large boards' worth.
-TRIM_THRESHOLD = 64 << 20
+# Allocations up to this size come from the heap (a body's pieces are 256 KiB); larger ones (a page joined whole, a
+# rewritten board) are mapped and unmapped on their own, as glibc does by default from 128 KiB.
+MMAP_THRESHOLD = 1 << 20
+# Free memory kept at the top of the heap before it is trimmed: a few boards' worth. 64 MiB kept more than a large
+# page's bridge could reuse (tests/integration/test_bridge_bounds.py's memory bound failed); 16 MiB trimmed too often.
+TRIM_THRESHOLD = 32 << 20
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 # glibc's own ways to set them, which an operator's setting wins over.
