@@ -88,14 +88,18 @@ ADMIN_TOKEN = "bench-admin-token-0123456789"
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
-def export_targets(ratios: tuple[float, ...]) -> tuple[str, ...]:
-    """The gateway with its span export on, one target per sample ratio (registered in LABELS and PROXIES)."""
-    targets = tuple(f"export{ratio:g}" for ratio in ratios)
-    for ratio, target in zip(ratios, targets, strict=True):
-        LABELS.setdefault(target, f"gateway, span export at ratio {ratio:g}")
+def _gateway_targets(labels: dict[str, str]) -> tuple[str, ...]:
+    """More gateway targets (name -> label), registered in LABELS and PROXIES."""
+    for target, label in labels.items():
+        LABELS.setdefault(target, label)
         if target not in PROXIES:
             PROXIES.append(target)
-    return targets
+    return tuple(labels)
+
+
+def export_targets(ratios: tuple[float, ...]) -> tuple[str, ...]:
+    """The gateway with its span export on, one target per sample ratio."""
+    return _gateway_targets({f"export{ratio:g}": f"gateway, span export at ratio {ratio:g}" for ratio in ratios})
 
 
 # --without: a piece of the gateway's per-request work switched off by its configuration, and what that takes.
@@ -109,13 +113,8 @@ WITHOUT = {
 
 
 def without_targets(pieces: tuple[str, ...]) -> tuple[str, ...]:
-    """The gateway with one piece switched off, one target per piece (registered in LABELS and PROXIES)."""
-    targets = tuple(f"without_{piece}" for piece in pieces)
-    for piece, target in zip(pieces, targets, strict=True):
-        LABELS.setdefault(target, f"gateway without {piece}")
-        if target not in PROXIES:
-            PROXIES.append(target)
-    return targets
+    """The gateway with one piece switched off, one target per piece."""
+    return _gateway_targets({f"without_{piece}": f"gateway without {piece}" for piece in pieces})
 
 
 def span_counts(metrics: bytes) -> tuple[float, float]:

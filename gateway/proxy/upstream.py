@@ -225,6 +225,26 @@ def _detached(connection: Connection) -> ResponseHandler:
     return protocol
 
 
+def _sent_again_or_raise(err: BaseException, attempts: int, unsent: bool, retry_safe: bool,
+                         retried: list[str] | None) -> None:
+    """The retry policy (``UpstreamClient.request``) on a failed attempt: returns when the request goes once more (its
+    reason appended to ``retried``); raises the failure otherwise, as one of aiohttp's client errors."""
+    if isinstance(err, _NOT_RETRIED):
+        raise err
+    if isinstance(err, (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError, *_UNSENT)):
+        if attempts or not (unsent or retry_safe):
+            if isinstance(err, aiohttp.ClientError):
+                raise err
+            raise aiohttp.ClientOSError(*err.args) from err
+        if retried is not None:
+            retried.append("unsent" if unsent else "safe_method")
+        return
+    if isinstance(err, aiohttp.ClientError) or not isinstance(err, OSError) or (
+            err.errno is None and isinstance(err, asyncio.TimeoutError)):
+        raise err
+    raise aiohttp.ClientOSError(*err.args) from err
+
+
 def _write_head(protocol: ResponseHandler, head: bytes) -> None:
     transport = protocol.transport
     if transport is None or transport.is_closing():
@@ -392,22 +412,9 @@ class UpstreamClient:
                 except BaseException:
                     connector._release(origin.key, protocol, should_close=True)
                     raise
-            except _NOT_RETRIED:
-                raise
-            except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError, *_UNSENT) as err:
-                if attempts or not (not sent or retry_safe):
-                    if isinstance(err, aiohttp.ClientError):
-                        raise
-                    raise aiohttp.ClientOSError(*err.args) from err
+            except (aiohttp.ClientError, OSError) as err:
+                _sent_again_or_raise(err, attempts, not sent, retry_safe, retried)
                 attempts += 1
-                if retried is not None:
-                    retried.append("safe_method" if sent else "unsent")
-            except aiohttp.ClientError:
-                raise
-            except OSError as err:
-                if err.errno is None and isinstance(err, asyncio.TimeoutError):
-                    raise
-                raise aiohttp.ClientOSError(*err.args) from err
 
     @staticmethod
     async def _connect(connector: aiohttp.BaseConnector, request: aiohttp.ClientRequest,
@@ -457,20 +464,7 @@ class UpstreamClient:
                     connection.close()
                     raise
                 return response
-            except _NOT_RETRIED:
-                raise
-            except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError, *_UNSENT) as err:
+            except (aiohttp.ClientError, OSError) as err:
                 unsent = not sent or (tracked is not None and not tracked.started)
-                if attempts or not (unsent or retry_safe):
-                    if isinstance(err, aiohttp.ClientError):
-                        raise
-                    raise aiohttp.ClientOSError(*err.args) from err
+                _sent_again_or_raise(err, attempts, unsent, retry_safe, retried)
                 attempts += 1
-                if retried is not None:
-                    retried.append("unsent" if unsent else "safe_method")
-            except aiohttp.ClientError:
-                raise
-            except OSError as err:
-                if err.errno is None and isinstance(err, asyncio.TimeoutError):
-                    raise
-                raise aiohttp.ClientOSError(*err.args) from err
