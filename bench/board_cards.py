@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/board_cards.py [--duration 5] [--rounds 3] [--baseline DIR] [--json FILE]
     .venv/bin/python bench/board_cards.py --instructions 12 [--baseline DIR]   # callgrind, user-space instructions
-    .venv/bin/python bench/board_cards.py --latency [--baseline DIR]           # 1 KB p99 while boards are rewritten
+    .venv/bin/python bench/board_cards.py --latency [--pin] [--rate R] [--baseline DIR]   # 1 KB p99 under boards
     .venv/bin/python bench/board_cards.py --scan [--baseline DIR]              # the scan alone, in-process
 
 Starts an upstream that serves the board (with a strong ETag) and a 1 KB JSON document (``/small``), then one
@@ -29,7 +29,12 @@ reported: a count the other work on the machine does not move (system calls and 
 ``--latency``: 1 KB requests (``wrk -t1 -c50`` on ``/small``, as bench/run.py's 1 KB scenario) against a gateway
 whose board route rewrites cold, first alone ("idle") then while a client reads ``--board-rate`` boards a second
 from it, rounds interleaved; the ratio of the p99 under board load to the idle p99, for each rewriting phase, for
-pass-through boards at the same rate, and for the baseline.
+pass-through boards at the same rate, for the baseline, and for a control: the same boards read from the upstream
+itself, beside the gateway (what the load does to the 1 KB requests without the gateway carrying a board). The
+upstream is nginx here (the Python upstream of the other modes took as much CPU as the boards it served).
+``--pin`` puts the gateways on the first CPU and the upstream, wrk and the board client on the second; ``--rate R``
+paces the 1 KB requests to about R a second (wrk's ``delay`` hook), below what the gateway can take, so the p99 is
+the wait behind the boards rather than a saturated queue.
 
 ``--scan``: the scan alone, in-process CPU time (with ``--instructions 1``: and instructions under callgrind), on
 the board written three ways (compact, indented by 2, every

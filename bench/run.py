@@ -1081,7 +1081,8 @@ def scenario_table(r: ScenarioResult) -> list[str]:
         cpu_col = "CPU s per GiB" if per_gib else "CPU per request"
         cols = f"| target | req/s | MiB/s | p50 | p99 | vs nginx | {cpu_col} | peak RSS |"
     lines = [head, "", cols, "|---" * (cols.count("|") - 1) + "|"]
-    for target in [t for t in (*s.targets, "baseline", *r.spans) if r.of(t)]:
+    withouts = [t for t in PROXIES if t.startswith("without_") and r.of(t)]
+    for target in [t for t in (*s.targets, "baseline", *r.spans, *withouts) if r.of(t)]:
         label = LABELS[target]
         if target == "direct":
             label += " — sink" if s.kind == "upload" else " — nginx static"
@@ -1120,6 +1121,11 @@ def scenario_table(r: ScenarioResult) -> list[str]:
         exported, dropped = r.spans[target]
         lines += ["", f"{LABELS[target]} vs gateway (export off): **{_fmt(ratio, '.2f')}×** throughput, {cpu_tg} the "
                       f"CPU per unit of work; {exported:,.0f} spans exported, {dropped:,.0f} dropped."]
+    for target in withouts:
+        cpu_t = r.cpu_per_unit(target)
+        cpu_tg = f"{cpu_g / cpu_t:.2f}×" if cpu_t and cpu_g else "–"
+        lines += ["", f"Gateway against {LABELS[target]}: **{_fmt(r.paired_ratio('gateway', target), '.2f')}×** "
+                      f"throughput, {cpu_tg} the CPU per unit of work."]
     if r.problems:
         lines += ["", "**Invalid measurements**: " + "; ".join(r.problems)]
     if r.notes:
