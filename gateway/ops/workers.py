@@ -55,10 +55,10 @@ def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float)
     def start() -> subprocess.Popen[bytes]:
         return subprocess.Popen(command, env=env, preexec_fn=prepare)
 
-    procs = [start() for _ in range(workers)]
-    last_restart = 0.0
+    procs: list[subprocess.Popen[bytes] | None] = [start() for _ in range(workers)]
+    backoff = [_Backoff(time.monotonic()) for _ in range(workers)]
     try:
-        while procs:
+        while True:
             while pending:
                 signum = pending.pop(0)
                 if signum in (signal.SIGTERM, signal.SIGINT):
@@ -67,43 +67,72 @@ def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float)
                     # handlers are set (``Peers.stopping``).
                     Path(worker_dir, _STOPPING).touch()
                 for proc in procs:
-                    if proc.poll() is None:
+                    if proc is not None and proc.poll() is None:
                         proc.send_signal(signal.SIGTERM if signum == signal.SIGINT else signum)
-            for proc in list(procs):
+            now = time.monotonic()
+            for slot, proc in enumerate(procs):
+                if proc is None:
+                    if not stopping and backoff[slot].due <= now:
+                        procs[slot] = start()
+                        backoff[slot].started = now
+                    continue
                 code = proc.poll()
                 if code is None:
                     continue
                 _mark_dead(proc.pid, metrics_dir)
+                procs[slot] = None
                 if stopping:
-                    procs.remove(proc)
                     continue
-                log.error("worker %s exited with %s; starting another", proc.pid, code)
-                time.sleep(max(0.0, 1.0 - (time.monotonic() - last_restart)))
-                last_restart = time.monotonic()
-                procs[procs.index(proc)] = start()
-            if stopping and procs:
+                delay = backoff[slot].died(now)
+                log.error("worker %s exited with %s after %.1f s; starting another in %.0f s",
+                          proc.pid, code, now - backoff[slot].started, delay)
+                if delay == 0:
+                    procs[slot] = start()
+                    backoff[slot].started = now
+            if stopping:
+                running = [proc for proc in procs if proc is not None]
                 deadline = time.monotonic() + shutdown_timeout + 5
-                for proc in procs:
+                for proc in running:
                     try:
                         proc.wait(max(0.1, deadline - time.monotonic()))
                     except subprocess.TimeoutExpired:
                         log.error("worker %s did not stop in time; killing it", proc.pid)
                         proc.kill()
                         proc.wait()
-                codes = [proc.returncode for proc in procs]
                 procs = []
-                return 0 if all(code == 0 for code in codes) else 1
+                return 0 if all(proc.returncode == 0 for proc in running) else 1
             time.sleep(0.1)
-        return 0
     finally:
         for proc in procs:
-            if proc.poll() is None:
+            if proc is not None and proc.poll() is None:
                 proc.kill()
         if own_dir:
             shutil.rmtree(metrics_dir, ignore_errors=True)
         else:
             remove_metric_files(metrics_dir)
         shutil.rmtree(worker_dir, ignore_errors=True)
+
+
+# A worker that dies within _YOUNG seconds of its start, again, is started anew after a delay that doubles from 1 s up to
+# _MAX_DELAY: a crash loop slows down (and its log lines with it); a lone crash is replaced at once.
+_YOUNG = 60.0
+_MAX_DELAY = 30.0
+
+
+class _Backoff:
+    """When a worker slot is started again after its worker died."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.young_deaths = 0  # deaths in a row of workers that had run less than _YOUNG seconds
+        self.due = started
+
+    def died(self, now: float) -> float:
+        """The delay before the slot's next start, its worker having just died at ``now``."""
+        self.young_deaths = self.young_deaths + 1 if now - self.started < _YOUNG else 0
+        delay = 0.0 if self.young_deaths <= 1 else min(_MAX_DELAY, 2.0 ** (self.young_deaths - 2))
+        self.due = now + delay
+        return delay
 
 
 _METRIC_FILE_RE = re.compile(r"^[a-z]+(?:_[a-z]+)?_(\d+)\.db$")  # prometheus-client's <kind>[_<mode>]_<pid>.db
