@@ -25,6 +25,7 @@ from multidict import CIMultiDict, CIMultiDictProxy, istr
 from yarl import URL
 
 from ..config.upstream import UpstreamConfig
+from ..core.deadline import Deadline
 
 __all__ = ("Response", "UpstreamClient")
 
@@ -75,14 +76,12 @@ if not {istr(name) for name in (*aiohttp.ClientRequest.DEFAULT_HEADERS, "User-Ag
 
 
 class _Connection(ResponseHandler):
-    """aiohttp's client connection protocol, with its read timeout (``upstream.read_timeout``) kept as a deadline and
-    one timer per connection, set again when it fires early, instead of a new timer for each piece read and each
-    request: the same limit, without a timer's cost on every response."""
+    """aiohttp's client connection protocol, with its read timeout (``upstream.read_timeout``) kept as a ``Deadline``
+    (one timer per connection) instead of a new timer for each piece read and each request."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(loop)
-        self._read_deadline: float | None = None
-        self._read_timer_at = 0.0
+        self._read_deadline = Deadline(loop, self._on_read_timeout)
         self.parser_skips_payload: bool | None = None  # the setting the parser in place was made with
 
     def set_response_params(self, **params: Any) -> None:
@@ -91,36 +90,17 @@ class _Connection(ResponseHandler):
 
     def _reschedule_timeout(self) -> None:
         timeout = self._read_timeout
-        if not timeout:
-            self._read_deadline = None
-            return
-        deadline = self._read_deadline = self._loop.time() + timeout
-        handle = self._read_timeout_handle
-        if handle is None or deadline < self._read_timer_at:
-            if handle is not None:
-                handle.cancel()
-            self._read_timer_at = deadline
-            self._read_timeout_handle = self._loop.call_at(deadline, self._read_timer_fired)
+        if timeout:
+            self._read_deadline.set(timeout)
+        else:
+            self._read_deadline.clear()
 
     def _drop_timeout(self) -> None:
-        self._read_deadline = None  # the timer, if any, fires and finds nothing to do
-
-    def _read_timer_fired(self) -> None:
-        self._read_timeout_handle = None
-        deadline = self._read_deadline
-        if deadline is None:
-            return
-        if self._loop.time() < deadline:
-            self._read_timer_at = deadline
-            self._read_timeout_handle = self._loop.call_at(deadline, self._read_timer_fired)
-            return
-        self._on_read_timeout()
+        self._read_deadline.clear()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         super().connection_lost(exc)
-        handle, self._read_timeout_handle = self._read_timeout_handle, None
-        if handle is not None:
-            handle.cancel()
+        self._read_deadline.cancel()
 
 
 class _Tracked:

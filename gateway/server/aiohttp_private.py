@@ -43,10 +43,9 @@ _CHECKS: tuple[tuple[str, Callable[[], bool]], ...] = (
      lambda: "self._factory = functools.partial(ResponseHandler, loop=loop)" in inspect.getsource(
          connector.BaseConnector.__init__)),
     ("aiohttp.client_proto.ResponseHandler._reschedule_timeout(), _drop_timeout(), _on_read_timeout(), "
-     "._read_timeout, ._read_timeout_handle",
+     "._read_timeout",
      lambda: all(callable(getattr(client_proto.ResponseHandler, name, None))
                  for name in ("_reschedule_timeout", "_drop_timeout", "_on_read_timeout"))
-     and "self._read_timeout_handle" in inspect.getsource(client_proto.ResponseHandler.__init__)
      and "self._read_timeout" in inspect.getsource(client_proto.ResponseHandler.__init__)),
     ("aiohttp.connector.BaseConnector._conns, ._acquired, ._acquired_per_host, ._limit_per_host, "
      "._keepalive_timeout (its pool of kept-alive connections and what is acquired)",

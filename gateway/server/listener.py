@@ -15,6 +15,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from ..config.schema import ServerConfig
+from ..core.deadline import Deadline
 from ..edge.serve import Edge
 from ..ops.metrics import Metrics
 from . import aiohttp_private  # noqa: F401 - checks, at import, the private API used below
@@ -42,16 +43,14 @@ class _Phase(enum.Enum):
 
 
 class _Connection(RequestHandler):
-    __slots__ = ("_owner", "_deadline", "_timer", "_timer_at", "_phase", "_clock", "over_limit")
+    __slots__ = ("_owner", "_deadline", "_phase", "over_limit")
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         listener = self._manager
         assert isinstance(listener, Listener)
         self._owner = listener
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = 0.0
-        self._clock = asyncio.get_running_loop()
+        self._deadline = Deadline(asyncio.get_running_loop(), self._expire)
         listener.opened += 1
         listener.events(Event.OPENED)
         # Over the bound: its first request is answered 503 (by the edge, which records it) and the connection closed.
@@ -64,9 +63,7 @@ class _Connection(RequestHandler):
         listener = self._owner
         listener.opened -= 1
         listener.events(Event.CLOSED)
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._deadline.cancel()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -76,34 +73,18 @@ class _Connection(RequestHandler):
         super().data_received(data)
 
     def exchange_started(self) -> None:
-        self._phase = _Phase.BUSY  # no limit while it is served: the timer, when it fires, finds it busy
+        self._phase = _Phase.BUSY
+        self._deadline.clear()  # no limit while it is served
 
     def exchange_ended(self) -> None:
         self._arm(_Phase.IDLE, self._owner.keepalive_timeout)
 
     def _arm(self, phase: _Phase, timeout: float) -> None:
-        # One timer per connection, moved only when the new deadline comes before it: a timer that fires before the
-        # deadline sets itself again for it (aiohttp's keep-alive timer works the same way), so a request costs no
-        # timer of its own.
         self._phase = phase
-        deadline = self._deadline = self._clock.time() + timeout
-        timer = self._timer
-        if timer is None or deadline < self._timer_at:
-            if timer is not None:
-                timer.cancel()
-            self._timer_at = deadline
-            self._timer = self._clock.call_at(deadline, self._expire)
+        self._deadline.set(timeout)
 
     def _expire(self) -> None:
-        self._timer = None
-        phase = self._phase
-        if phase is _Phase.BUSY:
-            return  # set again when the exchange ends
-        if self._clock.time() < self._deadline:
-            self._timer_at = self._deadline
-            self._timer = self._clock.call_at(self._deadline, self._expire)
-            return
-        self._owner.events(Event.HEAD_TIMEOUT if phase is _Phase.HEAD else Event.IDLE_TIMEOUT)
+        self._owner.events(Event.HEAD_TIMEOUT if self._phase is _Phase.HEAD else Event.IDLE_TIMEOUT)
         self.force_close()
 
     def _make_error_handler(self, err_info: Any) -> Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]:
