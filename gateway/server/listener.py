@@ -57,7 +57,8 @@ class _Connection(RequestHandler):
         self.over_limit = bool(listener.max_connections and listener.opened > listener.max_connections)
         if self.over_limit:
             listener.events(Event.REFUSED)
-        self._arm(_Phase.HEAD, listener.header_timeout)
+        self._phase = _Phase.HEAD
+        self._deadline.set(listener.header_timeout)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         listener = self._owner
@@ -69,7 +70,8 @@ class _Connection(RequestHandler):
     def data_received(self, data: bytes) -> None:
         if self._phase is _Phase.IDLE:
             # The first byte of the next request: its head must now arrive within the head timeout.
-            self._arm(_Phase.HEAD, self._owner.header_timeout)
+            self._phase = _Phase.HEAD
+            self._deadline.set(self._owner.header_timeout)
         super().data_received(data)
 
     def exchange_started(self) -> None:
@@ -77,11 +79,8 @@ class _Connection(RequestHandler):
         self._deadline.clear()  # no limit while it is served
 
     def exchange_ended(self) -> None:
-        self._arm(_Phase.IDLE, self._owner.keepalive_timeout)
-
-    def _arm(self, phase: _Phase, timeout: float) -> None:
-        self._phase = phase
-        self._deadline.set(timeout)
+        self._phase = _Phase.IDLE
+        self._deadline.set(self._owner.keepalive_timeout)
 
     def _expire(self) -> None:
         self._owner.events(Event.HEAD_TIMEOUT if self._phase is _Phase.HEAD else Event.IDLE_TIMEOUT)
