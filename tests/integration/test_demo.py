@@ -4,9 +4,14 @@ fails loudly (non-zero, with the log's end) when the gateway cannot start."""
 from __future__ import annotations
 
 import json
+import os
+import queue
+import re
+import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -22,13 +27,30 @@ def test_the_demo_serves_on_the_ports_it_is_given() -> None:
     proc = subprocess.Popen([str(ROOT / "scripts/demo.sh"), "--port", str(port), "--admin-port", str(admin),
                              "--sandbox-port", str(sandbox)], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
+    # Everything the demo prints is read as it comes (its logs included): a pipe nobody reads would stop the gateway
+    # at its next log line once full.
+    output: queue.Queue[str | None] = queue.Queue()
+    seen: list[str] = []
+
+    def read_all() -> None:
         assert proc.stdout is not None
-        deadline = time.monotonic() + 60
-        seen = []
         for line in proc.stdout:
+            output.put(line)
+        output.put(None)
+
+    reader = threading.Thread(target=read_all, daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                line = output.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:
+                break
             seen.append(line)
-            if "Ctrl-C stops both." in line or time.monotonic() > deadline:
+            if "Ctrl-C stops both." in line:
                 break
         assert any(f"http://127.0.0.1:{port} in front of the sandbox" in line for line in seen), "".join(seen)
         request = urllib.request.Request(f"http://127.0.0.1:{port}/api/latest/boards/1",
@@ -79,7 +101,19 @@ def test_the_demo_serves_on_the_ports_it_is_given() -> None:
         _every_printed_command_shows_what_it_says(seen)
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(20)
+        try:
+            proc.wait(40)  # the gateway finishes what is in flight (up to its shutdown_timeout of 30 s): none here
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            for work in {m.group(1) for line in seen for m in [re.search(r"--config (\S*gateway-demo\.\w+)/", line)] if m}:
+                shutil.rmtree(work, ignore_errors=True)  # the demo's clean-up, which SIGKILL skipped
+            reader.join(5)
+            rest = []
+            while not output.empty():
+                rest.append(output.get() or "")
+            raise AssertionError("the demo did not stop within 40 s of Ctrl-C; what it printed last:\n"
+                                 + "".join((seen + rest)[-60:])) from None
 
 
 # What each command the demo prints must show (a piece of its command line -> what its output must contain). A
