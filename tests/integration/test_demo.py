@@ -22,11 +22,18 @@ from tests.gateway_testlib import free_port
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _ctrl_c_default() -> None:
+    # A shell started with SIGINT ignored can never trap it (POSIX), and a test run started in the background by a
+    # shell without job control ignores SIGINT and passes that on: the demo would then ignore the Ctrl-C this test
+    # sends. A terminal's Ctrl-C reaches it with the default disposition; so does this test's.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_the_demo_serves_on_the_ports_it_is_given() -> None:
     port, admin, sandbox = free_port(), free_port(), free_port()
     proc = subprocess.Popen([str(ROOT / "scripts/demo.sh"), "--port", str(port), "--admin-port", str(admin),
                              "--sandbox-port", str(sandbox)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, preexec_fn=_ctrl_c_default)
     # Everything the demo prints is read as it comes (its logs included): a pipe nobody reads would stop the gateway
     # at its next log line once full.
     output: queue.Queue[str | None] = queue.Queue()
