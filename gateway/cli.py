@@ -25,7 +25,7 @@ from .ops.heap import keep_freed_memory
 from .ops.ledger import commands as ledger_commands
 from .ops.log_format import RedactingFormatter
 from .ops.status import ConfigHistory
-from .ops.workers import Peers, supervise
+from .ops.workers import Peers, become_supervisor
 from .server.acceptor import Acceptor, listening_socket
 
 __all__ = ("main",)
@@ -342,7 +342,7 @@ def _main(argv: Sequence[str] | None) -> int:
                        "--log-level", args.log_level, "--reuse-port"]
         # A worker's SIGTERM budget: the drain, the requests in flight, then the usage ledger's last write.
         budget = server.drain_delay + server.shutdown_timeout + config.model.usage.ledger.flush_timeout
-        return supervise(args.workers, worker_argv, budget)
+        become_supervisor(args.workers, worker_argv, budget, args.log_level)  # returns only if exec fails (raises)
     try:
         with asyncio.Runner(loop_factory=_loop_factory(server.event_loop)) as runner:
             runner.run(_serve(args.config, config, listen, admin_listen, reuse_port=args.reuse_port,

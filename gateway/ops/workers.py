@@ -1,10 +1,12 @@
 """``gateway serve --workers N``: N worker processes sharing one port (SO_REUSEPORT) under a small supervisor, which
 passes on the signals, restarts a worker that dies, and removes its directories however it ends (docs/operations.md,
 "Processes and signals"). Metrics are aggregated with prometheus-client's multiprocess mode; each worker writes its
-own usage to the ledger."""
+own usage to the ledger. ``python -m gateway.ops.workers`` is the supervisor alone, which ``gateway serve`` becomes
+once the config is checked: it imports this module and the log formatter, not the gateway."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import functools
 import logging
@@ -18,8 +20,9 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import NoReturn
 
-__all__ = ("WORKER_DIR_ENV", "Peers", "supervise")
+__all__ = ("WORKER_DIR_ENV", "Peers", "become_supervisor", "supervise")
 
 log = logging.getLogger("gateway.workers")
 
@@ -28,6 +31,32 @@ WORKER_DIR_ENV = "GATEWAY_WORKER_DIR"
 _OWN_METRICS_ENV = "GATEWAY_OWN_METRICS_DIR"
 _SUPERVISOR_ENV = "GATEWAY_SUPERVISOR_PID"
 _STOPPING = "stopping"  # made in the worker directory when the supervisor starts to stop
+
+
+def become_supervisor(workers: int, worker_argv: Sequence[str], shutdown_timeout: float, log_level: str) -> NoReturn:
+    """Replace this process (the same pid, for whoever started it) with a fresh interpreter that runs only the
+    supervisor: the gateway this process imported to check the config is not kept for the life of the pod."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", __name__, "--workers", str(workers),
+                              "--shutdown-timeout", repr(shutdown_timeout), "--log-level", log_level,
+                              "--", *worker_argv])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gateway.ops.workers",
+                                     description="the supervisor of gateway serve --workers N (started by it)")
+    parser.add_argument("--workers", type=int, required=True)
+    parser.add_argument("--shutdown-timeout", type=float, required=True, help="each worker's time to stop, seconds")
+    parser.add_argument("--log-level", default="info")
+    parser.add_argument("worker_argv", nargs="+", help="after --: the workers' arguments to python -m gateway")
+    args = parser.parse_args(argv)
+    from .log_format import RedactingFormatter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
+    return supervise(args.workers, args.worker_argv, args.shutdown_timeout)
 
 
 def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float) -> int:
@@ -231,3 +260,7 @@ class Peers:
         directory = environ.get(WORKER_DIR_ENV)
         supervisor = environ.get(_SUPERVISOR_ENV, "")
         return cls(directory, supervisor=int(supervisor) if supervisor.isdigit() else None) if directory else None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

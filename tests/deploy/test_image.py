@@ -47,6 +47,7 @@ HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 # The gateway's drain in the test's config, and the grace period `podman stop` gives (Kubernetes' is 45 s with 5 s of
 # preStop: docs/deployment.md); a container still running at the end of it is killed (exit 137).
 DRAIN_DELAY = 2.0
+ADMIN_TOKEN = "image-test-admin-token-0123456789"  # /metrics is closed without it
 SHUTDOWN_TIMEOUT = 10.0
 GRACE = 20
 
@@ -246,7 +247,7 @@ class Containers:
         self.podman, self.image, self.config = podman, image, config
         self.names: list[str] = []
 
-    def start(self, *args: str) -> Container:
+    def start(self, *args: str, podman_args: tuple[str, ...] = ()) -> Container:
         port, admin = _free_port(), _free_port()
         name = f"gateway-test-{uuid.uuid4().hex[:10]}"
         self.names.append(name)
@@ -259,7 +260,7 @@ class Containers:
             "--volume", f"{self.config}:/etc/gateway/gateway.yaml:ro",
             # A fixed clock inside the capped phase, whatever today's date.
             "--env", "GATEWAY_NOW=2026-10-15T00:00:00Z",
-            self.image, *args)
+            *podman_args, self.image, *args)
         return Container(name, port, admin, started)
 
     def logs(self, container: Container) -> str:
@@ -280,7 +281,7 @@ def containers(podman: Podman, image: str, upstream: Upstream,
     host, port = upstream.server_address[:2]
     for tenant in data["tenants"]:
         tenant["upstream"] = f"http://host.containers.internal:{port}"
-    data["server"].update(drain_delay=DRAIN_DELAY, shutdown_timeout=SHUTDOWN_TIMEOUT)
+    data["server"].update(drain_delay=DRAIN_DELAY, shutdown_timeout=SHUTDOWN_TIMEOUT, admin_token=ADMIN_TOKEN)
     data.setdefault("usage", {}).setdefault("ledger", {})["flush_interval"] = 0.5  # the default SQLite file, soon
     config = tmp_path_factory.mktemp("config") / "gateway.yaml"
     config.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -471,3 +472,30 @@ def test_sigterm_drains_within_the_grace_period(podman: Podman, containers: Cont
     assert podman.inspect(container.name, "{{.State.ExitCode}}") == "0", containers.logs(container)
     assert DRAIN_DELAY <= elapsed < GRACE, elapsed
     assert "stopping: draining" in containers.logs(container)
+
+
+def test_two_workers_under_the_supervisor_alone(podman: Podman, containers: Containers) -> None:
+    """`--workers 2` as the example overlay runs it (a tmpfs /tmp, as its emptyDir, for the multiprocess metrics):
+    PID 1 checks the config, then becomes the supervisor alone (python -m gateway.ops.workers, none of the gateway
+    loaded); both workers serve; one /metrics answers for both; SIGTERM stops them all, exit 0."""
+    container = containers.start("--workers", "2", podman_args=("--tmpfs", "/tmp:rw,size=16m,mode=1777"))
+    _wait_live(containers, container)
+    cmdline = podman.run("exec", container.name, "cat", "/proc/1/cmdline").stdout.split("\0")
+    assert cmdline[1:3] == ["-m", "gateway.ops.workers"], cmdline
+    maps = podman.run("exec", container.name, "cat", "/proc/1/maps").stdout
+    assert "_jsonscan" not in maps and "_http_parser" not in maps
+    children = podman.run("exec", container.name, "cat", "/proc/1/task/1/children").stdout.split()
+    assert len(children) == 2, children
+    for _ in range(20):
+        status, _, _ = _get(f"{container.url}/api/v1/cards/3", headers={"Connection": "close"})
+        assert status == 200
+    status, _, text = _get(f"{container.admin_url}/metrics",
+                           headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert status == 200, text[:500]
+    counted = sum(float(line.rpartition(" ")[2]) for line in text.decode().splitlines()
+                  if line.startswith("gateway_requests_total{") and 'route="card"' in line)
+    assert counted >= 20, text.decode()[-3000:]
+    out = podman.run("stop", "--time", str(GRACE), container.name)
+    assert out.returncode == 0, out.stderr
+    assert podman.inspect(container.name, "{{.State.ExitCode}}") == "0", containers.logs(container)
+    assert "Traceback" not in containers.logs(container)

@@ -75,6 +75,11 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def _native_modules(pid: int) -> set[str]:
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    return {name for name in ("_jsonscan", "_http_parser") if f"/{name}." in maps}
+
+
 def _listening(pid: int) -> bool:
     try:
         return any(Path(f"/proc/{pid}/fd/{fd}").readlink().name.startswith("socket:")
@@ -121,6 +126,11 @@ async def test_scrapes_never_fail_from_start_to_exit(upstream: RecordingUpstream
 
         await wait_for(both_listening_and_scraped, 20)
         started = len(answers)
+        # The supervisor is the same process, become a fresh interpreter that runs only the supervisor: none of the
+        # gateway's native modules (its JSON scanner, aiohttp's parser) are loaded in it; they are in each worker.
+        assert Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[1:3] == [b"-m", b"gateway.ops.workers"]
+        assert not _native_modules(proc.pid)
+        assert all(_native_modules(child) == {"_jsonscan", "_http_parser"} for child in _children(proc.pid))
         victim = _children(proc.pid)[0]
         os.kill(victim, signal.SIGKILL)  # the supervisor restarts it
 
