@@ -34,7 +34,8 @@ itself, beside the gateway (what the load does to the 1 KB requests without the 
 upstream is nginx here (the Python upstream of the other modes took as much CPU as the boards it served).
 ``--pin`` puts the gateways on the first CPU and the upstream, wrk and the board client on the second; ``--rate R``
 paces the 1 KB requests to about R a second (wrk's ``delay`` hook), below what the gateway can take, so the p99 is
-the wait behind the boards rather than a saturated queue.
+the wait behind the boards rather than a saturated queue. A second table gives the same requests' p99 timed inside
+the gateway (its access log's ``duration``), without the client's and the kernel's queues.
 
 ``--scan``: the scan alone, in-process CPU time (with ``--instructions 1``: and instructions under callgrind), on
 the board written three ways (compact, indented by 2, every
@@ -151,17 +152,23 @@ def loadavg() -> str:
 
 
 def start_gateway(work: Path, tree: Path, upstream_port: int, phase: str | None, options: dict[str, Any] | None,
-                  *, production: bool = False, prefix: list[str] | None = None,
-                  cpus: str | None = None) -> tuple[subprocess.Popen[bytes], int]:
+                  *, production: bool = False, prefix: list[str] | None = None, cpus: str | None = None,
+                  log: Path | None = None) -> tuple[subprocess.Popen[bytes], int]:
+    """``log``: where the gateway's stdout (its access log, with ``production``) goes; nowhere without it."""
     port = free_port()
     config = work / f"gateway-{port}.yaml"
     config.write_text(gateway_config(upstream_port, port, options, production=production))
     env = {**os.environ, "GATEWAY_NOW": INSTANTS[phase or "full"], "PYTHONPATH": str(tree)}
     if cpus is not None:
         prefix = ["taskset", "-c", cpus, *(prefix or [])]
-    proc = subprocess.Popen([*(prefix or []), PYTHON, "-m", "gateway", "serve", "--config", str(config),
-                             "--log-level", "warning"], cwd=tree, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL if prefix else None)
+    stdout = log.open("ab") if log is not None else subprocess.DEVNULL
+    try:
+        proc = subprocess.Popen([*(prefix or []), PYTHON, "-m", "gateway", "serve", "--config", str(config),
+                                 "--log-level", "warning"], cwd=tree, env=env, stdout=stdout,
+                                stderr=subprocess.DEVNULL if prefix else None)
+    finally:
+        if log is not None:
+            stdout.close()  # type: ignore[union-attr]
     wait_port(port, timeout=180 if prefix else 15, proc=proc)
     return proc, port
 
@@ -562,6 +569,25 @@ class BoardLoad:
 CONTROL = "control: boards read from the upstream, beside the gateway"
 
 
+def _small_p99_ms(log: Path, offset: int) -> tuple[float, float]:
+    """From the access log's lines of the 1 KB requests after ``offset``: the p99 of their ``duration`` and of their
+    duration less ``upstream_duration`` (the gateway's own part). The log is written in batches: waits for the last."""
+    time.sleep(0.5)
+    with log.open("rb") as handle:
+        handle.seek(offset)
+        records = [json.loads(line) for line in handle.read().splitlines() if line.startswith(b"{")]
+    small = [record for record in records if record.get("path") == "/small"]
+    if not small:
+        raise RuntimeError(f"{log}: no 1 KB request logged")
+
+    def p99(values: list[float]) -> float:
+        values.sort()
+        return 1000.0 * values[min(len(values) - 1, int(0.99 * len(values)))]
+
+    return (p99([float(r["duration"]) for r in small]),
+            p99([float(r["duration"]) - float(r["upstream_duration"] or 0.0) for r in small]))
+
+
 def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: dict[str, Any]) -> None:
     """1 KB p99 with the board route idle, and while boards are read from it at ``--board-rate``."""
     setups = [(f"{label}{suffix}", tree, phase, options) for suffix, tree in trees(args)
@@ -575,11 +601,14 @@ def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: d
     boards: dict[str, int] = {name: 0 for name, *_ in setups}
     seconds = {name: 0.0 for name, *_ in setups}
     procs: list[subprocess.Popen[bytes]] = []
+    logs: dict[str, Path] = {}
+    inside: dict[str, dict[str, list[tuple[float, float]]]] = {name: {"idle": [], "boards": []} for name, *_ in setups}
     try:
         gateways = {}
         for name, tree, phase, options in setups:
+            logs[name] = work / f"access-{len(logs)}.log"
             proc, port = start_gateway(work, tree, upstream_port, phase, options, production=True,
-                                       cpus=GATEWAY_CPU if args.pin else None)
+                                       cpus=GATEWAY_CPU if args.pin else None, log=logs[name])
             procs.append(proc)
             subprocess.run(["wrk", "-c10", "-t1", "-d1s", f"http://127.0.0.1:{port}/small"], capture_output=True,
                            check=True)
@@ -591,13 +620,17 @@ def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: d
             for name, port in order:
                 url = f"http://127.0.0.1:{port}/small"
                 load_cpus = LOAD_CPUS if args.pin else None
+                mark = logs[name].stat().st_size
                 samples[name]["idle"].append(wrk(url, args.duration, connections=args.connections, threads=1,
                                                  rate=args.rate, cpus=load_cpus))
+                inside[name]["idle"].append(_small_p99_ms(logs[name], mark))
+                mark = logs[name].stat().st_size
                 start = time.monotonic()
                 with BoardLoad(upstream_port if name == CONTROL else port, args.board_rate) as load:
                     samples[name]["boards"].append(wrk(url, args.duration, connections=args.connections, threads=1,
                                                        rate=args.rate, cpus=load_cpus))
                 seconds[name] += time.monotonic() - start
+                inside[name]["boards"].append(_small_p99_ms(logs[name], mark))
                 if load.failed:
                     raise RuntimeError(f"{name}: the board client failed: {load.failed}")
                 boards[name] += load.done
@@ -616,6 +649,12 @@ def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: d
             "boards_rps": statistics.median(r["rps"] for r in runs["boards"]),
             "boards_per_s": boards[name] / max(seconds[name], 1e-9),
         }
+        for key, at in (("inside", 0), ("own", 1)):
+            idle = [sample[at] for sample in inside[name]["idle"]]
+            loaded = [sample[at] for sample in inside[name]["boards"]]
+            out[name][f"{key}_idle_p99_ms"] = statistics.median(idle)
+            out[name][f"{key}_boards_p99_ms"] = statistics.median(loaded)
+            out[name][f"{key}_p99_ratio"] = statistics.median(b / i for i, b in zip(idle, loaded))
     results["latency"] = out
     print()
     paced = f", paced to about {args.rate:g}/s" if args.rate else ", as fast as the gateway answers"
@@ -629,6 +668,16 @@ def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: d
     for name, row in out.items():
         print(f"| {name} | {row['idle_p99_ms']:.2f} ms | {row['boards_p99_ms']:.2f} ms | {row['p99_ratio']:.2f}x | "
               f"{row['idle_rps']:.0f} / {row['boards_rps']:.0f} | {row['boards_per_s']:.1f} |")
+    print()
+    print("The same 1 KB requests timed inside the gateway (its access log's duration: from the request's head read to "
+          "its answer written), without the client's and the kernel's queues:")
+    print("| board route | p99 idle | p99 under boards | ratio (median of rounds) | the gateway's own part (less the "
+          "upstream's time): idle, under boards, ratio |")
+    print("|---|---:|---:|---:|---|")
+    for name, row in out.items():
+        print(f"| {name} | {row['inside_idle_p99_ms']:.3f} ms | {row['inside_boards_p99_ms']:.3f} ms | "
+              f"{row['inside_p99_ratio']:.2f}x | {row['own_idle_p99_ms']:.3f} ms, {row['own_boards_p99_ms']:.3f} ms, "
+              f"{row['own_p99_ratio']:.2f}x |")
 
 
 def main() -> int:
