@@ -262,7 +262,10 @@ async def test_the_database_stopped_under_load_fails_and_slows_no_request(
             return metrics.get(("gateway_usage_ledger_up", ())) == 1.0 and \
                 metrics.get(("gateway_usage_ledger_pending_requests", ())) == 0.0
 
-        await wait_for(written, 20)
+        # The next write comes after the backoff in force when the database came back: it doubles from 0.2 s with
+        # each failed write (±20 %), so an outage that a loaded machine stretches past 20 s may wait most of a
+        # minute (the cap, 60 s).
+        await wait_for(written, 75)
         metrics = await ledger.metrics()
     finally:
         stop.set()
