@@ -23,7 +23,7 @@ from .ops.admin import make_admin_app
 from .ops.gc_pauses import freeze_startup
 from .ops.heap import keep_freed_memory
 from .ops.ledger import commands as ledger_commands
-from .ops.log_format import RedactingFormatter
+from .ops.log_format import RedactingFormatter, setup_logging
 from .ops.status import ConfigHistory
 from .ops.workers import Peers, become_supervisor
 from .server.acceptor import Acceptor, listening_socket
@@ -280,15 +280,6 @@ def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None
     return uvloop.new_event_loop
 
 
-def setup_logging(level: str) -> RedactingFormatter:
-    """The diagnostic log on stderr, every line through the redacting formatter (``ops.log_format``)."""
-    handler = logging.StreamHandler(sys.stderr)
-    formatter = RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    handler.setFormatter(formatter)
-    logging.basicConfig(level=level.upper(), handlers=[handler])
-    return formatter
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
@@ -342,7 +333,7 @@ def _main(argv: Sequence[str] | None) -> int:
                        "--log-level", args.log_level, "--reuse-port"]
         # A worker's SIGTERM budget: the drain, the requests in flight, then the usage ledger's last write.
         budget = server.drain_delay + server.shutdown_timeout + config.model.usage.ledger.flush_timeout
-        become_supervisor(args.workers, worker_argv, budget, args.log_level)  # returns only if exec fails (raises)
+        become_supervisor(args.workers, worker_argv, budget, args.log_level)  # exec: does not return
     try:
         with asyncio.Runner(loop_factory=_loop_factory(server.event_loop)) as runner:
             runner.run(_serve(args.config, config, listen, admin_listen, reuse_port=args.reuse_port,

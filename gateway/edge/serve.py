@@ -135,14 +135,14 @@ class Edge:
         task = asyncio.current_task(self._loop)
         try:
             classified = classify(request, started, state.tenants, state.routes, self._services)
+            # Registered once classified (classify does not wait: nothing can be cut before it).
+            in_flight.serving(task, request, classified if isinstance(classified, Exchange) else None)
             if isinstance(classified, EdgeRefusal):
-                in_flight.serving(task, request, None)
                 refusal = classified
                 reply = refusal.reply
             else:
                 exchange = classified
                 exchange.trace = trace
-                in_flight.serving(task, request, exchange)  # (classify does not wait: nothing came in between)
                 try:
                     refused = None
                     if reads_form_method(exchange, state.routes):

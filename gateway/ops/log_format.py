@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 from collections.abc import Callable
 
 from ..core.redaction import without_userinfo
 
-__all__ = ("RedactingFormatter", "redact")
+__all__ = ("RedactingFormatter", "redact", "setup_logging")
 
 _URL_QUERY_RE = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s?#'\"<>]*)\?[^\s#'\"<>]*")
 _CREDENTIALS_RE = re.compile(r"\b(Bearer|Basic|Digest|Token|Negotiate)\s+[A-Za-z0-9._~+/=:-]+", re.IGNORECASE)
@@ -40,3 +41,13 @@ class RedactingFormatter(logging.Formatter):
         if self._secrets is not None:
             text = self._secrets(text)
         return redact(text)
+
+
+def setup_logging(level: str) -> RedactingFormatter:
+    """The diagnostic log on stderr, every line through the redacting formatter (of the gateway, and of the
+    ``--workers`` supervisor, which imports this module and not the gateway)."""
+    handler = logging.StreamHandler(sys.stderr)
+    formatter = RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler.setFormatter(formatter)
+    logging.basicConfig(level=level.upper(), handlers=[handler])
+    return formatter

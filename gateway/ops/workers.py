@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from .log_format import setup_logging
+
 __all__ = ("WORKER_DIR_ENV", "Peers", "become_supervisor", "supervise")
 
 log = logging.getLogger("gateway.workers")
@@ -51,11 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--log-level", default="info")
     parser.add_argument("worker_argv", nargs="+", help="after --: the workers' arguments to python -m gateway")
     args = parser.parse_args(argv)
-    from .log_format import RedactingFormatter
-
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
+    setup_logging(args.log_level)
     return supervise(args.workers, args.worker_argv, args.shutdown_timeout)
 
 
@@ -100,22 +98,17 @@ def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float)
                         proc.send_signal(signal.SIGTERM if signum == signal.SIGINT else signum)
             now = time.monotonic()
             for slot, proc in enumerate(procs):
-                if proc is None:
-                    if not stopping and backoff[slot].due <= now:
-                        procs[slot] = start()
-                        backoff[slot].started = now
-                    continue
-                code = proc.poll()
-                if code is None:
-                    continue
-                _mark_dead(proc.pid, metrics_dir)
-                procs[slot] = None
-                if stopping:
-                    continue
-                delay = backoff[slot].died(now)
-                log.error("worker %s exited with %s after %.1f s; starting another in %.0f s",
-                          proc.pid, code, now - backoff[slot].started, delay)
-                if delay == 0:
+                if proc is not None:
+                    code = proc.poll()
+                    if code is None:
+                        continue
+                    _mark_dead(proc.pid, metrics_dir)
+                    procs[slot] = None
+                    if not stopping:
+                        delay = backoff[slot].died(now)
+                        log.error("worker %s exited with %s after %.1f s; starting another in %.0f s",
+                                  proc.pid, code, now - backoff[slot].started, delay)
+                if not stopping and backoff[slot].due <= now:  # a slot without a worker, its back-off over
                     procs[slot] = start()
                     backoff[slot].started = now
             if stopping:

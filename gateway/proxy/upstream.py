@@ -311,7 +311,18 @@ class UpstreamClient:
         self, method: str, url: URL, headers: CIMultiDict[str], body: AsyncIterable[bytes] | None,
         retried: list[str] | None = None,
     ) -> Response:
-        """The upstream's response, its head read and its body still streaming; raises aiohttp's client errors.
+        """``request_to`` for a caller that holds a whole URL."""
+        base = str(url.with_path("").with_query(None).with_fragment(None))
+        return await self.request_to(method, base, url.raw_path_qs, headers, body, retried)
+
+    async def request_to(
+        self, method: str, base: str, target: str, headers: CIMultiDict[str], body: AsyncIterable[bytes] | None,
+        retried: list[str] | None = None,
+    ) -> Response:
+        """The upstream's response to ``method`` ``base`` + ``target``, its head read and its body still streaming;
+        raises aiohttp's client errors. ``base``: an upstream's base URL as the config writes it
+        (``Tenant.upstream_prefix``); ``target``: a percent-encoded path and its query. The proxy core's way: it makes
+        no URL of its own for a request without a body.
 
         At most one retry, its reason appended to ``retried``: ``unsent`` when the pooled connection failed before
         any byte of the request left (the head's write failed at once, or a body failed before it was first read,
@@ -324,20 +335,6 @@ class UpstreamClient:
         straight from aiohttp's connection protocol; one with a body is aiohttp's ``ClientRequest``, written as
         ``ClientSession._request`` would, without its per-call machinery (redirects, cookies, traces, a total
         timeout) and its header merging (which folds lines that differ only in case)."""
-        if self.session.closed:
-            raise RuntimeError("the upstream session is closed")
-        if body is not None or _EXPECT in headers:
-            return await self._with_body(method, url, headers, body, retried)
-        base = str(url.with_path("").with_query(None).with_fragment(None))
-        return await self._bodyless(method, self._origin(base), url.raw_path_qs, headers, retried)
-
-    async def request_to(
-        self, method: str, base: str, target: str, headers: CIMultiDict[str], body: AsyncIterable[bytes] | None,
-        retried: list[str] | None = None,
-    ) -> Response:
-        """``request`` to ``base`` (an upstream's base URL as the config writes it, ``Tenant.upstream_prefix``) +
-        ``target`` (a percent-encoded path, and its query): the proxy core's way, which makes no URL of its own for a
-        request without a body."""
         if self.session.closed:
             raise RuntimeError("the upstream session is closed")
         if body is not None or _EXPECT in headers:
