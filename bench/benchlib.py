@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
 
-__all__ = ("HOST", "cpu_seconds", "free_port", "proc_status", "wait_port")
+__all__ = ("HOST", "cpu_seconds", "free_port", "percentile", "proc_status", "tool", "wait_port")
 
 HOST = "127.0.0.1"
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -33,6 +34,21 @@ def wait_port(port: int, timeout: float = 15.0, proc: subprocess.Popen[bytes] | 
             return
         time.sleep(0.05)
     raise RuntimeError(f"nothing listens on port {port}")
+
+
+def tool(name: str, install: str = "nginx-light wrk curl") -> str:
+    """The path of a program the benchmark runs (nginx is in /usr/sbin, often not on PATH); exits, naming the Debian
+    packages to install, when it is missing."""
+    path = shutil.which(name) or (f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").exists() else None)
+    if path is None:
+        raise SystemExit(f"{name} not found: apt-get install -y {install}")
+    return path
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0 to 1) of ``values``, nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def proc_status(pid: int, key: str) -> int | None:

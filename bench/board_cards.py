@@ -67,7 +67,7 @@ sys.path.insert(0, str(ROOT))
 
 from gateway.policies.board_cards import json_splice  # noqa: E402
 from tests.board_fixtures import board_bytes  # noqa: E402
-from benchlib import cpu_seconds, free_port, wait_port
+from benchlib import cpu_seconds, free_port, percentile, tool, wait_port
 
 PYTHON = sys.executable
 # --pin: the gateways on the first CPU, the load (the upstream, wrk, this process's board client) on the second.
@@ -126,7 +126,7 @@ def start_nginx_upstream(work: Path, port: int, body: bytes, pin: list[str]) -> 
     (www / "small.json").write_bytes((b'{"id":1,"title":"' + b"x" * 1000)[:1022] + b'"}')
     conf = work / "nginx.conf"
     conf.write_text(NGINX_UPSTREAM.format(work=work, port=port))
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    nginx = tool("nginx")
     return subprocess.Popen([*pin, nginx, "-p", str(work), "-c", str(conf)], stderr=subprocess.DEVNULL)
 
 
@@ -161,14 +161,10 @@ def start_gateway(work: Path, tree: Path, upstream_port: int, phase: str | None,
     env = {**os.environ, "GATEWAY_NOW": INSTANTS[phase or "full"], "PYTHONPATH": str(tree)}
     if cpus is not None:
         prefix = ["taskset", "-c", cpus, *(prefix or [])]
-    stdout = log.open("ab") if log is not None else subprocess.DEVNULL
-    try:
+    with log.open("ab") if log is not None else open(os.devnull, "wb") as stdout:
         proc = subprocess.Popen([*(prefix or []), PYTHON, "-m", "gateway", "serve", "--config", str(config),
                                  "--log-level", "warning"], cwd=tree, env=env, stdout=stdout,
                                 stderr=subprocess.DEVNULL if prefix else None)
-    finally:
-        if log is not None:
-            stdout.close()  # type: ignore[union-attr]
     wait_port(port, timeout=180 if prefix else 15, proc=proc)
     return proc, port
 
@@ -580,12 +576,8 @@ def _small_p99_ms(log: Path, offset: int) -> tuple[float, float]:
     if not small:
         raise RuntimeError(f"{log}: no 1 KB request logged")
 
-    def p99(values: list[float]) -> float:
-        values.sort()
-        return 1000.0 * values[min(len(values) - 1, int(0.99 * len(values)))]
-
-    return (p99([float(r["duration"]) for r in small]),
-            p99([float(r["duration"]) - float(r["upstream_duration"] or 0.0) for r in small]))
+    return (1000.0 * percentile([float(r["duration"]) for r in small], 0.99),
+            1000.0 * percentile([float(r["duration"]) - float(r["upstream_duration"] or 0.0) for r in small], 0.99))
 
 
 def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: dict[str, Any]) -> None:

@@ -29,7 +29,6 @@ import argparse
 import asyncio
 import json
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,7 +40,7 @@ from typing import Any
 import aiohttp
 import yaml
 from aiohttp import web
-from benchlib import free_port, proc_status
+from benchlib import free_port, percentile, proc_status
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -88,11 +87,6 @@ def start(tmp: Path) -> tuple[list[subprocess.Popen[bytes]], str, str, str, int]
                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return ([sandbox, gateway], f"http://127.0.0.1:{sandbox_port}", f"http://127.0.0.1:{port}",
             f"http://127.0.0.1:{admin}", gateway.pid)
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def migrated_read(client: aiohttp.ClientSession, base: str) -> None:

@@ -36,6 +36,7 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(ROOT))
 import run as harness  # noqa: E402 - the main harness's process and nginx helpers
+from benchlib import tool  # noqa: E402
 
 from gateway.ops.ledger import Ledger, Query, window  # noqa: E402
 from gateway.config.ledger import LedgerConfig  # noqa: E402
@@ -81,10 +82,7 @@ def _pg_url(server: Any) -> str:
 def throughput(tmp: Path, rounds: int, duration: float, postgres: Any) -> tuple[dict[str, list[float]],
                                                                                dict[str, list[float]]]:
     """Requests per second, and the gateway's CPU seconds per request (steadier on a shared machine), per round."""
-    wrk = shutil.which("wrk")
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    if not wrk or not Path(nginx).exists():
-        raise SystemExit("nginx and wrk are needed: apt-get install -y nginx-light wrk")
+    nginx, wrk = tool("nginx"), tool("wrk")
     variants: dict[str, dict[str, Any]] = {"off": {"enabled": False},
                                            "SQLite": {"url": f"sqlite:///{tmp}/usage.sqlite3"}}
     if postgres is not None:
@@ -176,7 +174,7 @@ def instructions(tmp: Path, requests: int, postgres: Any) -> dict[str, tuple[flo
 
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    nginx = tool("nginx")
     # "off" twice: the difference between its two runs is the measurement's own noise (hash seeds, memory layout).
     variants: dict[str, dict[str, Any]] = {"off": {"enabled": False},
                                            "SQLite": {"url": f"sqlite:///{tmp}/usage-i.sqlite3", "flush_interval": 3600},

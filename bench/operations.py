@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as harness  # noqa: E402 - the main harness's process and nginx helpers
+from benchlib import tool  # noqa: E402
 
 VARIANTS: dict[str, tuple[int, bool, bool]] = {
     # name: (workers, access log, metrics)
@@ -46,10 +47,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=10)
     args = parser.parse_args()
-    nginx, wrk = shutil.which("nginx") or "/usr/sbin/nginx", shutil.which("wrk")
-    if not wrk:
-        print("wrk is needed: apt-get install -y wrk", file=sys.stderr)
-        return 1
+    nginx, wrk = tool("nginx"), tool("wrk")
     tmp = Path(tempfile.mkdtemp(prefix="gw-ops-bench-"))
     ports = harness.pick_ports(18280, 1 + 2 * len(VARIANTS))
     results: dict[str, list[float]] = {name: [] for name in VARIANTS}

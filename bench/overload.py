@@ -21,7 +21,6 @@ import random
 import resource
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
-from benchlib import free_port, wait_port
+from benchlib import free_port, tool, wait_port
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENT_LOOP = os.environ.get("BENCH_EVENT_LOOP", "auto")
@@ -126,7 +125,7 @@ def main() -> int:
     if hard < args.connections + 100:
         print(f"the open-file limit ({hard}) is below --connections", file=sys.stderr)
         return 2
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    nginx = tool("nginx")
     tmp = Path(tempfile.mkdtemp(prefix="bench-overload-"))
     (tmp / "1k.json").write_bytes(b"x" * 1024)
     upstream = free_port()

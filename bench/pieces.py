@@ -198,10 +198,11 @@ def instructions(requests: int, trees: list[tuple[Path, bool]], runs: int) -> No
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import run as harness
+    from benchlib import tool
 
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    nginx = tool("nginx")
     counts: dict[tuple[Path, bool], list[float]] = {target: [] for target in trees}
     with tempfile.TemporaryDirectory(prefix="pieces-instr-") as name, harness.Stack() as stack:
         tmp = Path(name)

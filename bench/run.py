@@ -65,6 +65,7 @@ from http.client import HTTPConnection
 from pathlib import Path
 from benchlib import cpu_seconds as proc_cpu
 from benchlib import proc_status
+from benchlib import tool as _find_tool
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -1186,10 +1187,10 @@ def _pieces(text: str) -> tuple[str, ...]:
 
 
 def _tool(name: str, install: str = "nginx-light wrk curl") -> str:
-    path = shutil.which(name) or (f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").exists() else None)
-    if path is None:
-        raise BenchError(f"{name} not found: apt-get install -y {install}")
-    return path
+    try:
+        return _find_tool(name, install)
+    except SystemExit as missing:
+        raise BenchError(str(missing)) from None
 
 
 def _python() -> str:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -40,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as harness  # noqa: E402 - the main harness's process and nginx helpers
-from benchlib import cpu_seconds, proc_status  # noqa: E402
+from benchlib import cpu_seconds, proc_status, tool  # noqa: E402
 
 TARGETS = ("1 process", "1 process, multiprocess metrics", "--workers 2", "2 processes",
            "2 processes, multiprocess metrics")
@@ -222,10 +221,7 @@ def main() -> int:
     parser.add_argument("--kills", type=int, default=5)
     parser.add_argument("--rest", type=float, default=20)
     args = parser.parse_args()
-    nginx, wrk = shutil.which("nginx") or "/usr/sbin/nginx", shutil.which("wrk")
-    if not wrk:
-        print("wrk is needed: apt-get install -y wrk", file=sys.stderr)
-        return 1
+    nginx, wrk = tool("nginx"), tool("wrk")
     print(f"load average at start: {os.getloadavg()}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="gw-workers-bench-") as name, Procs(Path(name)) as procs:
         tmp = Path(name)
