@@ -85,6 +85,16 @@ def config(upstream: str, port: int, admin: int, **server: Any) -> dict[str, Any
     }
 
 
+def write_config(path: Path, data: dict[str, Any]) -> None:
+    """``data`` as the YAML file ``path``, its usage ledger (unless given) a SQLite file beside it: never the default
+    file in the working directory, which is the repository, shared by every test that leaves it at the default."""
+    usage = data.get("usage", {})
+    if "url" not in usage.get("ledger", {}):
+        ledger = {**usage.get("ledger", {}), "url": f"sqlite:///{path.with_suffix('.sqlite3')}"}
+        data = {**data, "usage": {**usage, "ledger": ledger}}
+    path.write_text(yaml.safe_dump(data))
+
+
 async def start(data: dict[str, Any], tmp_path: Path, *, env: dict[str, str] | None = None,
                 name: str = "gateway", preexec: Callable[[], None] | None = None) -> Proc:
     """A gateway process serving ``data`` (its listen addresses are set here); returns once it is ready.
@@ -92,12 +102,8 @@ async def start(data: dict[str, Any], tmp_path: Path, *, env: dict[str, str] | N
     port, admin = free_port(), free_port()
     data = {**data, "server": {"admin_token": ADMIN_TOKEN, **data.get("server", {}), "listen": f"127.0.0.1:{port}",
                                "admin_listen": f"127.0.0.1:{admin}"}}
-    usage = data.get("usage", {})
-    if "url" not in usage.get("ledger", {}):
-        # Never the default file in the working directory (the repository): one in the test's own directory.
-        data["usage"] = {**usage, "ledger": {**usage.get("ledger", {}), "url": f"sqlite:///{tmp_path}/{name}.sqlite3"}}
     path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data))
+    write_config(path, data)
     log = tmp_path / f"{name}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(path)], cwd=ROOT,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,38 @@ async def test_stopping_writes_what_is_held_and_counts_what_it_cannot(tmp_path: 
     # The password is never shown: not in the state, not in a log line.
     assert all("hunter2" not in line for line in lines) and "hunter2" not in str(ledger.status())
     assert "${LEDGER_PASSWORD}" in ledger.shown_url or "<redacted>" in ledger.shown_url
+
+
+async def test_stopping_is_bounded_while_a_migration_hangs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    """A migration may take up to a minute (PostgreSQL: waiting for another process's migration lock). A stop that
+    comes meanwhile waits for it no longer than the last write's own budget (flush_timeout + 1 s), then counts what
+    is held as lost; before, it waited for the migration to end."""
+    release = threading.Event()
+
+    def migrate(self: Store) -> tuple[str | None, str]:
+        release.wait(30)
+        raise RuntimeError("released")
+
+    monkeypatch.setattr(Store, "migrate", migrate)
+    registry = CollectorRegistry()
+    ledger, counter = _ledger(f"sqlite:///{tmp_path}/usage.sqlite3", registry, flush_timeout=0.5)
+    caplog.set_level(logging.INFO, logger="gateway.ledger")
+    await ledger.start()
+    try:
+        _uploads(counter, 3)
+        await asyncio.sleep(0.2)  # the background write is inside the migration
+        started = time.monotonic()
+        await ledger.close()
+        took = time.monotonic() - started
+    finally:
+        release.set()
+    assert took < 3.0, took
+    assert ledger.state == "closed"
+    assert _sample(registry, "gateway_usage_ledger_dropped_requests_total", reason="shutdown") == 3
+    lines = [r.getMessage() for r in caplog.records if r.name == "gateway.ledger"]
+    assert any("3 counted request(s) could not be written before exit (a write still running after 1.5s at exit)"
+               in line for line in lines), lines
 
 
 async def test_a_read_sees_this_process_s_own_writes_at_once(tmp_path: Path) -> None:

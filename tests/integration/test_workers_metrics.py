@@ -15,14 +15,13 @@ from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway.ops.metrics import Metrics
 from tests.gateway_testlib import ADMIN_HEADERS, RecordingUpstream, free_port
-from tests.process_testlib import ROOT, samples, wait_for
+from tests.process_testlib import ROOT, samples, wait_for, write_config
 from tests.process_testlib import config as process_config
 
 
@@ -88,10 +87,26 @@ def _listening(pid: int) -> bool:
         return False
 
 
+def _stuck(pid: int, log: Path) -> str:
+    """What a failed stop leaves to read: the processes still there, where each waits, and the end of the log."""
+    states = []
+    for each in [pid, *_children(pid)]:
+        try:
+            status = dict(line.split(":\t", 1) for line in Path(f"/proc/{each}/status").read_text().splitlines()
+                          if ":\t" in line)
+            wchan = Path(f"/proc/{each}/wchan").read_text()
+            threads = len(os.listdir(f"/proc/{each}/task"))
+            states.append(f"{each}: {status.get('State')} wchan={wchan} threads={threads} "
+                          f"SigIgn={status.get('SigIgn')} SigCgt={status.get('SigCgt')}")
+        except OSError as err:
+            states.append(f"{each}: {err}")
+    return "\n".join(states) + "\n--- log ---\n" + log.read_text(errors="replace")[-4000:]
+
+
 async def test_scrapes_never_fail_from_start_to_exit(upstream: RecordingUpstream, tmp_path: Path) -> None:
     port, admin = free_port(), free_port()
     path = tmp_path / "gateway.yaml"
-    path.write_text(yaml.safe_dump(process_config(upstream.url, port, admin)))
+    write_config(path, process_config(upstream.url, port, admin))
     run_tmp = tmp_path / "tmp"
     run_tmp.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"} | {"TMPDIR": str(run_tmp)}
@@ -142,7 +157,11 @@ async def test_scrapes_never_fail_from_start_to_exit(upstream: RecordingUpstream
         await asyncio.sleep(0.3)
         proc.send_signal(signal.SIGTERM)
         loop = asyncio.get_running_loop()
-        assert await loop.run_in_executor(None, proc.wait, 20) == 0
+        try:
+            code = await loop.run_in_executor(None, proc.wait, 20)
+        except subprocess.TimeoutExpired:
+            code = None
+        assert code == 0, _stuck(proc.pid, log)
     finally:
         done.set()
         await scraper
@@ -162,7 +181,7 @@ async def test_a_killed_supervisor_leaves_nothing_behind(upstream: RecordingUpst
     for wait_until_listening in (True, False):
         port, admin = free_port(), free_port()
         path = tmp_path / "gateway.yaml"
-        path.write_text(yaml.safe_dump(process_config(upstream.url, port, admin)))
+        write_config(path, process_config(upstream.url, port, admin))
         run_tmp = tmp_path / f"tmp-{wait_until_listening}"
         run_tmp.mkdir()
         env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"} | {"TMPDIR": str(run_tmp)}
@@ -197,7 +216,7 @@ async def test_a_given_metrics_directory_is_emptied_at_start_and_exit(upstream: 
                                                                      tmp_path: Path) -> None:
     port, admin = free_port(), free_port()
     path = tmp_path / "gateway.yaml"
-    path.write_text(yaml.safe_dump(process_config(upstream.url, port, admin)))
+    write_config(path, process_config(upstream.url, port, admin))
     metrics_dir = tmp_path / "metrics"
     metrics_dir.mkdir()
     _counter_file(metrics_dir, 4242, 1000)  # a previous run's count: not this run's

@@ -6,6 +6,7 @@ down costs the record, never a request: the batch stays in the counter and is se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import queue
@@ -179,11 +180,20 @@ class Ledger:
         self._closing = True
         assert self._wake is not None
         self._wake.set()
-        await self._task
-        try:
-            written = await asyncio.wait_for(self.flush(prune=False), self.options.flush_timeout + 1)
-        except TimeoutError:
-            written = False
+        # The background write in progress (a migration or a retention prune may take up to a minute): waited for
+        # within the same budget as the last write, so that a stop is bounded by about twice flush_timeout.
+        budget = self.options.flush_timeout + 1
+        if not (await asyncio.wait({self._task}, timeout=budget))[0]:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self.error = self.error or f"a write still running after {budget:g}s at exit"
+            written = False  # the writer thread is still inside that call: a last write would only queue behind it
+        else:
+            try:
+                written = await asyncio.wait_for(self.flush(prune=False), budget)
+            except TimeoutError:
+                written = False
         if not written and self.counter.pending:
             lost = self.counter.discard()
             if self.families is not None:
