@@ -563,6 +563,74 @@ class BoardLoad:
 
 
 CONTROL = "control: boards read from the upstream, beside the gateway"
+SINK = "floor: boards read from the upstream on the gateway's CPU, by a sink"
+
+# The sink of the floor row: reads boards from the upstream at a pace, into one buffer (the least a reader of the
+# bytes can do), until stdin closes; prints how many it read, or the error.
+SINK_SCRIPT = r'''
+import http.client, sys, threading, time
+port, rate = int(sys.argv[1]), float(sys.argv[2])
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+buf = memoryview(bytearray(1 << 20))
+done, next_at = 0, time.monotonic()
+try:
+    while not stop.is_set():
+        conn.request("GET", "/api/latest/boards/1")
+        resp = conn.getresponse()
+        while resp.readinto(buf):
+            pass
+        if resp.status != 200:
+            raise RuntimeError(f"status {resp.status}")
+        done += 1
+        next_at += 1.0 / rate
+        stop.wait(max(0.0, next_at - time.monotonic()))
+    print(done)
+except Exception as err:
+    print(repr(err))
+'''
+
+
+class SinkLoad:
+    """``BoardLoad``'s interface, the boards read by a sink process pinned to ``cpus``: what receiving the boards'
+    bytes costs the CPU it runs on, without anything done with them."""
+
+    def __init__(self, port: int, rate: float, cpus: str) -> None:
+        self.argv = ["taskset", "-c", cpus, PYTHON, "-c", SINK_SCRIPT, str(port), str(rate)]
+        self.done = 0
+        self.failed: str | None = None
+        self._proc: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> SinkLoad:
+        self._proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._proc is not None
+        out, _ = self._proc.communicate("", timeout=120)
+        out = out.strip()
+        if out.isdigit():
+            self.done = int(out)
+        else:
+            self.failed = out or f"the sink exited with {self._proc.returncode}"
+
+
+def _cpu_times(cpu: str) -> list[int]:
+    """CPU ``cpu``'s times from /proc/stat (user nice system idle iowait irq softirq steal), in ticks."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith(f"cpu{cpu} "):
+            return [int(v) for v in line.split()[1:9]]
+    raise RuntimeError(f"cpu{cpu} not in /proc/stat")
+
+
+def _cpu_share(before: list[int], after: list[int]) -> tuple[float, float]:
+    """Between two readings: the busy share of the CPU, and the share spent in softirq (the kernel's network work)."""
+    delta = [b - a for a, b in zip(before, after)]
+    total = sum(delta)
+    if total <= 0:
+        return 0.0, 0.0
+    return (total - delta[3] - delta[4]) / total, delta[6] / total
 
 
 def _small_p99_ms(log: Path, offset: int) -> tuple[float, float]:
@@ -589,12 +657,18 @@ def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: d
     # The control: the same boards read from the upstream itself, beside the gateway: what the machine (the upstream,
     # the board client, wrk) does to the 1 KB requests without the gateway carrying a board.
     setups.append((CONTROL, ROOT, None, None))
+    if args.pin:
+        # The floor: the same boards received on the gateway's CPU by a sink that does nothing with them: what any
+        # proxy there that must read the boards' bytes costs the 1 KB requests before it does anything with them.
+        setups.append((SINK, ROOT, None, None))
     samples: dict[str, dict[str, list[dict[str, float]]]] = {name: {"idle": [], "boards": []} for name, *_ in setups}
     boards: dict[str, int] = {name: 0 for name, *_ in setups}
     seconds = {name: 0.0 for name, *_ in setups}
     procs: list[subprocess.Popen[bytes]] = []
     logs: dict[str, Path] = {}
     inside: dict[str, dict[str, list[tuple[float, float]]]] = {name: {"idle": [], "boards": []} for name, *_ in setups}
+    # With --pin: the gateway's CPU's busy and softirq shares during each 1 KB run.
+    cpu: dict[str, dict[str, list[tuple[float, float]]]] = {name: {"idle": [], "boards": []} for name, *_ in setups}
     try:
         gateways = {}
         for name, tree, phase, options in setups:
@@ -613,14 +687,21 @@ def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: d
                 url = f"http://127.0.0.1:{port}/small"
                 load_cpus = LOAD_CPUS if args.pin else None
                 mark = logs[name].stat().st_size
+                ticks = _cpu_times(GATEWAY_CPU)
                 samples[name]["idle"].append(wrk(url, args.duration, connections=args.connections, threads=1,
                                                  rate=args.rate, cpus=load_cpus))
+                cpu[name]["idle"].append(_cpu_share(ticks, _cpu_times(GATEWAY_CPU)))
                 inside[name]["idle"].append(_small_p99_ms(logs[name], mark))
                 mark = logs[name].stat().st_size
                 start = time.monotonic()
-                with BoardLoad(upstream_port if name == CONTROL else port, args.board_rate) as load:
+                load: BoardLoad | SinkLoad = (SinkLoad(upstream_port, args.board_rate, GATEWAY_CPU) if name == SINK
+                                              else BoardLoad(upstream_port if name == CONTROL else port,
+                                                             args.board_rate))
+                with load:
+                    ticks = _cpu_times(GATEWAY_CPU)
                     samples[name]["boards"].append(wrk(url, args.duration, connections=args.connections, threads=1,
                                                        rate=args.rate, cpus=load_cpus))
+                    cpu[name]["boards"].append(_cpu_share(ticks, _cpu_times(GATEWAY_CPU)))
                 seconds[name] += time.monotonic() - start
                 inside[name]["boards"].append(_small_p99_ms(logs[name], mark))
                 if load.failed:
@@ -647,6 +728,9 @@ def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: d
             out[name][f"{key}_idle_p99_ms"] = statistics.median(idle)
             out[name][f"{key}_boards_p99_ms"] = statistics.median(loaded)
             out[name][f"{key}_p99_ratio"] = statistics.median(b / i for i, b in zip(idle, loaded))
+        for key, at in (("busy", 0), ("softirq", 1)):
+            for phase in ("idle", "boards"):
+                out[name][f"cpu_{key}_{phase}"] = statistics.median(sample[at] for sample in cpu[name][phase])
     results["latency"] = out
     print()
     paced = f", paced to about {args.rate:g}/s" if args.rate else ", as fast as the gateway answers"
@@ -670,6 +754,14 @@ def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: d
         print(f"| {name} | {row['inside_idle_p99_ms']:.3f} ms | {row['inside_boards_p99_ms']:.3f} ms | "
               f"{row['inside_p99_ratio']:.2f}x | {row['own_idle_p99_ms']:.3f} ms, {row['own_boards_p99_ms']:.3f} ms, "
               f"{row['own_p99_ratio']:.2f}x |")
+    if args.pin:
+        print()
+        print(f"The gateway's CPU (CPU {GATEWAY_CPU}) during the 1 KB runs, from /proc/stat (medians of rounds):")
+        print("| board route | busy idle → under boards | of which softirq (the kernel's network work) |")
+        print("|---|---|---|")
+        for name, row in out.items():
+            print(f"| {name} | {100 * row['cpu_busy_idle']:.0f} % → {100 * row['cpu_busy_boards']:.0f} % | "
+                  f"{100 * row['cpu_softirq_idle']:.1f} % → {100 * row['cpu_softirq_boards']:.1f} % |")
 
 
 def main() -> int:
