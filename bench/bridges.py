@@ -293,8 +293,10 @@ async def main() -> None:
                 await backfill_round(client, sandbox, gateway, 5)  # warm-up
                 for r in range(args.rounds):
                     got = await backfill_round(client, sandbox, gateway, args.requests)
-                    row = {k: {"median_ms": statistics.median(v) * 1000, "p90_ms": percentile(v, 0.9) * 1000}
-                           for k, v in got.items()}
+                    row: dict[str, Any] = {
+                        k: {"median_ms": statistics.median(v) * 1000, "p90_ms": percentile(v, 0.9) * 1000}
+                        for k, v in got.items()
+                    }
                     row["ratio"] = row["bridged"]["median_ms"] / row["direct"]["median_ms"]
                     row["ratio_via"] = row["bridged"]["median_ms"] / row["via_gateway"]["median_ms"]
                     results["backfill"].append(row)

@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +37,7 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(ROOT))
 import run as harness  # noqa: E402 - the main harness's process and nginx helpers
-from benchlib import tool  # noqa: E402
+from benchlib import cpu_seconds, tool  # noqa: E402
 
 from gateway.ops.ledger import Ledger, Query, window  # noqa: E402
 from gateway.config.ledger import LedgerConfig  # noqa: E402
@@ -120,7 +121,7 @@ def throughput(tmp: Path, rounds: int, duration: float, postgres: Any) -> tuple[
             env = {**os.environ, "GATEWAY_NOW": "2026-09-15T00:00:00Z"}  # before the cap: cards pass, counted
             argv = [sys.executable, "-m", "gateway", "serve", "--config", str(path), "--log-level", "warning"]
             proc = stack.start(harness.Proc(f"gw{i}", argv, tmp, f"gw{i}-access.log", env=env, cwd=tmp))
-            harness.wait_ready(proc, lambda a=admin: harness.http(f"http://{harness.HOST}:{a}/readyz")[0] == 200)
+            harness.wait_ready(proc, lambda: harness.http(f"http://{harness.HOST}:{admin}/readyz")[0] == 200)
             status, answer = harness.http(f"http://{harness.HOST}:{port}/api/v1/boards/1")
             assert status == 200 and json.loads(answer)["cards"], (name, status, answer[:200])
             urls[name] = f"http://{harness.HOST}:{port}/api/v1/boards/1"
@@ -129,10 +130,10 @@ def throughput(tmp: Path, rounds: int, duration: float, postgres: Any) -> tuple[
         for rnd in range(rounds):
             order = names[rnd % len(names):] + names[: rnd % len(names)]
             for name in order:
-                before = harness.proc_cpu(pids[name])
-                out = harness.subprocess.run([wrk, "-t1", "-c50", f"-d{int(duration)}s", "-s", str(script),
-                                              urls[name]], capture_output=True, text=True, timeout=duration + 30)
-                used = harness.proc_cpu(pids[name]) - before
+                before = cpu_seconds(pids[name])
+                out = subprocess.run([wrk, "-t1", "-c50", f"-d{int(duration)}s", "-s", str(script), urls[name]],
+                                     capture_output=True, text=True, timeout=duration + 30)
+                used = cpu_seconds(pids[name]) - before
                 parsed = harness.parse_wrk(out.stdout)
                 results[name].append(parsed["rps"])
                 requests = int(_wrk_requests(out.stdout))
@@ -170,7 +171,6 @@ def instructions(tmp: Path, requests: int, postgres: Any) -> dict[str, tuple[flo
     import http.client
     import re
     import signal
-    import subprocess
 
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
@@ -210,7 +210,7 @@ def instructions(tmp: Path, requests: int, postgres: Any) -> dict[str, tuple[flo
                     "--log-level", "warning"]
             env = {**os.environ, "GATEWAY_NOW": "2026-09-15T00:00:00Z"}
             proc = stack.start(harness.Proc(f"gw-i-{name}", argv, tmp, f"gw-i-{name}.log", env=env, cwd=tmp))
-            harness.wait_ready(proc, lambda a=admin: harness.http(f"http://{harness.HOST}:{a}/readyz")[0] == 200,
+            harness.wait_ready(proc, lambda: harness.http(f"http://{harness.HOST}:{admin}/readyz")[0] == 200,
                                timeout=300)
             conn = http.client.HTTPConnection(harness.HOST, port, timeout=60)
 
@@ -390,14 +390,14 @@ def main() -> int:
                       f"{cpu_ratio:.3f}x |")
         if args.instructions:
             counts = instructions(tmp, args.instructions, postgres)
-            base = counts["off"][0]
+            base_path = counts["off"][0]
             n = args.instructions
             print(f"\n| usage ledger | instructions per request (request's path) | vs off | one write of {n:,} "
                   f"requests by 1,000 clients | with it: a write per {n:,} requests | a write per 40,000 requests "
                   "(10 s at 4,000 req/s) |\n|---|---:|---:|---:|---:|---:|")
             for name, (path, flush) in counts.items():
-                print(f"| {name} | {path / 1e6:.4f} M | {path / base:.3f}x | {flush / 1e6:.1f} M | "
-                      f"{(path + flush / n) / base:.3f}x | {(path + flush / 40_000) / base:.3f}x |")
+                print(f"| {name} | {path / 1e6:.4f} M | {path / base_path:.3f}x | {flush / 1e6:.1f} M | "
+                      f"{(path + flush / n) / base_path:.3f}x | {(path + flush / 40_000) / base_path:.3f}x |")
         print()
         for line in flush_cost(tmp, args.clients, postgres):
             print(f"- {line}")

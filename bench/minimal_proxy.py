@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
@@ -24,7 +25,9 @@ HOP_BY_HOP = frozenset(
 )  # fmt: skip
 
 
-def make_handler(session: aiohttp.ClientSession, upstream: str):
+def make_handler(
+    session: aiohttp.ClientSession, upstream: str
+) -> Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]:
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
         if request.headers.get("Expect", "").lower() == "100-continue":
             await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")

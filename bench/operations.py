@@ -12,6 +12,7 @@ import argparse
 import json
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -67,14 +68,14 @@ def main() -> int:
                 argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--workers", str(workers),
                         "--log-level", "warning"]
                 proc = stack.start(harness.Proc(f"gw{i}", argv, tmp, f"gw{i}-access.log"))
-                harness.wait_ready(proc, lambda a=admin: harness.http(f"http://{harness.HOST}:{a}/readyz")[0] == 200)
+                harness.wait_ready(proc, lambda: harness.http(f"http://{harness.HOST}:{admin}/readyz")[0] == 200)
                 urls[name] = f"http://{harness.HOST}:{port}/1k.json"
             names = list(VARIANTS)
             for rnd in range(args.rounds):
                 order = names[rnd % len(names):] + names[: rnd % len(names)]
                 for name in order:
-                    out = harness.subprocess.run([wrk, "-t1", "-c50", f"-d{int(args.duration)}s", urls[name]],
-                                                 capture_output=True, text=True, timeout=args.duration + 30)
+                    out = subprocess.run([wrk, "-t1", "-c50", f"-d{int(args.duration)}s", urls[name]],
+                                         capture_output=True, text=True, timeout=args.duration + 30)
                     rps = harness.parse_wrk(out.stdout)["rps"]
                     results[name].append(rps)
                     print(f"round {rnd + 1}: {name}: {rps:,.0f} req/s", flush=True)

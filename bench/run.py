@@ -104,7 +104,7 @@ def export_targets(ratios: tuple[float, ...]) -> tuple[str, ...]:
 
 
 # --without: a piece of the gateway's per-request work switched off by its configuration, and what that takes.
-WITHOUT = {
+WITHOUT: dict[str, dict[str, object]] = {
     "access_log": {"access_log": {"enabled": False}},
     "metrics": {"metrics": {"enabled": False}},
     "request_id": {"global_chain": []},
@@ -437,8 +437,8 @@ def gateway_conf(tmp: Path, port: int, admin_port: int, upstream_port: int, name
     if tracing is not None:
         config["tracing"] = tracing
     for key, value in (patch or {}).items():
-        config[key] = {**config[key], **value} if isinstance(value, dict) and isinstance(config.get(key), dict) \
-            else value
+        current = config.get(key)
+        config[key] = {**current, **value} if isinstance(value, dict) and isinstance(current, dict) else value
     path = tmp / f"{name}-{upstream_port}.yaml"
     path.write_text(json.dumps(config, indent=2) + "\n")
     return path
@@ -650,10 +650,10 @@ def measure(env: Env, scenario: Scenario, target: str, pid: int, rnd: int, durat
     if scenario.kind == "wrk":
         result = run_wrk(env, env.url(target, scenario.path), scenario.connections, duration)
         cpu = proc_cpu(pid) - cpu_before
-        size = (env.docroot / scenario.path.lstrip("/")).stat().st_size
+        file_size = (env.docroot / scenario.path.lstrip("/")).stat().st_size
         sample = Sample(
             target, rnd, result["rps"], cpu, result.get("requests", 0.0), result.get("seconds", duration),
-            p50_ms=result.get("p50"), p99_ms=result.get("p99"), mib_s=result["rps"] * size / MiB,
+            p50_ms=result.get("p50"), p99_ms=result.get("p99"), mib_s=result["rps"] * file_size / MiB,
         )  # fmt: skip
         if result["non2xx"]:
             sample.problem = f"{int(result['non2xx'])} non-2xx responses"
@@ -1116,12 +1116,12 @@ def scenario_table(r: ScenarioResult) -> list[str]:
         lines += ["", f"Gateway vs the baseline tree: **{_fmt(gb, '.2f')}×** throughput, {cpu_gb} the CPU per unit of "
                       "work (same round, same machine)."]
     for target in [t for t in r.spans if r.of(t)]:
-        ratio = r.paired_ratio(target, "gateway")
+        vs_gateway = r.paired_ratio(target, "gateway")
         cpu_t = r.cpu_per_unit(target)
         cpu_tg = f"{cpu_t / cpu_g:.2f}×" if cpu_t and cpu_g else "–"
         exported, dropped = r.spans[target]
-        lines += ["", f"{LABELS[target]} vs gateway (export off): **{_fmt(ratio, '.2f')}×** throughput, {cpu_tg} the "
-                      f"CPU per unit of work; {exported:,.0f} spans exported, {dropped:,.0f} dropped."]
+        lines += ["", f"{LABELS[target]} vs gateway (export off): **{_fmt(vs_gateway, '.2f')}×** throughput, {cpu_tg} "
+                      f"the CPU per unit of work; {exported:,.0f} spans exported, {dropped:,.0f} dropped."]
     for target in withouts:
         cpu_t = r.cpu_per_unit(target)
         cpu_tg = f"{cpu_g / cpu_t:.2f}×" if cpu_t and cpu_g else "–"

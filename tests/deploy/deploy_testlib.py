@@ -8,7 +8,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -162,7 +162,8 @@ def kustomize_build(directory: Path) -> list[dict[str, Any]]:
 
 
 def kustomization(directory: Path) -> dict[str, Any]:
-    return yaml.safe_load((directory / "kustomization.yaml").read_text(encoding="utf-8"))
+    # A kustomization is a mapping.
+    return cast("dict[str, Any]", yaml.safe_load((directory / "kustomization.yaml").read_text(encoding="utf-8")))
 
 
 def file_level_resources(directory: Path) -> list[dict[str, Any]]:
