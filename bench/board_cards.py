@@ -564,6 +564,7 @@ class BoardLoad:
 
 CONTROL = "control: boards read from the upstream, beside the gateway"
 SINK = "floor: boards read from the upstream on the gateway's CPU, by a sink"
+SPLIT = "capped, cold, in a second gateway process on the same CPU"
 
 # The sink of the floor row: reads boards from the upstream at a pace, into one buffer (the least a reader of the
 # bytes can do), until stdin closes; prints how many it read, or the error.
@@ -661,6 +662,9 @@ def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: d
         # The floor: the same boards received on the gateway's CPU by a sink that does nothing with them: what any
         # proxy there that must read the boards' bytes costs the 1 KB requests before it does anything with them.
         setups.append((SINK, ROOT, None, None))
+        # The boards rewritten by another gateway process on the same CPU: what is left when the kernel, not one
+        # event loop, takes turns between the boards and the 1 KB requests.
+        setups.append((SPLIT, ROOT, None, None))
     samples: dict[str, dict[str, list[dict[str, float]]]] = {name: {"idle": [], "boards": []} for name, *_ in setups}
     boards: dict[str, int] = {name: 0 for name, *_ in setups}
     seconds = {name: 0.0 for name, *_ in setups}
@@ -680,6 +684,13 @@ def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: d
                            check=True)
             fetch(port)
             gateways[name] = port
+        board_ports = dict(gateways)
+        if SPLIT in gateways:
+            logs["split boards"] = work / f"access-{len(logs)}.log"
+            proc, board_ports[SPLIT] = start_gateway(work, ROOT, upstream_port, "capped", {"memo_bytes": 0},
+                                                     production=True, cpus=GATEWAY_CPU, log=logs["split boards"])
+            procs.append(proc)
+            fetch(board_ports[SPLIT])
         for round_no in range(args.rounds):
             order = list(gateways.items())
             order = order[round_no % len(order):] + order[: round_no % len(order)]
@@ -695,7 +706,7 @@ def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: d
                 mark = logs[name].stat().st_size
                 start = time.monotonic()
                 load: BoardLoad | SinkLoad = (SinkLoad(upstream_port, args.board_rate, GATEWAY_CPU) if name == SINK
-                                              else BoardLoad(upstream_port if name == CONTROL else port,
+                                              else BoardLoad(upstream_port if name == CONTROL else board_ports[name],
                                                              args.board_rate))
                 with load:
                     ticks = _cpu_times(GATEWAY_CPU)
