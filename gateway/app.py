@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +36,13 @@ from .server.writer import send
 __all__ = ("ConfigError", "Gateway", "GatewayState", "build_state", "load_config", "parse_config", "parser_error_text")
 
 
-def parse_config(data: Any, source: str = "config", environ: Mapping[str, str] = os.environ) -> LoadedConfig:
+def parse_config(data: Any, source: str = "config", environ: Mapping[str, str] = os.environ, *,
+                 unneeded: Callable[[Sequence[int | str]], bool] | None = None) -> LoadedConfig:
     """A config from parsed YAML (or a dict): ``${NAME}`` references from ``environ``, the schema, then the policy
     registry's checks. A problem never shows a value taken from the environment, nor the credentials of an upstream
-    URL."""
-    data, secrets, problems = expand_references(data, environ)
+    URL. ``unneeded``: the keys a command does not use, where an unset variable is not a problem
+    (``expand_references``)."""
+    data, secrets, problems = expand_references(data, environ, unneeded)
     if problems:
         raise ConfigError(problems, source)
     secrets = secrets.with_url_credentials(_upstream_urls(data))
@@ -62,11 +64,12 @@ def _upstream_urls(data: Any) -> list[str]:
     return [t["upstream"] for t in tenants if isinstance(t, dict) and isinstance(t.get("upstream"), str)]
 
 
-def load_config(path: str | Path, environ: Mapping[str, str] = os.environ) -> LoadedConfig:
+def load_config(path: str | Path, environ: Mapping[str, str] = os.environ, *,
+                unneeded: Callable[[Sequence[int | str]], bool] | None = None) -> LoadedConfig:
     """The file's config, or ConfigError with every problem, each with its key's path and line."""
     document = read_document(path)
     try:
-        return parse_config(document.data, str(path), environ)
+        return parse_config(document.data, str(path), environ, unneeded=unneeded)
     except ConfigError as err:
         raise ConfigError(document.annotate(err.problems), err.source) from None
 

@@ -289,13 +289,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def _outside_the_ledger(path: Sequence[int | str]) -> bool:
+    """``usage`` and ``migrate`` open the ledger's database only: a variable they need is one under usage.ledger.
+    Elsewhere (the admin token, an upstream's password) an unset one stays its reference, so that an operator's
+    shell needs only the ledger's variables to read the fleet's usage."""
+    return list(path[:2]) != ["usage", "ledger"]
+
+
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "rollout":
         return _rollout(args.config, args.at, args.host)
     if args.command in ("usage", "migrate"):
         try:
-            config = load_config(args.config)
+            config = load_config(args.config, unneeded=_outside_the_ledger)
         except ConfigError as err:
             print(err, file=sys.stderr)
             return 2

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import re
-from collections.abc import Collection, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -437,10 +437,12 @@ class Secrets:
         return data
 
 
-def expand_references(data: Any, environ: Mapping[str, str]) -> tuple[Any, Secrets, list[str]]:
+def expand_references(data: Any, environ: Mapping[str, str],
+                      unneeded: Callable[[Sequence[int | str]], bool] | None = None) -> tuple[Any, Secrets, list[str]]:
     """``${NAME}`` in any string of the config becomes the environment variable's value (``$$`` is a literal ``$``),
     so that a credential need not sit in the file (or a ConfigMap). Returns the data, the secrets to redact, and a
-    problem for each variable that is not set."""
+    problem for each variable that is not set. ``unneeded(path)``: whether the key at ``path`` is one the command
+    does not use; an unset variable there stays as its reference, not a problem."""
     shown: dict[str, str] = {}
     problems: list[str] = []
 
@@ -457,6 +459,8 @@ def expand_references(data: Any, environ: Mapping[str, str]) -> tuple[Any, Secre
             if name is None:
                 return "$"
             if name not in environ:
+                if unneeded is not None and unneeded(where):
+                    return match.group(0)
                 problems.append(f"{loc(where)}: environment variable {name} is not set")
                 return ""
             secret = environ[name]

@@ -326,6 +326,31 @@ async def test_the_command_line_says_what_is_wrong(upstream: RecordingUpstream, 
     assert out.returncode == 2 and "the usage ledger is off" in out.stderr
 
 
+def test_usage_and_migrate_need_only_the_ledger_s_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deployed config takes the admin token and the ledger's URL from the environment: an operator's shell that
+    reads the fleet's usage needs the ledger's variable only. serve and check-config still need every one."""
+    data = _config("http://gw:${UNSET_UPSTREAM_PASSWORD}@127.0.0.1:9", "${GW_TEST_LEDGER_URL}")
+    data["server"] = {"admin_token": "${UNSET_ADMIN_TOKEN}"}
+    config = tmp_path / "gateway.yaml"
+    config.write_text(yaml.safe_dump(data))
+    for name in ("UNSET_UPSTREAM_PASSWORD", "UNSET_ADMIN_TOKEN", "GW_TEST_LEDGER_URL"):
+        monkeypatch.delenv(name, raising=False)
+    for command in ("migrate", "usage"):
+        out = _main(command, "--config", str(config))
+        assert out.returncode == 2, out
+        assert "usage.ledger.url: environment variable GW_TEST_LEDGER_URL is not set" in out.stderr
+        assert "UNSET_" not in out.stderr and "Traceback" not in out.stderr
+    monkeypatch.setenv("GW_TEST_LEDGER_URL", f"sqlite:///{tmp_path}/usage.sqlite3")
+    migrate = _main("migrate", "--config", str(config))
+    assert migrate.returncode == 0 and "schema 0001 (was empty)" in migrate.stdout, migrate.stderr
+    out = _usage(config, "--since", "1h")
+    assert out.returncode == 0 and "no deprecated behaviour used in the window" in out.stdout, out.stderr
+    check = _main("check-config", str(config))
+    assert check.returncode == 2
+    assert "environment variable UNSET_ADMIN_TOKEN is not set" in check.stderr
+    assert "environment variable UNSET_UPSTREAM_PASSWORD is not set" in check.stderr
+
+
 async def test_a_database_that_is_down_hides_nothing_and_stops_nothing(
         upstream: RecordingUpstream, start_gateway: Any, start_admin: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The ledger's database unreachable from the start, its password from the environment: the gateway serves and
