@@ -7,6 +7,7 @@ line): tests/integration/test_usage_ledger.py."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import threading
 import time
@@ -174,6 +175,24 @@ async def test_stopping_is_bounded_while_a_migration_hangs(tmp_path: Path, monke
     lines = [r.getMessage() for r in caplog.records if r.name == "gateway.ledger"]
     assert any("3 counted request(s) could not be written before exit (a write still running after 1.5s at exit)"
                in line for line in lines), lines
+
+
+async def test_the_database_s_modules_are_frozen_even_while_it_is_down(tmp_path: Path) -> None:
+    """Full collections hold the GIL for as long as they walk every tracked object; the ledger freezes what loading
+    SQLAlchemy and the driver made as soon as they are loaded, not only after a first migration that a database
+    down at start may not allow for hours."""
+    registry = CollectorRegistry()
+    ledger, _ = _ledger(f"postgresql://gw:pw@127.0.0.1:{free_port()}/ledger", registry, flush_timeout=0.5)
+    gc.unfreeze()
+    before = gc.get_freeze_count()
+    assert before == 0
+    await ledger.start()
+    try:
+        await _until(lambda: ledger.state == "failing")
+        assert gc.get_freeze_count() > 1000
+    finally:
+        await ledger.close()
+        gc.unfreeze()
 
 
 async def test_a_read_sees_this_process_s_own_writes_at_once(tmp_path: Path) -> None:

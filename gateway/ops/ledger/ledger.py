@@ -274,12 +274,14 @@ class Ledger:
             from .store import Store
 
             self._store = Store(self.options.url, timeout=self.options.flush_timeout, read_timeout=_READ_TIMEOUT)
+            # SQLAlchemy's and the driver's modules are here for the process's life: out of the collector's sight
+            # like the start-up's (``gateway.cli.freeze_startup``), or each full collection walks them while holding
+            # the GIL. Now, not after the first migration: the database may be down for a long while.
+            freeze_startup(full=False)
         found, head = self._store.migrate()
         if found != head:
             log.info("usage ledger %s: schema %s (was %s)", self.shown_url, head, found or "empty")
-        # SQLAlchemy's (and Alembic's) modules are here for the process's life: out of the collector's sight like the
-        # start-up's (``gateway.cli.freeze_startup``), or each full collection walks them while holding the GIL.
-        freeze_startup(full=False)
+            freeze_startup(full=False)  # Alembic's modules, which the migration loaded
         return head
 
     async def _call(self, fn: Callable[[], T], timeout: float, *, read: bool = False) -> T:
