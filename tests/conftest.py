@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,6 +49,25 @@ def nothing_left_in_the_temporary_directory(tmp_path_factory: pytest.TempPathFac
         left = sorted(os.listdir(private))
         shutil.rmtree(private, ignore_errors=True)
     assert not left, f"the tests left these in the temporary directory: {left}"
+
+
+_REPOSITORY = Path(__file__).resolve().parent.parent
+_DEFAULT_LEDGER = [_REPOSITORY / f"gateway-usage.sqlite3{suffix}" for suffix in ("", "-wal", "-shm", "-journal")]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_written_to_the_repository_s_ledger() -> Iterator[None]:
+    """A gateway left at the usage ledger's default writes ./gateway-usage.sqlite3: from a test whose working directory
+    is the repository, one file every such test shares (and a developer's own). Each test gives its gateway a ledger of
+    its own (in memory, or beside its config: tests/process_testlib.write_config)."""
+
+    def state() -> dict[Path, int | None]:
+        return {path: path.stat().st_mtime_ns if path.exists() else None for path in _DEFAULT_LEDGER}
+
+    before = state()
+    yield
+    changed = [path.name for path, mtime in state().items() if mtime is not None and mtime != before[path]]
+    assert not changed, f"a test wrote the repository's default usage ledger: {changed}"
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from aiohttp import web
 from gateway.cli import _reload
 from gateway.ops.admin import make_admin_app
 from tests.gateway_testlib import ADMIN_TOKEN, GatewayFactory, RecordingUpstream, free_port, make_config, raw_exchange
-from tests.process_testlib import ROOT, wait_for
+from tests.process_testlib import ROOT, wait_for, write_config
 
 COOKIE = "gateway_admin"  # the admin cookie's name (docs/operations.md)
 PROTECTED = ["/metrics", "/config", "/rollout", "/deprecations", "/status", "/status.json", "/"]
@@ -198,7 +198,7 @@ def test_the_token_is_never_shown(tmp_path: Path) -> None:
 async def _serve(tmp_path: Path, config: dict[str, Any], env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int, int]:
     port, admin_port = free_port(), free_port()
     path = tmp_path / "gateway.yaml"
-    path.write_text(yaml.safe_dump(config))
+    write_config(path, config)
     proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(path), "--listen",
                              f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin_port}"], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -43,6 +43,7 @@ def _config(url: str, **upstream: Any) -> dict[str, Any]:
                    "forwarded_header": True},
         "upstream": {"connect_timeout": 2, "read_timeout": 5, **upstream},
         "access_log": {"enabled": False},
+        "usage": {"ledger": {"url": "sqlite://"}},  # in memory, not the default file in the working directory
         "tenants": [{"name": "acme", "hosts": ["api.example.com"], "upstream": url, "created": "2026-06-01",
                      "preserve_host": True, "bridges": {"upload_upgrade": True, "card_backfill": True}}],
         "global_chain": [{"request_id": {"header": "X-Correlation-Id"}}],
