@@ -55,7 +55,7 @@ _REPOSITORY = Path(__file__).resolve().parent.parent
 _DEFAULT_LEDGER = [_REPOSITORY / f"gateway-usage.sqlite3{suffix}" for suffix in ("", "-wal", "-shm", "-journal")]
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(autouse=True)
 def nothing_written_to_the_repository_s_ledger() -> Iterator[None]:
     """A gateway left at the usage ledger's default writes ./gateway-usage.sqlite3: from a test whose working directory
     is the repository, one file every such test shares (and a developer's own). Each test gives its gateway a ledger of

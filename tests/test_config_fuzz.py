@@ -142,8 +142,10 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def no_clock_override(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def no_clock_override(monkeypatch: pytest.MonkeyPatch, workdir: Path) -> Iterator[None]:
     monkeypatch.delenv("GATEWAY_NOW", raising=False)
+    # `serve` starts the usage ledger, at its default a file in the working directory: the test's, not the repository.
+    monkeypatch.chdir(workdir)
 
     def reached(*args: Any, **kwargs: Any) -> Any:
         raise Reached
