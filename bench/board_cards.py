@@ -671,7 +671,8 @@ def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: d
     procs: list[subprocess.Popen[bytes]] = []
     logs: dict[str, Path] = {}
     inside: dict[str, dict[str, list[tuple[float, float]]]] = {name: {"idle": [], "boards": []} for name, *_ in setups}
-    # With --pin: the gateway's CPU's busy and softirq shares during each 1 KB run.
+    # The gateway's CPU's busy and softirq shares during each 1 KB run (printed with --pin, where that CPU is the
+    # gateways' alone).
     cpu: dict[str, dict[str, list[tuple[float, float]]]] = {name: {"idle": [], "boards": []} for name, *_ in setups}
     try:
         gateways = {}
@@ -684,37 +685,38 @@ def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: d
                            check=True)
             fetch(port)
             gateways[name] = port
-        board_ports = dict(gateways)
+        # Where each row's boards are read from: its own gateway, or the upstream itself (the control and the
+        # floor), or a second gateway on the same CPU.
+        board_ports = {**gateways, CONTROL: upstream_port, SINK: upstream_port}
         if SPLIT in gateways:
             logs["split boards"] = work / f"access-{len(logs)}.log"
             proc, board_ports[SPLIT] = start_gateway(work, ROOT, upstream_port, "capped", {"memo_bytes": 0},
                                                      production=True, cpus=GATEWAY_CPU, log=logs["split boards"])
             procs.append(proc)
             fetch(board_ports[SPLIT])
+
+        def small_requests(name: str, port: int, phase: str) -> None:
+            """One wrk run of 1 KB requests through the row's gateway: the client's figures, the gateway CPU's
+            shares, and the same requests' p99 from the gateway's access log."""
+            mark = logs[name].stat().st_size
+            ticks = _cpu_times(GATEWAY_CPU)
+            samples[name][phase].append(wrk(f"http://127.0.0.1:{port}/small", args.duration,
+                                            connections=args.connections, threads=1, rate=args.rate,
+                                            cpus=LOAD_CPUS if args.pin else None))
+            cpu[name][phase].append(_cpu_share(ticks, _cpu_times(GATEWAY_CPU)))
+            inside[name][phase].append(_small_p99_ms(logs[name], mark))
+
         for round_no in range(args.rounds):
             order = list(gateways.items())
             order = order[round_no % len(order):] + order[: round_no % len(order)]
             for name, port in order:
-                url = f"http://127.0.0.1:{port}/small"
-                load_cpus = LOAD_CPUS if args.pin else None
-                mark = logs[name].stat().st_size
-                ticks = _cpu_times(GATEWAY_CPU)
-                samples[name]["idle"].append(wrk(url, args.duration, connections=args.connections, threads=1,
-                                                 rate=args.rate, cpus=load_cpus))
-                cpu[name]["idle"].append(_cpu_share(ticks, _cpu_times(GATEWAY_CPU)))
-                inside[name]["idle"].append(_small_p99_ms(logs[name], mark))
-                mark = logs[name].stat().st_size
+                small_requests(name, port, "idle")
                 start = time.monotonic()
-                load: BoardLoad | SinkLoad = (SinkLoad(upstream_port, args.board_rate, GATEWAY_CPU) if name == SINK
-                                              else BoardLoad(upstream_port if name == CONTROL else board_ports[name],
-                                                             args.board_rate))
+                load: BoardLoad | SinkLoad = (SinkLoad(board_ports[name], args.board_rate, GATEWAY_CPU)
+                                              if name == SINK else BoardLoad(board_ports[name], args.board_rate))
                 with load:
-                    ticks = _cpu_times(GATEWAY_CPU)
-                    samples[name]["boards"].append(wrk(url, args.duration, connections=args.connections, threads=1,
-                                                       rate=args.rate, cpus=load_cpus))
-                    cpu[name]["boards"].append(_cpu_share(ticks, _cpu_times(GATEWAY_CPU)))
+                    small_requests(name, port, "boards")
                 seconds[name] += time.monotonic() - start
-                inside[name]["boards"].append(_small_p99_ms(logs[name], mark))
                 if load.failed:
                     raise RuntimeError(f"{name}: the board client failed: {load.failed}")
                 boards[name] += load.done

@@ -4,20 +4,13 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import pathlib
-import sys
 
 from aiohttp import web
 
+from tests.bench_testlib import load
 from tests.gateway_testlib import free_port
 
-_BENCH = pathlib.Path(__file__).resolve().parent.parent / "bench"
-sys.path.insert(0, str(_BENCH))  # the script imports benchlib as its neighbour
-_spec = importlib.util.spec_from_file_location("bench_board_cards", _BENCH / "board_cards.py")
-assert _spec is not None and _spec.loader is not None
-board_cards = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(board_cards)
+board_cards = load("board_cards")
 
 
 def test_cpu_share_is_busy_and_softirq_over_all_ticks() -> None:

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
+from tests.bench_testlib import load
 
-_PATH = pathlib.Path(__file__).resolve().parent.parent / "bench" / "stages.py"
-_spec = importlib.util.spec_from_file_location("bench_stages", _PATH)
-assert _spec is not None and _spec.loader is not None
-stages = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(stages)
+stages = load("stages")
 
 RAW = [
     "process 1:\"python\";run (asyncio/runners.py:118);_write_head (gateway/proxy/upstream.py:252) 7\n",

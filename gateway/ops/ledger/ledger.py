@@ -183,7 +183,8 @@ class Ledger:
         # The background write in progress (a migration or a retention prune may take up to a minute): waited for
         # within the same budget as the last write, so that a stop is bounded by about twice flush_timeout.
         budget = self.options.flush_timeout + 1
-        if not (await asyncio.wait({self._task}, timeout=budget))[0]:
+        done, _ = await asyncio.wait({self._task}, timeout=budget)
+        if not done:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
