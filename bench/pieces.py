@@ -123,7 +123,7 @@ def _typical(decisions: bool) -> tuple[Any, Any, Any]:
     route = Route.build("board" if decisions else "catch_all", None, (), ())
     exchange = Exchange(request, 0.0, tenant, route, {}, path, "x=1", "GET")
     exchange.request_id = "0dd90f30c9a1b2d3e4f5061728394a5b"
-    exchange.upstream_seconds = 0.005491
+    exchange.record.upstream_seconds = 0.005491
     if decisions:
         exchange.decisions = {"board_cards": "removed"}
     return request, exchange, new_trace()

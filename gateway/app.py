@@ -90,7 +90,9 @@ def build_state(config: LoadedConfig, proxy: Next, clock: Clock, metrics: Metric
                            families=metrics.families, spool=spool)
         policies = [POLICIES[name].make(options, ctx) for name, options in config.chains[route.name]]
         handlers[route.name] = fold(policies, proxy)
-    return GatewayState(config, TenantResolver.of(config), routes, handlers, plan)
+    server = model.server
+    return GatewayState(config, TenantResolver.of(config), routes, handlers, plan,
+                        body_timeout=server.client_body_timeout, look_ahead=server.method_override_look_ahead)
 
 
 # What the admin listener reads from the config in force at each request: a reload applies it at once.
@@ -165,7 +167,6 @@ class Gateway:
         upstream = self._config.model.upstream
         self.proxy = ProxyCore(
             self._client, trust_forwarded=server.trust_forwarded_headers, forwarded_header=server.forwarded_header,
-            body_timeout=server.client_body_timeout,
             max_concurrent_per_tenant=upstream.max_concurrent_per_tenant, queue_timeout=upstream.queue_timeout,
         )
         self._state = build_state(self._config, self.proxy, self.clock, self.metrics, self.spool)

@@ -21,7 +21,6 @@ from gateway.core.route import Route
 from gateway.core.spec import template_params
 from gateway.ops.metrics import Metrics
 from gateway.policies import POLICIES, BuildContext
-from gateway.proxy.core import filtered_body
 from gateway.rollout import FixedClock
 
 
@@ -49,7 +48,8 @@ def exchange_for(config: LoadedConfig, request: web.BaseRequest, route: str, par
     """The exchange the edge would make for ``request`` on ``route`` of ``config``, for a tenant it knows."""
     found = next(t for t in config.tenants() if t.name == tenant)
     path = request.raw_path.partition("?")[0]
-    exchange = Exchange(request, 0.0, found, Route.build(route, None, (), ()), params, path, "", request.method)
+    exchange = Exchange(request, 0.0, found, Route.build(route, None, (), ()), params, path, "", request.method,
+                        body_timeout=5.0)
     exchange.request_id = request_id
     return exchange
 
@@ -80,9 +80,8 @@ class Terminal:
     """Stands in for the proxy core: runs the request filters as the core does (nothing forwarded before they let a
     first byte through), records what it would have forwarded, and answers with ``responder``."""
 
-    def __init__(self, responder: Responder = _ok, timeout: float = 5.0) -> None:
+    def __init__(self, responder: Responder = _ok) -> None:
         self.responder = responder
-        self.timeout = timeout
         self.calls = 0  # times the chain reached the proxy core
         self.forwarded = 0  # times something would have been sent upstream
         self.body: bytes | None = None
@@ -92,16 +91,11 @@ class Terminal:
         self.calls += 1
         self.seen.append(exchange)
         if exchange.has_body:
-            if exchange.request_filters:
-                pipeline = await filtered_body(exchange, self.timeout)
-                if isinstance(pipeline, Reply):
-                    return pipeline
-                self.forwarded += 1
-                chunks = [chunk async for chunk in pipeline]
-            else:
-                self.forwarded += 1
-                chunks = [chunk async for chunk in exchange.request.content.iter_any()]
-            self.body = b"".join(chunks)
+            refused = await exchange.body.prime()
+            if refused is not None:
+                return refused
+            self.forwarded += 1
+            self.body = b"".join([chunk async for chunk in exchange.body])
         else:
             self.forwarded += 1
         return await self.responder(exchange)

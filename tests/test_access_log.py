@@ -14,7 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 from yarl import URL
 
-from gateway.core.exchange import Exchange
+from gateway.core.exchange import BodyError, Exchange, UpstreamError
 from gateway.core.http import token_fingerprint
 from gateway.core.route import Route
 from gateway.core.tenants import Tenant
@@ -37,7 +37,7 @@ class Case:
 def _expected(case: Case, status: int, taken: float, now: float) -> str:
     """The record as the access log documents it, encoded by json.dumps."""
     request, ex = case.request, case.exchange
-    upstream = ex.upstream_seconds if ex else None
+    upstream = ex.record.upstream_seconds if ex else None
     record = {
         "time": round(now, 3),
         "request_id": ex.request_id if ex else case.request_id,
@@ -63,10 +63,10 @@ def _expected(case: Case, status: int, taken: float, now: float) -> str:
             record["decisions"] = ex.decisions
         if ex.notes:
             record["notes"] = ex.notes
-        if ex.upstream_error:
-            record["upstream_error"] = ex.upstream_error
-        if ex.upstream_retries:
-            record["upstream_retries"] = ex.upstream_retries
+        if ex.record.upstream_error:
+            record["upstream_error"] = ex.record.upstream_error
+        if ex.record.upstream_retries:
+            record["upstream_retries"] = ex.record.upstream_retries
         if ex.body_error:
             record["body_error"] = ex.body_error
     return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
@@ -90,14 +90,13 @@ def _cases() -> list[Case]:
             request = _request(headers, 4567)
             ex = Exchange(request, 0.0, tenant, route, {}, '/pä"th', "q=1", "POST" if odd else "GET")
             ex.request_id = "abc" if odd else None
-            ex.upstream_seconds = 0.000123456789 if odd else 12.5
+            ex.record.upstream_seconds = 0.000123456789 if odd else 12.5
             if odd:
                 ex.decisions = {"board_cards": "capped", 'x"': "é"}
                 ex.notes = {"legacy_upload_guard.rule": "line_endings"}
-                ex.upstream_error = "reset: X\u2028"
-                ex.upstream_error_kind = "reset"
-                ex.upstream_retries = ["safe_method"]
-                ex.body_error = "aborted"
+                ex.record.upstream_failed(UpstreamError.RESET, "reset: X\u2028")
+                ex.record.upstream_retries = ["safe_method"]
+                ex.body.error = BodyError.ABORTED
             trace = TraceContext(new_trace_id(), new_span_id(), odd, "00f067aa0ba902b7" if odd else None) if odd else None
             out.append(Case(request, ex, trace=trace))
     return out
@@ -169,7 +168,7 @@ def test_numbers_are_the_rounded_floats(monkeypatch: pytest.MonkeyPatch) -> None
     case = _cases()[2]
     assert case.exchange is not None
     for value in values:
-        clock[0] = case.exchange.upstream_seconds = value
+        clock[0] = case.exchange.record.upstream_seconds = value
         recorder.record(case.request, case.exchange, 200, 0.0)
         record = json.loads(sink.lines[-1])
         assert record["time"] == round(value, 3), value

@@ -5,6 +5,7 @@ tests/adversarial/test_protocol_edges.py."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -23,8 +24,20 @@ TENANTS = TenantResolver.of(CONFIG)
 ROUTES = RouteTable.of(CONFIG, POLICIES)
 
 
+@dataclass(frozen=True)
+class _State:
+    tenants: TenantResolver = TENANTS
+    routes: RouteTable = ROUTES
+    body_timeout: float = 60.0
+    look_ahead: int = 1 << 20
+
+
 def _classify(method: str, target: str, headers: list[tuple[str, str]]) -> Exchange | EdgeRefusal:
-    return classify(mocked_request(method, target, headers), 0.0, TENANTS, ROUTES, services=object())  # type: ignore[arg-type]
+    return _exchange(classify(mocked_request(method, target, headers), 0.0, _State(), services=object()))  # type: ignore[arg-type]
+
+
+def _exchange(found: tuple[Exchange, Any] | EdgeRefusal) -> Exchange | EdgeRefusal:
+    return found if isinstance(found, EdgeRefusal) else found[0]
 
 
 async def _refusal(method: str, target: str, headers: list[tuple[str, str]]) -> tuple[int, str]:
@@ -64,7 +77,7 @@ async def test_a_header_value_that_is_not_utf8_is_refused_not_altered() -> None:
     request = mocked_request("GET", "/api/v1/boards/1", [("Host", "127.0.0.1"), ("X-Name", "cafe")])
     message = request._message  # type: ignore[attr-defined]
     request._message = message._replace(raw_headers=((b"Host", b"127.0.0.1"), (b"X-Name", b"caf\xe9")))  # type: ignore[attr-defined]
-    found = classify(request, 0.0, TENANTS, ROUTES, services=object())  # type: ignore[arg-type]
+    found = _exchange(classify(request, 0.0, _State(), services=object()))  # type: ignore[arg-type]
     assert isinstance(found, EdgeRefusal) and (found.reply.status, found.code) == (400, "BAD_HEADER")
 
 

@@ -208,7 +208,7 @@ async def test_non_multipart_bodies_are_not_read(headers: list[tuple[str, str]])
     (guard, config), core = _guard(Metrics()), Terminal()
     exchange = _exchange(config, b'{"text": "x"}', headers)
     await guard(exchange, core)
-    assert core.forwarded == 1 and exchange.request_filters == [] and core.body == b'{"text": "x"}'
+    assert core.forwarded == 1 and exchange.body.filters == [] and core.body == b'{"text": "x"}'
 
 
 async def test_ambiguous_body_is_refused() -> None:

@@ -73,7 +73,7 @@ def _headers(*pairs: tuple[str, str]) -> CIMultiDictProxy[str]:
     ],
 )
 def test_effective_method(method: str, headers: tuple[tuple[str, str], ...], query: str, expected: str) -> None:
-    assert effective_method(method, _headers(*headers), query) == expected
+    assert effective_method(method, _headers(*headers), query)[0] == expected
 
 
 @pytest.mark.parametrize(
@@ -116,15 +116,15 @@ def test_an_override_reaches_a_guarded_route_only_where_its_paths_and_the_table_
     upload = Route.build("upload", ["POST"], ["/cards/{card_uid}/files"], ["/api/v1"])
     guarded_after = Route.build("after", ["PATCH"], ["/cards/{card_id}/files"], ["/api/v1"], guarded=True)
     table = RouteTable([shadow, legacy, anything, upload, guarded_after], Route.build("catch_all", None, (), ()))
-    assert table.override_reaches_guard(upload, "/api/v1/cards/7/files")  # PUT: legacy
-    assert not table.override_reaches_guard(upload, "/api/v1/cards/7/other")
-    assert table.override_reaches_guard(table.catch_all, "/api/v1/anything/3")  # any method: PUT stands for them
-    assert not table.override_reaches_guard(legacy, "/api/v1/anything")
+    assert table.lookup("/api/v1/cards/7/files").override_reaches_guard(upload)  # PUT: legacy
+    assert not table.lookup("/api/v1/cards/7/other").override_reaches_guard(upload)
+    assert table.lookup("/api/v1/anything/3").override_reaches_guard(table.catch_all)  # any method: PUT stands for them
+    assert not table.lookup("/api/v1/anything").override_reaches_guard(legacy)
     # PATCH on this path is taken by the unguarded route listed first; PUT still reaches legacy.
-    assert table.override_reaches_guard(upload, "/api/v1/cards/shadowed/files")
+    assert table.lookup("/api/v1/cards/shadowed/files").override_reaches_guard(upload)
     # Where an unguarded route listed first takes every method that would reach the guarded one, none does.
     shadowed = RouteTable([shadow, upload, guarded_after], Route.build("catch_all", None, (), ()))
-    assert shadowed.override_reaches_guard(upload, "/api/v1/cards/7/files")
-    assert not shadowed.override_reaches_guard(upload, "/api/v1/cards/shadowed/files")
+    assert shadowed.lookup("/api/v1/cards/7/files").override_reaches_guard(upload)
+    assert not shadowed.lookup("/api/v1/cards/shadowed/files").override_reaches_guard(upload)
     unguarded = RouteTable([shadow, upload], Route.build("catch_all", None, (), ()))
-    assert not unguarded.override_reaches_guard(upload, "/api/v1/cards/7/files")
+    assert not unguarded.lookup("/api/v1/cards/7/files").override_reaches_guard(upload)

@@ -48,6 +48,10 @@ class Route:
     def match(self, method: str, path: str) -> dict[str, str] | None:
         if self.methods is not None and method not in self.methods:
             return None
+        return self.path_params(path)
+
+    def path_params(self, path: str) -> dict[str, str] | None:
+        """The parameters of the first of its paths that matches ``path`` (whatever the method); None: none does."""
         if not self.patterns:
             return {}
         for pattern in self.patterns:
@@ -63,6 +67,3 @@ class Route:
                 return template
         return None
 
-    def matches_path(self, path: str) -> bool:
-        """Whether one of its paths matches ``path``, whatever the method."""
-        return not self.patterns or any(pattern.fullmatch(path) for pattern in self.patterns)

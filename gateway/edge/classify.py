@@ -1,24 +1,27 @@
 """The edge's classification of a request, in the order of the road: one Host and headers that can be forwarded as
 sent, the canonical path, the effective method (headers and query), the tenant, the route; then, where it could
-matter, a form body's ``_method``. A request that cannot be classified safely is refused here and reaches no policy.
+matter, a form body's ``_method`` (``method.FormMethod``, the one step that reads). A request that cannot be
+classified safely is refused here and reaches no policy.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from aiohttp import hdrs, http_exceptions, web
 from multidict import CIMultiDictProxy
 
 from ..core.exchange import Exchange, Reply, Services
+from ..core.reply import internal_error
 from ..core.http import new_request_id
 from ..core.tenants import canonical_host
-from .method import effective_method, form_method, reads_form_method
+from .method import FormMethod, effective_method, form_method
 from .route_table import RouteTable
 from .target import BadRequestTarget, normalise_target
 from .tenancy import TenantResolver
 
-__all__ = ("EdgeRefusal", "classify", "parser_error_text", "read_form_method", "reads_form_method")
+__all__ = ("Classifier", "EdgeRefusal", "classify", "parser_error_text")
 
 _PARSER_CODES = {400: "MALFORMED_REQUEST", 413: "REQUEST_TOO_LARGE", 431: "HEADERS_TOO_LARGE"}
 # What the answer says, by the kind of error (most specific first). The parser's own text is never echoed: it can
@@ -38,6 +41,20 @@ def parser_error_text(exc: BaseException | None) -> str:
     return next((text for kind, text in _PARSER_TEXTS if isinstance(exc, kind)), "the request is not valid HTTP/1.1")
 
 
+class Classifier(Protocol):
+    """What classification reads of the state in force: the tenants, the routes, and the server's bounds on a
+    body (``server.client_body_timeout``, ``server.method_override_look_ahead``)."""
+
+    @property
+    def tenants(self) -> TenantResolver: ...
+    @property
+    def routes(self) -> RouteTable: ...
+    @property
+    def body_timeout(self) -> float: ...
+    @property
+    def look_ahead(self) -> int: ...
+
+
 @dataclass(slots=True)
 class EdgeRefusal:
     """A request answered before routing: its answer, its code and its request id (for the record)."""
@@ -49,7 +66,10 @@ class EdgeRefusal:
     @classmethod
     def of(cls, status: int, code: str, message: str) -> EdgeRefusal:
         rid = new_request_id()
-        reply = Reply.error(status, code, message, rid)
+        return cls._closing(Reply.error(status, code, message, rid), code, rid)
+
+    @classmethod
+    def _closing(cls, reply: Reply, code: str, rid: str) -> EdgeRefusal:
         reply.close_connection = True
         return cls(reply, code, rid)
 
@@ -57,7 +77,8 @@ class EdgeRefusal:
     def unparsed(cls, status: int, exc: BaseException | None) -> EdgeRefusal:
         """A request the HTTP parser rejected: a JSON answer naming the kind of error (never its text)."""
         if status >= 500:
-            return cls.of(status, "INTERNAL_ERROR", "the gateway failed to handle this request")
+            rid = new_request_id()
+            return cls._closing(internal_error(rid), "INTERNAL_ERROR", rid)
         return cls.of(status, _PARSER_CODES.get(status, "BAD_REQUEST"), parser_error_text(exc))
 
 
@@ -76,9 +97,11 @@ def _utf8_values(request: web.BaseRequest) -> bool:
     return True
 
 
-def classify(request: web.BaseRequest, started: float, tenants: TenantResolver, routes: RouteTable,
-             services: Services) -> Exchange | EdgeRefusal:
-    """The request's head, classified: its ``Exchange`` (served by ``services``, the proxy core), or its refusal."""
+def classify(request: web.BaseRequest, started: float, state: Classifier, services: Services
+             ) -> tuple[Exchange, FormMethod | None] | EdgeRefusal:
+    """The request's head, classified: its ``Exchange`` (served by ``services``, the proxy core) and, where a form
+    body's ``_method`` could route it to a guarded route, the last step still to take (``FormMethod.read``); or its
+    refusal. Each step runs once."""
     headers = request.headers
     hosts = headers.getall(hdrs.HOST, ())
     if len(hosts) > 1:
@@ -94,30 +117,15 @@ def classify(request: web.BaseRequest, started: float, tenants: TenantResolver, 
         target = normalise_target(request.raw_path)
         if target.authority is not None and (host is None or canonical_host(target.authority) != canonical_host(host)):
             raise BadRequestTarget("BAD_REQUEST_TARGET", "the absolute-form request target names another host")
-        method = effective_method(request.method, headers, target.query)
+        method, overrides = effective_method(request.method, headers, target.query)
     except BadRequestTarget as err:
         return EdgeRefusal.of(400, err.code, err.message)
-    tenant = tenants.resolve(host)
+    tenant = state.tenants.resolve(host)
     if tenant is None:
         return EdgeRefusal.of(421, "UNKNOWN_HOST", "this gateway serves no company at the requested host")
-    route, params = routes.match(method, target.path)
-    exchange = Exchange(request, started, tenant, route, params, target.path, target.query, method)
+    matches = state.routes.lookup(target.path)
+    route, params = matches.route(method)
+    exchange = Exchange(request, started, tenant, route, params, target.path, target.query, method,
+                        body_timeout=state.body_timeout)
     exchange.services = services
-    return exchange
-
-
-async def read_form_method(exchange: Exchange, routes: RouteTable, *, look_ahead: int, timeout: float
-                           ) -> Reply | None:
-    """The last step of classification: a form body's ``_method`` (``method.form_method``), where it could route the
-    request to a guarded route. The exchange is then classified by it (method, route), starts with the bytes read,
-    and reads the rest through the watch; an answer when the request is refused."""
-    found = await form_method(exchange, routes, look_ahead=look_ahead, timeout=timeout)
-    if found is None or isinstance(found, Reply):
-        return found
-    exchange.body_prefix = found.prefix
-    if found.method is not None and found.method != exchange.method:
-        exchange.route, exchange.params = routes.match(found.method, exchange.path)
-        exchange.method = found.method
-    if found.watch is not None:
-        exchange.request_filters.append(found.watch)  # the first filter: no policy has run yet
-    return None
+    return exchange, form_method(exchange, overrides, matches, state.look_ahead)

@@ -2,21 +2,21 @@
 ``_method`` or a form body's ``_method`` field names another (as Rack, Symfony, Laravel and Express read them).
 
 Overrides that disagree, or one that is not a method, are ``400 AMBIGUOUS_METHOD``. A form body is read only where
-its override could land the request on a guarded route, and only up to ``server.method_override_look_ahead``; the
-bytes read go upstream first (``FormMethod.prefix``), the rest is read on as it streams (``FormMethod.watch``).
+its override could land the request on a guarded route, and only up to ``server.method_override_look_ahead``: it
+is peeked at through the client body's pipeline (``FormMethod``), the bytes read go upstream first, and a multipart
+body's rest is read on as it streams.
 docs/proxying.md, "Method overrides", has the rules.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from urllib.parse import parse_qsl
 
 from multidict import CIMultiDictProxy, istr
 
-from ..core.exchange import Exchange, Flow, Refuse, Reply, RequestBodyFilter
+from ..core.exchange import BodyBroken, Exchange, Flow, Refuse, Reply, RequestBodyFilter
 from ..core.multipart import (
     Ambiguous,
     Boundary,
@@ -26,9 +26,7 @@ from ..core.multipart import (
     form_data_boundary,
     request_media_type,
 )
-from ..proxy.core import body_error_reply
-from ..proxy.request_body import client_chunks
-from .route_table import RouteTable
+from .route_table import PathMatches
 from .target import BadRequestTarget
 
 __all__ = (
@@ -86,14 +84,15 @@ def valid_override(method: str, overrides: set[str]) -> str:
     return override
 
 
-def effective_method(method: str, headers: CIMultiDictProxy[str], query: str) -> str:
-    """The method an upstream may act on: the request line's, unless an override header or ``_method`` says otherwise.
+def effective_method(method: str, headers: CIMultiDictProxy[str], query: str) -> tuple[str, set[str]]:
+    """The method an upstream may act on: the request line's, unless an override header or ``_method`` says
+    otherwise; and the overrides found (a form body's ``_method`` is weighed against them, ``form_method``).
 
     Several overrides that disagree are refused: the gateway cannot know which one the upstream honours. (A form
     body's ``_method`` is read once the route is known, where it matters: ``form_method``.)
     """
     overrides = method_overrides(headers, query)
-    return valid_override(method, overrides) if overrides else method
+    return (valid_override(method, overrides) if overrides else method), overrides
 
 
 # --- a form body's _method --------------------------------------------------------------------------------------
@@ -104,10 +103,6 @@ _MAX_VALUE = 64  # longest _method value read (a method name is a short token)
 _MAX_PART_HEADER_BYTES = 16 << 10  # longest part header block read
 # After an early answer, how much of the rest of the body is read and dropped, for how long, before closing.
 _LINGER = (4 << 20, 2.0)
-
-
-class _Undecided(Exception):
-    """The body showed no decision within the bound."""
 
 
 def _refusal(exchange: Exchange, status: int, code: str, rule: str, message: str) -> Reply:
@@ -177,42 +172,95 @@ class _OverrideFinder:
             self._value = None
 
 
-class _TailWatch(RequestBodyFilter):
-    """The rest of a multipart body, read on as it streams upstream (the first request filter: it sees the client's
-    bytes): a ``_method`` part that names another method than the request was classified by, or a structure in
-    doubt, breaks the upstream request off."""
+class _MultipartFields(RequestBodyFilter):
+    """A multipart form body's ``_method`` parts. Peeked at first: held until a ``_method`` value, a file part or
+    the end shows (up to the look-ahead); then, once the request is classified by it (``watch``), read on as the
+    body streams upstream (the first request filter: it sees the client's bytes): a ``_method`` part that names
+    another method, or a structure in doubt, breaks the upstream request off."""
 
-    def __init__(self, exchange: Exchange, finder: _OverrideFinder, skip: int, method: str) -> None:
+    def __init__(self, exchange: Exchange, boundary: Boundary, look_ahead: int) -> None:
         self._exchange = exchange
-        self._finder = finder
-        self._skip = skip  # bytes the edge fed already (they are sent again first, from ``body_prefix``)
+        self.finder = _OverrideFinder(boundary)
+        self.hold_limit = look_ahead
+        self.ended = False
+        self._method: str | None = None  # set by ``watch``: the method the request was classified by
+        self._seen = 0
+
+    def values(self) -> tuple[list[str], list[str]]:
+        """The ``_method`` values before the first file part, and those after it."""
+        finder = self.finder
+        split = finder.values_before_file if finder.file_seen else len(finder.values)
+        return finder.values[:split], finder.values[split:]
+
+    def watch(self, method: str) -> None:
         self._method = method
-        self._seen = len(finder.values)
+        self._seen = len(self.finder.values)
 
     def on_data(self, chunk: bytes) -> Flow:
-        if self._skip:
-            taken = min(self._skip, len(chunk))
-            self._skip -= taken
-            chunk = chunk[taken:]
-            if not chunk:
-                return Flow.CONTINUE
-        self._check(lambda: self._finder.feed(chunk))
+        finder = self.finder
+        self._check(lambda: finder.feed(chunk))
+        if self._method is None:
+            if finder.pending is not None:
+                raise Refuse(_unreadable(self._exchange, finder.pending))
+            if not (finder.values or finder.file_seen):
+                return Flow.HOLD
         return Flow.CONTINUE
 
     def on_end(self) -> Flow:
-        self._check(self._finder.feed_eof)
+        self.ended = True
+        self._check(self.finder.feed_eof)
         return Flow.CONTINUE
 
+    def on_hold_limit(self) -> Flow:
+        raise Refuse(_undecided(self._exchange, self.hold_limit))
+
     def _check(self, step: Callable[[], object]) -> None:
-        finder = self._finder
+        finder = self.finder
         try:
             step()
         except Ambiguous as err:
             raise Refuse(_unreadable(self._exchange, err)) from None
-        late = any(v != self._method for v in finder.values[self._seen :])
-        self._seen = len(finder.values)
-        if late:
-            raise Refuse(_late(self._exchange))
+        if self._method is not None:
+            late = any(v != self._method for v in finder.values[self._seen :])
+            self._seen = len(finder.values)
+            if late:
+                raise Refuse(_late(self._exchange))
+
+
+class _UrlencodedFields(RequestBodyFilter):
+    """A urlencoded form body's ``_method`` fields: the whole body held (up to the look-ahead), read at its end."""
+
+    def __init__(self, exchange: Exchange, look_ahead: int) -> None:
+        self._exchange = exchange
+        self.hold_limit = look_ahead
+        self._chunks: list[bytes] = []
+        self.found: list[str] = []
+        self.ended = False
+
+    def values(self) -> tuple[list[str], list[str]]:
+        return self.found, []
+
+    def on_data(self, chunk: bytes) -> Flow:
+        self._chunks.append(chunk)
+        return Flow.HOLD
+
+    def on_end(self) -> Flow:
+        self.ended = True
+        found = override_fields(b"".join(self._chunks).decode("latin-1"), encoding="latin-1")
+        if any(len(value) > _MAX_VALUE for value in found):
+            raise Refuse(_unreadable(self._exchange, Ambiguous(
+                "override_value_too_long", f"the {OVERRIDE_FIELD} field is too long for a method")))
+        self.found = found
+        return Flow.CONTINUE
+
+    def on_hold_limit(self) -> Flow:
+        raise Refuse(_undecided(self._exchange, self.hold_limit))
+
+
+def _undecided(exchange: Exchange, look_ahead: int) -> Reply:
+    return _refusal(exchange, 413, "METHOD_OVERRIDE_UNDECIDED", "look_ahead_exceeded",
+                    f"the form body shows neither its {OVERRIDE_FIELD} field, a file part nor its end within "
+                    f"{look_ahead} bytes")
 
 
 def _form_kind(headers: CIMultiDictProxy[str]) -> str | Boundary | None:
@@ -240,101 +288,68 @@ def _form_kind(headers: CIMultiDictProxy[str]) -> str | Boundary | None:
     return kind
 
 
-@dataclass(frozen=True, slots=True)
 class FormMethod:
-    """What a form body says: its ``_method`` (None: it has none before a file part), the bytes read of it (sent
-    upstream first), and the watch over the rest of it as it streams (None when it was read to its end)."""
+    """The last step of classification, made only where a POST's form body could carry a ``_method`` that routes it
+    to a guarded route (``RouteTable``'s ``override_reaches_guard``): the body is peeked at, bounded, and the
+    exchange classified by what it says (method, route). The bytes read go upstream first; a multipart body's rest
+    is read on as it streams."""
 
-    method: str | None
-    prefix: list[bytes]
-    watch: RequestBodyFilter | None
+    __slots__ = ("_overrides", "_matches", "_look_ahead")
 
+    def __init__(self, overrides: set[str], matches: PathMatches, look_ahead: int) -> None:
+        self._overrides = overrides  # the header's and the query's (classification's first step)
+        self._matches = matches
+        self._look_ahead = look_ahead
 
-def reads_form_method(exchange: Exchange, routes: RouteTable) -> bool:
-    """Whether ``form_method`` reads anything of this request: a POST with a body, whose form body's ``_method``
-    could route it to a guarded route."""
-    return exchange.request.method == "POST" and exchange.has_body and routes.override_reaches_guard(exchange.route,
-                                                                                                  exchange.path)
-
-
-async def form_method(exchange: Exchange, routes: RouteTable, *, look_ahead: int, timeout: float
-                      ) -> FormMethod | Reply | None:
-    """A form body's ``_method``, read where it could route the request to a guarded route; an answer when the
-    request is refused; None on other requests (nothing is read)."""
-    if not reads_form_method(exchange, routes):
-        return None
-    headers = exchange.headers
-    try:
-        kind = _form_kind(headers)
-    except Ambiguous as err:
-        return _unreadable(exchange, err)
-    if kind is None:
-        return None
-    prefix: list[bytes] = []
-    source = client_chunks(exchange, timeout)
-    try:
-        finder: _OverrideFinder | None = None
-        late: list[str] = []
-        if isinstance(kind, Boundary):
-            finder = _OverrideFinder(kind)
-            ended = await _read_multipart(source, prefix, finder, look_ahead)
-            split = finder.values_before_file if finder.file_seen else len(finder.values)
-            values, late = finder.values[:split], finder.values[split:]
-        else:
-            values = await _read_urlencoded(source, prefix, look_ahead)
-            ended = True
-    except ConnectionError:
-        return body_error_reply(exchange)  # the proxy core's answer to a broken body
-    except Ambiguous as err:
-        return _unreadable(exchange, err)
-    except _Undecided:
-        return _refusal(exchange, 413, "METHOD_OVERRIDE_UNDECIDED", "look_ahead_exceeded",
-                        f"the form body shows neither its {OVERRIDE_FIELD} field, a file part nor its end within "
-                        f"{look_ahead} bytes")
-    finally:
-        await source.aclose()
-    method = exchange.method
-    if values:
-        overrides = method_overrides(headers, exchange.query) | set(values)
+    async def read(self, exchange: Exchange) -> Reply | None:
+        """Classify ``exchange`` by its form body; the answer when the request is refused."""
         try:
-            method = valid_override(exchange.request.method, overrides)
-        except BadRequestTarget as err:
-            return _ambiguous(exchange, "disagreeing_overrides" if len(overrides) > 1 else "invalid_override",
-                              err.message)
-        exchange.notes["method_override"] = "body"
-    if any(value != method for value in late):
-        return _late(exchange)
-    # The rest streams; its part headers are read on.
-    watch = _TailWatch(exchange, finder, sum(map(len, prefix)), method) if finder is not None and not ended else None
-    return FormMethod(method if values else None, prefix, watch)
+            kind = _form_kind(exchange.headers)
+        except Ambiguous as err:
+            return _unreadable(exchange, err)
+        if kind is None:
+            return None
+        fields: _MultipartFields | _UrlencodedFields
+        if isinstance(kind, Boundary):
+            fields = _MultipartFields(exchange, kind, self._look_ahead)
+        else:
+            fields = _UrlencodedFields(exchange, self._look_ahead)
+        body = exchange.body
+        try:
+            await body.peek(fields)
+        except BodyBroken as broken:
+            return broken.reply  # the core's answer to a broken body
+        except Refuse as refused:
+            return refused.reply
+        return self._classify(exchange, fields)
+
+    def _classify(self, exchange: Exchange, fields: _MultipartFields | _UrlencodedFields) -> Reply | None:
+        values, late = fields.values()
+        method = exchange.method
+        if values:
+            overrides = self._overrides | set(values)
+            try:
+                method = valid_override(exchange.request.method, overrides)
+            except BadRequestTarget as err:
+                return _ambiguous(exchange, "disagreeing_overrides" if len(overrides) > 1 else "invalid_override",
+                                  err.message)
+            exchange.notes["method_override"] = "body"
+        if any(value != method for value in late):
+            return _late(exchange)
+        if method != exchange.method:
+            exchange.route, exchange.params = self._matches.route(method)
+            exchange.method = method
+        if isinstance(fields, _MultipartFields) and not fields.ended:
+            fields.watch(method)
+            exchange.body.add_filter(fields, peeked=True)  # the first filter: no policy has run yet
+        return None
 
 
-async def _read_urlencoded(source: AsyncIterator[bytes], prefix: list[bytes], look_ahead: int) -> list[str]:
-    size = 0
-    async for chunk in source:
-        prefix.append(chunk)
-        size += len(chunk)
-        if size > look_ahead:
-            raise _Undecided
-    values = override_fields(b"".join(prefix).decode("latin-1"), encoding="latin-1")
-    if any(len(value) > _MAX_VALUE for value in values):
-        raise Ambiguous("override_value_too_long", f"the {OVERRIDE_FIELD} field is too long for a method")
-    return values
-
-
-async def _read_multipart(source: AsyncIterator[bytes], prefix: list[bytes], finder: _OverrideFinder,
-                          look_ahead: int) -> bool:
-    """Until the first ``_method`` value or file part (the rest is read on as it streams), or the end (True)."""
-    size = 0
-    async for chunk in source:
-        prefix.append(chunk)
-        size += len(chunk)
-        finder.feed(chunk)
-        if finder.pending is not None:
-            raise finder.pending
-        if finder.values or finder.file_seen:
-            return False  # the rest streams (and is read on by _TailWatch)
-        if size > look_ahead:
-            raise _Undecided
-    finder.feed_eof()
-    return True
+def form_method(exchange: Exchange, overrides: set[str], matches: PathMatches, look_ahead: int) -> FormMethod | None:
+    """The form-body step for this request, where it could matter: a POST with a body, whose form body's
+    ``_method`` could route it to a guarded route; None for every other request (nothing is read)."""
+    if exchange.request.method != "POST" or not exchange.has_body:
+        return None
+    if not matches.override_reaches_guard(exchange.route):
+        return None
+    return FormMethod(overrides, matches, look_ahead)

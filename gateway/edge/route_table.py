@@ -10,7 +10,7 @@ from ..config import LoadedConfig
 from ..core.route import Route
 from ..policies import PolicySpec
 
-__all__ = ("RouteTable",)
+__all__ = ("PathMatches", "RouteTable")
 
 
 class RouteTable:
@@ -21,7 +21,7 @@ class RouteTable:
         self.catch_all = catch_all
         # The guarded routes, each with the methods an override would need to reach it (any method: PUT stands for
         # them), worked out once.
-        self._guarded = tuple((r, tuple(r.methods) if r.methods is not None else ("PUT",)) for r in self.routes
+        self.guarded = tuple((r, tuple(r.methods) if r.methods is not None else ("PUT",)) for r in self.routes
                               if r.guarded)
 
     @classmethod
@@ -37,20 +37,49 @@ class RouteTable:
         routes = [route(r.name, r.methods, r.paths, r.prefixes) for r in config.model.routes]
         return cls(routes, route("catch_all", None, (), ()))
 
+    def lookup(self, path: str) -> PathMatches:
+        """``path``'s matches against the table: each route's paths are tried at most once per request, however many
+        methods it is looked up by (its own, then an override's)."""
+        return PathMatches(self, path)
+
     def match(self, method: str, path: str) -> tuple[Route, dict[str, str]]:
-        for route in self.routes:
-            params = route.match(method, path)
+        return self.lookup(path).route(method)
+
+
+class PathMatches:
+    """One request path against a route table: the route for a method, first match wins, each route's patterns
+    tried once (the result kept)."""
+
+    __slots__ = ("_table", "path", "_params")
+
+    def __init__(self, table: RouteTable, path: str) -> None:
+        self._table = table
+        self.path = path
+        self._params: dict[Route, dict[str, str] | None] = {}
+
+    def _of(self, route: Route) -> dict[str, str] | None:
+        try:
+            return self._params[route]
+        except KeyError:
+            params = self._params[route] = route.path_params(self.path)
+            return params
+
+    def route(self, method: str) -> tuple[Route, dict[str, str]]:
+        for route in self._table.routes:
+            if route.methods is not None and method not in route.methods:
+                continue
+            params = self._of(route)
             if params is not None:
                 return route, params
-        return self.catch_all, {}
+        return self._table.catch_all, {}
 
-    def override_reaches_guard(self, route: Route, path: str) -> bool:
-        """Whether a method override could take a request for ``path``, classified on ``route``, to another route
-        whose chain is guarded."""
-        for other, methods in self._guarded:
+    def override_reaches_guard(self, route: Route) -> bool:
+        """Whether a method override could take this request, classified on ``route``, to another route whose chain
+        is guarded."""
+        for other, methods in self._table.guarded:
             # Its own paths first (a regex or two): most requests are for paths no guarded route has.
-            if other is route or not other.matches_path(path):
+            if other is route or self._of(other) is None:
                 continue
-            if any(self.match(method, path)[0] is other for method in methods):
+            if any(self.route(method)[0] is other for method in methods):
                 return True
         return False

@@ -15,12 +15,14 @@ from prometheus_client import Gauge
 
 from ..config import LoadedConfig
 from ..core.exchange import Cut, Delivery, Exchange, Next, Reply, Services
-from ..core.http import new_request_id
+from ..core.reply import internal_error
+from ..core.tracecontext import TraceContext
 from ..ops.access_log import Recorder
 from ..ops.metrics import Metrics
 from ..ops.tracing import Tracing
 from ..rollout import RolloutPlan
-from .classify import EdgeRefusal, classify, read_form_method, reads_form_method
+from .classify import EdgeRefusal, classify
+from .method import FormMethod
 from .route_table import RouteTable
 from .tenancy import TenantResolver
 
@@ -41,6 +43,8 @@ class GatewayState:
     routes: RouteTable
     handlers: dict[str, Next]
     rollout: RolloutPlan
+    body_timeout: float  # server.client_body_timeout
+    look_ahead: int  # server.method_override_look_ahead
 
 
 class InFlight:
@@ -99,10 +103,23 @@ class InFlight:
             for task, (request, exchange) in list(self._serving.items()):
                 if not request.writer.output_size and not task.done():
                     if exchange is not None:
-                        exchange.cut = Cut.SHUTDOWN  # what a policy that undoes its work on the way reads
+                        exchange.record.cut = Cut.SHUTDOWN  # what a policy that undoes its work on the way reads
                     self._cut_tasks.add(task)
                     task.cancel("shutdown deadline")
         return self.running
+
+
+class _Outcome:
+    """What the edge knows of one request by the time it records it."""
+
+    __slots__ = ("exchange", "refusal", "delivery", "status", "client_gone")
+
+    def __init__(self, refusal: EdgeRefusal | None = None) -> None:
+        self.exchange: Exchange | None = None
+        self.refusal = refusal  # refused before routing
+        self.delivery = Delivery()
+        self.status = 0 if refusal is None else refusal.reply.status  # what the client is (being) answered
+        self.client_gone = False
 
 
 class Edge:
@@ -122,89 +139,73 @@ class Edge:
     async def serve(self, request: web.BaseRequest) -> web.StreamResponse:
         """Classify, run the route's chain, write the reply; record the request once, however it ends."""
         started = time.monotonic()
-        state = self._state()
+        trace = self.tracing.begin(request)  # the client's trace continued (or a new one): the server span starts
+        outcome = _Outcome()
         in_flight = self.in_flight
-        exchange: Exchange | None = None
-        refusal: EdgeRefusal | None = None
-        delivery = Delivery()
-        status = 0
-        client_gone = False
-        tracing = self.tracing
-        trace = tracing.begin(request)  # the client's trace continued (or a new one): the server span starts
         in_flight.arrived()
         task = asyncio.current_task(self._loop)
         try:
-            classified = classify(request, started, state.tenants, state.routes, self._services)
-            # Registered once classified (classify does not wait: nothing can be cut before it).
-            in_flight.serving(task, request, classified if isinstance(classified, Exchange) else None)
-            if isinstance(classified, EdgeRefusal):
-                refusal = classified
-                reply = refusal.reply
-            else:
-                exchange = classified
-                exchange.trace = trace
-                try:
-                    refused = None
-                    if reads_form_method(exchange, state.routes):
-                        server = state.config.model.server
-                        refused = await read_form_method(exchange, state.routes, timeout=server.client_body_timeout,
-                                                         look_ahead=server.method_override_look_ahead)
-                    reply = refused or await state.handlers[exchange.route.name](exchange)
-                except asyncio.CancelledError:
-                    if not in_flight.was_cut(task):
-                        raise
-                    # Cut by the shutdown deadline (``InFlight.drain``): answered below, like a chain that returned.
-                    assert task is not None
-                    task.uncancel()
-                    reply = _cut(exchange)
-                except Exception:
-                    log.exception("unhandled error on route %s (request id %s)", exchange.route.name,
-                                  exchange.request_id)
-                    reply = Reply.error(500, "INTERNAL_ERROR", "the gateway failed to handle this request",
-                                        exchange.ensure_request_id())
-            if in_flight.cutting:
-                reply = _cut(exchange)
-            status = reply.status
-            if in_flight.draining or hdrs.UPGRADE in request.headers:
-                # An upgrade is not proxied (the service specifies none): the request is answered as a plain one
-                # (RFC 9110 7.8), and since aiohttp reads nothing more on a connection once asked to upgrade, the
-                # connection closes after the answer instead of leaving a pipelined request unread.
-                reply.close_connection = True
-            try:
-                response = await self._write(request, reply, delivery)
-            except (ConnectionError, asyncio.CancelledError):
-                raise
-            except Exception as err:
-                response = await self._failed_to_write(request, exchange, delivery, err)
-            status = response.status
-            return response
+            return await self._serve(request, started, trace, outcome, task)
         except asyncio.CancelledError:
-            client_gone = True  # aiohttp cancels the handler of a connection the client closed
+            outcome.client_gone = True  # aiohttp cancels the handler of a connection the client closed
             raise
         except ConnectionError:
             # The answer was cut part way: by the client, unless the upstream's body broke off (then its status and
             # the bytes actually sent are recorded, with the upstream error).
-            client_gone = exchange is None or not (exchange.upstream_error or "").startswith("body_")
+            exchange = outcome.exchange
+            outcome.client_gone = exchange is None or not (exchange.record.upstream_error or "").startswith("body_")
             raise
         finally:
             in_flight.done(task)
-            in_flight.left()
-            if in_flight.cutting and not delivery.complete:
-                # Still running at the shutdown deadline: cut. Its status is the one sent, or 503 if none was.
-                status = status if request.writer.output_size else 503
-                if exchange is not None:
-                    exchange.cut = Cut.SHUTDOWN
-            elif client_gone and not delivery.complete:
-                # 499: the client left before it had the whole answer (leaving while the gateway lingers after the
-                # answer does not change what it was answered).
-                status = 499
-            self.recorder.record(
-                request, exchange, status, started,
-                refused=refusal.code if refusal else None, request_id=refusal.request_id if refusal else None,
-                trace=trace,
-            )
-            if trace is not None and tracing.exporting:
-                tracing.end(trace, request, exchange, status, refusal.code if refusal else None)
+            self._record(request, outcome, started, trace)
+
+    async def _serve(self, request: web.BaseRequest, started: float, trace: TraceContext | None, outcome: _Outcome,
+                     task: asyncio.Task[Any] | None) -> web.StreamResponse:
+        state = self._state()
+        in_flight = self.in_flight
+        classified = classify(request, started, state, self._services)
+        if isinstance(classified, EdgeRefusal):
+            outcome.refusal = classified
+            reply = classified.reply
+        else:
+            exchange, form = outcome.exchange, _ = classified
+            exchange.trace = trace
+            # Registered once classified (the head's classification does not wait: nothing can be cut before it).
+            in_flight.serving(task, request, exchange)
+            reply = await self._run(exchange, form, state, task)
+        if in_flight.cutting:
+            reply = _cut(outcome.exchange)
+        outcome.status = reply.status
+        if in_flight.draining or hdrs.UPGRADE in request.headers:
+            # An upgrade is not proxied (the service specifies none): the request is answered as a plain one
+            # (RFC 9110 7.8), and since aiohttp reads nothing more on a connection once asked to upgrade, the
+            # connection closes after the answer instead of leaving a pipelined request unread.
+            reply.close_connection = True
+        try:
+            response = await self._write(request, reply, outcome.delivery)
+        except (ConnectionError, asyncio.CancelledError):
+            raise
+        except Exception as err:
+            response = await self._failed_to_write(request, outcome.exchange, outcome.delivery, err)
+        outcome.status = response.status
+        return response
+
+    async def _run(self, exchange: Exchange, form: FormMethod | None, state: GatewayState,
+                   task: asyncio.Task[Any] | None) -> Reply:
+        """The last step of classification (a form body's ``_method``, where it matters), then the route's chain."""
+        try:
+            refused = await form.read(exchange) if form is not None else None
+            return refused or await state.handlers[exchange.route.name](exchange)
+        except asyncio.CancelledError:
+            if not self.in_flight.was_cut(task):
+                raise
+            # Cut by the shutdown deadline (``InFlight.drain``): answered by the caller, like a chain that returned.
+            assert task is not None
+            task.uncancel()
+            return _cut(exchange)
+        except Exception:
+            log.exception("unhandled error on route %s (request id %s)", exchange.route.name, exchange.request_id)
+            return internal_error(exchange.ensure_request_id())
 
     async def serve_unparsed(
         self, request: web.BaseRequest, status: int, exc: BaseException | None
@@ -223,19 +224,40 @@ class Edge:
     async def _refuse(self, request: web.BaseRequest, refusal: EdgeRefusal, *,
                       parsed: bool = True) -> web.StreamResponse:
         started = time.monotonic()
-        status = refusal.reply.status
-        delivery = Delivery()
         trace = self.tracing.begin(request, parsed=parsed)
+        outcome = _Outcome(refusal)
         self.in_flight.arrived()
         try:
-            return await self._write(request, refusal.reply, delivery)
+            return await self._write(request, refusal.reply, outcome.delivery)
+        except (asyncio.CancelledError, ConnectionError):
+            outcome.client_gone = True
+            raise
         finally:
-            self.in_flight.left()
-            status = status if delivery.complete else 499
-            self.recorder.record(request, None, status, started, refused=refusal.code, request_id=refusal.request_id,
-                                 trace=trace)
-            if trace is not None:
-                self.tracing.end(trace, request, None, status, refusal.code)
+            self._record(request, outcome, started, trace)
+
+    def _record(self, request: web.BaseRequest, outcome: _Outcome, started: float, trace: TraceContext | None
+                ) -> None:
+        """The one record of every request, served or refused: what the client was answered (499 when it left
+        first, 503 when the shutdown cut it), its metrics, usage and access-log line, and the end of its span."""
+        in_flight = self.in_flight
+        in_flight.left()
+        exchange, refusal, status = outcome.exchange, outcome.refusal, outcome.status
+        if in_flight.cutting and not outcome.delivery.complete and refusal is None:
+            # Still running at the shutdown deadline: cut. Its status is the one sent, or 503 if none was.
+            status = status if request.writer.output_size else 503
+            if exchange is not None:
+                exchange.record.cut = Cut.SHUTDOWN
+        elif (outcome.client_gone or refusal is not None) and not outcome.delivery.complete:
+            # 499: the client left before it had the whole answer (leaving while the gateway lingers after the
+            # answer does not change what it was answered).
+            status = 499
+        if exchange is not None:
+            exchange.close_body()
+        code = refusal.code if refusal is not None else None
+        self.recorder.record(request, exchange, status, started, refused=code,
+                             request_id=refusal.request_id if refusal is not None else None, trace=trace)
+        if trace is not None and self.tracing.exporting:
+            self.tracing.end(trace, request, exchange, status, code)
 
     async def _failed_to_write(self, request: web.BaseRequest, exchange: Exchange | None, delivery: Delivery,
                                err: Exception) -> web.StreamResponse:
@@ -244,9 +266,8 @@ class Edge:
         log.error("unhandled error writing the answer on route %s", route, exc_info=err)
         if request.writer.output_size:
             raise ConnectionResetError("the answer failed part way") from err
-        rid = exchange.ensure_request_id() if exchange else new_request_id()
-        failed = Reply.error(500, "INTERNAL_ERROR", "the gateway failed to handle this request", rid)
-        return await self._write(request, failed, delivery)
+        return await self._write(request, internal_error(exchange.ensure_request_id() if exchange else None),
+                                 delivery)
 
 
 def _cut(exchange: Exchange | None) -> Reply:
@@ -254,8 +275,9 @@ def _cut(exchange: Exchange | None) -> Reply:
     abandoned) is not the upstream's doing."""
     rid = None
     if exchange is not None:
-        exchange.cut = Cut.SHUTDOWN
-        exchange.upstream_error = exchange.upstream_error_kind = None
+        record = exchange.record
+        record.cut = Cut.SHUTDOWN
+        record.upstream_error = record.upstream_error_kind = None
         rid = exchange.ensure_request_id()
     reply = Reply.error(503, "SHUTTING_DOWN", "the gateway stopped before this request could finish", rid)
     reply.close_connection = True

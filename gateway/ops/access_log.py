@@ -88,17 +88,18 @@ class Recorder:
             client = token_fingerprint(request.headers.get(hdrs.AUTHORIZATION))
         else:
             tenant, route, method, path = exchange.tenant.name, exchange.route.name, exchange.method, exchange.path
-            upstream, rid, client = exchange.upstream_seconds, exchange.request_id, exchange.client
-            if exchange.upstream_error_kind is not None:
-                metrics.upstream_errors.labels(exchange.upstream_error_kind).inc()
+            seen = exchange.record
+            upstream, rid, client = seen.upstream_seconds, exchange.request_id, exchange.client
+            if seen.upstream_error_kind is not None:
+                metrics.upstream_errors.labels(seen.upstream_error_kind).inc()
             if exchange.body_error is BodyError.TIMEOUT:
                 metrics.client_timeouts.labels("body").inc()
-            for reason in exchange.upstream_retries:
+            for reason in seen.upstream_retries:
                 metrics.upstream_retries.labels(reason).inc()
-            if exchange.queue_full:
+            if seen.queue_full:
                 metrics.upstream_busy.inc()
-            if exchange.subrequests:
-                self._subrequests(exchange.tenant.name, exchange.subrequests)
+            if seen.subrequests:
+                self._subrequests(exchange.tenant.name, seen.subrequests)
             if exchange.decisions and self.usage is not None:
                 self.usage.record(exchange.decisions, client, request.headers.get(hdrs.USER_AGENT), tenant)
         if refused is not None:
@@ -135,15 +136,16 @@ class Recorder:
             notes = _notes(exchange)
             if notes:
                 record["notes"] = notes
-            if exchange.upstream_error:
-                record["upstream_error"] = exchange.upstream_error
-            if exchange.upstream_retries:
-                record["upstream_retries"] = exchange.upstream_retries
+            seen = exchange.record
+            if seen.upstream_error:
+                record["upstream_error"] = seen.upstream_error
+            if seen.upstream_retries:
+                record["upstream_retries"] = seen.upstream_retries
             if exchange.body_error:
                 record["body_error"] = exchange.body_error
-            if exchange.subrequests:
+            if seen.subrequests:
                 counts: dict[str, dict[str, int]] = {}
-                for sub in exchange.subrequests:
+                for sub in seen.subrequests:
                     per = counts.setdefault(sub.purpose, {})
                     result = str(sub.status) if sub.error is None else sub.error
                     per[result] = per.get(result, 0) + 1
@@ -170,13 +172,14 @@ class Recorder:
 def _notes(exchange: Exchange) -> dict[str, str]:
     """The line's ``notes``: what the gateway itself noted (an upstream queue that was full, a cut), then the
     policies' own."""
-    if not exchange.queue_full and exchange.cut is None:
+    seen = exchange.record
+    if not seen.queue_full and seen.cut is None:
         return exchange.notes
     own: dict[str, str] = {}
-    if exchange.queue_full:
+    if seen.queue_full:
         own["queue"] = "full"
-    if exchange.cut is not None:
-        own["cut"] = exchange.cut
+    if seen.cut is not None:
+        own["cut"] = seen.cut
     return {**own, **exchange.notes}
 
 

@@ -348,9 +348,9 @@ class SpanExport:
                 attributes[f"gateway.decision.{policy}"] = decision
             for key, note in exchange.notes.items():
                 attributes[f"gateway.note.{key}"] = note
-            if exchange.upstream_error:
-                attributes["gateway.upstream_error"] = exchange.upstream_error
-                error = exchange.upstream_error_kind
+            if exchange.record.upstream_error:
+                attributes["gateway.upstream_error"] = exchange.record.upstream_error
+                error = exchange.record.upstream_error_kind
             if exchange.body_error:
                 attributes["gateway.body_error"] = exchange.body_error
         if status >= 500:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from typing import Protocol
 
 import aiohttp
 from aiohttp import hdrs
@@ -20,22 +21,20 @@ from multidict import CIMultiDict, CIMultiDictProxy, istr
 from ..core.exchange import (
     Body,
     BodyBroken,
-    BodyError,
+    ClientBody,
+    CoreRecord,
     Exchange,
-    Refuse,
     Reply,
     Services,
-    SubRequest,
     UpstreamError,
     UpstreamFailed,
 )
 from ..core.http import HOP_BY_HOP, connection_tokens
 from ..core.tracecontext import TRACEPARENT, TRACESTATE, ClientSpan
 from .gate import Gate
-from .request_body import RequestBody, client_chunks
 from .upstream import Response, UpstreamClient
 
-__all__ = ("ProxyCore", "VIA", "body_error_reply", "filtered_body", "upstream_error_reply")
+__all__ = ("ProxyCore", "VIA", "upstream_error_reply")
 
 VIA = "1.1 deprecation-gateway"
 # Dropped from the request on top of hop-by-hop headers: the gateway answers Expect itself (ensure_continue); the
@@ -79,8 +78,7 @@ def _forwarded_element(ip: str, proto: str, host: str | None) -> str:
 def upstream_error_reply(exchange: Exchange, err: BaseException) -> Reply:
     """The answer to an upstream that could not be reached or broke before its response head."""
     status, kind, code, message = _error_kind(err)
-    exchange.upstream_error_kind = kind
-    exchange.upstream_error = f"{kind}: {type(err).__name__}"
+    exchange.record.upstream_failed(kind, f"{kind}: {type(err).__name__}")
     return Reply.error(status, code, message, exchange.ensure_request_id())
 
 
@@ -94,31 +92,6 @@ def _error_kind(err: BaseException) -> tuple[int, UpstreamError, str, str]:
     else:
         status, kind, code, message = 502, UpstreamError.OTHER, "UPSTREAM_ERROR", "the upstream service sent an invalid response"
     return status, kind, code, message
-
-
-def body_error_reply(exchange: Exchange) -> Reply:
-    """The answer to a request whose body could not be read to its end (``exchange.body_error`` says why)."""
-    if exchange.body_error is BodyError.TIMEOUT:
-        reply = Reply.error(408, "CLIENT_BODY_TIMEOUT", "the request body stopped arriving", exchange.ensure_request_id())
-    else:
-        # "malformed": the client is still there; "aborted": nobody reads it (the access log says 499).
-        reply = Reply.error(400, "MALFORMED_BODY", "the request body is malformed or was cut off",
-                            exchange.ensure_request_id())
-    reply.close_connection = True  # the rest of the body is unread: the connection cannot carry another request
-    return reply
-
-
-async def filtered_body(exchange: Exchange, timeout: float) -> RequestBody | Reply:
-    """The client's body through the exchange's request filters, read until they let a first byte through (or it
-    ended): nothing may be sent upstream before. The answer instead when a filter refused or the body broke."""
-    body = RequestBody(exchange, timeout)
-    try:
-        await body.prime()
-    except Refuse as refused:
-        return refused.reply
-    except ConnectionError:
-        return body_error_reply(exchange)
-    return body
 
 
 class UpstreamBody(Body):
@@ -150,8 +123,7 @@ class UpstreamBody(Body):
             kind = UpstreamError.TIMEOUT if isinstance(err, asyncio.TimeoutError) else UpstreamError.RESET
             exchange = self._exchange
             if self._record:
-                exchange.upstream_error_kind = kind
-                exchange.upstream_error = f"body_{kind}"
+                exchange.record.upstream_failed(kind, f"body_{kind}")
             status, code = (504, "UPSTREAM_TIMEOUT") if kind is UpstreamError.TIMEOUT else (502, "UPSTREAM_RESET")
             raise BodyBroken(Reply.error(status, code, "the upstream service's response broke off part way",
                                          exchange.ensure_request_id())) from err
@@ -198,7 +170,7 @@ def _is_forwarding(name: str) -> bool:
 
 
 class _NoAnswer(Exception):
-    """The upstream gave no usable response head (``ProxyCore.send``): ``kind`` says why, ``reply`` is the proxy
+    """The upstream gave no usable response head (``ProxyCore._transmit``): ``kind`` says why, ``reply`` is the proxy
     core's answer for it."""
 
     def __init__(self, kind: UpstreamError, reply: Reply) -> None:
@@ -207,17 +179,45 @@ class _NoAnswer(Exception):
         self.reply = reply
 
 
+class _Road(Protocol):
+    """What one upstream request records of itself: the client's own on the exchange's record (``_ClientRoad``), a
+    policy's own as a ``SubRequest``."""
+
+    def busy(self, seconds: float) -> None: ...
+    def failed(self, kind: UpstreamError, seconds: float) -> None: ...
+    def answered(self, status: int, seconds: float) -> None: ...
+
+
+class _ClientRoad:
+    """The client's own request: its time to the response head, and a full queue (its failures are recorded with
+    the answer made for them, ``upstream_error_reply``)."""
+
+    __slots__ = ("_record",)
+
+    def __init__(self, record: CoreRecord) -> None:
+        self._record = record
+
+    def busy(self, seconds: float) -> None:
+        self._record.queue_full = True
+
+    def failed(self, kind: UpstreamError, seconds: float) -> None:
+        return
+
+    def answered(self, status: int, seconds: float) -> None:
+        self._record.upstream_seconds = seconds
+
+
 class ProxyCore(Services):
     """Forwards a classified request to its tenant's upstream over the pooled connections of one client; does the
-    same for the requests of a policy's own (``Exchange.fetch``). Both go through ``send``: the one road."""
+    same for the requests of a policy's own (``Exchange.fetch``). Each has its header builder (``client_headers``,
+    ``own_headers``, over the same forwarding headers); both go through ``_transmit``: the one road."""
 
     def __init__(self, client: UpstreamClient, *, trust_forwarded: bool = False, forwarded_header: bool = False,
-                 body_timeout: float = 60.0, max_concurrent_per_tenant: int = 0, queue_timeout: float = 1.0) -> None:
+                 max_concurrent_per_tenant: int = 0, queue_timeout: float = 1.0) -> None:
         self.client = client
         self.trust_forwarded = trust_forwarded
         self.forwarded_header = forwarded_header  # emit RFC 7239 Forwarded
         self._drop_names = _REQUEST_DROP if trust_forwarded else _UNTRUSTED_DROP
-        self.body_timeout = body_timeout
         self.max_concurrent = max_concurrent_per_tenant  # 0: no bound but the pool's
         self.queue_timeout = queue_timeout
         self._gates: dict[str, Gate] = {}
@@ -230,102 +230,107 @@ class ProxyCore(Services):
 
     # --- the one road ----------------------------------------------------------------------------------------------
 
-    async def send(self, exchange: Exchange, method: str, path: str, query: str,
-                   body: AsyncIterable[bytes] | None, *, own: Mapping[str, str] | None = None,
-                   purpose: str | None = None) -> tuple[Response, Gate | None]:
-        """Every request the gateway sends upstream goes through here: the client's own (``purpose`` None: the
-        client's headers, filtered) and each of a policy's own (``own``: the only headers of its choosing).
-
-        Here, and only here: the headers are built (``headers``: Host, the forwarding headers, Via, the request id),
-        the tenant's turn in ``max_concurrent_per_tenant`` is taken, the request is sent with the upstream client's
-        retry policy and timeouts, and what happened is recorded on the exchange (for the access log and the
-        metrics). Returns the response (head read, body streaming) and the turn to give back once its body is done
-        with; raises ``_NoAnswer`` (no response head), or what the request body raised."""
-        prefix = exchange.tenant.upstream_prefix
+    def _span(self, exchange: Exchange, method: str, path: str, purpose: str | None
+              ) -> tuple[ClientSpan | None, str | None]:
+        """The upstream request's place in the trace: a span of the gateway's own when it is exported (told its end
+        by ``_transmit``), and the ``traceparent`` it is sent."""
         trace = exchange.trace
-        span: ClientSpan | None = None
         if trace is None:
-            traceparent = None
-        elif trace.recording:  # a span of the gateway's own, exported: told its end below
-            span = trace.client_span(method, prefix + path, purpose)
-            traceparent = span.traceparent
-        else:  # a span of the gateway's own that nobody records: its traceparent is all there is of it
-            traceparent = trace.traceparent()
-        headers = self.headers(exchange, own, client=purpose is None, traceparent=traceparent)
-        if purpose is None and exchange.request_filters and any(f.changes_length for f in exchange.request_filters):
-            headers.popall(hdrs.CONTENT_LENGTH, None)
-        record: SubRequest | None = None
-        if purpose is not None:
-            record = SubRequest(purpose, method)
-            if exchange.subrequests is None:
-                exchange.subrequests = []
-            exchange.subrequests.append(record)
+            return None, None
+        if trace.recording:
+            span = trace.client_span(method, exchange.tenant.upstream_prefix + path, purpose)
+            return span, span.traceparent
+        return None, trace.traceparent()  # a span nobody records: its traceparent is all there is of it
+
+    async def _transmit(self, exchange: Exchange, method: str, target: str, headers: CIMultiDict[str],
+                        body: AsyncIterable[bytes] | None, road: _Road, span: ClientSpan | None
+                        ) -> tuple[Response, Gate | None]:
+        """Every request the gateway sends upstream goes through here, its headers built: the tenant's turn in
+        ``max_concurrent_per_tenant`` is taken, the request is sent with the upstream client's retry policy and
+        timeouts, and ``road`` and ``span`` are told what happened. Returns the response (head read, body streaming)
+        and the turn to give back once its body is done with; raises ``_NoAnswer`` (no response head), or what the
+        request body raised."""
         started = time.monotonic()
-        turn = await self._turn(exchange) if self.max_concurrent else None
-        if isinstance(turn, Reply):
-            if record is not None:
-                record.error, record.seconds = UpstreamError.BUSY, time.monotonic() - started
-            else:
-                exchange.queue_full = True
+        gate = await self._turn(exchange) if self.max_concurrent else None
+        if isinstance(gate, Reply):
+            road.busy(time.monotonic() - started)
             if span is not None:
                 span.end(error=UpstreamError.BUSY)
-            raise _NoAnswer(UpstreamError.BUSY, turn)
-        gate = turn
+            raise _NoAnswer(UpstreamError.BUSY, gate)
         started = time.monotonic()
-        retries = len(exchange.upstream_retries)
+        retries = exchange.record.upstream_retries
+        before = len(retries)
         try:
-            response = await self.client.request_to(method, prefix, path + "?" + query if query else path, headers,
-                                                    body, exchange.upstream_retries)
+            response = await self.client.request_to(method, exchange.tenant.upstream_prefix, target, headers, body,
+                                                    retries)
         except BaseException as err:
             if gate is not None:
                 gate.leave()
             if not isinstance(err, _UPSTREAM_ERRORS):
                 if span is not None:  # the client left, or its body broke or was refused part way
-                    span.end(error="abandoned", retries=len(exchange.upstream_retries) - retries)
+                    span.end(error="abandoned", retries=len(retries) - before)
                 raise
             status, kind, code, message = _error_kind(err)
-            if record is not None:
-                record.error, record.seconds = kind, time.monotonic() - started
+            road.failed(kind, time.monotonic() - started)
             if span is not None:
-                span.end(error=kind, retries=len(exchange.upstream_retries) - retries)
+                span.end(error=kind, retries=len(retries) - before)
             raise _NoAnswer(kind, Reply.error(status, code, message, exchange.ensure_request_id())) from err
-        seconds = time.monotonic() - started
-        if record is not None:
-            record.status, record.seconds = response.status, seconds
-        else:
-            exchange.upstream_seconds = seconds
+        road.answered(response.status, time.monotonic() - started)
         if span is not None:
-            span.end(response.status, retries=len(exchange.upstream_retries) - retries)
+            span.end(response.status, retries=len(retries) - before)
         return response, gate
 
-    def headers(self, exchange: Exchange, own: Mapping[str, str] | None = None, *, client: bool = True,
-                traceparent: str | None = None) -> CIMultiDict[str]:
-        """The headers of one upstream request of ``exchange``, Host first (where aiohttp puts it).
+    def client_headers(self, exchange: Exchange, traceparent: str | None = None) -> CIMultiDict[str]:
+        """The client's own request's headers, Host first (where aiohttp puts it): the client's headers without
+        hop-by-hop ones, then the forwarding headers (``_forwarding``), then what the policies asked for
+        (``exchange.upstream_headers``)."""
+        request = exchange.request
+        host, upstream_host = self._host(exchange)
+        headers = CIMultiDict(((hdrs.HOST, upstream_host),))
+        headers.extend(self._passed(exchange))
+        if hdrs.CONTENT_LENGTH in headers:
+            if exchange.has_body and exchange.body.changes_length:
+                del headers[hdrs.CONTENT_LENGTH]  # a filter may change it: sent chunked
+            else:
+                headers[hdrs.CONTENT_LENGTH] = str(request.content_length)  # "05" reaches the upstream as "5"
+        self._forwarding(exchange, headers, host, traceparent)
+        for name, value in exchange.upstream_headers.items():
+            if value is None:
+                headers.popall(name, None)
+            else:
+                headers[name] = value
+        return headers
 
-        The client's own request (``client``): the client's headers without hop-by-hop ones, then the forwarding
-        headers, Via, the request id, and what the policies asked for (``exchange.upstream_headers``). A request of
-        a policy's own: Host, the same forwarding headers, Via and request id, then ``own``; nothing else of the
-        client's. Either carries the trace context given (``traceparent``, and the client's ``tracestate``),
-        never the client's own headers of it.
+    def own_headers(self, exchange: Exchange, own: Mapping[str, str], traceparent: str | None = None
+                    ) -> CIMultiDict[str]:
+        """A policy's own request's headers: Host, the forwarding headers where they pass (they pass on every
+        request), the gateway's forwarding headers (``_forwarding``), then ``own``; nothing else of the client's."""
+        host, upstream_host = self._host(exchange)
+        headers = CIMultiDict(((hdrs.HOST, upstream_host),))
+        headers.extend((name, value) for name, value in self._passed(exchange).items() if _is_forwarding(name))
+        self._forwarding(exchange, headers, host, traceparent)
+        headers.update(own)
+        return headers
+
+    def _passed(self, exchange: Exchange) -> CIMultiDict[str]:
+        """The client's headers that may pass: without hop-by-hop ones (and, from an untrusted hop, its claims)."""
+        incoming = exchange.request.headers
+        passed = CIMultiDict(incoming)
+        _drop(passed, self._drop_names, incoming)
+        return passed
+
+    def _forwarding(self, exchange: Exchange, headers: CIMultiDict[str], host: str | None,
+                    traceparent: str | None) -> None:
+        """The gateway's forwarding headers, the same on both roads, and the trace context given (``traceparent``,
+        and the client's ``tracestate``), never the client's own headers of it.
 
         ``X-Forwarded-For``: every line the client sent, combined, then the client's address appended. Without
         ``trust_forwarded_headers`` the client's ``Forwarded``, ``X-Real-IP`` and ``X-Client-IP`` are removed and
         ``X-Forwarded-Proto``/``-Host`` set by the gateway: the upstream sees no address the gateway does not vouch
         for as the last hop's. With ``forwarded_header``, an RFC 7239 ``Forwarded`` element for this hop is sent
-        (appended to the client's only when it is trusted)."""
+        (appended to the client's only when it is trusted). Then ``Via`` and the request id."""
         request = exchange.request
         incoming = request.headers
-        host, upstream_host = self._host(exchange)
-        passed = CIMultiDict(incoming)
-        _drop(passed, self._drop_names, incoming)
-        headers = CIMultiDict(((hdrs.HOST, upstream_host),))
-        if client:
-            headers.extend(passed)
-            if hdrs.CONTENT_LENGTH in headers:
-                headers[hdrs.CONTENT_LENGTH] = str(request.content_length)  # "05" reaches the upstream as "5"
-        else:
-            # Of the client's headers, the forwarding ones only: where they pass, they pass on every request.
-            headers.extend((name, value) for name, value in passed.items() if _is_forwarding(name))
         client_ip = request.remote or "unknown"
         claimed = [v.strip() for v in incoming.getall(hdrs.X_FORWARDED_FOR, ()) if v.strip()]
         headers[hdrs.X_FORWARDED_FOR] = ", ".join([*claimed, client_ip])
@@ -346,15 +351,6 @@ class ProxyCore(Services):
             tracestate = exchange.trace.tracestate if exchange.trace is not None else ""
             if tracestate:
                 headers[TRACESTATE] = tracestate
-        if client:
-            for name, value in exchange.upstream_headers.items():
-                if value is None:
-                    headers.popall(name, None)
-                else:
-                    headers[name] = value
-        elif own:
-            headers.update(own)
-        return headers
 
     # --- a policy's own requests ----------------------------------------------------------------------------------
 
@@ -372,86 +368,76 @@ class ProxyCore(Services):
             data = _one_chunk(body) if body else None
         else:
             data = body
+        road = exchange.record.subrequest(purpose, method)
+        span, traceparent = self._span(exchange, method, path, purpose)
+        sent = self.own_headers(exchange, own, traceparent)
         try:
-            upstream, gate = await self.send(exchange, method, path, query, data, own=own, purpose=purpose)
+            upstream, gate = await self._transmit(exchange, method, _target(path, query), sent, data, road, span)
         except _NoAnswer as failed:
             raise UpstreamFailed(failed.kind, failed.reply) from failed.__cause__
         if not 200 <= upstream.status <= 599:
             # No interim answer is expected (no Expect is sent) and none is relayed: a 1xx here is as invalid as 999.
-            upstream.close()
-            if gate is not None:
-                gate.leave()
-            assert exchange.subrequests is not None
-            exchange.subrequests[-1].error = UpstreamError.OTHER
-            raise UpstreamFailed(UpstreamError.OTHER, Reply.error(502, "UPSTREAM_ERROR", "the upstream service sent an invalid "
-                                                      "response", exchange.ensure_request_id()))
+            _let_go(upstream, gate, close=True)
+            road.error = UpstreamError.OTHER
+            raise UpstreamFailed(UpstreamError.OTHER, _invalid_response(exchange))
         raw = upstream.headers
         answer = CIMultiDict(raw)
         _drop(answer, _RESPONSE_DROP, raw)
         length = _declared_length(raw)
         if method == "HEAD" or upstream.status in _NO_BODY_STATUS:
-            upstream.release()
-            if gate is not None:
-                gate.leave()
+            _let_go(upstream, gate)
             return Reply(upstream.status, answer, _Declared(length), reason=upstream.reason)
         return Reply(upstream.status, answer, UpstreamBody(upstream, exchange, length, gate, record=False),
                      reason=upstream.reason)
 
-    def client_body(self, exchange: Exchange, *, idle_timeout: float | None = None) -> AsyncGenerator[bytes, None]:
-        return _client_body(exchange, self.body_timeout if idle_timeout is None else idle_timeout)
-
-    def upstream_headers(self, exchange: Exchange) -> CIMultiDict[str]:
-        """The client's own request's headers (``headers``)."""
-        return self.headers(exchange)
-
     # --- the client's request -------------------------------------------------------------------------------------
 
     async def __call__(self, exchange: Exchange) -> Reply:
-        body: AsyncIterable[bytes] | None = None
-        filtered: RequestBody | None = None
+        body: ClientBody | None = None
         if exchange.has_body:
-            if exchange.request_filters:
-                primed = await filtered_body(exchange, self.body_timeout)
-                if isinstance(primed, Reply):
-                    return primed
-                body = filtered = primed
-            else:
-                body = client_chunks(exchange, self.body_timeout)
+            body = exchange.body
+            refused = await body.prime()
+            if refused is not None:
+                return refused
+        # The classified (effective) method, not the request line's: an upstream that ignores a method override
+        # must not act on a method whose route chain the request never went through.
+        method = exchange.method
+        span, traceparent = self._span(exchange, method, exchange.path, None)
+        headers = self.client_headers(exchange, traceparent)
         try:
-            # The classified (effective) method, not the request line's: an upstream that ignores a method override
-            # must not act on a method whose route chain the request never went through.
-            upstream, gate = await self.send(exchange, exchange.method, exchange.path, exchange.query, body)
+            upstream, gate = await self._transmit(exchange, method, _target(exchange.path, exchange.query), headers,
+                                                  body, _ClientRoad(exchange.record), span)
         except _NoAnswer as failed:
-            if failed.kind is UpstreamError.BUSY:
-                if exchange.has_body:
-                    failed.reply.close_connection = True  # its body is unread
-                return failed.reply
-            if filtered is not None and filtered.refused is not None:
-                return filtered.refused.reply
-            if exchange.body_error is not None:
-                return body_error_reply(exchange)
-            cause = failed.__cause__
-            assert cause is not None
-            return upstream_error_reply(exchange, cause)
+            return self._no_answer(exchange, failed)
         if upstream.status == 101:
             # The gateway asks for no upgrade (Upgrade is hop-by-hop): a switch of protocols it did not ask for cannot
             # be relayed, and the connection can no longer be read as HTTP.
-            upstream.close()
-            if gate is not None:
-                gate.leave()
-            exchange.upstream_error_kind = UpstreamError.OTHER
-            exchange.upstream_error = "other: unsolicited 101"
+            _let_go(upstream, gate, close=True)
+            exchange.record.upstream_failed(UpstreamError.OTHER, "other: unsolicited 101")
             return Reply.error(502, "UPSTREAM_UPGRADE", "the upstream service switched protocols unasked",
                                exchange.ensure_request_id())
         if not 100 <= upstream.status <= 599:
-            upstream.close()
-            if gate is not None:
-                gate.leave()
-            exchange.upstream_error_kind = UpstreamError.OTHER
-            exchange.upstream_error = f"other: status {upstream.status}"
-            return Reply.error(502, "UPSTREAM_ERROR", "the upstream service sent an invalid response",
-                               exchange.ensure_request_id())
+            _let_go(upstream, gate, close=True)
+            exchange.record.upstream_failed(UpstreamError.OTHER, f"other: status {upstream.status}")
+            return _invalid_response(exchange)
         return self._reply(upstream, exchange, gate)
+
+    def _no_answer(self, exchange: Exchange, failed: _NoAnswer) -> Reply:
+        """The answer to a client's request that got no response head: busy, refused or broken on the way (its
+        body), or the upstream's failure."""
+        if failed.kind is UpstreamError.BUSY:
+            if exchange.has_body:
+                failed.reply.close_connection = True  # its body is unread
+            return failed.reply
+        if exchange.has_body:
+            body = exchange.body
+            if body.refused is not None:
+                return body.refused.reply
+            if body.error is not None:
+                return body.broken_reply()
+        cause = failed.__cause__
+        assert cause is not None
+        return upstream_error_reply(exchange, cause)
 
     async def _turn(self, exchange: Exchange) -> Gate | Reply | None:
         """The tenant's turn in ``max_concurrent_per_tenant``: its gate (to leave once the upstream is done with), None
@@ -479,27 +465,34 @@ class ProxyCore(Services):
         content = upstream.content
         result: bytes | Body
         if exchange.method == "HEAD" or status in _NO_BODY_STATUS or status < 200:
-            upstream.release()
             result = _Declared(length)
         elif content.is_eof() and content.exception() is None:
             # The whole body is here: it leaves with the head in one write.
             result = content.read_nowait()
-            upstream.release()
         else:
             return Reply(status, headers, UpstreamBody(upstream, exchange, length, gate), reason=upstream.reason)
-        if gate is not None:
-            gate.leave()
+        _let_go(upstream, gate)
         return Reply(status, headers, result, reason=upstream.reason)
+
+
+def _target(path: str, query: str) -> str:
+    return path + "?" + query if query else path
+
+
+def _let_go(upstream: Response, gate: Gate | None, *, close: bool = False) -> None:
+    """The response is done with: its connection back to the pool (or closed), and the tenant's turn given back."""
+    if close:
+        upstream.close()
+    else:
+        upstream.release()
+    if gate is not None:
+        gate.leave()
+
+
+def _invalid_response(exchange: Exchange) -> Reply:
+    return Reply.error(502, "UPSTREAM_ERROR", "the upstream service sent an invalid response",
+                       exchange.ensure_request_id())
 
 
 async def _one_chunk(data: bytes) -> AsyncIterator[bytes]:
     yield data
-
-
-async def _client_body(exchange: Exchange, timeout: float) -> AsyncGenerator[bytes, None]:
-    """``client_chunks`` for a policy: a failure is ``BodyBroken`` with the proxy core's answer."""
-    try:
-        async for chunk in client_chunks(exchange, timeout):
-            yield chunk
-    except ConnectionError as err:
-        raise BodyBroken(body_error_reply(exchange)) from err

@@ -152,7 +152,7 @@ class _Wrap(ResponseBodyFilter):
 def _policy(name: str, request_filter: RequestBodyFilter | None, response_filter: ResponseBodyFilter | None) -> Policy:
     async def policy(exchange: Exchange, next: Next) -> Reply:
         if request_filter is not None:
-            exchange.request_filters.append(request_filter)
+            exchange.body.add_filter(request_filter)
         reply = await next(exchange)
         if response_filter is not None:
             reply.add_filter(response_filter)

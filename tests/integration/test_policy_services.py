@@ -128,7 +128,7 @@ async def test_a_fetch_whose_body_breaks_off_does_not_mark_the_clients_request(s
         try:
             await got.read(1 << 20)
         except Exception as err:  # BodyUnavailable: the reply became the core's 502
-            errors.append((type(err).__name__, got.status, exchange.upstream_error))
+            errors.append((type(err).__name__, got.status, exchange.record.upstream_error))
         return Reply.json(200, {"fallback": True})
 
     _route_through(gw, [bridge])
@@ -145,7 +145,7 @@ async def test_a_policy_reads_the_clients_body_itself(upstream: RecordingUpstrea
         digest = hashlib.sha256()
         size = 0
         try:
-            async for chunk in exchange.client_body():
+            async for chunk in exchange.body.take_over():
                 digest.update(chunk)
                 size += len(chunk)
         except BodyBroken as broken:
@@ -168,7 +168,7 @@ async def test_a_body_that_stops_arriving_is_the_core_408(start_gateway: Gateway
 
     async def consume(exchange: Exchange, next: Next) -> Reply:
         try:
-            async for _ in exchange.client_body():
+            async for _ in exchange.body.take_over():
                 pass
         except BodyBroken as err:
             broken.append(exchange.body_error)

@@ -37,7 +37,6 @@ from ..base import BuildContext, PolicySpec
 from .multipart_sniffer import MultipartSniffer, Verdict
 from .multipart_splitter import MultipartSplitter
 from .upgrade import PATH_TEMPLATE_PATTERN, GuardHooks, Upgrade, UpgradeFamilies, UpgradeOptions
-from .upgrade.body import chained
 
 if TYPE_CHECKING:
     from ...core.tenants import Tenant
@@ -309,13 +308,12 @@ async def _enforce_file_parts(exchange: Exchange, next: Next, settings: _Setting
     if not exchange.has_body:
         return _refuse_unbridged(exchange, settings, Ambiguous("unterminated_body", "the multipart body is empty"),
                                  upgrade)
-    if upgrade is not None and not exchange.request_filters:
+    if upgrade is not None and not exchange.body.filters:
         # The guard is the first to read the body (it sees it as the client sent it): it may hand it to the bridge.
         return await _read_then_decide(exchange, next, settings, upgrade, boundary)
     # The proxy core reads the body (inviting it with 100 Continue only now) and shows it to the filter, which holds
     # it until it decides: nothing reaches the upstream before, and nothing at all if it refuses.
-    body_filter = _FileParts(exchange, settings, settings.sniffer(boundary))
-    exchange.request_filters.append(body_filter)
+    exchange.body.add_filter(_FileParts(exchange, settings, settings.sniffer(boundary)))
     reply = await next(exchange)
     if NAME not in exchange.decisions and exchange.body_error is not None:
         _refused_incomplete(exchange, settings)
@@ -329,45 +327,24 @@ async def _enforce_file_parts(exchange: Exchange, next: Next, settings: _Setting
 
 async def _read_then_decide(exchange: Exchange, next: Next, settings: _Settings, upgrade: Upgrade,
                             boundary: Boundary) -> Reply:
-    """With the bridge: the guard reads the start of the body itself, through the same filter (the same rules, the
-    same look-ahead and idle timeout) the proxy core would run it through, and then takes one explicit step: a file
-    part hands the request to the bridge (nothing reaches the upstream), a body without one is forwarded exactly as
-    it came (``body_prefix``: what was read, then the rest), a refusal is answered."""
+    """With the bridge: the guard peeks at the start of the body itself, through the same filter (the same rules,
+    the same look-ahead and idle timeout) the proxy core would run it through, and then takes one explicit step: a
+    file part hands the request to the bridge (nothing reaches the upstream), a body without one is forwarded
+    exactly as it came (what was peeked, then the rest), a refusal is answered."""
     watch = _FileParts(exchange, settings, settings.sniffer(boundary), bridged=True)
-    source = exchange.client_body(idle_timeout=watch.idle_timeout)
-    seen: list[bytes] = []
-    held = 0
     try:
-        try:
-            while True:
-                try:
-                    chunk = await anext(source)
-                except StopAsyncIteration:
-                    watch.on_end()  # no file part (else Refuse)
-                    break
-                seen.append(chunk)
-                held += len(chunk)
-                watch.on_data(chunk)
-                if watch.file_found:
-                    break
-                if held > watch.hold_limit:
-                    watch.on_hold_limit()
-        except BodyBroken as broken:
-            if exchange.body_error is BodyError.TIMEOUT:
-                watch.on_idle_timeout()  # the guard's own 408
-            _refused_incomplete(exchange, settings)
-            upgrade.count(exchange, "aborted")
-            return broken.reply
+        await exchange.body.peek(watch)
     except Refuse as refused:
         upgrade.count(exchange, "refused")
         return refused.reply
-    finally:
-        await source.aclose()
+    except BodyBroken as broken:
+        _refused_incomplete(exchange, settings)
+        upgrade.count(exchange, "aborted")
+        return broken.reply
     if watch.file_found:
         # The explicit step: the request is the bridge's from here, with the bytes read so far; the rest of the body
         # is read with the server's idle timeout, as for an upload the gateway forwards.
-        return await upgrade.comment(exchange, boundary, chained(seen, exchange.client_body()))
-    exchange.body_prefix = seen
+        return await upgrade.comment(exchange, boundary, exchange.body.take_over())
     return await _pass(exchange, next)
 
 
@@ -396,7 +373,7 @@ class _FileParts(RequestBodyFilter):
         # The sniffer sees no byte past the look-ahead, however the body happens to be chunked.
         room = self.hold_limit - self._sniffer.bytes_fed
         self._decide(lambda: self._sniffer.feed(chunk if len(chunk) <= room else chunk[:room]))
-        return Flow.HOLD
+        return Flow.CONTINUE if self.file_found else Flow.HOLD  # found: the guard's peek ends, the bridge reads on
 
     def on_end(self) -> Flow:
         self._decide(self._sniffer.feed_eof)
@@ -545,7 +522,7 @@ async def _observe(exchange: Exchange, next: Next, settings: _Settings) -> Reply
     if boundary is None or not exchange.has_body:
         return await _pass(exchange, next)
     watch = _Watch(settings.sniffer(boundary), settings.options.look_ahead_bytes)
-    exchange.request_filters.append(watch)
+    exchange.body.add_filter(watch)
     reply = await next(exchange)
     if watch.verdict is Verdict.NO_FILE:
         exchange.decisions[NAME] = "passed"

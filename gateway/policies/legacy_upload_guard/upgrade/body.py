@@ -16,7 +16,7 @@ from urllib.parse import quote
 from ..multipart_splitter import PART_END, Event, MultipartSplitter, PartHead
 from .outcomes import Refusal
 
-__all__ = ("Parts", "Pipe", "chained", "form_head")
+__all__ = ("Parts", "Pipe", "form_head")
 
 # A file name that can go into a quoted-string as it is; any other also goes into filename* (RFC 8187), and its
 # other characters are replaced in the quoted fallback.
@@ -152,13 +152,6 @@ class Pipe:
         else:
             await gen.aclose()
         return True
-
-
-async def chained(prefix: list[bytes], rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    for chunk in prefix:
-        yield chunk
-    async for chunk in rest:
-        yield chunk
 
 
 def sent_name(head: PartHead) -> str:

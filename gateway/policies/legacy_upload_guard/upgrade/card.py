@@ -31,7 +31,7 @@ async def card_file(run: Run, boundary: Boundary | None) -> Reply:
         run.known = {f["id"] for f in files if isinstance(f, dict) and isinstance(f.get("id"), str)} \
             if isinstance(files, list) else None
     path = run.upload_path = run.up.card_upload.render(card_uid=card_uid)
-    parts = run.parts = Parts(exchange.client_body(), run.up.hooks.splitter(boundary))
+    parts = run.parts = Parts(exchange.body.take_over(), run.up.hooks.splitter(boundary))
     head = await parts.next_part()
     if head is None:
         raise Refusal("no_file_part", "the multipart body has no file part")

@@ -194,7 +194,7 @@ async def settle(run: Run, work: Awaitable[Reply]) -> Reply:
         # The client went away (aiohttp cancels its handler), or the shutdown deadline cut the request: undo what can
         # be undone, and say so in the log.
         await run.rollback()
-        record(run, "aborted", "shutdown" if exchange.cut is Cut.SHUTDOWN else "client_gone")
+        record(run, "aborted", "shutdown" if exchange.record.cut is Cut.SHUTDOWN else "client_gone")
         raise
     else:
         return finish(run, run.outcome or "upgraded", reply, run.reason)
