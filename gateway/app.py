@@ -15,7 +15,6 @@ from aiohttp import web
 from .config import ConfigError, LoadedConfig, expand_references, parse_model, read_document
 from .core.chain import fold
 from .core.exchange import Next
-from .core.spec import template_params
 from .core.spool import SpoolArea
 from .edge.classify import parser_error_text
 from .edge.route_table import RouteTable
@@ -85,8 +84,7 @@ def build_state(config: LoadedConfig, proxy: Next, clock: Clock, metrics: Metric
     timezone = model.rollout.tzinfo
     handlers: dict[str, Next] = {}
     for route in [*routes.routes, routes.catch_all]:
-        params = frozenset(p for template in route.templates for p in template_params(template))
-        ctx = BuildContext(route=route.name, params=params, clock=clock, timezone=timezone, rollout=plan,
+        ctx = BuildContext(route=route.name, params=route.params, clock=clock, timezone=timezone, rollout=plan,
                            families=metrics.families, spool=spool)
         policies = [POLICIES[name].make(options, ctx) for name, options in config.chains[route.name]]
         handlers[route.name] = fold(policies, proxy)

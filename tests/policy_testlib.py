@@ -18,7 +18,7 @@ from gateway.app import parse_config
 from gateway.config import LoadedConfig
 from gateway.core.exchange import Exchange, Policy, Reply
 from gateway.core.route import Route
-from gateway.core.spec import template_params
+from gateway.core.template import PathTemplate
 from gateway.ops.metrics import Metrics
 from gateway.policies import POLICIES, BuildContext
 from gateway.rollout import FixedClock
@@ -59,7 +59,7 @@ def build_policy(config: LoadedConfig, route: str, name: str, at: str, metrics: 
     metrics = metrics or Metrics()
     options = dict(config.chains[route])[name]
     params = frozenset(p for r in config.model.routes if r.name == route for path in r.paths
-                       for p in template_params(path))
+                       for p in PathTemplate.of(path).params)
     ctx = BuildContext(route=route, params=params, clock=FixedClock(dt.datetime.fromisoformat(at)),
                        timezone=config.model.rollout.tzinfo, rollout=config.rollout_plan(), families=metrics.families)
     return POLICIES[name].make(options, ctx)

@@ -27,7 +27,8 @@ from pydantic import (
 from yarl import URL
 
 from ..core.redaction import MASK, url_credentials, without_userinfo
-from ..core.spec import RESTRICTED_BY_DEFAULT_FROM, TEMPLATE_PARAM
+from ..core.spec import RESTRICTED_BY_DEFAULT_FROM
+from ..core.template import PARAM
 from ..core.spool import SpoolConfig
 from ..core.tenants import Tenant, canonical_host
 from ..rollout.behaviour import Behaviour
@@ -59,7 +60,7 @@ __all__ = (
 
 _NAME_RE = r"^[a-z][a-z0-9_\-]*$"
 _METHOD_RE = re.compile(r"^[A-Z][A-Z0-9\-_]*$")
-_TEMPLATE_RE = re.compile(rf"^(/([A-Za-z0-9\-._~!$&'()*+,=:@]+|{TEMPLATE_PARAM}))+$")
+_TEMPLATE_RE = re.compile(rf"^(/([A-Za-z0-9\-._~!$&'()*+,=:@]+|{PARAM}))+$")
 _HOST_RE = re.compile(r"^(\*\.)?([a-z0-9]([a-z0-9\-]*[a-z0-9])?)(\.[a-z0-9]([a-z0-9\-]*[a-z0-9])?)*$")
 
 

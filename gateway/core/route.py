@@ -6,21 +6,9 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .spec import TEMPLATE_PARAM_RE
+from .template import PathTemplate
 
-__all__ = ("Route", "compile_template")
-
-
-def compile_template(template: str) -> str:
-    """Turn ``/cards/{card_id}/files`` into a regex fragment; each parameter matches one path segment."""
-    pos = 0
-    parts: list[str] = []
-    for m in TEMPLATE_PARAM_RE.finditer(template):
-        parts.append(re.escape(template[pos : m.start()]))
-        parts.append(f"(?P<{m.group(1)}>[^/]+)")
-        pos = m.end()
-    parts.append(re.escape(template[pos:]))
-    return "".join(parts)
+__all__ = ("Route",)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -35,15 +23,16 @@ class Route:
     patterns: tuple[re.Pattern[str], ...] = ()
     # A policy of its chain enforces a security behaviour (legacy_upload_guard): an override must not route around it.
     guarded: bool = False
+    params: frozenset[str] = frozenset()  # the parameters its templates name
 
     @classmethod
     def build(cls, name: str, methods: Iterable[str] | None, paths: Sequence[str], prefixes: Sequence[str], *,
               policies: Sequence[str] = (), guarded: bool = False) -> Route:
-        templates = tuple(prefix.rstrip("/") + path for path in paths for prefix in (prefixes or ("",)))
+        templates = tuple(PathTemplate.of(prefix.rstrip("/") + path) for path in paths for prefix in (prefixes or ("",)))
         # Upstreams often route case-insensitively: so does the classifier (the path is forwarded as written).
-        patterns = tuple(re.compile(compile_template(t), re.IGNORECASE) for t in templates)
-        return cls(name, frozenset(m.upper() for m in methods) if methods else None, templates, tuple(policies),
-                   patterns, guarded)
+        return cls(name, frozenset(m.upper() for m in methods) if methods else None, tuple(t.text for t in templates),
+                   tuple(policies), tuple(t.pattern() for t in templates), guarded,
+                   frozenset(p for t in templates for p in t.params))
 
     def match(self, method: str, path: str) -> dict[str, str] | None:
         if self.methods is not None and method not in self.methods:

@@ -1,8 +1,6 @@
 """What the service spec and the deprecation standards fix, written once.
 
 - The date from which new companies have both file settings on (spec, "Versioning" 3).
-- Path templates: ``{name}`` parameters, one path segment each (spec, "Endpoints"); routes, successors and config
-  validation all read them with the same pattern.
 - How a deprecation is signalled to clients: RFC 9745 ``Deprecation`` (an RFC 9651 Date, ``@<epoch seconds>``),
   RFC 8594 ``Sunset`` (an HTTP-date), RFC 8288 ``Link`` with ``rel="successor-version"`` for the replacement and
   ``rel="deprecation"`` for its documentation.
@@ -12,33 +10,19 @@ from __future__ import annotations
 
 import datetime as dt
 import email.utils
-import re
 
 __all__ = (
     "RESTRICTED_BY_DEFAULT_FROM",
-    "TEMPLATE_PARAM",
-    "TEMPLATE_PARAM_RE",
     "deprecation_link",
     "deprecation_value",
     "epoch",
     "http_date",
     "successor_link",
-    "template_params",
 )
 
 # Spec, "Versioning" 3: companies created on or after this date have restricted file access and the
 # forbid-legacy-uploads setting on from the start. Also the default Deprecation date of the legacy upload routes.
 RESTRICTED_BY_DEFAULT_FROM = dt.date(2026, 5, 21)
-
-# One path parameter in a template: ``{card_id}``.
-TEMPLATE_PARAM = r"\{[A-Za-z_][A-Za-z0-9_]*\}"
-TEMPLATE_PARAM_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-def template_params(template: str) -> list[str]:
-    """The parameter names of a path template, in order."""
-    return TEMPLATE_PARAM_RE.findall(template)
-
 
 def epoch(value: dt.datetime | dt.date, tz: dt.tzinfo) -> int:
     """POSIX seconds of an instant; a date is its midnight in ``tz``, a naive date-time is read in ``tz``."""

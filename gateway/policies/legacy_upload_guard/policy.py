@@ -23,9 +23,9 @@ from pydantic import AnyHttpUrl, BaseModel, BeforeValidator, ConfigDict, Field, 
 
 from ...core.exchange import BodyBroken, BodyError, Exchange, Flow, Next, Policy, Refuse, Reply, RequestBodyFilter
 from ...core.multipart import Ambiguous, Boundary, form_data_boundary, request_media_type
+from ...core.template import PathTemplate
 from ...core.spec import (
     RESTRICTED_BY_DEFAULT_FROM,
-    TEMPLATE_PARAM_RE,
     deprecation_link,
     deprecation_value,
     epoch,
@@ -178,35 +178,28 @@ class Options(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class _Successor:
-    """The replacement route, split once into literals and path parameters."""
+    """The replacement route: its method and path template, and whether this route's parameters fill it."""
 
     method: str
-    pieces: tuple[tuple[str, bool], ...]  # (text, is a parameter of this route)
+    template: PathTemplate
+    filled: bool  # every placeholder is a parameter of this route
 
     @classmethod
-    def compile(cls, method: str, template: str, params: frozenset[str]) -> _Successor:
-        pieces: list[tuple[str, bool]] = []
-        pos = 0
-        for m in TEMPLATE_PARAM_RE.finditer(template):
-            pieces.append((template[pos : m.start()], False))
-            known = m.group(1) in params
-            pieces.append((m.group(1) if known else m.group(0), known))
-            pos = m.end()
-        pieces.append((template[pos:], False))
-        return cls(method, tuple(p for p in pieces if p[0]))
+    def of(cls, method: str, template: str, params: frozenset[str]) -> _Successor:
+        path = PathTemplate.of(template)
+        return cls(method, path, path.fills(params))
 
-    def render(self, params: Mapping[str, str]) -> tuple[str, str]:
-        """(path for people, URI reference for the Link header: unknown placeholders percent-encoded)."""
-        text = "".join(params.get(t, t) if known else t for t, known in self.pieces)
-        return text, text.replace("{", "%7B").replace("}", "%7D")
+    def text(self, params: Mapping[str, str]) -> str:
+        """The path for people: this request's parameters filled in, other placeholders as written."""
+        return self.template.render(params)
 
     def link(self, params: Mapping[str, str], path: str) -> str | None:
         """The successor as a URL a client can follow from a request for ``path``; None when it is not one: a
         placeholder this request does not fill (``{card_uid}`` on a route that has only the numeric id), or the
         request's own path (the replacement differs by method only)."""
-        if any(not known for text, known in self.pieces if text.startswith("{")):
+        if not self.filled:
             return None
-        target = "".join(params.get(t, t) if known else t for t, known in self.pieces)
+        target = self.template.render(params)
         return None if target.lower() == path.lower() else target
 
 
@@ -238,7 +231,7 @@ def build(options: Options, ctx: BuildContext) -> Policy:
     settings = _Settings(
         options=options,
         route=ctx.route,
-        successor=_Successor.compile(options.successor_method, options.successor, ctx.params),
+        successor=_Successor.of(options.successor_method, options.successor, ctx.params),
         deprecation=deprecation_value(epoch(options.deprecated_since, ctx.timezone)),
         # Every configured tenant's series exist from the start (at 0), so that increase() sees the first upload.
         counters={(tenant, d): counter.labels(tenant, ctx.route, d)
@@ -438,7 +431,7 @@ def _block(exchange: Exchange, settings: _Settings) -> Reply:
 
 
 def _blocked(exchange: Exchange, settings: _Settings) -> Reply:
-    path, _ = settings.successor.render(exchange.params)
+    path = settings.successor.text(exchange.params)
     reply = _answer(settings, Reply.error(
         403, DISABLED_CODE, settings.options.message, exchange.ensure_request_id(),
         replacement=f"{settings.successor.method} {path}",

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
-from urllib.parse import quote
 
 from cachetools import TTLCache
 from prometheus_client import Counter
 
 from ....core.exchange import Exchange, Reply
 from ....core.multipart import Ambiguous, Boundary
-from ....core.spec import TEMPLATE_PARAM_RE
+from ....core.template import PathTemplate
 from ....core.spool import SpoolArea
 from ..multipart_splitter import MultipartSplitter
 from . import card, comment
@@ -43,21 +42,6 @@ class GuardHooks:
     mark: Callable[[Reply, Exchange, str | None], None]
 
 
-class _Template:
-    """A path template of the options, split once; values are percent-encoded into it."""
-
-    def __init__(self, template: str) -> None:
-        self.pieces: list[tuple[str, bool]] = []
-        pos = 0
-        for m in TEMPLATE_PARAM_RE.finditer(template):
-            self.pieces += [(template[pos : m.start()], False), (m.group(1), True)]
-            pos = m.end()
-        self.pieces.append((template[pos:], False))
-
-    def render(self, **values: str) -> str:
-        return "".join(quote(values[text], safe="") if param else text for text, param in self.pieces)
-
-
 class Upgrade:
     """Built once per route: the options, the id cache, the spool directory, the counters; ``card_file`` and
     ``comment`` serve one request each (their state lives in a ``Run``)."""
@@ -66,9 +50,9 @@ class Upgrade:
                  spool: SpoolArea) -> None:
         self.options = options
         self.hooks = hooks
-        self.card_lookup = _Template(options.card_lookup)
-        self.card_upload = _Template(options.card_upload)
-        self.comment_upload = _Template(options.comment_upload)
+        self.card_lookup = PathTemplate.of(options.card_lookup)
+        self.card_upload = PathTemplate.of(options.card_upload)
+        self.comment_upload = PathTemplate.of(options.comment_upload)
         # (tenant, Host, token, card id) -> card uid. Only ids: access is the service's to check, on every upload.
         self.ids: TTLCache[CardKey, str] | None = (
             TTLCache(maxsize=options.id_cache_size, ttl=options.id_cache_ttl) if options.id_cache_size else None

@@ -30,7 +30,7 @@ async def card_file(run: Run, boundary: Boundary | None) -> Reply:
         files = run.card.get("files")
         run.known = {f["id"] for f in files if isinstance(f, dict) and isinstance(f.get("id"), str)} \
             if isinstance(files, list) else None
-    path = run.upload_path = run.up.card_upload.render(card_uid=card_uid)
+    path = run.upload_path = run.up.card_upload.render({"card_uid": card_uid}, encode=True)
     parts = run.parts = Parts(exchange.body.take_over(), run.up.hooks.splitter(boundary))
     head = await parts.next_part()
     if head is None:

@@ -172,7 +172,7 @@ def _saved(run: Run, reply: Reply, data: dict[str, Any], card_uid: str) -> None:
     files = data.get("files")
     run.known = {f["id"] for f in files if isinstance(f, dict) and isinstance(f.get("id"), str)} \
         if isinstance(files, list) else None
-    run.upload_path = run.up.comment_upload.render(card_uid=card_uid, comment_uid=uid)
+    run.upload_path = run.up.comment_upload.render({"card_uid": card_uid, "comment_uid": uid}, encode=True)
 
 
 async def _look_for_comment(run: Run, text: bytes | None, stop: Stop, window: float) -> None:
@@ -181,7 +181,7 @@ async def _look_for_comment(run: Run, text: bytes | None, stop: Stop, window: fl
     for it: named in the answer and the log. Otherwise the answer and the log say that it may exist."""
     before = run.card
     wanted = None if text is None else text.decode("utf-8", "replace")
-    path = run.up.card_lookup.render(card_id=run.card_id)
+    path = run.up.card_lookup.render({"card_id": run.card_id}, encode=True)
     try:
         reply, card = await run.call("GET", path, stage="lookup", timeout=run.options.lookup_timeout,
                                      purpose="comment_search")
@@ -227,7 +227,7 @@ async def _existing(run: Run, comment_id: str, card_uid: str) -> CommentRecord:
     files = found.get("files")
     run.known = {f["id"] for f in files if isinstance(f, dict) and isinstance(f.get("id"), str)} \
         if isinstance(files, list) else None
-    run.upload_path = run.up.comment_upload.render(card_uid=card_uid, comment_uid=uid)
+    run.upload_path = run.up.comment_upload.render({"card_uid": card_uid, "comment_uid": uid}, encode=True)
     return CommentRecord(found.get("id"), uid, found)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ....core.spec import TEMPLATE_PARAM, template_params
+from ....core.template import PARAM, PathTemplate
 
 __all__ = ("OUTCOMES", "PARTIAL_CODE", "PATH_TEMPLATE_PATTERN", "UPGRADE_HEADER", "UpgradeFamilies", "UpgradeOptions")
 
@@ -23,7 +23,7 @@ PARTIAL_CODE = "LEGACY_UPLOAD_UPGRADE_PARTIAL"
 MiB = 1 << 20
 
 # A path template of the options (and the guard's successor): percent-encoded characters and {placeholders}.
-PATH_TEMPLATE_PATTERN = rf"^/(?:[A-Za-z0-9\-._~!$&'()*+,=:@/]|%[0-9A-Fa-f]{{2}}|{TEMPLATE_PARAM})*$"
+PATH_TEMPLATE_PATTERN = rf"^/(?:[A-Za-z0-9\-._~!$&'()*+,=:@/]|%[0-9A-Fa-f]{{2}}|{PARAM})*$"
 _FIELD_PATTERN = r"^[A-Za-z0-9_.\-\[\]]{1,64}$"
 
 
@@ -76,7 +76,7 @@ class UpgradeOptions(BaseModel):
         wanted = {"card_lookup": {"card_id"}, "card_upload": {"card_uid"},
                   "comment_upload": {"card_uid", "comment_uid"}}
         for key, names in wanted.items():
-            found = set(template_params(getattr(self, key)))
+            found = set(PathTemplate.of(getattr(self, key)).params)
             if found != names:
                 raise ValueError(f"{key} must have the placeholders {sorted(names)}, not {sorted(found)}")
         return self

@@ -107,7 +107,7 @@ class Run:
         return uid
 
     async def lookup(self) -> dict[str, Any]:
-        path = self.up.card_lookup.render(card_id=self.card_id)
+        path = self.up.card_lookup.render({"card_id": self.card_id}, encode=True)
         reply, data = await self.call("GET", path, stage="lookup", timeout=self.options.lookup_timeout)
         if data is None:
             raise self.passed_on(reply, "lookup", reply.status)
@@ -257,7 +257,7 @@ class Run:
         """Ids of the files of the upload's parent that may be the one just sent: its name and size, not known
         before this request (when the parent's files were known), created since the upload began by the service's
         own clock (when they were not)."""
-        path = self.up.card_lookup.render(card_id=self.card_id)
+        path = self.up.card_lookup.render({"card_id": self.card_id}, encode=True)
         reply, data = await self.call("GET", path, stage="lookup", timeout=self.options.lookup_timeout,
                                       purpose="file_search")
         if data is None:

@@ -1,0 +1,62 @@
+"""Path templates, in one type: ``/cards/{card_id}/files``, each ``{name}`` one path segment (spec, "Endpoints").
+Routes match requests with them, the upload guard names its replacement route with one, the upload bridge sends
+its requests with them, and the config checks them; each is split once, when it is built."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import quote
+
+__all__ = ("PARAM", "PathTemplate")
+
+# One path parameter in a template: ``{card_id}``.
+PARAM = r"\{[A-Za-z_][A-Za-z0-9_]*\}"
+_PARAM_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True, slots=True)
+class PathTemplate:
+    """A template split into its pieces: (text, False) for literal text, (name, True) for a parameter."""
+
+    text: str
+    pieces: tuple[tuple[str, bool], ...]
+
+    @classmethod
+    def of(cls, text: str) -> PathTemplate:
+        pieces: list[tuple[str, bool]] = []
+        pos = 0
+        for m in _PARAM_RE.finditer(text):
+            pieces += [(text[pos : m.start()], False), (m.group(1), True)]
+            pos = m.end()
+        pieces.append((text[pos:], False))
+        return cls(text, tuple(p for p in pieces if p[0]))
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        """The parameters' names, in order."""
+        return tuple(text for text, param in self.pieces if param)
+
+    def pattern(self) -> re.Pattern[str]:
+        """A regex matching a path the template names (case-insensitively: upstreams often route so), each
+        parameter one segment, captured under its name."""
+        return re.compile("".join(f"(?P<{text}>[^/]+)" if param else re.escape(text) for text, param in self.pieces),
+                          re.IGNORECASE)
+
+    def render(self, values: Mapping[str, str], *, encode: bool = False) -> str:
+        """The path with each parameter filled in (``encode``: percent-encoded, for a request of the gateway's own);
+        a parameter ``values`` lacks stays as written (``{name}``)."""
+        out = []
+        for text, param in self.pieces:
+            if not param:
+                out.append(text)
+            elif text in values:
+                out.append(quote(values[text], safe="") if encode else values[text])
+            else:
+                out.append("{" + text + "}")
+        return "".join(out)
+
+    def fills(self, names: frozenset[str] | Mapping[str, str]) -> bool:
+        """Whether every parameter is among ``names``."""
+        return all(text in names for text, param in self.pieces if param)
