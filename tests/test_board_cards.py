@@ -126,7 +126,7 @@ async def test_rewriting_phase_prepares_the_upstream_request_and_passes_gateway_
     guard, metrics, config = policy("2026-11-02T00:00:00+00:00")
 
     async def upstream(exchange: Exchange) -> Reply:
-        assert exchange.method == "GET"  # a HEAD is forwarded as GET
+        assert exchange.upstream_method == "GET"  # a HEAD is forwarded as GET
         return Reply.error(502, "UPSTREAM_RESET", "upstream down")
 
     ex = exchange(config, "HEAD", {"If-None-Match": 'W/"abc", "zzz"', "Range": "bytes=0-1"})

@@ -188,7 +188,7 @@ class Exchange:
 
     __slots__ = ("request", "start", "tenant", "route", "params", "path", "query", "method", "request_id",
                  "request_id_header", "upstream_headers", "decisions", "notes", "services", "trace", "record",
-                 "_body", "_body_timeout", "_client")
+                 "_body", "_body_timeout", "_client", "_head_as_get")
 
     def __init__(self, request: web.BaseRequest, start: float, tenant: Tenant, route: Route,
                  params: dict[str, str], path: str, query: str, method: str, *, body_timeout: float = 60.0) -> None:
@@ -218,6 +218,7 @@ class Exchange:
         self._body: ClientBody | None = None
         self._body_timeout = body_timeout  # server.client_body_timeout
         self._client: str | None | _Unset = _UNSET
+        self._head_as_get = False
 
     @property
     def headers(self) -> CIMultiDictProxy[str]:
@@ -227,6 +228,16 @@ class Exchange:
     @property
     def has_body(self) -> bool:
         return self.request.body_exists
+
+    def answer_from_body(self) -> None:
+        """Said by a policy that answers from the upstream's body (rewrites it): a HEAD request is then sent upstream
+        as GET, so that its answer carries GET's headers, and the client gets the head only (RFC 9110 9.3.2)."""
+        self._head_as_get = True
+
+    @property
+    def upstream_method(self) -> str:
+        """The method the upstream is sent: the effective method, but GET for a HEAD answered from the body."""
+        return "GET" if self._head_as_get and self.method == "HEAD" else self.method
 
     @property
     def body(self) -> ClientBody:

@@ -401,7 +401,7 @@ class ProxyCore(Services):
                 return refused
         # The classified (effective) method, not the request line's: an upstream that ignores a method override
         # must not act on a method whose route chain the request never went through.
-        method = exchange.method
+        method = exchange.upstream_method
         span, traceparent = self._span(exchange, method, exchange.path, None)
         headers = self.client_headers(exchange, traceparent)
         try:
@@ -464,7 +464,7 @@ class ProxyCore(Services):
         status = upstream.status
         content = upstream.content
         result: bytes | Body
-        if exchange.method == "HEAD" or status in _NO_BODY_STATUS or status < 200:
+        if exchange.upstream_method == "HEAD" or status in _NO_BODY_STATUS or status < 200:
             result = _Declared(length)
         elif content.is_eof() and content.exception() is None:
             # The whole body is here: it leaves with the head in one write.

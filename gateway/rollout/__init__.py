@@ -8,7 +8,7 @@ from .behaviour import Base, Behaviour, DateFlag
 from .checks import rollout_problems
 from .clock import Clock, FixedClock, SystemClock, clock_from_config, parse_instant
 from .config import Brownout, Exemption, HeaderMatch, RolloutConfig, TenantRollout
-from .plan import Decision, RolloutPlan, Schedule, effective_date
+from .plan import Client, Explained, HeaderClient, RolloutPlan, Schedule, effective_date
 from .report import describe, report
 
 __all__ = (
@@ -17,9 +17,11 @@ __all__ = (
     "Brownout",
     "Clock",
     "DateFlag",
-    "Decision",
+    "Client",
+    "Explained",
     "Exemption",
     "FixedClock",
+    "HeaderClient",
     "HeaderMatch",
     "RolloutConfig",
     "RolloutPlan",

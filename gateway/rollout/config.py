@@ -19,7 +19,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from .clock import parse_date, parse_instant_value
 
-__all__ = ("Brownout", "ConfigDate", "ConfigInstant", "Exemption", "HeaderMatch", "RolloutConfig", "TenantRollout")
+__all__ = ("Brownout", "ConfigDate", "ConfigInstant", "Exemption", "Freeze", "HeaderMatch", "Preview", "Ramp",
+           "RampStep", "RolloutConfig", "Shadow", "TenantRollout")
 
 # A calendar date, YYYY-MM-DD (a YAML timestamp stays text: this reads it).
 ConfigDate = Annotated[dt.date, BeforeValidator(parse_date)]
@@ -72,6 +73,71 @@ class Brownout(_Model):
         return self
 
 
+class Shadow(_Model):
+    """A window in which a behaviour's next phase is decided for every request but not applied: traffic goes on as
+    before, and each request is recorded as what the phase would have done to it (``would_block``, ``would_cap``,
+    ``would_remove``). Times without an offset are local."""
+
+    behaviour: str = DEFAULT_BEHAVIOUR
+    phase: str | None = None  # default: the phase after the one the dates put in force when the window starts
+    start: ConfigInstant
+    end: ConfigInstant
+
+    @model_validator(mode="after")
+    def _valid(self) -> Shadow:
+        if (self.start.tzinfo is None) != (self.end.tzinfo is None):
+            raise ValueError("start and end must both have an offset, or both have none")
+        if self.end <= self.start:
+            raise ValueError(f"the window ends ({self.end.isoformat()}) before it starts ({self.start.isoformat()})")
+        return self
+
+
+class RampStep(_Model):
+    """From ``from`` on, ``share`` percent of the clients (chosen by a keyed hash of their token) get the phase."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False, populate_by_name=True)
+
+    share: float = Field(gt=0, lt=100)
+    start: ConfigDate = Field(alias="from")
+
+
+class Ramp(_Model):
+    """A phase that reaches a growing share of clients before its date (everyone at the date). Sticky: the same
+    client gets the same answer on every replica and after a restart, and raising the share only adds clients."""
+
+    behaviour: str = DEFAULT_BEHAVIOUR
+    phase: str
+    steps: list[RampStep] = Field(min_length=1, max_length=20)
+
+    @model_validator(mode="after")
+    def _rising(self) -> Ramp:
+        for before, after in zip(self.steps, self.steps[1:], strict=False):
+            if after.start <= before.start:
+                raise ValueError(f"steps: {after.start} must be after {before.start} (steps in date order)")
+            if after.share <= before.share:
+                raise ValueError(f"steps: the share must rise with the dates ({after.share:g} on {after.start} is "
+                                 f"not above {before.share:g} on {before.start})")
+        return self
+
+
+class Freeze(_Model):
+    """From ``from`` on, a client first seen on the behaviour after that date gets its last phase at once; a client
+    seen before keeps its schedule ("seen": a deprecated call recorded by any replica of the fleet)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False, populate_by_name=True)
+
+    behaviour: str = DEFAULT_BEHAVIOUR
+    start: ConfigDate = Field(alias="from")
+
+
+class Preview(_Model):
+    """A client that sends ``header`` (a behaviour's name, ``name=phase``, several joined by commas, or ``all``) gets
+    that behaviour's later phase now: it can test its migration before the date. Only ever later, never earlier."""
+
+    enabled: bool = False
+    header: str = Field(default="Gateway-Preview", pattern=r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$", max_length=64)
+
+
 class HeaderMatch(_Model):
     name: str = Field(pattern=r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
     value: str | None = None  # the whole value, exactly
@@ -112,10 +178,14 @@ class Exemption(_Model):
 
 
 class TenantRollout(_WithDates):
-    """Per-tenant overrides: any date flag, the timezone, brownouts (replacing the global ones), extra exemptions."""
+    """Per-tenant overrides: any date flag, the timezone, brownouts, shadows, ramps and freezes (each replacing the
+    global list), extra exemptions."""
 
     timezone: str | None = None
     brownouts: list[Brownout] | None = None  # None: the global list; [] : none for this tenant
+    shadows: list[Shadow] | None = None
+    ramps: list[Ramp] | None = None
+    freezes: list[Freeze] | None = None
     exemptions: list[Exemption] = []
 
     @field_validator("timezone")
@@ -128,7 +198,13 @@ class RolloutConfig(_WithDates):
     timezone: str = "UTC"
     now: ConfigInstant | None = None
     brownouts: list[Brownout] = []
+    shadows: list[Shadow] = []
+    ramps: list[Ramp] = []
+    freezes: list[Freeze] = []
     exemptions: list[Exemption] = []
+    preview: Preview = Preview()
+    # The key of the ramps' hash: a client's place in a ramp cannot be worked out without it (set it as a secret).
+    ramp_key: str = Field(default="", max_length=256)
 
     @field_validator("timezone")
     @classmethod

@@ -1,42 +1,64 @@
-"""The date-flag engine: which phase of each dated behaviour applies, per tenant, at an instant, for a request.
+"""The date-flag engine: which phase of each dated behaviour applies, per tenant, at an instant, for a client.
 
 One mechanism serves every dated behaviour (spec, "Limits" 2-3 and "Versioning" 3-5): a behaviour is an ordered
 list of phases and the date flags that move it from one phase to the next (declared by the policy that owns it,
-``behaviour.Behaviour``). A date is the instant its day begins in the configured timezone. For each tenant, the phase
-at an instant comes from the dates (global, or the tenant's override), then brownout windows (a later phase applies
-early for a while), then exemptions (a client named by its token's fingerprint or a header keeps an earlier phase
-until a date). ``RolloutPlan`` is built once from the config; asking it for a decision costs a few comparisons of
-POSIX timestamps.
+``behaviour.Behaviour``). A date is the instant its day begins in the configured timezone. For a tenant and a client,
+the phase at an instant comes from, in order: the dates (global, or the tenant's override), brownout windows (a
+later phase early for a while), a ramp (a share of clients, by a keyed hash of their token, gets a phase before its
+date), a freeze (a client first seen after its date gets the last phase), exemptions (a client named by its token's
+fingerprint or a header keeps an earlier phase until a date), a preview (a client asks for a later phase itself); a
+shadow window decides the next phase without applying it (docs/rollout.md). ``RolloutPlan`` is built once from the
+config; a tenant's schedules are built when first asked for, and tenants with the same settings share them.
 """
 
 from __future__ import annotations
 
 import bisect
 import datetime as dt
+import hashlib
+import hmac
 import zoneinfo
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
 
+from ..core.decision import Decision, Kind
 from ..core.http import token_fingerprint
-from .behaviour import Behaviour, DateFlag
-from .config import HeaderMatch, RolloutConfig, TenantRollout
+from .behaviour import Base, Behaviour, DateFlag
+from .config import Brownout, HeaderMatch, RolloutConfig, Shadow, TenantRollout
 
 if TYPE_CHECKING:
     from ..core.tenants import Tenant
 
-__all__ = ("Decision", "RolloutPlan", "Schedule", "effective_date")
+__all__ = ("Client", "Explained", "RolloutPlan", "Schedule", "effective_date")
+
+_TWO_64 = float(1 << 64)
+_T = TypeVar("_T")
+
+
+class Client(Protocol):
+    """What the engine reads of the client a decision is for (``request.RequestClient``)."""
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+    @property
+    def fingerprint(self) -> str | None: ...
+    def previewed(self, behaviour: str) -> str | None:
+        """The phase the client asks to preview (``""``: the last one), or None."""
+    def seen_before(self, tenant: str, behaviour: str, at: float) -> bool | None:
+        """Whether the client made a call on ``behaviour`` before ``at``; None: it cannot be told now."""
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
-    """The phase of one behaviour for one request (or for the tenant at large when no client is given)."""
+class Explained:
+    """A decision with its explanation, for people (``gateway rollout``, ``/rollout``, the status page)."""
 
     behaviour: str
     phase: str
     index: int
-    kind: str  # default | date | override | setting | brownout | exemption
+    kind: Kind
     why: str
+    shadow: str | None = None  # the phase a shadow window decides now, if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +68,7 @@ class _Step:
     flag: str
     date: dt.date
     source: str  # "default", "rollout" or "tenant override"
-    kind: str  # what a decision by this step is: "override" (a tenant's own date) or "date"
+    kind: Kind  # what a decision by this step is: a tenant's own date (override) or the rollout's (date)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +77,31 @@ class _Window:
     end: float
     index: int
     label: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Ramp:
+    """A phase reaching a share of clients before its date: (from, share in percent) steps, rising."""
+
+    index: int
+    steps: tuple[tuple[float, float], ...]
+    key: bytes
+
+    def share(self, now: float) -> float:
+        i = bisect.bisect_right([at for at, _ in self.steps], now)
+        return self.steps[i - 1][1] if i else 0.0
+
+    def takes(self, behaviour: str, fingerprint: str, share: float) -> bool:
+        """Whether the client's place (a keyed hash of its fingerprint, the same everywhere) falls in ``share``."""
+        digest = hmac.new(self.key, f"{behaviour}:{self.index}:{fingerprint}".encode(), hashlib.sha256).digest()
+        return int.from_bytes(digest[:8]) / _TWO_64 * 100.0 < share
+
+
+@dataclass(frozen=True, slots=True)
+class _Freeze:
+    at: float
+    index: int  # the behaviour's last phase
+    date: dt.date
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,48 +135,55 @@ def _midnight(day: dt.date, tz: dt.tzinfo) -> float:
     return dt.datetime.combine(day, dt.time(0), tzinfo=tz).timestamp()
 
 
+class _Resolved(NamedTuple):
+    phase: int
+    kind: Kind
+    cause: _Step | _Window | _Ramp | _Freeze | _Exempt | None  # None: the base phase
+    shadow: int | None
+    unplaced: bool
+
+
 class Schedule:
-    """One behaviour of one tenant: dated steps, brownout windows and exemptions, as timestamps."""
+    """One behaviour of one tenant (shared by every tenant with the same settings): dated steps, brownout and shadow
+    windows, ramps, a freeze and exemptions, as timestamps."""
 
-    __slots__ = ("behaviour", "base", "base_why", "base_kind", "steps", "windows", "exemptions", "signals", "_times",
-                 "_by_token", "_bridging", "bridge_default", "vary")
+    __slots__ = ("behaviour", "base", "base_why", "base_kind", "steps", "windows", "shadows", "ramps", "freeze",
+                 "exemptions", "signals", "_times", "_by_token", "_bridging", "bridge_default", "preview", "vary")
 
-    def __init__(
-        self,
-        behaviour: Behaviour,
-        base: int,
-        base_kind: str,
-        base_why: str,
-        steps: Sequence[_Step],
-        windows: Sequence[_Window],
-        exemptions: Sequence[_Exempt],
-        signals: Mapping[str, float | None],
-        bridge: bool = False,
-    ) -> None:
+    def __init__(self, behaviour: Behaviour, base: Base, steps: Sequence[_Step], windows: Sequence[_Window],
+                 exemptions: Sequence[_Exempt], signals: Mapping[str, float | None], bridge: bool = False, *,
+                 shadows: Sequence[_Window] = (), ramps: Sequence[_Ramp] = (), freeze: _Freeze | None = None,
+                 preview: str | None = None) -> None:
         self.behaviour = behaviour
-        self.base = base
-        self.base_kind = base_kind
-        self.base_why = base_why
+        self.base = base.index
+        self.base_kind = Kind(base.kind)
+        self.base_why = base.why
         self.steps = tuple(sorted(steps, key=lambda s: s.at))
         self._times = [s.at for s in self.steps]
         self.windows = tuple(windows)
+        self.shadows = tuple(shadows)
+        self.ramps = tuple(ramps)
+        self.freeze = freeze
         self.exemptions = tuple(exemptions)
         self.signals = dict(signals)  # signal flag -> instant (None: from the start)
-        # Headers that decide an exemption: a response that depends on them says so in Vary.
-        names = {e.header.name for e in exemptions if e.header is not None}
-        self._by_token = any(e.fingerprint is not None for e in exemptions)
+        self.preview = preview  # the header a client previews a later phase with (None: off)
+        self._by_token = any(e.fingerprint is not None for e in exemptions) or bool(ramps) or freeze is not None
         self._bridging = any(e.bridge is not None for e in exemptions)
         self.bridge_default = bridge  # the tenant's setting of the behaviour's bridge
+        # Headers that decide a phase for one client: a response that depends on them says so in Vary.
+        names = {e.header.name for e in exemptions if e.header is not None}
         if self._by_token:
             names.add("Authorization")
+        if preview is not None:
+            names.add(preview)
         self.vary = tuple(sorted(names))
 
-    def _resolve(
-        self, now: float, headers: Mapping[str, str] | None
-    ) -> tuple[int, str, _Step | _Window | _Exempt | None]:
-        """The phase index in force, its kind, and what put it in force (None: the base phase)."""
+    # --- one client's phase ---------------------------------------------------------------------------------------
+
+    def _dated(self, now: float) -> tuple[int, Kind, _Step | _Window | None]:
+        """The phase the calendar puts in force for the whole company: dates, then brownouts."""
         i = bisect.bisect_right(self._times, now)
-        cause: _Step | _Window | _Exempt | None = None
+        cause: _Step | _Window | None = None
         if i:
             cause = self.steps[i - 1]
             index, kind = cause.index, cause.kind
@@ -137,13 +191,59 @@ class Schedule:
             index, kind = self.base, self.base_kind
         for window in self.windows:
             if window.start <= now < window.end and window.index > index:
-                index, kind, cause = window.index, "brownout", window
-        if headers is not None and self.exemptions:
-            fingerprint = token_fingerprint(headers.get("Authorization")) if self._by_token else None
-            for exempt in self.exemptions:
-                if now < exempt.until and exempt.index < index and exempt.matches(headers, fingerprint):
-                    return exempt.index, "exemption", exempt
+                index, kind, cause = window.index, Kind.BROWNOUT, window
         return index, kind, cause
+
+    def _resolve(self, now: float, client: Client | None, tenant: str = "") -> _Resolved:
+        index, kind, cause = self._dated(now)
+        resolved = _Resolved(index, kind, cause, None, False)
+        if client is not None:
+            resolved = self._for_client(now, client, tenant, resolved)
+        for window in self.shadows:
+            if window.start <= now < window.end and window.index > resolved.phase:
+                return resolved._replace(shadow=window.index)
+        return resolved
+
+    def _for_client(self, now: float, client: Client, tenant: str, resolved: _Resolved) -> _Resolved:
+        fingerprint = client.fingerprint if self._by_token else None
+        name = self.behaviour.name
+        if fingerprint is not None:
+            for ramp in self.ramps:
+                share = ramp.share(now)
+                if ramp.index > resolved.phase and share and ramp.takes(name, fingerprint, share):
+                    resolved = resolved._replace(phase=ramp.index, kind=Kind.RAMP, cause=ramp)
+            resolved = self._frozen(now, client, tenant, resolved)
+        for exempt in self.exemptions:
+            if now < exempt.until and exempt.index < resolved.phase and exempt.matches(client.headers, fingerprint):
+                resolved = resolved._replace(phase=exempt.index, kind=Kind.EXEMPTION, cause=exempt)
+                break
+        if self.preview is not None:
+            wanted = client.previewed(name)
+            if wanted is not None:
+                phases = self.behaviour.phases
+                later = phases.index(wanted) if wanted in phases else len(phases) - 1
+                if later > resolved.phase:
+                    resolved = resolved._replace(phase=later, kind=Kind.PREVIEW, cause=None)
+        return resolved
+
+    def _frozen(self, now: float, client: Client, tenant: str, resolved: _Resolved) -> _Resolved:
+        freeze = self.freeze
+        if freeze is None or now < freeze.at or freeze.index <= resolved.phase:
+            return resolved
+        seen = client.seen_before(tenant, self.behaviour.name, freeze.at)
+        if seen is None:
+            # Cannot be placed while the record is unavailable: a security behaviour takes the stricter answer, a
+            # compatibility one the answer that breaks nothing.
+            if not self.behaviour.security:
+                return resolved._replace(unplaced=True)
+            return resolved._replace(phase=freeze.index, kind=Kind.FREEZE, cause=freeze, unplaced=True)
+        return resolved if seen else resolved._replace(phase=freeze.index, kind=Kind.FREEZE, cause=freeze)
+
+    def resolve(self, now: float, client: Client | None = None, tenant: str = "") -> Decision:
+        """The phase for one client (the per-request path: no explanation is built)."""
+        r = self._resolve(now, client, tenant)
+        return Decision(self.behaviour.name, r.phase, self.behaviour.phases[r.phase], r.kind, r.shadow,
+                        self._bridge_for(now, client), self.vary, r.unplaced)
 
     def bridge(self, now: float, headers: Mapping[str, str]) -> bool:
         """Whether this request gets the behaviour's migration bridge: the first exemption in force that matches the
@@ -157,47 +257,108 @@ class Schedule:
                 return exempt.bridge
         return default
 
-    def decide(self, now: float, headers: Mapping[str, str] | None = None) -> Decision:
-        index, kind, cause = self._resolve(now, headers)
+    def _bridge_for(self, now: float, client: Client | None) -> bool:
+        if not self._bridging or client is None:
+            return self.bridge_default
+        fingerprint = client.fingerprint if self._by_token else None
+        for exempt in self.exemptions:
+            if exempt.bridge is not None and now < exempt.until and exempt.matches(client.headers, fingerprint):
+                return exempt.bridge
+        return self.bridge_default
+
+    # --- explained, for people ------------------------------------------------------------------------------------
+
+    def explain(self, now: float, client: Client | None = None, tenant: str = "") -> Explained:
+        r = self._resolve(now, client, tenant)
+        phases = self.behaviour.phases
+        return Explained(self.behaviour.name, phases[r.phase], r.phase, r.kind, self._why(r, client),
+                         None if r.shadow is None else phases[r.shadow])
+
+    def _why(self, r: _Resolved, client: Client | None) -> str:
+        cause = r.cause
+        phases = self.behaviour.phases
+        if r.kind is Kind.PREVIEW:
+            return f"the client asked for it ({self.preview} header)"
         if isinstance(cause, _Exempt):
-            why = f"exemption {cause.name!r} ({cause.client}) until {cause.until_label}"
-        elif isinstance(cause, _Window):
-            why = f"brownout {cause.label}"
-        elif cause is not None:
-            why = f"{cause.flag} {cause.date} ({cause.source}) reached"
-        elif self.steps:
+            return f"exemption {cause.name!r} ({cause.client}) until {cause.until_label}"
+        if isinstance(cause, _Freeze):
+            return (f"freeze from {cause.date}: the client was "
+                    + ("not placed (the usage ledger is unavailable)" if r.unplaced else "first seen after it"))
+        if isinstance(cause, _Ramp):
+            return f"in the ramp's share of clients that get {phases[cause.index]} before its date"
+        if isinstance(cause, _Window):
+            return f"brownout {cause.label}"
+        if cause is not None:
+            return f"{cause.flag} {cause.date} ({cause.source}) reached"
+        if self.steps:
             first = self.steps[0]
-            why = f"{self.base_why}before {first.flag} {first.date} ({first.source})"
-        else:
-            why = self.base_why.rstrip("; ") or "no date set"
-        return Decision(self.behaviour.name, self.behaviour.phases[index], index, kind, why)
+            return f"{self.base_why}before {first.flag} {first.date} ({first.source})"
+        return self.base_why.rstrip("; ") or "no date set"
+
+    def decide(self, now: float, headers: Mapping[str, str] | None = None) -> Explained:
+        """The phase for a request with these headers (or the company at large), explained."""
+        return self.explain(now, None if headers is None else HeaderClient(headers))
 
     def phase_and_kind(self, now: float, headers: Mapping[str, str] | None = None) -> tuple[int, str]:
-        """``decide()``'s index and kind without building the explanation: the per-request path."""
-        index, kind, _ = self._resolve(now, headers)
-        return index, kind
+        r = self._resolve(now, None if headers is None else HeaderClient(headers))
+        return r.phase, r.kind
 
     def phase_index(self, now: float, headers: Mapping[str, str] | None = None) -> int:
         return self.phase_and_kind(now, headers)[0]
 
+    # --- the calendar ---------------------------------------------------------------------------------------------
+
     def boundaries(self) -> list[float]:
         times = {s.at for s in self.steps}
-        for w in self.windows:
+        for w in (*self.windows, *self.shadows):
             times.update((w.start, w.end))
+        for ramp in self.ramps:
+            times.update(at for at, _ in ramp.steps)
+        if self.freeze is not None:
+            times.add(self.freeze.at)
         return sorted(times)
 
-    def next_change(self, now: float) -> tuple[float, Decision] | None:
-        """The next instant at which the tenant-wide phase changes (exemptions aside), and the decision then."""
-        current = self.decide(now).index
+    def next_change(self, now: float) -> tuple[float, Explained] | None:
+        """The next instant at which the tenant-wide phase changes (per-client rules aside), and the decision then."""
+        current = self._dated(now)[0]
         for at in self.boundaries():
-            if at > now:
-                later = self.decide(at)
-                if later.index != current:
-                    return at, later
+            if at > now and self._dated(at)[0] != current:
+                return at, self.explain(at)
         return None
 
     def flag_instant(self, flag: str) -> float | None:
         return next((s.at for s in self.steps if s.flag == flag), None)
+
+    def ramp_share(self, now: float) -> tuple[str, float] | None:
+        """The phase a ramp gives a share of clients now, and the share (percent); None outside any ramp."""
+        index = self._dated(now)[0]
+        for ramp in self.ramps:
+            share = ramp.share(now)
+            if share and ramp.index > index:
+                return self.behaviour.phases[ramp.index], share
+        return None
+
+
+class HeaderClient:
+    """A client known by its request headers alone (no preview, no record of it): for ``decide`` and the tools."""
+
+    __slots__ = ("headers", "_fingerprint")
+
+    def __init__(self, headers: Mapping[str, str], fingerprint: str | None = None) -> None:
+        self.headers = headers
+        self._fingerprint = fingerprint
+
+    @property
+    def fingerprint(self) -> str | None:
+        if self._fingerprint is None:
+            self._fingerprint = token_fingerprint(self.headers.get("Authorization"))
+        return self._fingerprint
+
+    def previewed(self, behaviour: str) -> str | None:
+        return None
+
+    def seen_before(self, tenant: str, behaviour: str, at: float) -> bool | None:
+        return True  # a client the tools are asked about is placed by what they are told: known
 
 
 def effective_date(own: TenantRollout, rollout: RolloutConfig, flag: DateFlag) -> tuple[dt.date | None, str]:
@@ -209,70 +370,153 @@ def effective_date(own: TenantRollout, rollout: RolloutConfig, flag: DateFlag) -
     return value, ("default" if value == flag.default else "rollout")
 
 
+class _Builder:
+    """Builds one tenant's schedule of one behaviour; identical settings give the same (shared) schedule."""
+
+    def __init__(self, rollout: RolloutConfig, behaviours: Mapping[str, Behaviour]) -> None:
+        self.rollout = rollout
+        self.behaviours = behaviours
+        self.global_tz = rollout.tzinfo
+        self.key = rollout.ramp_key.encode()
+        self.preview = rollout.preview.header if rollout.preview.enabled else None
+        self._shared: dict[tuple[object, ...], Schedule] = {}
+
+    def schedule(self, tenant: Tenant, own: TenantRollout, behaviour: Behaviour) -> Schedule:
+        rollout = self.rollout
+        base = behaviour.base_of(tenant)
+        tz_name = own.timezone or rollout.timezone
+        days = tuple(effective_date(own, rollout, flag) for flag in behaviour.all_flags())
+        own_lists = (own.brownouts, own.shadows, own.ramps, own.freezes)
+        key = (behaviour.name, base, tz_name, days, tuple(None if x is None else tuple(x) for x in own_lists),
+               tuple(own.exemptions), behaviour.bridge_of(tenant) if behaviour.bridge_of is not None else False)
+        shared = self._shared.get(key)
+        if shared is None:
+            shared = self._shared[key] = self._build(tenant, own, behaviour, base, zoneinfo.ZoneInfo(tz_name))
+        return shared
+
+    def _build(self, tenant: Tenant, own: TenantRollout, behaviour: Behaviour, base: Base, tz: dt.tzinfo) -> Schedule:
+        rollout = self.rollout
+        mine = behaviour.name
+        steps: list[_Step] = []
+        windows: list[_Window] = []
+        shadows: list[_Window] = []
+        ramps: list[_Ramp] = []
+        freeze = None
+        if base.dated:
+            for i, flag in enumerate(behaviour.flags):
+                day, source = effective_date(own, rollout, flag)
+                if day is not None:
+                    kind = Kind.OVERRIDE if source == "tenant override" else Kind.DATE
+                    steps.append(_Step(_midnight(day, tz), i + 1, flag.name, day, source, kind))
+            windows = [self._window(b, b.phase or behaviour.phases[-1], behaviour, btz)
+                       for b, btz in self._listed(rollout.brownouts, own.brownouts, tz) if b.behaviour == mine]
+            freeze = next((_Freeze(_midnight(f.start, ftz), len(behaviour.phases) - 1, f.start)
+                           for f, ftz in self._listed(rollout.freezes, own.freezes, tz) if f.behaviour == mine), None)
+        dated = Schedule(behaviour, base, steps, (), (), {})
+        for shadow, stz in self._listed(rollout.shadows, own.shadows, tz):
+            if shadow.behaviour == mine:
+                start = _instant(shadow.start, stz)
+                phase = shadow.phase or behaviour.phases[min(dated._dated(start)[0] + 1, len(behaviour.phases) - 1)]
+                shadows.append(self._window(shadow, phase, behaviour, stz))
+        for ramp, rtz in self._listed(rollout.ramps, own.ramps, tz):
+            if ramp.behaviour == mine:
+                ramps.append(_Ramp(behaviour.index(ramp.phase),
+                                   tuple((_midnight(step.start, rtz), step.share) for step in ramp.steps), self.key))
+        exempts = [
+            _Exempt(e.name, behaviour.index(e.phase or behaviour.phases[0]), _midnight(e.until, etz), str(e.until),
+                    e.token_fingerprint, e.header, e.bridge)
+            for e, etz in [(e, self.global_tz) for e in rollout.exemptions] + [(e, tz) for e in own.exemptions]
+            if e.behaviour == mine
+        ]
+        signals = {}
+        for flag in behaviour.signals:
+            day, _ = effective_date(own, rollout, flag)
+            signals[flag.name] = None if day is None else _midnight(day, tz)
+        bridge = behaviour.bridge_of(tenant) if behaviour.bridge_of is not None else False
+        return Schedule(behaviour, base, steps, windows, exempts, signals, bridge, shadows=shadows, ramps=ramps,
+                        freeze=freeze, preview=self.preview)
+
+    def _listed(self, global_list: Sequence[_T], own_list: Sequence[_T] | None, tz: dt.tzinfo
+                ) -> list[tuple[_T, dt.tzinfo]]:
+        """The tenant's own list (its timezone) where it has one, else the global one (the global timezone)."""
+        if own_list is None:
+            return [(item, self.global_tz) for item in global_list]
+        return [(item, tz) for item in own_list]
+
+    @staticmethod
+    def _window(item: Brownout | Shadow, phase: str, behaviour: Behaviour, tz: dt.tzinfo) -> _Window:
+        start, end = _instant(item.start, tz), _instant(item.end, tz)
+        label = f"{dt.datetime.fromtimestamp(start, tz).isoformat()} to {dt.datetime.fromtimestamp(end, tz).isoformat()}"
+        return _Window(start, end, behaviour.index(phase), label)
+
+
+class _TenantSchedules(Mapping[str, Schedule]):
+    """One tenant's schedules, each built when first asked for."""
+
+    __slots__ = ("_builder", "_tenant", "_own", "_built")
+
+    def __init__(self, builder: _Builder, tenant: Tenant, own: TenantRollout) -> None:
+        self._builder = builder
+        self._tenant = tenant
+        self._own = own
+        self._built: dict[str, Schedule] = {}
+
+    def __getitem__(self, behaviour: str) -> Schedule:
+        built = self._built.get(behaviour)
+        if built is None:
+            known = self._builder.behaviours[behaviour]
+            built = self._built[behaviour] = self._builder.schedule(self._tenant, self._own, known)
+        return built
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._builder.behaviours)
+
+    def __len__(self) -> int:
+        return len(self._builder.behaviours)
+
+
+class _Schedules(Mapping[str, Mapping[str, Schedule]]):
+    """Every tenant's schedules, by tenant name, built when first asked for."""
+
+    __slots__ = ("_builder", "_tenants", "_made")
+
+    def __init__(self, builder: _Builder, tenants: Sequence[tuple[Tenant, TenantRollout]]) -> None:
+        self._builder = builder
+        self._tenants = {tenant.name: (tenant, own) for tenant, own in tenants}
+        self._made: dict[str, _TenantSchedules] = {}
+
+    def __getitem__(self, name: str) -> _TenantSchedules:
+        made = self._made.get(name)
+        if made is None:
+            tenant, own = self._tenants[name]
+            made = self._made[name] = _TenantSchedules(self._builder, tenant, own)
+        return made
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tenants)
+
+    def __len__(self) -> int:
+        return len(self._tenants)
+
+
 class RolloutPlan:
-    """Every tenant's schedules, built once from the config (and again on reload)."""
+    """Every tenant's schedules (built when first asked for), from the config (and again on reload)."""
 
     def __init__(self, schedules: Mapping[str, Mapping[str, Schedule]], timezones: Mapping[str, str]) -> None:
         self.schedules = schedules
         self.timezones = timezones
 
     @classmethod
-    def build(
-        cls,
-        rollout: RolloutConfig,
-        tenants: Sequence[tuple[Tenant, TenantRollout]],
-        behaviours: Mapping[str, Behaviour],
-    ) -> RolloutPlan:
-        schedules: dict[str, dict[str, Schedule]] = {}
-        timezones: dict[str, str] = {}
-        global_tz = rollout.tzinfo
-        for tenant, own in tenants:
-            tz_name = own.timezone or rollout.timezone
-            tz = zoneinfo.ZoneInfo(tz_name)
-            timezones[tenant.name] = tz_name
-            brownouts = [(b, global_tz) for b in rollout.brownouts] if own.brownouts is None else [
-                (b, tz) for b in own.brownouts
-            ]
-            exemptions = [(e, global_tz) for e in rollout.exemptions] + [(e, tz) for e in own.exemptions]
-            per: dict[str, Schedule] = {}
-            for behaviour in behaviours.values():
-                base = behaviour.base_of(tenant)
-                steps: list[_Step] = []
-                windows: list[_Window] = []
-                if base.dated:
-                    for i, flag in enumerate(behaviour.flags):
-                        day, source = effective_date(own, rollout, flag)
-                        if day is not None:
-                            kind = "override" if source == "tenant override" else "date"
-                            steps.append(_Step(_midnight(day, tz), i + 1, flag.name, day, source, kind))
-                    for b, btz in brownouts:
-                        if b.behaviour == behaviour.name:
-                            start = b.start if b.start.tzinfo else b.start.replace(tzinfo=btz)
-                            end = b.end if b.end.tzinfo else b.end.replace(tzinfo=btz)
-                            label = f"{start.isoformat()} to {end.isoformat()}"
-                            phase = b.phase or behaviour.phases[-1]
-                            windows.append(_Window(start.timestamp(), end.timestamp(), behaviour.index(phase), label))
-                exempts = [
-                    _Exempt(e.name, behaviour.index(e.phase or behaviour.phases[0]), _midnight(e.until, etz),
-                            str(e.until), e.token_fingerprint, e.header, e.bridge)
-                    for e, etz in exemptions
-                    if e.behaviour == behaviour.name
-                ]
-                signals = {}
-                for flag in behaviour.signals:
-                    day, _ = effective_date(own, rollout, flag)
-                    signals[flag.name] = None if day is None else _midnight(day, tz)
-                bridge = behaviour.bridge_of(tenant) if behaviour.bridge_of is not None else False
-                per[behaviour.name] = Schedule(behaviour, base.index, base.kind, base.why, steps, windows, exempts,
-                                               signals, bridge)
-            schedules[tenant.name] = per
-        return cls(schedules, timezones)
+    def build(cls, rollout: RolloutConfig, tenants: Sequence[tuple[Tenant, TenantRollout]],
+              behaviours: Mapping[str, Behaviour]) -> RolloutPlan:
+        timezones = {tenant.name: own.timezone or rollout.timezone for tenant, own in tenants}
+        return cls(_Schedules(_Builder(rollout, behaviours), tenants), timezones)
 
     def schedule(self, tenant: str, behaviour: str) -> Schedule:
         return self.schedules[tenant][behaviour]
 
     def decide(self, tenant: str, behaviour: str, now: dt.datetime,
-               headers: Mapping[str, str] | None = None) -> Decision:
+               headers: Mapping[str, str] | None = None) -> Explained:
         return self.schedules[tenant][behaviour].decide(now.timestamp(), headers)
 
     def phase_samples(self, now: float) -> Iterator[tuple[str, str, str, float]]:
@@ -283,3 +527,8 @@ class RolloutPlan:
                 current = schedule.phase_index(now)
                 for i, phase in enumerate(schedule.behaviour.phases):
                     yield tenant, name, phase, 1.0 if i == current else 0.0
+
+
+def _instant(value: dt.datetime, tz: dt.tzinfo) -> float:
+    """An instant of the config: one without an offset is read in ``tz``."""
+    return (value if value.tzinfo else value.replace(tzinfo=tz)).timestamp()

@@ -498,16 +498,10 @@ class BoardCards:
             upstream_headers["If-None-Match"] = None
         elif if_none_match is not None:
             upstream_headers["If-None-Match"] = self.translate_if_none_match(if_none_match, index)
-        head = exchange.method == "HEAD"
-        if head:
-            # HEAD answers with GET's headers, so the upstream is asked for the body that GET would rewrite (the
-            # proxy core sends the client the head only).
-            exchange.method = "GET"
-        try:
-            reply = await next(exchange)
-        finally:
-            if head:
-                exchange.method = "HEAD"
+        # HEAD answers with GET's headers: the upstream is asked for the body GET would rewrite (the core sends the
+        # client the head only).
+        exchange.answer_from_body()
+        reply = await next(exchange)
         headers = reply.headers
         if reply.status == 304:
             # (Bridged in phase 0 the upstream was asked unconditionally: a 304 anyway is passed on as phase 0 would.)
