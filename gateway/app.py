@@ -169,7 +169,8 @@ class Gateway:
         )
         self._state = build_state(self._config, self.proxy, self.clock, self.metrics, self.spool)
         self.tracing.start()
-        self.edge = Edge(lambda: self.state, self.proxy, self.recorder, self.in_flight, send, self.tracing)
+        self.edge = Edge(lambda: self.state, self.proxy, self.recorder, self.in_flight, send, self.tracing,
+                         self.clock)
         if self.ledger is not None:
             await self.ledger.start()  # in the background: the gateway serves whether its database answers or not
         self.ready = True

@@ -502,15 +502,18 @@ class _Schedules(Mapping[str, Mapping[str, Schedule]]):
 class RolloutPlan:
     """Every tenant's schedules (built when first asked for), from the config (and again on reload)."""
 
-    def __init__(self, schedules: Mapping[str, Mapping[str, Schedule]], timezones: Mapping[str, str]) -> None:
+    def __init__(self, schedules: Mapping[str, Mapping[str, Schedule]], timezones: Mapping[str, str],
+                 preview: str | None = None) -> None:
         self.schedules = schedules
         self.timezones = timezones
+        self.preview = preview  # the header a client previews a later phase with (None: off)
 
     @classmethod
     def build(cls, rollout: RolloutConfig, tenants: Sequence[tuple[Tenant, TenantRollout]],
               behaviours: Mapping[str, Behaviour]) -> RolloutPlan:
         timezones = {tenant.name: own.timezone or rollout.timezone for tenant, own in tenants}
-        return cls(_Schedules(_Builder(rollout, behaviours), tenants), timezones)
+        builder = _Builder(rollout, behaviours)
+        return cls(_Schedules(builder, tenants), timezones, builder.preview)
 
     def schedule(self, tenant: str, behaviour: str) -> Schedule:
         return self.schedules[tenant][behaviour]
