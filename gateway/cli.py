@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import logging
 import os
+import re
 import resource
 import signal
 import sys
@@ -89,11 +90,15 @@ def _parser() -> argparse.ArgumentParser:
     migrate.add_argument("--config", default=DEFAULT_CONFIG, metavar="FILE", help=config_help)
     rollout = sub.add_parser(
         "rollout", help="the phase of each dated behaviour per tenant at an instant, and why",
-        description="For each tenant and dated behaviour: the phase in force, why, the next change, brownouts ahead, "
-        "exemptions and bridges (docs/rollout.md). Exit status 2 on a config error, a bad instant or an unknown host.")
+        description="For each tenant and dated behaviour: the phase in force, why, the next change, brownouts, "
+        "shadows, ramps, freezes, exemptions and bridges (docs/rollout.md); with --client (and --user-agent), where "
+        "that client stands and why. Exit status 2 on a config error, a bad instant, an unknown host or fingerprint.")
     rollout.add_argument("--config", default=DEFAULT_CONFIG, metavar="FILE", help=config_help)
     rollout.add_argument("--at", metavar="INSTANT", help="ISO 8601 date or date-time (default: the gateway's clock)")
-    rollout.add_argument("--host", help="only the tenant that serves this Host")
+    rollout.add_argument("--host", help="only the tenant that serves this Host (needed with --client)")
+    rollout.add_argument("--client", metavar="FINGERPRINT",
+                         help="one client, by its token fingerprint (12 hex digits, as the access log shows it)")
+    rollout.add_argument("--user-agent", metavar="TEXT", help="with --client: the User-Agent it sends")
     return parser
 
 
@@ -240,8 +245,9 @@ def _refused(gateway: Gateway, history: ConfigHistory | None, problems: int) -> 
         history.refused(problems)
 
 
-def _rollout(config_path: str, at: str | None, host: str | None) -> int:
-    from .rollout import clock_from_config, describe, parse_instant
+def _rollout(config_path: str, at: str | None, host: str | None, client: str | None = None,
+             user_agent: str | None = None) -> int:
+    from .rollout import HeaderClient, clock_from_config, describe, describe_client, parse_instant
 
     try:
         config = load_config(config_path)
@@ -255,6 +261,13 @@ def _rollout(config_path: str, at: str | None, host: str | None) -> int:
     except ValueError as err:
         print(f"gateway: --at: {err}" if at is not None else f"gateway: {err}", file=sys.stderr)
         return 2
+    if (client is not None or user_agent is not None) and host is None:
+        print("gateway: --client and --user-agent need --host (a client belongs to one company)", file=sys.stderr)
+        return 2
+    if client is not None and not re.fullmatch(r"[0-9a-f]{12}", client):
+        print(f"gateway: --client: {client[:40]!r} is not a token fingerprint (12 lowercase hex digits)",
+              file=sys.stderr)
+        return 2
     names = None
     if host is not None:
         tenant = TenantResolver.of(config).resolve(host)
@@ -263,7 +276,14 @@ def _rollout(config_path: str, at: str | None, host: str | None) -> int:
             return 2
         names = [tenant.name]
     print(f"rollout at {now.isoformat()} ({config.source})")
-    print("\n".join(describe(config.rollout_plan(), now, names)))
+    plan = config.rollout_plan()
+    if names is not None and (client is not None or user_agent is not None):
+        headers = {"User-Agent": user_agent} if user_agent is not None else {}
+        who = " ".join(part for part in (client and f"fingerprint {client}", user_agent and f"User-Agent {user_agent!r}")
+                       if part)
+        print("\n".join(describe_client(plan, now, names[0], HeaderClient(headers, client), who)))
+        return 0
+    print("\n".join(describe(plan, now, names)))
     return 0
 
 
@@ -299,7 +319,7 @@ def _outside_the_ledger(path: Sequence[int | str]) -> bool:
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "rollout":
-        return _rollout(args.config, args.at, args.host)
+        return _rollout(args.config, args.at, args.host, args.client, args.user_agent)
     if args.command in ("usage", "migrate"):
         try:
             config = load_config(args.config, unneeded=_outside_the_ledger)

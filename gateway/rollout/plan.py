@@ -402,39 +402,49 @@ class _Builder:
         shadows: list[_Window] = []
         ramps: list[_Ramp] = []
         freeze = None
-        if base.dated:
-            for i, flag in enumerate(behaviour.flags):
-                day, source = effective_date(own, rollout, flag)
-                if day is not None:
-                    kind = Kind.OVERRIDE if source == "tenant override" else Kind.DATE
-                    steps.append(_Step(_midnight(day, tz), i + 1, flag.name, day, source, kind))
+        if base.dated:  # a phase the company's own setting fixes has no dates, nothing to shadow or ramp to
+            steps = self._steps(own, behaviour, tz)
             windows = [self._window(b, b.phase or behaviour.phases[-1], behaviour, btz)
                        for b, btz in self._listed(rollout.brownouts, own.brownouts, tz) if b.behaviour == mine]
             freeze = next((_Freeze(_midnight(f.start, ftz), len(behaviour.phases) - 1, f.start)
                            for f, ftz in self._listed(rollout.freezes, own.freezes, tz) if f.behaviour == mine), None)
-        dated = Schedule(behaviour, base, steps, (), (), {})
-        for shadow, stz in self._listed(rollout.shadows, own.shadows, tz):
-            if shadow.behaviour == mine:
-                start = _instant(shadow.start, stz)
-                phase = shadow.phase or behaviour.phases[min(dated._dated(start)[0] + 1, len(behaviour.phases) - 1)]
-                shadows.append(self._window(shadow, phase, behaviour, stz))
-        for ramp, rtz in self._listed(rollout.ramps, own.ramps, tz):
-            if ramp.behaviour == mine:
-                ramps.append(_Ramp(behaviour.index(ramp.phase),
-                                   tuple((_midnight(step.start, rtz), step.share) for step in ramp.steps), self.key))
+            shadows, ramps = self._shadows(own, behaviour, base, steps, tz), self._ramps(own, behaviour, tz)
         exempts = [
             _Exempt(e.name, behaviour.index(e.phase or behaviour.phases[0]), _midnight(e.until, etz), str(e.until),
                     e.token_fingerprint, e.header, e.bridge)
             for e, etz in [(e, self.global_tz) for e in rollout.exemptions] + [(e, tz) for e in own.exemptions]
             if e.behaviour == mine
         ]
-        signals = {}
-        for flag in behaviour.signals:
-            day, _ = effective_date(own, rollout, flag)
-            signals[flag.name] = None if day is None else _midnight(day, tz)
+        signals = {flag.name: None if (day := effective_date(own, rollout, flag)[0]) is None else _midnight(day, tz)
+                   for flag in behaviour.signals}
         bridge = behaviour.bridge_of(tenant) if behaviour.bridge_of is not None else False
         return Schedule(behaviour, base, steps, windows, exempts, signals, bridge, shadows=shadows, ramps=ramps,
                         freeze=freeze, preview=self.preview)
+
+    def _steps(self, own: TenantRollout, behaviour: Behaviour, tz: dt.tzinfo) -> list[_Step]:
+        steps = []
+        for i, flag in enumerate(behaviour.flags):
+            day, source = effective_date(own, self.rollout, flag)
+            if day is not None:
+                kind = Kind.OVERRIDE if source == "tenant override" else Kind.DATE
+                steps.append(_Step(_midnight(day, tz), i + 1, flag.name, day, source, kind))
+        return steps
+
+    def _shadows(self, own: TenantRollout, behaviour: Behaviour, base: Base, steps: list[_Step], tz: dt.tzinfo
+                 ) -> list[_Window]:
+        dated = Schedule(behaviour, base, steps, (), (), {})
+        shadows = []
+        for shadow, stz in self._listed(self.rollout.shadows, own.shadows, tz):
+            if shadow.behaviour == behaviour.name:
+                start = _instant(shadow.start, stz)
+                phase = shadow.phase or behaviour.phases[min(dated._dated(start)[0] + 1, len(behaviour.phases) - 1)]
+                shadows.append(self._window(shadow, phase, behaviour, stz))
+        return shadows
+
+    def _ramps(self, own: TenantRollout, behaviour: Behaviour, tz: dt.tzinfo) -> list[_Ramp]:
+        return [_Ramp(behaviour.index(ramp.phase), tuple((_midnight(step.start, rtz), step.share) for step in ramp.steps),
+                      self.key)
+                for ramp, rtz in self._listed(self.rollout.ramps, own.ramps, tz) if ramp.behaviour == behaviour.name]
 
     def _listed(self, global_list: Sequence[_T], own_list: Sequence[_T] | None, tz: dt.tzinfo
                 ) -> list[tuple[_T, dt.tzinfo]]:
