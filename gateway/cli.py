@@ -160,7 +160,7 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
         except OSError as err:
             raise OSError(err.errno, f"{listen}: {err.strerror or err}") from None
         assert runner.server is not None
-        acceptor = Acceptor(sock, runner.server)
+        acceptor = Acceptor(sock, runner.server, backed_off=gateway.metrics.accept_backoffs.labels("public").inc)
         await web.TCPSite(admin_runner, admin_listen.host, admin_listen.port, reuse_address=True,
                           reuse_port=reuse_port).start()
         stop = asyncio.Event()

@@ -83,6 +83,12 @@ class Metrics:
             registry=r,
         )
         self.connections_open = self._live_gauge("gateway_connections_open", "Client connections open now.")
+        self.accept_backoffs = Counter(
+            "gateway_accept_backoffs", "Times a listener stopped accepting for a second because accept() failed (out "
+            "of file descriptors, or of kernel memory), by listener (public, admin).", ("listener",), registry=r,
+        )
+        for listener in ("public", "admin"):
+            self.accept_backoffs.labels(listener)
         # Computed at each scrape from the plan in force and the clock (never stored): a date that passes, a reload
         # that drops a tenant, and a scrape answered by any worker all show the phases of now.
         self.rollout_phase = PhaseCollector()
