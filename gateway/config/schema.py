@@ -199,6 +199,10 @@ class ServerConfig(_Model):
     # Admin paths served without the token, opened on purpose: "/metrics" (an open scrape), any of ADMIN_PATHS, or
     # "all".
     admin_open: list[AdminPath] | Literal["all"] = []
+    # Most connections open at once on the admin listener: over it, the oldest connection not being served is closed
+    # to make room (or the new one, when all are being served), so the admin port never holds more descriptors than
+    # this (it has the client time limits above too).
+    admin_max_connections: int = Field(default=64, ge=1, le=10_000)
     # Host names the admin listener is known by, besides IP addresses and localhost: a request naming another Host
     # is refused (a DNS-rebinding page in an operator's browser names its own).
     admin_hosts: list[str] = []

@@ -1,4 +1,4 @@
-"""The public listening socket, accepting in batches, and backing off when the process is out of descriptors.
+"""The listening sockets of both listeners, accepting in batches, and backing off when out of descriptors.
 
 libuv (under uvloop) accepts one connection per loop turn: under load, new connections waited seconds in the kernel's
 queue. Here the socket is watched by the loop and each time it is readable up to ``batch`` connections are accepted.

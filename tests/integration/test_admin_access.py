@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import resource
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -22,8 +24,11 @@ from aiohttp import web
 
 from gateway.cli import _reload
 from gateway.ops.admin import make_admin_app
-from tests.gateway_testlib import ADMIN_TOKEN, GatewayFactory, RecordingUpstream, free_port, make_config, raw_exchange
-from tests.process_testlib import ROOT, wait_for, write_config
+from tests.gateway_testlib import (
+    ADMIN_TOKEN, GatewayFactory, RecordingUpstream, closed_within, free_port, make_config, parse_responses,
+    raw_exchange,
+)
+from tests.process_testlib import ROOT, Proc, start, wait_for, write_config
 
 COOKIE = "gateway_admin"  # the admin cookie's name (docs/operations.md)
 PROTECTED = ["/metrics", "/config", "/rollout", "/deprecations", "/status", "/status.json", "/"]
@@ -235,3 +240,69 @@ async def test_the_shipped_config_serves_only_the_probes(tmp_path: Path) -> None
             assert (await status_of(admin_port, path))[0] == 403, path
     finally:
         _stop(proc)
+
+
+# --- The admin listener's own limits: a head timeout, an idle timeout, a bound on its connections ----------------
+
+
+def _tenant(upstream: str, **server: Any) -> dict[str, Any]:
+    return {"server": server, "tenants": [{"name": "t", "hosts": ["127.0.0.1"], "upstream": upstream}]}
+
+
+async def _admin_closed(gw: Proc, reason: str) -> float:
+    return (await gw.metrics())[("gateway_admin_connections_closed_total", (("reason", reason),))]
+
+
+async def test_the_admin_listener_closes_silent_dripping_and_idle_connections(
+    upstream: RecordingUpstream, tmp_path: Path
+) -> None:
+    """No token is needed to open a connection to the admin port: one that sends nothing, drips its head or stays
+    idle is closed within the client time limits (it stayed open for ever, > 80 s observed)."""
+    gw = await start(_tenant(upstream.url, client_header_timeout=0.5, client_keepalive_timeout=0.5), tmp_path)
+    try:
+        silent, _ = await asyncio.open_connection("127.0.0.1", gw.admin)
+        dripping, drip = await asyncio.open_connection("127.0.0.1", gw.admin)
+        drip.write(b"GET /livez HTTP/1.1\r\nHost: 12")
+        idle, asks = await asyncio.open_connection("127.0.0.1", gw.admin)
+        asks.write(b"GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        head = await idle.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200")
+        started = time.monotonic()
+        assert all(await asyncio.gather(*(closed_within(reader, 3) for reader in (silent, dripping, idle))))
+        assert time.monotonic() - started < 2.5
+        assert await _admin_closed(gw, "head") == 2 and await _admin_closed(gw, "idle") == 1
+    finally:
+        gw.stop()
+
+
+async def test_silent_connections_neither_fill_the_admin_port_nor_starve_the_public_one(
+    upstream: RecordingUpstream, tmp_path: Path
+) -> None:
+    """The attack: 1,500 silent connections to the admin port of a process with few descriptors took them all,
+    public requests timed out and /livez failed. The admin port holds at most server.admin_max_connections, and a
+    new connection over it takes the place of the oldest one not being served: the public port and the probes are
+    served while 400 silent connections come (and wait for a 30 s head timeout)."""
+    limit, bound = 160, 16
+
+    def few_descriptors() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    gw = await start(_tenant(upstream.url, admin_max_connections=bound, client_header_timeout=30), tmp_path,
+                     preexec=few_descriptors)
+    held: list[asyncio.StreamWriter] = []
+    try:
+        for _ in range(400):
+            held.append((await asyncio.open_connection("127.0.0.1", gw.admin))[1])
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as client:
+            async with client.get(gw.url + "/public") as resp:
+                assert resp.status == 200
+        answer = await raw_exchange(gw.admin, b"GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        assert [status for status, _, _ in parse_responses(answer)] == [200]
+        assert len(os.listdir(f"/proc/{gw.proc.pid}/fd")) < limit // 2
+        metrics = await gw.metrics()
+        assert metrics[("gateway_admin_connections_open", ())] <= bound
+        assert metrics[("gateway_admin_connections_closed_total", (("reason", "evicted"),))] >= 400 - bound
+    finally:
+        for writer in held:
+            writer.close()
+        gw.stop()
