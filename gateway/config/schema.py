@@ -194,8 +194,11 @@ class ServerConfig(_Model):
     method_override_look_ahead: int = Field(default=1 << 20, ge=4 << 10, le=64 << 20)
     # The admin listener (docs/operations.md, "Admin listener"). Its token: every admin path but /livez and /readyz
     # (and those in admin_open) needs it, as "Authorization: Bearer <token>", HTTP Basic (the token as password), or
-    # the cookie a browser gets from "?token=<token>" once. Give it as ${NAME}; unset, those paths are closed.
+    # the session cookie a browser gets from "?token=<token>" once. Give it as ${NAME}; unset, those paths are closed.
     admin_token: str | None = Field(default=None, min_length=16, max_length=4096, pattern=r"^[\x21-\x7e]+$")
+    # How long a browser's login (the session cookie "?token=<token>" sets) lasts, in seconds; a reload applies a
+    # shorter one to the cookies already given.
+    admin_login_lifetime: float = Field(default=43200.0, ge=60, le=30 * 86400)
     # Admin paths served without the token, opened on purpose: "/metrics" (an open scrape), any of ADMIN_PATHS, or
     # "all".
     admin_open: list[AdminPath] | Literal["all"] = []

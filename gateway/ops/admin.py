@@ -1,6 +1,6 @@
 """The admin listener (its own address, loopback by default): metrics, liveness, readiness, the effective config,
 rollout, the usage report, and the status page. Closed by default (``_guard``): every path but /livez and /readyz
-needs the admin token (Bearer, Basic, or the cookie a ``?token=`` visit sets) and a known ``Host``
+needs the admin token (Bearer, Basic, or the session cookie a ``?token=`` visit sets) and a known ``Host``
 (docs/operations.md, "Admin listener")."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
@@ -29,9 +30,11 @@ from .status_page import CONTENT_SECURITY_POLICY, render_page
 
 if TYPE_CHECKING:
     from ..config import LoadedConfig
+    from ..config.schema import ServerConfig
     from ..core.route import Route
 
-__all__ = ("COOKIE", "MAX_TOP", "Served", "cookie_value", "known_host", "make_admin_app", "usage_query")
+__all__ = ("COOKIE", "MAX_TOP", "Served", "known_host", "make_admin_app", "session_cookie", "usage_query",
+           "valid_session")
 
 
 class ServedRoutes(Protocol):
@@ -80,10 +83,33 @@ COOKIE = "gateway_admin"
 _REALM = 'realm="gateway admin"'
 
 
-def cookie_value(token: str) -> str:
-    """The admin cookie for ``token``: a MAC of a fixed text under the token, so the cookie never shows the token
-    (and stops working when the token is changed)."""
-    return hmac.new(token.encode(), b"gateway admin cookie v1", hashlib.sha256).hexdigest()
+_SESSION = b"gateway admin session v1"
+
+
+def session_cookie(token: str, *, now: float, lifetime: float) -> str:
+    """A login's cookie value, ``<expiry>.<nonce>.<mac>``: its expiry (Unix seconds), a random nonce (every login a
+    new value), and a MAC of both under the admin token. Any worker or replica that has the token can check it
+    (nothing is kept in memory); a new token revokes every cookie, and the token never shows in it."""
+    expires = int(now + lifetime)
+    nonce = secrets.token_urlsafe(16)
+    return f"{expires}.{nonce}.{_session_mac(token, expires, nonce)}"
+
+
+def valid_session(value: str, token: str, *, now: float, lifetime: float) -> bool:
+    """Whether ``value`` is a cookie ``session_cookie`` made under ``token``, not yet expired (nor set to expire
+    later than ``lifetime`` from now, which a shortened lifetime makes true of older cookies)."""
+    expiry, _, rest = value.partition(".")
+    nonce, _, mac = rest.partition(".")
+    if not (expiry.isascii() and expiry.isdigit() and len(expiry) <= 12 and nonce.isascii() and mac.isascii()):
+        return False
+    expires = int(expiry)
+    if not now < expires <= now + lifetime:
+        return False
+    return hmac.compare_digest(mac.encode(), _session_mac(token, expires, nonce).encode())
+
+
+def _session_mac(token: str, expires: int, nonce: str) -> str:
+    return hmac.new(token.encode(), b"%s\n%d\n%s" % (_SESSION, expires, nonce.encode()), hashlib.sha256).hexdigest()
 
 
 def known_host(host: str | None, names: frozenset[str] | list[str]) -> bool:
@@ -124,12 +150,12 @@ def _presented(request: web.Request) -> list[str]:
     return found
 
 
-def _authorized(request: web.Request, token: str) -> bool:
+def _authorized(request: web.Request, server: ServerConfig, token: str) -> bool:
     wanted = token.encode()
     if any(hmac.compare_digest(given.encode(), wanted) for given in _presented(request)):
         return True
     cookie = request.cookies.get(COOKIE)
-    return cookie is not None and hmac.compare_digest(cookie.encode(), cookie_value(token).encode())
+    return cookie is not None and valid_session(cookie, token, now=time.time(), lifetime=server.admin_login_lifetime)
 
 
 def _without_token(request: web.Request) -> str:
@@ -157,12 +183,14 @@ async def _guard(request: web.Request, handler: Callable[[web.Request], Awaitabl
     if "token" in request.rel_url.query:
         if not hmac.compare_digest(request.rel_url.query["token"].encode(), token.encode()):
             return _error(401, "UNAUTHORIZED", "the token is not the admin token")
-        # Once: the token leaves the address bar (and the browser's history) for a cookie.
+        # Once: the token leaves the address bar (and the browser's history) for a session cookie.
         response = web.Response(status=303, headers={hdrs.LOCATION: _without_token(request),
                                                      "Cache-Control": "no-store"})
-        response.set_cookie(COOKIE, cookie_value(token), httponly=True, samesite="Strict")
+        lifetime = server.admin_login_lifetime
+        response.set_cookie(COOKIE, session_cookie(token, now=time.time(), lifetime=lifetime), max_age=int(lifetime),
+                            path="/", httponly=True, samesite="Strict")
         return response
-    if _authorized(request, token):
+    if _authorized(request, server, token):
         return await handler(request)
     return _error(401, "UNAUTHORIZED", "this admin path needs the admin token (server.admin_token): send "
                   "'Authorization: Bearer <token>' (gateway usage: set GATEWAY_ADMIN_TOKEN), or open the page once "

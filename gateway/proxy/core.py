@@ -59,6 +59,24 @@ def _drop(headers: CIMultiDict[str], names: tuple[istr, ...], source: CIMultiDic
         headers.popall(token, None)
 
 
+def _without_cookie(headers: CIMultiDict[str], name: str) -> CIMultiDict[str]:
+    """``headers`` without the cookie ``name`` in its ``Cookie`` lines: the other cookies of a line stay as they were
+    sent, byte for byte, and a line that held only that cookie goes."""
+    kept: CIMultiDict[str] = CIMultiDict()
+    for header, value in headers.items():
+        if header.lower() == "cookie" and name in value:
+            pieces = value.split(";")
+            left = [piece for piece in pieces if piece.partition("=")[0].strip() != name]
+            if len(left) < len(pieces):
+                value = ";".join(left)
+                if pieces[0].partition("=")[0].strip() == name:
+                    value = value.lstrip(" \t")  # the first cookie went: the next one's separating space goes too
+                if not value.strip():
+                    continue
+        kept.add(header, value)
+    return kept
+
+
 def _declared_length(raw: CIMultiDictProxy[str]) -> int | None:
     """The length an upstream response declares for its body, when it is a plain Content-Length."""
     declared = raw.get(hdrs.CONTENT_LENGTH)
@@ -212,8 +230,10 @@ class ProxyCore(Services):
     same for the requests of a policy's own (``Exchange.fetch``). Both go through ``send``: the one road."""
 
     def __init__(self, client: UpstreamClient, *, trust_forwarded: bool = False, forwarded_header: bool = False,
-                 body_timeout: float = 60.0, max_concurrent_per_tenant: int = 0, queue_timeout: float = 1.0) -> None:
+                 body_timeout: float = 60.0, max_concurrent_per_tenant: int = 0, queue_timeout: float = 1.0,
+                 strip_cookie: str | None = None) -> None:
         self.client = client
+        self.strip_cookie = strip_cookie  # the admin listener's cookie: never sent upstream
         self.trust_forwarded = trust_forwarded
         self.forwarded_header = forwarded_header  # emit RFC 7239 Forwarded
         self._drop_names = _REQUEST_DROP if trust_forwarded else _UNTRUSTED_DROP
@@ -302,7 +322,8 @@ class ProxyCore(Services):
                 traceparent: str | None = None) -> CIMultiDict[str]:
         """The headers of one upstream request of ``exchange``, Host first (where aiohttp puts it).
 
-        The client's own request (``client``): the client's headers without hop-by-hop ones, then the forwarding
+        The client's own request (``client``): the client's headers without hop-by-hop ones (and without the cookie
+        ``strip_cookie``, the admin listener's: a browser sends it to every port of the host), then the forwarding
         headers, Via, the request id, and what the policies asked for (``exchange.upstream_headers``). A request of
         a policy's own: Host, the same forwarding headers, Via and request id, then ``own``; nothing else of the
         client's. Either carries the trace context given (``traceparent``, and the client's ``tracestate``),
@@ -320,6 +341,9 @@ class ProxyCore(Services):
         _drop(passed, self._drop_names, incoming)
         headers = CIMultiDict(((hdrs.HOST, upstream_host),))
         if client:
+            cookie = self.strip_cookie
+            if cookie is not None and any(cookie in line for line in passed.getall(hdrs.COOKIE, ())):
+                passed = _without_cookie(passed, cookie)
             headers.extend(passed)
             if hdrs.CONTENT_LENGTH in headers:
                 headers[hdrs.CONTENT_LENGTH] = str(request.content_length)  # "05" reaches the upstream as "5"

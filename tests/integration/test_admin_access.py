@@ -23,7 +23,7 @@ import yaml
 from aiohttp import web
 
 from gateway.cli import _reload
-from gateway.ops.admin import make_admin_app
+from gateway.ops.admin import make_admin_app, session_cookie
 from tests.gateway_testlib import (
     ADMIN_TOKEN, GatewayFactory, RecordingUpstream, closed_within, free_port, make_config, parse_responses,
     raw_exchange,
@@ -104,6 +104,61 @@ async def test_a_browser_gives_the_token_once_and_keeps_a_cookie(admin: Admin) -
             assert resp.status == 200 and resp.url.path == "/status" and "text/html" in resp.headers["Content-Type"]
         async with client.get(f"http://127.0.0.1:{port}/status.json") as resp:  # what the page's script fetches
             assert resp.status == 200
+
+
+async def _login(port: int) -> tuple[str, str]:
+    """A browser's login: the cookie's value, and the whole Set-Cookie line."""
+    async with aiohttp.ClientSession() as client:
+        async with client.get(f"http://127.0.0.1:{port}/status?token={ADMIN_TOKEN}", allow_redirects=False) as resp:
+            assert resp.status == 303
+            return resp.cookies[COOKIE].value, resp.headers["Set-Cookie"]
+
+
+async def test_every_login_is_a_session_of_its_own_that_expires(admin: Admin) -> None:
+    """The cookie was the same at every login and never expired: a permanent credential. Now each login gets a new
+    value that lasts server.admin_login_lifetime (12 h by default), then is refused."""
+    _, port = await admin()
+    first, line = await _login(port)
+    second, _ = await _login(port)
+    assert first != second and ADMIN_TOKEN not in line
+    attributes = {part.strip().partition("=")[0].lower(): part.strip().partition("=")[2] for part in line.split(";")}
+    assert attributes["max-age"] == "43200" and attributes["path"] == "/" and attributes["samesite"] == "Strict"
+    assert "httponly" in attributes
+    for value in (first, second):
+        assert (await status_of(port, "/config", headers={"Cookie": f"{COOKIE}={value}"}))[0] == 200
+    now = time.time()
+    refused = {
+        "expired": session_cookie(ADMIN_TOKEN, now=now - 43201, lifetime=43200),
+        "beyond the lifetime": session_cookie(ADMIN_TOKEN, now=now, lifetime=10 * 43200),
+        "another token's": session_cookie("another-admin-token-0123456789", now=now, lifetime=43200),
+        "its expiry moved": str(int(now) + 3600) + first[first.index("."):],
+        "the old fixed value": "358ecaebc2e27dfe4522c10a7c0f9a7f7a534ba7fcb071f7aea9b8d03b74337a",
+    }
+    for what, value in refused.items():
+        assert (await status_of(port, "/config", headers={"Cookie": f"{COOKIE}={value}"}))[0] == 401, what
+
+
+async def test_a_login_is_valid_on_every_process_with_the_token(admin: Admin) -> None:
+    """Under --workers (or behind a Service of several pods) the next request may reach another process than the
+    login's: the session is a MAC under the token, nothing kept in one process's memory."""
+    _, one = await admin()
+    _, other = await admin()
+    value, _ = await _login(one)
+    assert (await status_of(other, "/status.json", headers={"Cookie": f"{COOKIE}={value}"}))[0] == 200
+
+
+async def test_a_shorter_lifetime_on_reload_applies_to_the_cookies_given(admin: Admin, tmp_path: Path) -> None:
+    gw, port = await admin()
+    value, _ = await _login(port)
+    path = tmp_path / "gateway.yaml"
+    config = make_config("http://127.0.0.1:1")
+    config["server"] = {**config["server"], "admin_login_lifetime": 600}
+    path.write_text(yaml.safe_dump(config))
+    _reload(gw.gateway, str(path))
+    assert (await status_of(port, "/config", headers={"Cookie": f"{COOKIE}={value}"}))[0] == 401
+    value, line = await _login(port)
+    assert "Max-Age=600" in line
+    assert (await status_of(port, "/config", headers={"Cookie": f"{COOKIE}={value}"}))[0] == 200
 
 
 async def test_a_new_token_on_reload_applies_at_once(admin: Admin, tmp_path: Path) -> None:
