@@ -425,6 +425,11 @@ class Secrets:
                 text = text.replace(value, self.shown[value])
         return without_userinfo(text)
 
+    def reference(self, value: str) -> str | None:
+        """The ``${NAME}`` the config took ``value`` from, or None (written in the file)."""
+        shown = self.shown.get(value)
+        return shown if shown is not None and shown.startswith("${") else None
+
     def with_values(self, values: Collection[str], shown: str = MASK) -> Secrets:
         """These secrets and more values (credentials of a URL, a token written in the file), shown as ``shown``."""
         added = {value: shown for value in values if value and value not in self.shown}

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
+import logging
 import os
 import resource
 import signal
@@ -20,6 +22,7 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
+import yarl
 from aiohttp import web
 
 from gateway.cli import _reload
@@ -74,7 +77,7 @@ async def test_probes_are_open_and_everything_else_needs_the_token(admin: Admin)
     for path in PROTECTED:
         status, body, headers = await status_of(port, path)
         assert status == 401 and body is not None and body["code"] == "UNAUTHORIZED", (path, status, body)
-        assert "GATEWAY_ADMIN_TOKEN" in body["message"] and ADMIN_TOKEN not in body["message"]
+        assert "server.admin_token" in body["message"] and ADMIN_TOKEN not in body["message"]
         assert headers.getall("WWW-Authenticate") == ['Basic realm="gateway admin"', 'Bearer realm="gateway admin"']
         for wrong in ({"Authorization": "Bearer " + ADMIN_TOKEN[:-1] + "x"}, {"Authorization": "Bearer"},
                       {"Authorization": "Basic !!!"}, {"Cookie": f"{COOKIE}={ADMIN_TOKEN}"}):
@@ -104,6 +107,64 @@ async def test_a_browser_gives_the_token_once_and_keeps_a_cookie(admin: Admin) -
             assert resp.status == 200 and resp.url.path == "/status" and "text/html" in resp.headers["Content-Type"]
         async with client.get(f"http://127.0.0.1:{port}/status.json") as resp:  # what the page's script fetches
             assert resp.status == 200
+
+
+@pytest.mark.parametrize("credential", [
+    b"Authorization: Bearer \xff\xfe-not-utf8", b"Authorization: Bearer caf\xc3\xa9",
+    b"Authorization: Basic \xc3\xa9\xc3\xa9", b"Authorization: Basic \xff", b"Cookie: gateway_admin=\xff\xfe",
+    b"Cookie: gateway_admin=caf\xc3\xa9.\xc3\xa9.\xc3\xa9",
+], ids=["bearer-bytes", "bearer-utf8", "basic-utf8", "basic-bytes", "cookie-bytes", "cookie-utf8"])
+async def test_a_credential_that_is_not_ascii_is_a_401(admin: Admin, credential: bytes,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """It was a 500 and a traceback in the log, for anyone (no token needed)."""
+    _, port = await admin()
+    answer = await raw_exchange(port, b"GET /config HTTP/1.1\r\nHost: 127.0.0.1\r\n" + credential
+                                + b"\r\nConnection: close\r\n\r\n")
+    ((status, headers, body),) = parse_responses(answer)
+    assert status == 401 and headers["content-type"].startswith("application/json"), answer[:200]
+    assert json.loads(body)["code"] == "UNAUTHORIZED"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize("target", [
+    "/%5C%5Cevil.example", "/%5Cevil.example", "//evil.example", "/https:evil.example", "/http:%2F%2Fevil.example",
+    "/status/%2F%2Fevil.example", "/javascript:alert(1)", "/%E2%80%AE.example",
+])
+async def test_the_login_redirect_stays_on_the_admin_listener(admin: Admin, target: str) -> None:
+    """The redirect from ``?token=`` went to ``\\evil.example`` for ``/%5C%5Cevil.example``: a browser reads a
+    backslash as a slash, so that was another host. It is a relative path that no browser reads as a scheme or a
+    host."""
+    _, port = await admin()
+    status, _, headers = await status_of(port, f"{target}?token={ADMIN_TOKEN}")
+    assert status == 303
+    location = headers["Location"]
+    assert not location.startswith(("/", "\\")) and ":" not in location and "\\" not in location, location
+    base = yarl.URL(f"http://127.0.0.1:{port}{target}")
+    assert base.join(yarl.URL(location)).host == "127.0.0.1"
+    assert ADMIN_TOKEN not in location
+
+
+@pytest.mark.parametrize("typed", ["plus+token+0123456789", "plus%2Btoken%2B0123456789"])
+async def test_a_token_with_a_plus_logs_in_typed_as_is(admin: Admin, typed: str) -> None:
+    """In a query a '+' reads as a space (a token never holds one): the token typed as is, '+' and all, logs in."""
+    _, port = await admin(admin_token="plus+token+0123456789")
+    assert (await status_of(port, f"/status?token={typed}"))[0] == 303
+    assert (await status_of(port, "/status?token=plus+token+0123456780"))[0] == 401
+    assert (await status_of(port, "/status?token=plus%20token%200123456789"))[0] == 401
+
+
+async def test_the_401_names_where_the_token_comes_from(admin: Admin, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It said "gateway usage: set GATEWAY_ADMIN_TOKEN", but gateway usage needs no admin token, and the variable
+    may be named otherwise: it names the variable this gateway's config reads, and nothing when the token is
+    written in the file."""
+    monkeypatch.setenv("OPS_CONSOLE_SECRET", ADMIN_TOKEN)
+    _, port = await admin(admin_token="${OPS_CONSOLE_SECRET}")
+    _, body, _ = await status_of(port, "/config")
+    assert body is not None and "${OPS_CONSOLE_SECRET}" in body["message"]
+    assert "gateway usage" not in body["message"] and "GATEWAY_ADMIN_TOKEN" not in body["message"]
+    _, port = await admin()
+    _, body, _ = await status_of(port, "/config")
+    assert body is not None and "server.admin_token:" in body["message"] and "${" not in body["message"]
 
 
 async def _login(port: int) -> tuple[str, str]:
