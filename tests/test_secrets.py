@@ -119,3 +119,31 @@ def test_the_gateways_log_redacts_tracebacks_too() -> None:
     assert "unhandled error on route card_file" in out.stderr and "Traceback" in out.stderr
     assert "signature=" not in out.stderr and "dXNlcjpwYXNz" not in out.stderr
     assert "signed-files/abc?<redacted>" in out.stderr and "Basic <redacted>" in out.stderr
+
+
+# --- Query values of URLs ---------------------------------------------------------------------------------------------
+
+ENDPOINT = "http://127.0.0.1:4318/v1/traces?api_key=K3y-0f-the-vendor&region=eu"
+
+
+async def test_the_admin_config_masks_the_query_values_of_every_url(start_gateway, start_admin) -> None:
+    """A collector's endpoint may carry a vendor's key in its query, a database URL a password: /config showed
+    them. Every URL's query values are masked (the names stay)."""
+    import aiohttp
+
+    config = make_config("http://127.0.0.1:1", tracing={"export": {"endpoint": ENDPOINT}})
+    config["usage"] = {"ledger": {"enabled": False,
+                                  "url": "postgresql://gw@db.internal/usage?password=Pa55-in-the-query"}}
+    gw = await start_gateway(config)
+    admin = await start_admin(gw)
+    async with aiohttp.ClientSession() as client:
+        for path in ("/config", "/status", "/status.json"):
+            async with client.get(admin + path) as resp:
+                text = await resp.text()
+            assert resp.status == 200, path
+            assert "K3y-0f-the-vendor" not in text and "Pa55-in-the-query" not in text, path
+        async with client.get(admin + "/config") as resp:
+            shown = (await resp.json())["config"]
+    assert shown["tracing"]["export"]["endpoint"] == (
+        "http://127.0.0.1:4318/v1/traces?api_key=<redacted>&region=<redacted>")
+    assert shown["usage"]["ledger"]["url"] == "postgresql://<redacted>@db.internal/usage?password=<redacted>"

@@ -26,7 +26,7 @@ from pydantic import (
 )
 from yarl import URL
 
-from ..core.redaction import MASK, url_credentials, without_userinfo
+from ..core.redaction import MASK, url_credentials, without_query_values, without_userinfo
 from ..core.spec import RESTRICTED_BY_DEFAULT_FROM, TEMPLATE_PARAM
 from ..core.spool import SpoolConfig
 from ..core.tenants import Tenant, canonical_host
@@ -414,7 +414,7 @@ class Secrets:
     """Values the config took from the environment (``${NAME}``), shown as their reference wherever the config is
     shown: ``check-config``, the admin ``/config``, problems and log lines. Credentials in a URL are masked too: the
     userinfo of any URL (found by the URL parser, ``core.redaction``), and every spelling of the credentials of the
-    config's own URLs wherever they appear."""
+    config's own URLs wherever they appear; and the query values of any URL."""
 
     shown: Mapping[str, str] = dataclasses.field(default_factory=dict)  # value -> what is shown instead
 
@@ -423,7 +423,7 @@ class Secrets:
         for value in sorted(self.shown, key=len, reverse=True):
             if value in text:
                 text = text.replace(value, self.shown[value])
-        return without_userinfo(text)
+        return without_userinfo(without_query_values(text))
 
     def reference(self, value: str) -> str | None:
         """The ``${NAME}`` the config took ``value`` from, or None (written in the file)."""
