@@ -10,6 +10,7 @@ import os
 import re
 import resource
 import signal
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from typing import Literal
@@ -28,6 +29,7 @@ from .ops.log_format import RedactingFormatter, setup_logging
 from .ops.status import ConfigHistory
 from .ops.workers import Peers, become_supervisor
 from .server.acceptor import Acceptor, listening_socket
+from .server.listener import AdminRunner, admin_metric_events
 
 __all__ = ("main",)
 
@@ -154,20 +156,21 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
     # aiohttp's own shutdown closes connections and drops the rest of a body still arriving: it runs only after the
     # gateway's drain (below), when nothing is left in flight but what the deadline cuts.
     runner = web.ServerRunner(gateway.make_server(), shutdown_timeout=_CUT_GRACE)
-    admin_runner = web.AppRunner(make_admin_app(gateway, history=history), access_log=None)
+    admin_runner = AdminRunner(make_admin_app(gateway, history=history), server, admin_metric_events(gateway.metrics))
     await runner.setup()
     await admin_runner.setup()
     freeze_startup()  # before the first request: no full collection walks start-up's objects again
     acceptor: Acceptor | None = None
+    admin_acceptor: Acceptor | None = None
+    backoffs = gateway.metrics.accept_backoffs
     try:
-        try:
-            sock = listening_socket(listen.host, listen.port, backlog=server.backlog, reuse_port=reuse_port)
-        except OSError as err:
-            raise OSError(err.errno, f"{listen}: {err.strerror or err}") from None
+        sock = _listening(listen, server.backlog, reuse_port)
         assert runner.server is not None
-        acceptor = Acceptor(sock, runner.server)
-        await web.TCPSite(admin_runner, admin_listen.host, admin_listen.port, reuse_address=True,
-                          reuse_port=reuse_port).start()
+        acceptor = Acceptor(sock, runner.server, backed_off=backoffs.labels("public").inc)
+        admin_sock = _listening(admin_listen, _ADMIN_BACKLOG, reuse_port)
+        assert admin_runner.server is not None
+        admin_acceptor = Acceptor(admin_sock, admin_runner.server, name="admin",
+                                  backed_off=backoffs.labels("admin").inc)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -194,6 +197,8 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
     finally:
         if acceptor is not None:
             await acceptor.close()
+        if admin_acceptor is not None:
+            await admin_acceptor.close()
         await runner.cleanup()
         await admin_runner.cleanup()
         await gateway.close()  # the usage ledger's last write, within usage.ledger.flush_timeout
@@ -203,6 +208,15 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
 
 # After the drain: how long aiohttp's shutdown gives the requests the deadline cut to unwind (their records).
 _CUT_GRACE = 1.0
+# The admin listener's backlog (its connections are few: probes, scrapes, an operator's browser).
+_ADMIN_BACKLOG = 128
+
+
+def _listening(address: ListenAddress, backlog: int, reuse_port: bool) -> socket.socket:
+    try:
+        return listening_socket(address.host, address.port, backlog=backlog, reuse_port=reuse_port)
+    except OSError as err:
+        raise OSError(err.errno, f"{address}: {err.strerror or err}") from None
 
 
 def _admin_access(config: LoadedConfig) -> str:

@@ -70,6 +70,10 @@ _CHECKS: tuple[tuple[str, Callable[[], bool]], ...] = (
      lambda: isinstance(getattr(web.StreamResponse, "_send_headers_immediately", None), bool)),
     ("aiohttp.helpers.must_be_empty_body(method, code)",
      lambda: _has_parameters(getattr(helpers, "must_be_empty_body", None), "method", "code")),
+    ("aiohttp.web.AppRunner._make_server() -> web.Server, and its .request_handler, .request_factory",
+     lambda: inspect.iscoroutinefunction(getattr(web.AppRunner, "_make_server", None))
+     and "self.request_handler =" in inspect.getsource(web_server.Server.__init__)
+     and "self.request_factory =" in inspect.getsource(web_server.Server.__init__)),
     ("aiohttp.web.Server._loop, ._kwargs, __call__() -> RequestHandler",
      lambda: "self._kwargs" in inspect.getsource(web_server.Server.__init__)
      and "self._loop" in inspect.getsource(web_server.Server.__init__)

@@ -1,7 +1,9 @@
-"""The public listener: aiohttp's low-level server, every request (parsed or not) handed to the edge, the client-side
-time limits aiohttp lacks (a request head must arrive within ``header_timeout``; an idle kept-alive connection is
-closed after ``keepalive_timeout``), and a bound on open connections (over it, a connection's first request is
-answered 503). docs/reliability.md has the details.
+"""The listeners: aiohttp's low-level server with the client-side time limits aiohttp lacks (a request head must
+arrive within ``header_timeout``; an idle kept-alive connection is closed after ``keepalive_timeout``) and a bound on
+open connections. The public listener hands every request (parsed or not) to the edge, and answers a connection over
+its bound 503 (``make_listener``); the admin listener serves the admin application within its own, small bound,
+closing its oldest idle connection (or the new one) at once to stay within it (``AdminRunner``), so that it never
+holds more descriptors than that. docs/reliability.md has the details.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ..edge.serve import Edge
 from ..ops.metrics import Metrics
 from . import aiohttp_private  # noqa: F401 - checks, at import, the private API used below
 
-__all__ = ("Event", "Events", "Listener", "make_listener", "metric_events")
+__all__ = ("AdminRunner", "Event", "Events", "Listener", "admin_metric_events", "make_listener", "metric_events")
 
 
 class Event(enum.Enum):
@@ -28,12 +30,16 @@ class Event(enum.Enum):
 
     OPENED = "connection_opened"
     CLOSED = "connection_closed"
-    REFUSED = "connection_refused"  # over max_connections: its first request is answered 503
+    REFUSED = "connection_refused"  # over max_connections: its first request is answered 503, or it is closed at once
+    EVICTED = "connection_evicted"  # closed to make room for a new one (a listener without ``busy``)
     HEAD_TIMEOUT = "head_timeout"
     IDLE_TIMEOUT = "idle_timeout"
 
 
 Events = Callable[[Event], None]
+Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+# The edge's answer to a request aiohttp's parser rejected: the request (as far as it was read), its status, the error.
+Unparsed = Callable[[web.BaseRequest, int, BaseException | None], Awaitable[web.StreamResponse]]
 
 
 class _Phase(enum.Enum):
@@ -53,12 +59,33 @@ class _Connection(RequestHandler):
         self._deadline = Deadline(asyncio.get_running_loop(), self._expire)
         listener.opened += 1
         listener.events(Event.OPENED)
-        # Over the bound: its first request is answered 503 (by the edge, which records it) and the connection closed.
+        self._phase = _Phase.HEAD
+        # Over the bound: its first request is answered by ``busy`` (the edge's 503, which it records) and the
+        # connection closed. Without ``busy``, room is made at once (``_make_room``).
         self.over_limit = bool(listener.max_connections and listener.opened > listener.max_connections)
         if self.over_limit:
-            listener.events(Event.REFUSED)
-        self._phase = _Phase.HEAD
+            if listener.busy is not None:
+                listener.events(Event.REFUSED)
+            elif not self._make_room(listener):
+                return
         self._deadline.set(listener.header_timeout)
+
+    def _make_room(self, listener: Listener) -> bool:
+        """Over the bound of a listener without ``busy``: the oldest connection not being served (silent, dripping
+        its head, or idle) is closed, so that connections which send nothing cannot keep a probe out; when every
+        other one is being served, this one is closed instead (False). The open connections never exceed the
+        bound but for the ones being closed."""
+        others = [c for c in listener.connections if c is not self and c.transport is not None]
+        if len(others) < listener.max_connections:
+            return True  # room is being made already: a connection is closed, not yet gone
+        for other in others:
+            if isinstance(other, _Connection) and other._phase is not _Phase.BUSY:
+                listener.events(Event.EVICTED)
+                other.force_close()
+                return True
+        listener.events(Event.REFUSED)
+        self.force_close()
+        return False
 
     def connection_lost(self, exc: BaseException | None) -> None:
         listener = self._owner
@@ -86,15 +113,17 @@ class _Connection(RequestHandler):
         self._owner.events(Event.HEAD_TIMEOUT if self._phase is _Phase.HEAD else Event.IDLE_TIMEOUT)
         self.force_close()
 
-    def _make_error_handler(self, err_info: Any) -> Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]:
-        listener = self._owner
+    def _make_error_handler(self, err_info: Any) -> Handler:
+        unparsed = self._owner.unparsed
+        if unparsed is None:
+            return super()._make_error_handler(err_info)  # aiohttp's own answer, and the connection closed
         status: int = err_info.status
         exc: BaseException | None = err_info.exc
 
         async def handler(request: web.BaseRequest) -> web.StreamResponse:
             self.exchange_started()
             try:
-                return await listener.edge.serve_unparsed(request, status, exc)
+                return await unparsed(request, status, exc)
             finally:
                 self.exchange_ended()
 
@@ -103,27 +132,36 @@ class _Connection(RequestHandler):
     def handle_error(
         self, request: web.BaseRequest, status: int = 500, exc: BaseException | None = None, message: str | None = None
     ) -> web.StreamResponse:
+        if self._owner.unparsed is None:
+            return super().handle_error(request, status, exc, message)
         # Reached only when the edge let a ConnectionError out: its response was cut part way on purpose (the client
         # or the upstream's body went away), and it has recorded the request. aiohttp then closes the connection.
         raise ConnectionError("the response was cut off part way")
 
 
 class Listener(web.Server):
-    """The low-level server, with the gateway's connection handler."""
+    """The low-level server, with the gateway's connection handler: every request to ``handler``. ``busy``: the
+    answer to the first request of a connection over ``max_connections`` (without it, such a connection is closed
+    as soon as it is accepted). ``unparsed``: the answer to a request aiohttp's parser rejected (without it,
+    aiohttp's own)."""
 
     def __init__(
         self,
-        edge: Edge,
+        handler: Handler,
         *,
         header_timeout: float,
         keepalive_timeout: float,
         max_connections: int = 0,
+        busy: Handler | None = None,
+        unparsed: Unparsed | None = None,
         events: Events = lambda kind: None,
         **kwargs: Any,
     ) -> None:
         # aiohttp's own keep-alive timer stays behind the gateway's (it counts nothing).
         super().__init__(self._serve, keepalive_timeout=keepalive_timeout + header_timeout, **kwargs)
-        self.edge = edge
+        self.handler = handler
+        self.busy = busy
+        self.unparsed = unparsed
         self.header_timeout = header_timeout
         self.keepalive_timeout = keepalive_timeout
         self.max_connections = max_connections  # 0: no bound
@@ -135,9 +173,9 @@ class Listener(web.Server):
         assert isinstance(connection, _Connection)
         connection.exchange_started()
         try:
-            if connection.over_limit:
-                return await self.edge.serve_busy(request)
-            return await self.edge.serve(request)
+            if connection.over_limit and self.busy is not None:
+                return await self.busy(request)
+            return await self.handler(request)
         finally:
             connection.exchange_ended()
 
@@ -148,7 +186,9 @@ class Listener(web.Server):
 def make_listener(edge: Edge, server: ServerConfig, events: Events) -> Listener:
     """The public listener as the ``server`` section sets it up."""
     return Listener(
-        edge,
+        edge.serve,
+        busy=edge.serve_busy,
+        unparsed=edge.serve_unparsed,
         header_timeout=server.client_header_timeout,
         keepalive_timeout=server.client_keepalive_timeout,
         max_connections=server.max_connections,
@@ -168,6 +208,31 @@ def make_listener(edge: Edge, server: ServerConfig, events: Events) -> Listener:
     )
 
 
+class AdminRunner(web.AppRunner):
+    """The admin application served by a ``Listener`` with the admin listener's limits: the client time limits of
+    the ``server`` section, and ``server.admin_max_connections`` (over it, the oldest connection not being served is
+    closed to make room, or the new one when all are being served)."""
+
+    def __init__(self, app: web.Application, server: ServerConfig, events: Events) -> None:
+        super().__init__(app, access_log=None)
+        self._limits = server
+        self._events = events
+
+    async def _make_server(self) -> web.Server:
+        made = await super()._make_server()  # aiohttp's own server of the application: its handler, its requests
+        server = self._limits
+        return Listener(
+            made.request_handler,
+            request_factory=made.request_factory,
+            header_timeout=server.client_header_timeout,
+            keepalive_timeout=server.client_keepalive_timeout,
+            max_connections=server.admin_max_connections,
+            events=self._events,
+            lingering_time=2.0,
+            access_log=None,
+        )
+
+
 def metric_events(metrics: Metrics) -> Events:
     """The listener's events counted in ``metrics``: connections open and refused, client time limits."""
     timeouts = {Event.HEAD_TIMEOUT: metrics.client_timeouts.labels("head"),
@@ -180,7 +245,25 @@ def metric_events(metrics: Metrics) -> Events:
             metrics.connections_open.dec()
         elif event is Event.REFUSED:
             metrics.connections_refused.inc()
-        else:
+        elif event in timeouts:
             timeouts[event].inc()
+
+    return count
+
+
+def admin_metric_events(metrics: Metrics) -> Events:
+    """The admin listener's events counted in ``metrics``: connections open, and those it closed itself (why)."""
+    closed = {Event.REFUSED: metrics.admin_connections_closed.labels("refused"),
+              Event.EVICTED: metrics.admin_connections_closed.labels("evicted"),
+              Event.HEAD_TIMEOUT: metrics.admin_connections_closed.labels("head"),
+              Event.IDLE_TIMEOUT: metrics.admin_connections_closed.labels("idle")}
+
+    def count(event: Event) -> None:
+        if event is Event.OPENED:
+            metrics.admin_connections_open.inc()
+        elif event is Event.CLOSED:
+            metrics.admin_connections_open.dec()
+        else:
+            closed[event].inc()
 
     return count
