@@ -173,6 +173,9 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
         if peers is not None and (peers.orphaned() or peers.stopping()):
             stop.set()  # the supervisor died or was stopped while this worker started (its SIGTERM came too early)
         loop.add_signal_handler(signal.SIGHUP, _reload, gateway, config_path, history, formatter)
+        # A worker under --workers starts with SIGHUP blocked (gateway.ops.workers): one that came since it read the
+        # file is delivered now, to this handler, which reads it again. (Nothing blocked: nothing changes.)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
         print(f"gateway {__version__} listening on http://{listen} (admin http://{admin_listen}"
               f"{_admin_access(config)})", flush=True)
         await stop.wait()
