@@ -26,6 +26,7 @@ from .ops.gc_pauses import freeze_startup
 from .ops.heap import keep_freed_memory
 from .ops.ledger import commands as ledger_commands
 from .ops.log_format import RedactingFormatter, setup_logging
+from .ops.probe import ADMIN_LISTEN_ENV
 from .ops.status import ConfigHistory
 from .ops.workers import Peers, become_supervisor
 from .server.acceptor import Acceptor, listening_socket
@@ -56,7 +57,9 @@ def _parser() -> argparse.ArgumentParser:
         "(/metrics, /livez, /readyz, /status). SIGTERM or SIGINT drains and stops it, SIGHUP reloads the file.")
     serve.add_argument("--config", default=DEFAULT_CONFIG, metavar="FILE", help=config_help)
     serve.add_argument("--listen", type=_listen, metavar="HOST:PORT", help="override server.listen")
-    serve.add_argument("--admin-listen", type=_listen, metavar="HOST:PORT", help="override server.admin_listen")
+    serve.add_argument("--admin-listen", type=_listen, metavar="HOST:PORT",
+                       help=f"override server.admin_listen and {ADMIN_LISTEN_ENV} (the environment variable the "
+                       "container image sets, which its health check reads)")
     serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                        help="diagnostic log on stderr, from this level up (default: %(default)s)")
     serve.add_argument("--workers", type=int, default=1, metavar="N",
@@ -178,6 +181,9 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
         if peers is not None and (peers.orphaned() or peers.stopping()):
             stop.set()  # the supervisor died or was stopped while this worker started (its SIGTERM came too early)
         loop.add_signal_handler(signal.SIGHUP, _reload, gateway, config_path, history, formatter)
+        # A worker under --workers starts with SIGHUP blocked (gateway.ops.workers): one that came since it read the
+        # file is delivered now, to this handler, which reads it again. (Nothing blocked: nothing changes.)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
         print(f"gateway {__version__} listening on http://{listen} (admin http://{admin_listen}"
               f"{_admin_access(config)})", flush=True)
         await stop.wait()
@@ -330,6 +336,13 @@ def _outside_the_ledger(path: Sequence[int | str]) -> bool:
     return list(path[:2]) != ["usage", "ledger"]
 
 
+def _admin_listen_from_env() -> ListenAddress | None:
+    """GATEWAY_ADMIN_LISTEN, between --admin-listen and the file: the container image sets it, and its health check
+    (``gateway.ops.probe``) reads it too, so that both follow the admin listener wherever it is moved."""
+    value = os.environ.get(ADMIN_LISTEN_ENV)
+    return parse_listen(value) if value else None
+
+
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "rollout":
@@ -365,7 +378,11 @@ def _main(argv: Sequence[str] | None) -> int:
     formatter.use_secrets(config.secrets.redact)
     server = config.model.server
     listen = args.listen or server.listen
-    admin_listen = args.admin_listen or server.admin_listen
+    try:
+        admin_listen = args.admin_listen or _admin_listen_from_env() or server.admin_listen
+    except ValueError as err:
+        print(f"gateway: {ADMIN_LISTEN_ENV}: {err}", file=sys.stderr)
+        return 2
     if not 1 <= args.workers <= 64:
         print("gateway: --workers must be between 1 and 64", file=sys.stderr)
         return 2

@@ -5,13 +5,15 @@ Values are read as their key means them, strictly (docs/configuration.md)."""
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import ipaddress
 import re
+import types
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -26,6 +28,7 @@ from pydantic import (
 )
 from yarl import URL
 
+from ..core.keys import UNKNOWN_KEY, did_you_mean
 from ..core.redaction import MASK, url_credentials, without_query_values, without_userinfo
 from ..core.spec import RESTRICTED_BY_DEFAULT_FROM
 from ..core.template import PARAM
@@ -553,12 +556,52 @@ def loc(parts: Sequence[int | str]) -> str:
     return out or "(top level)"
 
 
-def pydantic_problems(err: ValidationError, prefix: Sequence[int | str] = ()) -> list[str]:
+def pydantic_problems(err: ValidationError, prefix: Sequence[int | str] = (),
+                      model: type[BaseModel] | None = None) -> list[str]:
+    """Each error of ``model``'s validation as ``path: message``; an unknown key with the known key nearest to it."""
     problems = []
     for item in err.errors(include_url=False):
         msg = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden" and model is not None and item["loc"]:
+            msg = UNKNOWN_KEY + did_you_mean(item["loc"][-1], _keys_at(model, item["loc"][:-1]))
         problems.append(f"{loc([*prefix, *item['loc']])}: {msg}")
     return problems
+
+
+def _keys_at(model: type[BaseModel], path: Sequence[int | str]) -> set[str]:
+    """The keys the schema knows in the mapping at ``path`` under ``model`` (none where the path cannot be followed
+    through the annotations, as through a union's member named in the path)."""
+    kinds: list[Any] = [model]
+    for part in path:
+        kinds = [inner for kind in kinds for option in _options(kind) for inner in _inside(option, part)]
+    return {name for kind in kinds for option in _options(kind) if _is_model(option) for name in option.model_fields}
+
+
+def _options(kind: Any) -> list[Any]:
+    """``kind`` without Annotated's metadata, a union as its members."""
+    origin = get_origin(kind)
+    if origin is Annotated:
+        return _options(get_args(kind)[0])
+    if origin in (Union, types.UnionType):
+        return [option for member in get_args(kind) for option in _options(member)]
+    return [kind]
+
+
+def _is_model(kind: Any) -> bool:
+    return isinstance(kind, type) and issubclass(kind, BaseModel)
+
+
+def _inside(kind: Any, part: int | str) -> list[Any]:
+    """What ``kind`` holds at ``part``: a model's field, a list's or tuple's item, a mapping's value."""
+    origin, args = get_origin(kind), get_args(kind)
+    if _is_model(kind) and isinstance(part, str):
+        field = kind.model_fields.get(part)
+        return [field.annotation] if field is not None else []
+    if origin in (list, tuple, collections.abc.Sequence) and isinstance(part, int) and args:
+        return [args[0]]
+    if origin in (dict, collections.abc.Mapping) and len(args) == 2:
+        return [args[1]]
+    return []
 
 
 _TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
@@ -678,7 +721,7 @@ def parse_model(data: Any, source: str = "config", *, policies: Collection[str] 
     try:
         model = GatewayConfig.model_validate(data, context={"policies": policies} if policies is not None else None)
     except ValidationError as err:
-        raise ConfigError(pydantic_problems(err), source) from None
+        raise ConfigError(pydantic_problems(err, model=GatewayConfig), source) from None
     problems = model.cross_problems()
     if problems:
         raise ConfigError(problems, source)

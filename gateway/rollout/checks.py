@@ -7,6 +7,7 @@ import zoneinfo
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from ..core.keys import UNKNOWN_KEY, did_you_mean
 from .behaviour import Behaviour
 from .config import Ramp, RolloutConfig, Shadow, TenantRollout
 from .plan import effective_date
@@ -38,7 +39,8 @@ def _section_problems(section: RolloutConfig | TenantRollout, where: str, behavi
     problems: list[str] = []
     for key, value in section.dates().items():
         if key not in flags:
-            problems.append(f"{where}.{key}: Extra inputs are not permitted")
+            keys = [*flags, *type(section).model_fields]
+            problems.append(f"{where}.{key}: {UNKNOWN_KEY}{did_you_mean(key, keys)}")
         elif is_global and value is None and flags[key] is not None:
             problems.append(f"{where}.{key}: Input should be a valid date (the default is {flags[key]})")
     for j, brownout in enumerate(section.brownouts or ()):

@@ -41,9 +41,7 @@ def describe(plan: RolloutPlan, now: dt.datetime, tenants: Iterable[str] | None 
             lines += _stages(schedule, stamp, tz)
             bridge = schedule.behaviour.bridge
             if bridge is not None:
-                lines.append(f"    bridge {bridge}: {'on' if schedule.bridge_default else 'off'} for the company"
-                             + ("" if not any(e.bridge is not None for e in schedule.exemptions)
-                                else " (exemptions below may say otherwise for a client)"))
+                lines.append(f"    bridge {bridge}: {_bridge_state(schedule, stamp, decision.index)}")
             for exempt in schedule.exemptions:
                 state = "active" if stamp < exempt.until else "expired"
                 keeps = schedule.behaviour.phases[exempt.index]
@@ -105,6 +103,27 @@ def describe_client(plan: RolloutPlan, now: dt.datetime, tenant: str, client: Cl
             at = dt.datetime.fromtimestamp(upcoming[0], zoneinfo.ZoneInfo(plan.timezones[tenant])).isoformat()
             lines.append(f"    next for the company: {upcoming[1].phase} at {at}")
     return lines
+
+
+def _bridge_state(schedule: Schedule, stamp: float, index: int) -> str:
+    """What the bridge does at ``stamp`` for the company, whose phase is ``index``: on or off, and, when on, whether
+    that phase is one it acts in, and if not, for which exempted clients it still does."""
+    behaviour = schedule.behaviour
+    phases = " or ".join(behaviour.bridge_phases)
+    others = " (exemptions below may say otherwise for a client)"
+    if not schedule.bridge_default:
+        return "off for the company" + (others if any(e.bridge for e in schedule.exemptions) else "")
+    phase = behaviour.phases[index]
+    if phase in behaviour.bridge_phases:
+        return f"on for the company, acting in its phase {phase}" + (
+            others if any(e.bridge is False for e in schedule.exemptions) else "")
+    kept = [e for e in schedule.exemptions if stamp < e.until and e.index < index and e.bridge is not False
+            and behaviour.phases[e.index] in behaviour.bridge_phases]
+    if not kept:
+        return f"on for the company, but idle in its phase {phase}: it acts in {phases} only, where no client is"
+    names = ", ".join(repr(e.name) for e in kept)
+    return (f"on for the company, but in its phase {phase} it acts only for the clients that exemption"
+            f"{'s' if len(kept) > 1 else ''} {names} keep{'' if len(kept) > 1 else 's'} at {phases}")
 
 
 def report(plan: RolloutPlan, now: dt.datetime) -> dict[str, Any]:

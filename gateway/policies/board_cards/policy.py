@@ -57,7 +57,9 @@ BOARD_CARDS = Behaviour(
                       unset="on every board response"),),
     bridge="card_backfill",
     bridge_of=lambda tenant: tenant.card_backfill,
+    bridge_phases=("full", "capped"),  # the phases that show cards: the backfill restores what the service withheld
 )
+_BACKFILL_PHASES = frozenset(BOARD_CARDS.index(phase) for phase in BOARD_CARDS.bridge_phases)
 _ACTIONS = ("untouched", "capped", "removed", "passed_through_unparsed", "too_large", "not_ok", "not_modified",
             "backfilled", "backfill_failed")
 _BACKFILL_OUTCOMES = ("done", *REASONS)
@@ -475,7 +477,7 @@ class BoardCards:
 
         # The card backfill bridge: for a client whose phase shows cards (all, or up to the cap), when the tenant or
         # an exemption says so.
-        bridged = index < 2 and schedule.bridge(now, exchange.headers)
+        bridged = index in _BACKFILL_PHASES and schedule.bridge(now, exchange.headers)
         if index == 0 and not bridged:
             reply = await next(exchange)
             if reply.status in (200, 304):
