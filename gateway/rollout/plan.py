@@ -1,14 +1,11 @@
 """The date-flag engine: which phase of each dated behaviour applies, per tenant, at an instant, for a client.
 
-One mechanism serves every dated behaviour (spec, "Limits" 2-3 and "Versioning" 3-5): a behaviour is an ordered
-list of phases and the date flags that move it from one phase to the next (declared by the policy that owns it,
-``behaviour.Behaviour``). A date is the instant its day begins in the configured timezone. For a tenant and a client,
-the phase at an instant comes from, in order: the dates (global, or the tenant's override), brownout windows (a
-later phase early for a while), a ramp (a share of clients, by a keyed hash of their token, gets a phase before its
-date), a freeze (a client first seen after its date gets the last phase), exemptions (a client named by its token's
-fingerprint or a header keeps an earlier phase until a date), a preview (a client asks for a later phase itself); a
-shadow window decides the next phase without applying it (docs/rollout.md). ``RolloutPlan`` is built once from the
-config; a tenant's schedules are built when first asked for, and tenants with the same settings share them.
+One mechanism serves every dated behaviour: an ordered list of phases and the date flags between them, declared by
+the policy that owns it (``behaviour.Behaviour``); a date is the instant its day begins in the configured timezone.
+For a client the phase comes from, in order: the dates (global, or the tenant's own), brownouts, a ramp, a freeze,
+exemptions, a preview; a shadow window decides the next phase beside it without applying it (docs/rollout.md).
+``RolloutPlan`` is built once from the config; a tenant's schedules are built when first asked for, and tenants
+with the same settings share them.
 """
 
 from __future__ import annotations
