@@ -240,3 +240,39 @@ def test_ledgers_of_one_process_migrate_one_at_a_time(tmp_path: Path) -> None:
     finally:
         for store in stores:
             store.close()
+
+
+async def test_identical_reads_share_one_query_and_a_new_request_is_still_seen_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three status pages reading at once cost one query; a page refreshed within its freshness costs none while
+    this process has counted nothing since, and a read after a new request queries again (and sees it)."""
+    registry = CollectorRegistry()
+    ledger, counter = _ledger(f"sqlite:///{tmp_path}/usage.sqlite3", registry, flush_interval=3600)
+    original = Store.report
+    calls = []
+
+    def report(self: Store, query: Query) -> dict[str, Any]:
+        calls.append(query)
+        time.sleep(0.2)  # long enough for the three to meet
+        return original(self, query)
+
+    monkeypatch.setattr(Store, "report", report)
+    query = Query(*window(time.time() - 3600, time.time()))
+    await ledger.start()
+    try:
+        await _until(lambda: ledger.state == "ok")
+        _uploads(counter, 2)
+        answers = await asyncio.gather(*(ledger.report(query, fresh=10) for _ in range(3)))
+        assert len(calls) == 1 and all(a["behaviours"]["legacy_uploads"]["requests"] == 2 for a in answers)
+        again = await ledger.report(query, fresh=10)  # nothing counted since: the same answer
+        assert len(calls) == 1 and again == answers[0]
+        assert (await ledger.report(query))["behaviours"]["legacy_uploads"]["requests"] == 2  # fresh=0: a query
+        assert len(calls) == 2
+        _uploads(counter, 1)
+        seen = await ledger.report(query, fresh=10)  # a request since: read again, and it is there
+        assert len(calls) == 3 and seen["behaviours"]["legacy_uploads"]["requests"] == 3
+        other = Query(query.since, query.until, top=1)
+        await asyncio.gather(ledger.report(query, fresh=10), ledger.report(other, fresh=10))
+        assert len(calls) == 4  # another query is not the same read (and the first was still fresh)
+    finally:
+        await ledger.close()

@@ -279,3 +279,39 @@ def test_retention_deletes_whole_hours_before_the_cut(store: Store) -> None:
     assert store.prune(cut, T0 - 7 * 86400) == 2  # the old hour's total and client row
     report = store.report(Query(*window(T0 - 50 * 86400, T0 + 3600)))["behaviours"]["legacy_uploads"]
     assert report["requests"] == 1 and [r["client"] for r in report["top_clients"]] == ["new"]
+
+
+def test_a_report_holds_only_its_top_rows_whatever_the_window_holds(store: Store) -> None:
+    """The database groups, orders and cuts to ``top``: 20,000 clients in the window, and what the report's
+    process allocates stays far below what their rows would take (before, every row was fetched and folded in
+    Python: about 1 KB each)."""
+    import tracemalloc
+
+    from gateway.ops.ledger.schema import clients, totals
+
+    hour = int(T0) // HOUR * HOUR
+    rows = [{"bucket": hour - HOUR * (i % 3), "behaviour": "legacy_uploads", "tenant": "acme", "client": f"{i:012x}",
+             "user_agent": "sdk/1.0", "decision": "blocked", "requests": 1 + i % 7, "first_seen": T0 - i,
+             "last_seen": T0 - i} for i in range(20_000)]
+    # One client (token) with a second User-Agent: one client, two User-Agent variants.
+    rows.append({**rows[0], "user_agent": "sdk/2.0", "decision": "allowed", "requests": 100, "last_seen": T0})
+    with store.engine.begin() as conn:
+        conn.execute(clients.insert(), rows)
+        conn.execute(totals.insert(), [
+            {"bucket": hour - HOUR * k, "behaviour": "legacy_uploads", "tenant": "acme", "decision": d, "requests": n,
+             "untracked": 0} for k in range(3) for d, n in (("blocked", 1), ("allowed", 1))])
+    query = Query(*window(T0 - 86400, T0 + 1), top=5)
+    store.report(query)  # statements compiled once (SQLAlchemy's cache): not the rows' cost
+    tracemalloc.start()
+    try:
+        report = store.report(query)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak
+    uploads = report["behaviours"]["legacy_uploads"]
+    assert (uploads["clients"], uploads["variants"]) == (20_000, 20_001)
+    top = uploads["top_clients"]
+    assert [(r["client"], r["user_agent"], r["requests"], r["decisions"]) for r in top[:2]] == [
+        (f"{0:012x}", "sdk/2.0", 100, {"allowed": 100}), (f"{6:012x}", "sdk/1.0", 7, {"blocked": 7})]
+    assert len(top) == 5

@@ -65,10 +65,14 @@ class Served(Protocol):
 _GATEWAY: web.AppKey[Served] = web.AppKey("gateway")
 _HISTORY: web.AppKey[ConfigHistory] = web.AppKey("history")
 
-# The most clients /deprecations?top= lists per behaviour.
-MAX_TOP = 100_000
+# The most clients /deprecations?top= lists per behaviour: an answer stays under about 1 MB per behaviour (a row is
+# at most about 500 bytes of JSON). Every client of a window: `gateway usage --csv`, which reads the database itself.
+MAX_TOP = 1000
 # The clients the status page lists per behaviour (most recently seen first).
 _PAGE_CLIENTS = 50
+# How old the status page's usage may be when another page (or a refresh) asked for the same a moment ago and this
+# process has counted nothing since: its refresh interval, so that any number of open pages costs one query per 10 s.
+_PAGE_FRESH = 10.0
 
 
 # --- the guard: Host, then the token ---------------------------------------------------------------------------
@@ -259,9 +263,9 @@ async def _status_data(request: web.Request) -> dict[str, Any]:
         problem = _LEDGER_OFF
     else:
         try:
-            usage = await ledger.report(query)
+            usage = await ledger.report(query, fresh=_PAGE_FRESH)
             # Requests per day for the charts: everything retention keeps (a few rows per day and company).
-            daily = await ledger.daily(*window(wall - ledger.options.retention_days * 86400, wall))
+            daily = await ledger.daily(*window(wall - ledger.options.retention_days * 86400, wall), fresh=_PAGE_FRESH)
         except LedgerUnavailable as err:
             problem = str(err)
     return status_data(

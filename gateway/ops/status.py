@@ -442,6 +442,7 @@ def status_data(
             "by_decision": _most_first(report["by_decision"]),
             "untracked": report["untracked_clients_requests"],
             "clients": report["clients"],
+            "variants": report["variants"],
             "rows": rows,
         })
     return {

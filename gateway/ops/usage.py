@@ -74,6 +74,7 @@ class UsageCounter:
         self._hour_start = self._hour_end = 0.0
         self._tracked: dict[str, set[tuple[str, str, str]]] = {}
         self.dropped = 0  # requests not kept at all (memory bound reached during a long outage)
+        self._taken = 0  # batches taken so far: with the current batch's count, the ``mark``
 
     @staticmethod
     def _empty() -> Batch:
@@ -139,12 +140,18 @@ class UsageCounter:
         """Requests counted and not yet written (the batch being written included)."""
         return self._batch.count + (self._held.count if self._held is not None else 0)
 
+    @property
+    def mark(self) -> tuple[int, int]:
+        """Changes whenever a request is counted: two equal marks mean nothing was counted in between."""
+        return self._taken, self._batch.count
+
     def take(self) -> Batch | None:
         """The batch to write now: the one whose write has not succeeded yet, if any (sent again as it was, under the
         same id), else what accumulated since; None when there is nothing. O(1): the rows are handed over as they
         are, never copied on the event loop."""
         if self._held is None and self._batch.count:
             self._held, self._batch = self._batch, self._empty()
+            self._taken += 1
         return self._held
 
     def written(self, batch: Batch) -> None:

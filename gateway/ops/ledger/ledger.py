@@ -36,6 +36,7 @@ _BACKOFF_CAP = 60.0
 _PRUNE_EVERY = HOUR
 _BATCH_IDS_KEPT = 7 * 86400  # ids of batches of processes that have gone
 _READ_TIMEOUT = 30.0
+_READS_KEPT = 32  # answers kept for identical reads (``Ledger._shared``)
 
 
 class LedgerUnavailable(Exception):
@@ -68,6 +69,17 @@ class LedgerFamilies:
 
 class _Failure(Exception):
     pass
+
+
+class _Read:
+    """A read in progress or answered, for the identical reads that follow (``Ledger._shared``)."""
+
+    __slots__ = ("task", "mark", "at")
+
+    def __init__(self, mark: tuple[int, int]) -> None:
+        self.task: asyncio.Task[Any]
+        self.mark = mark  # the usage counter's mark once this process's counts were written for it
+        self.at = float("inf")  # when it was answered (monotonic)
 
 
 class _Worker:
@@ -144,6 +156,7 @@ class Ledger:
         self._writer: _Worker | None = None
         self._reader: _Worker | None = None
         self._busy: asyncio.Future[Any] | None = None  # a write that outlived its timeout, still running
+        self._reads: dict[tuple[Any, ...], _Read] = {}
         self._lock: asyncio.Lock | None = None
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -345,21 +358,48 @@ class Ledger:
 
     # --- reading ---
 
-    async def report(self, query: Query) -> dict[str, Any]:
+    async def report(self, query: Query, *, fresh: float = 0.0) -> dict[str, Any]:
         """The report over the query's window, this process's counts written first (a read right after a request
-        sees it; other processes' counts arrive within their flush_interval). LedgerUnavailable when it cannot."""
-        store = await self._ready_for_reading()
-        try:
-            return await self._call(functools.partial(store.report, query), _READ_TIMEOUT, read=True)
-        except _Failure as err:
-            raise LedgerUnavailable(f"the usage ledger cannot be read: {err}") from None
+        sees it; other processes' counts arrive within their flush_interval). LedgerUnavailable when it cannot.
+        ``fresh``: how old an identical read's answer may be to be given again (``_shared``)."""
+        return await self._shared(("report", query), lambda store: store.report(query), fresh)
 
-    async def daily(self, since: int, until: int) -> list[tuple[str, str, int, int]]:
+    async def daily(self, since: int, until: int, *, fresh: float = 0.0) -> list[tuple[str, str, int, int]]:
+        return await self._shared(("daily", since, until), lambda store: store.daily(since, until), fresh)
+
+    async def _shared(self, key: tuple[Any, ...], read: Callable[[Store], T], fresh: float) -> T:
+        """Identical reads share one query: a read that arrives while another is running waits for its answer, and
+        one within ``fresh`` seconds of an answer gets it again as long as this process has counted nothing since
+        (so a read right after a request still sees it). Three status pages cost one query, not three."""
+        found = self._reads.get(key)
+        if found is not None and (not found.task.done() or (
+                time.monotonic() - found.at < fresh and found.mark == self.counter.mark)):
+            result: T = await asyncio.shield(found.task)
+            return result
+        if len(self._reads) >= _READS_KEPT:
+            for old in [k for k, r in self._reads.items() if r.task.done()]:
+                del self._reads[old]
+        entry = _Read(self.counter.mark)
+        entry.task = asyncio.create_task(self._read(read, entry), name="usage-ledger-read")
+        if len(self._reads) < _READS_KEPT:
+            self._reads[key] = entry
+        entry.task.add_done_callback(functools.partial(self._read_done, key))
+        return await asyncio.shield(entry.task)
+
+    async def _read(self, read: Callable[[Store], T], entry: _Read) -> T:
         store = await self._ready_for_reading()
+        entry.mark = self.counter.mark  # what was counted before it is now written: the answer includes it
         try:
-            return await self._call(functools.partial(store.daily, since, until), _READ_TIMEOUT, read=True)
+            return await self._call(functools.partial(read, store), _READ_TIMEOUT, read=True)
         except _Failure as err:
             raise LedgerUnavailable(f"the usage ledger cannot be read: {err}") from None
+        finally:
+            entry.at = time.monotonic()
+
+    def _read_done(self, key: tuple[Any, ...], task: asyncio.Task[Any]) -> None:
+        if task.cancelled() or task.exception() is not None:  # (retrieved: a read nobody waits for any more)
+            if self._reads.get(key) is not None and self._reads[key].task is task:
+                del self._reads[key]
 
     async def _ready_for_reading(self) -> Store:
         if self._task is None or self._closing:

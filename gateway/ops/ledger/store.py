@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sqlalchemy import (
-    Connection, and_, case, create_engine, delete, event, func, inspect, literal_column, select, text,
+    Connection, and_, case, create_engine, delete, distinct, event, func, inspect, literal_column, select, text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
@@ -177,23 +177,45 @@ class Store:
 
     def report(self, query: Query) -> dict[str, Any]:
         """Per behaviour over the query's hours: requests by decision and by tenant, requests of untracked clients,
-        and the clients (``top`` of them, most requests or most recently seen first), each with its requests,
-        decisions, first and last seen."""
-        t_where = _filters(totals.c, query)
-        c_where = _filters(clients.c, query)
+        how many clients (token fingerprints) and User-Agent variants (a client with one User-Agent in one company)
+        there were, and the variants (``top`` of them per behaviour, most requests or most recently seen first),
+        each with its requests, decisions, first and last seen.
+
+        The database does the work: it groups, orders and cuts to ``top``, so that what leaves it (and what this
+        process holds) is the top rows per behaviour, never every client of the window. Each row's decisions are
+        summed beside it, one column per decision the behaviour's totals name: one pass over the window's rows, no
+        second lookup per row."""
+        c = clients.c
+        c_where = _filters(c, query)
+        variants = (select(c.behaviour, c.client).where(c_where)
+                    .group_by(c.behaviour, c.tenant, c.client, c.user_agent).subquery("variants"))
+        v = variants.c
+        requests, last_seen = func.sum(c.requests), func.max(c.last_seen)
+        first = [last_seen.desc(), requests.desc()] if query.order == "recent" else [requests.desc(), last_seen.desc()]
         with self._transaction(write=False, timeout=self.read_timeout) as conn:
             total_rows = conn.execute(
                 select(totals.c.behaviour, totals.c.tenant, totals.c.decision, func.sum(totals.c.requests),
                        func.sum(totals.c.untracked))
-                .where(t_where).group_by(totals.c.behaviour, totals.c.tenant, totals.c.decision)).all()
-            client_rows = conn.execute(
-                select(clients.c.behaviour, clients.c.tenant, clients.c.client, clients.c.user_agent,
-                       clients.c.decision, func.sum(clients.c.requests), func.min(clients.c.first_seen),
-                       func.max(clients.c.last_seen))
-                .where(c_where)
-                .group_by(clients.c.behaviour, clients.c.tenant, clients.c.client, clients.c.user_agent,
-                          clients.c.decision)).all()
-        return fold_report(query, total_rows, client_rows)
+                .where(_filters(totals.c, query))
+                .group_by(totals.c.behaviour, totals.c.tenant, totals.c.decision)).all()
+            counts = conn.execute(
+                select(v.behaviour, func.count(), func.count(distinct(v.client))).group_by(v.behaviour)).all()
+            decisions: dict[str, list[str]] = {}
+            for behaviour, _, decision, _, _ in total_rows:
+                if decision not in decisions.setdefault(behaviour, []):
+                    decisions[behaviour].append(decision)
+            top_rows: list[tuple[str, Sequence[str], Sequence[Any]]] = []
+            for behaviour, names in sorted(decisions.items()):
+                statement = (
+                    select(c.tenant, c.client, c.user_agent, requests, func.min(c.first_seen), last_seen,
+                           *(func.sum(case((c.decision == name, c.requests), else_=0)) for name in names))
+                    .where(c_where, c.behaviour == behaviour)
+                    .group_by(c.tenant, c.client, c.user_agent)
+                    .order_by(*first, c.tenant, c.client, c.user_agent))
+                if query.top is not None:
+                    statement = statement.limit(query.top)
+                top_rows += [(behaviour, names, row) for row in conn.execute(statement)]
+        return fold_report(query, total_rows, counts, top_rows)
 
     def daily(self, since: int, until: int) -> list[tuple[str, str, int, int]]:
         """(tenant, behaviour, day, requests): every request per UTC day (``day``: its midnight, Unix seconds)."""
@@ -236,16 +258,20 @@ def _filters(columns: Any, query: Query) -> ColumnElement[bool]:
     return and_(*conditions)
 
 
-def fold_report(query: Query, total_rows: Sequence[Sequence[Any]],
-                client_rows: Sequence[Sequence[Any]]) -> dict[str, Any]:
-    """The report's shape from the grouped rows (one per key and decision)."""
+def fold_report(query: Query, total_rows: Sequence[Sequence[Any]] = (), counts: Sequence[Sequence[Any]] = (),
+                top_rows: Sequence[tuple[str, Sequence[str], Sequence[Any]]] = ()) -> dict[str, Any]:
+    """The report's shape from what ``Store.report`` read: the totals per behaviour, tenant and decision; per
+    behaviour, its User-Agent variants and distinct clients; the top variants in order, each with its behaviour,
+    the decisions its last columns count, and its row (tenant, client, user agent, requests, first seen, last seen,
+    then one count per decision). With no rows: the empty report."""
     behaviours: dict[str, dict[str, Any]] = {}
 
     def entry(name: str) -> dict[str, Any]:
         found = behaviours.get(name)
         if found is None:
             found = behaviours[name] = {"requests": 0, "by_decision": {}, "by_tenant": {},
-                                        "untracked_clients_requests": 0, "clients": 0, "top_clients": []}
+                                        "untracked_clients_requests": 0, "clients": 0, "variants": 0,
+                                        "top_clients": []}
         return found
 
     for behaviour, tenant, decision, requests, untracked in total_rows:
@@ -255,32 +281,15 @@ def fold_report(query: Query, total_rows: Sequence[Sequence[Any]],
         per = e["by_tenant"].setdefault(tenant, {})
         per[decision] = per.get(decision, 0) + int(requests)
         e["untracked_clients_requests"] += int(untracked)
-    folded: dict[str, dict[tuple[str, str, str], list[Any]]] = {}
-    for behaviour, tenant, client, agent, decision, requests, first, last in client_rows:
-        per_client = folded.setdefault(behaviour, {})
-        row = per_client.get((tenant, client, agent))
-        if row is None:
-            row = per_client[(tenant, client, agent)] = [0, {}, float(first), float(last)]
-        row[0] += int(requests)
-        row[1][decision] = row[1].get(decision, 0) + int(requests)
-        row[2] = min(row[2], float(first))
-        row[3] = max(row[3], float(last))
-    for behaviour, per_client in folded.items():
+    for behaviour, variants, distinct_clients in counts:
         e = entry(behaviour)
-        e["clients"] = len(per_client)
-        items = list(per_client.items())
-        if query.order == "recent":
-            items.sort(key=lambda kv: (-kv[1][3], -kv[1][0], kv[0]))
-        else:
-            items.sort(key=lambda kv: (-kv[1][0], -kv[1][3], kv[0]))
-        if query.top is not None:
-            items = items[:query.top]
-        e["top_clients"] = [
-            {"tenant": tenant, "client": client or None, "user_agent": agent or None, "requests": n,
-             "decisions": dict(sorted(decisions.items(), key=lambda d: (-d[1], d[0]))),
-             "first_seen": round(first, 3), "last_seen": round(last, 3)}
-            for (tenant, client, agent), (n, decisions, first, last) in items
-        ]
+        e["variants"], e["clients"] = int(variants), int(distinct_clients)
+    for behaviour, names, (tenant, client, agent, requests, first, last, *per_decision) in top_rows:
+        decisions = {name: int(n) for name, n in zip(names, per_decision, strict=True) if n}
+        entry(behaviour)["top_clients"].append({
+            "tenant": tenant, "client": client or None, "user_agent": agent or None, "requests": int(requests),
+            "decisions": dict(sorted(decisions.items(), key=lambda d: (-d[1], d[0]))),
+            "first_seen": round(float(first), 3), "last_seen": round(float(last), 3)})
     for e in behaviours.values():
         e["by_decision"] = dict(sorted(e["by_decision"].items(), key=lambda d: (-d[1], d[0])))
         e["by_tenant"] = {tenant: dict(sorted(d.items(), key=lambda kv: (-kv[1], kv[0])))
