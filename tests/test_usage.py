@@ -120,7 +120,8 @@ def test_a_batch_is_sent_again_as_it_was_until_it_is_written_and_memory_stays_bo
     assert second is not None and second.id != first.id
     assert len(second.requests) == 40 and sum(second.untracked.values()) == 100  # the rest untracked
     assert counter.dropped == 0 and counter.pending == 140
-    assert counter.discard() == 140 and counter.dropped == 140 and counter.take() is None
+    # Given up on at exit: not what the memory bound turned away (``dropped``), which the ledger counts apart.
+    assert counter.discard() == 140 and counter.dropped == 0 and counter.take() is None
 
 
 def test_untracked_keys_are_bounded_too_and_what_is_not_kept_is_counted() -> None:

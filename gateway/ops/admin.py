@@ -22,7 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..core.tenants import canonical_host
 from ..rollout import Clock, RolloutPlan, report
-from .ledger import DEFAULT_SINCE, Ledger, LedgerUnavailable, Query, parse_when, window
+from .ledger import DEFAULT_SINCE, Ledger, LedgerUnavailable, Query, check_name, parse_when, window
 from .metrics import Metrics
 from .status import ConfigHistory, config_digest, shown_config, status_data
 from .status_page import CONTENT_SECURITY_POLICY, render_page
@@ -206,8 +206,9 @@ async def _rollout(request: web.Request) -> web.Response:
 
 def usage_query(params: Mapping[str, str], *, now: float, tz: dt.tzinfo, top: int = 20,
                 order: str = "requests") -> Query:
-    """A ledger query from ``since``, ``until`` (30d, 12h, 2w, or an ISO date or time, read in ``tz``), ``tenant``,
-    ``behaviour``, ``top`` and ``order`` (requests, recent); ValueError naming the bad one."""
+    """A ledger query from ``since``, ``until`` (30d, 12h, 2w, or an ISO date or time, read in ``tz``; the years 1970
+    to 9998), ``tenant``, ``behaviour`` (names), ``top`` and ``order`` (requests, recent); ValueError naming the bad
+    one (400, never a query the database would refuse)."""
     since = parse_when(params.get("since") or DEFAULT_SINCE, now, tz)
     until = parse_when(params["until"], now, tz) if params.get("until") else now
     if until <= since:
@@ -223,9 +224,11 @@ def usage_query(params: Mapping[str, str], *, now: float, tz: dt.tzinfo, top: in
     order = params.get("order", order)
     if order not in ("requests", "recent"):
         raise ValueError("order must be requests or recent")
+    tenant, behaviour = params.get("tenant") or None, params.get("behaviour") or None
     start, end = window(since, until)
-    return Query(start, end, tenant=params.get("tenant") or None, behaviour=params.get("behaviour") or None,
-                 top=top, order="recent" if order == "recent" else "requests")
+    return Query(start, end, tenant=tenant and check_name(tenant, "tenant"),
+                 behaviour=behaviour and check_name(behaviour, "behaviour"), top=top,
+                 order="recent" if order == "recent" else "requests")
 
 
 def _problem(status: int, code: str, message: str) -> web.Response:

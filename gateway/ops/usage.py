@@ -161,9 +161,8 @@ class UsageCounter:
 
     def discard(self) -> int:
         """Give up on everything held (the process is stopping and the database cannot take it): how many requests
-        that was."""
+        that was. (Not ``dropped``: that counts what the memory bound turned away.)"""
         lost = self.pending
         self._held = None
         self._batch = self._empty()
-        self.dropped += lost
         return lost

@@ -301,6 +301,10 @@ async def test_the_command_line_says_what_is_wrong(upstream: RecordingUpstream, 
     assert out.returncode == 2 and "--since/--until" in out.stderr and "Traceback" not in out.stderr
     out = await loop.run_in_executor(None, lambda: _usage(config, "--since", "1h", "--until", "2h"))
     assert out.returncode == 2 and "--until must be after --since" in out.stderr
+    out = await loop.run_in_executor(None, lambda: _usage(config, "--since", "999999w"))
+    assert out.returncode == 2 and "'999999w' is outside the years 1970 to 9998" in out.stderr
+    out = await loop.run_in_executor(None, lambda: _usage(config, "--tenant", "Acme Corp"))
+    assert out.returncode == 2 and "--tenant must be a name" in out.stderr
     out = await loop.run_in_executor(None, lambda: _usage(config))
     assert out.returncode == 1 and "no usage ledger at" in out.stderr
     assert not (tmp_path / "nowhere").exists()  # reading creates nothing
@@ -505,3 +509,40 @@ async def test_a_client_is_its_token_however_many_user_agents_it_sends(upstream:
     assert out.returncode == 0, out.stderr
     assert "legacy_uploads: 3 requests (blocked 3), 1 client, 2 User-Agent variants" in out.stdout
     assert "... 1 more: --top 0 lists every one" in out.stdout
+
+
+async def test_every_parameter_s_extremes_are_a_bad_query_never_an_unavailable_ledger(
+        ledger_url: str, upstream: RecordingUpstream, start_gateway: Any, start_admin: Any) -> None:
+    """Before, `since=999999w` (19,000 years ago) and other values the database or the dates could not take reached
+    them and came back as `503 LEDGER_UNAVAILABLE`: now `400 BAD_QUERY` naming the parameter, on /deprecations and
+    on the status page."""
+    from tests.gateway_testlib import make_config
+
+    gw = await start_gateway(make_config(upstream.url, routes=guarded_routes(), usage={"ledger": {"url": ledger_url}}))
+    admin = await start_admin(gw)
+    bad = {
+        "since=999999w": "outside the years 1970 to 9998",
+        "since=999999h&until=999998h": "outside the years 1970 to 9998",
+        "since=0001-01-01": "outside the years 1970 to 9998",
+        "since=0001-01-01T00:00:00%2B14:00": "outside the years 1970 to 9998",
+        "until=9999-12-31T23:59:59-14:00": "outside the years 1970 to 9998",
+        "since=" + "9" * 5000: "neither a duration",
+        "top=" + "9" * 5000: "top must be an integer from 1 to 1000",
+        "top=0": "top must be an integer from 1 to 1000",
+        "top=-1": "top must be an integer from 1 to 1000",
+        "order=oldest": "order must be requests or recent",
+        "tenant=acme%00": "tenant must be a name",
+        "tenant=" + "a" * 65: "tenant must be a name of at most 64 characters",
+        "behaviour=Legacy%20Uploads": "behaviour must be a name",
+    }
+    async with aiohttp.ClientSession() as client:
+        for query, message in bad.items():
+            for path in ("/deprecations", "/status.json"):
+                async with client.get(f"{admin}{path}?{query}") as resp:
+                    body = await resp.json()
+                    assert (resp.status, body["code"]) == (400, "BAD_QUERY"), (path, query, body)
+                    assert message in body["message"], (path, query, body)
+        # The extremes that are fine: the epoch, the last year, the most clients, a long tenant name.
+        for query in ("since=1970-01-01T00:00:00Z", "until=9998-12-31", "top=1000", "tenant=" + "a" * 64):
+            async with client.get(f"{admin}/deprecations?{query}") as resp:
+                assert resp.status == 200, (query, await resp.text())

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .query import DEFAULT_SINCE, Query, parse_when, window
+from .query import DEFAULT_SINCE, Query, check_name, parse_when, window
 
 if TYPE_CHECKING:
     from ...config import LoadedConfig
@@ -83,6 +83,12 @@ def usage(config: LoadedConfig, *, since: str, until: str | None, tenant: str | 
         end = parse_when(until, now, tz) if until else now
     except ValueError as err:
         print(f"gateway: --since/--until: {err}", file=sys.stderr)
+        return 2
+    try:
+        tenant = tenant and check_name(tenant, "--tenant")
+        behaviour = behaviour and check_name(behaviour, "--behaviour")
+    except ValueError as err:
+        print(f"gateway: {err}", file=sys.stderr)
         return 2
     if end <= start:
         print("gateway: --until must be after --since", file=sys.stderr)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..gc_pauses import freeze_startup
-from ..usage import HOUR, UsageCounter
+from ..usage import HOUR, Batch, UsageCounter
 from ...config.ledger import LedgerConfig
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ _BACKOFF_CAP = 60.0
 _PRUNE_EVERY = HOUR
 _BATCH_IDS_KEPT = 7 * 86400  # ids of batches of processes that have gone
 _READ_TIMEOUT = 30.0
+_METRICS_EVERY = 1.0  # seconds between updates of the pending gauge while no write runs
 _READS_KEPT = 32  # answers kept for identical reads (``Ledger._shared``)
 
 
@@ -156,6 +157,8 @@ class Ledger:
         self._writer: _Worker | None = None
         self._reader: _Worker | None = None
         self._busy: asyncio.Future[Any] | None = None  # a write that outlived its timeout, still running
+        self._busy_batch: Batch | None = None  # the batch it writes
+        self._lost = {"refused": 0, "shutdown": 0}  # requests counted and not kept, besides the memory bound's
         self._reads: dict[tuple[Any, ...], _Read] = {}
         self._lock: asyncio.Lock | None = None
         self._wake: asyncio.Event | None = None
@@ -186,17 +189,20 @@ class Ledger:
         self._task = asyncio.create_task(self._run(), name="usage-ledger")
 
     async def close(self) -> None:
-        """The last write (within ``flush_timeout``), then the threads stop. What could not be written is counted as
-        dropped and said in one log line."""
+        """The last write (within ``flush_timeout`` + 1 s), then the threads stop. What could not be written is
+        counted as dropped and said in one log line; what was in a write that had not answered by then, in another
+        (it may yet commit)."""
         if self._task is None or self._closing:
             return
         self._closing = True
         assert self._wake is not None
         self._wake.set()
+        loop = asyncio.get_running_loop()
+        budget = self.options.flush_timeout + 1
         # The background write in progress (a migration or a retention prune may take up to a minute): waited for
         # within the same budget as the last write, so that a stop is bounded by about twice flush_timeout.
-        budget = self.options.flush_timeout + 1
         done, _ = await asyncio.wait({self._task}, timeout=budget)
+        deadline = loop.time() + budget
         if not done:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -208,12 +214,10 @@ class Ledger:
                 written = await asyncio.wait_for(self.flush(prune=False), budget)
             except TimeoutError:
                 written = False
+        if not written:
+            written = await self._settle_last_write(deadline)
         if not written and self.counter.pending:
-            lost = self.counter.discard()
-            if self.families is not None:
-                self.families.dropped.labels("shutdown").inc(lost)
-            log.error("usage ledger %s: %d counted request(s) could not be written before exit (%s)", self.shown_url,
-                      lost, self.error or "no answer in time")
+            self._give_up()
         self._sync_metrics()
         self.state = "closed"
         store, self._store = self._store, None
@@ -223,14 +227,56 @@ class Ledger:
         if store is not None:
             store.close()
 
+    async def _settle_last_write(self, deadline: float) -> bool:
+        """A write that outlived its timeout (the last one, or the one before it, which the last one had to wait
+        for): its outcome, waited for until ``deadline`` (the loop's time). If it committed, its batch is let go and
+        what was counted since gets one more write; True when nothing is left unwritten."""
+        busy, batch = self._busy, self._busy_batch
+        if busy is None or batch is None:
+            return False
+        loop = asyncio.get_running_loop()
+        if not busy.done():
+            await asyncio.wait({busy}, timeout=max(0.0, deadline - loop.time()))
+        if not busy.done() or busy.cancelled() or busy.exception() is not None:
+            return False
+        self._busy = self._busy_batch = None
+        self.counter.written(batch)
+        self._last_batch = batch.id
+        self.last_written = self._clock()
+        if not self.counter.pending:
+            return True
+        try:
+            return await asyncio.wait_for(self.flush(prune=False), max(0.0, deadline - loop.time()))
+        except TimeoutError:
+            return False
+
+    def _give_up(self) -> None:
+        """At exit, what is held: lost, counted and said, except a write's that has not answered (it may commit)."""
+        busy, batch = self._busy, self._busy_batch
+        unknown = batch.count if busy is not None and not busy.done() and batch is not None else 0
+        lost = self.counter.discard() - unknown
+        if unknown:
+            log.warning("usage ledger %s: %d counted request(s) were in a write that had not answered at exit: they "
+                        "are in the database if it commits", self.shown_url, unknown)
+        if lost:
+            self._lost["shutdown"] += lost
+            if self.families is not None:
+                self.families.dropped.labels("shutdown").inc(lost)
+            log.error("usage ledger %s: %d counted request(s) could not be written before exit (%s)", self.shown_url,
+                      lost, self.error or "no answer in time")
+
     async def _run(self) -> None:
         assert self._wake is not None
+        loop = asyncio.get_running_loop()
         delay = 0.0
         while not self._closing:
-            try:
-                await asyncio.wait_for(self._wake.wait(), delay)
-            except TimeoutError:
-                pass
+            # The metrics show what is held at every moment, not only at each attempt (a backoff may last a minute).
+            deadline = loop.time() + delay
+            while not self._wake.is_set() and (left := deadline - loop.time()) > 0:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), min(left, _METRICS_EVERY))
+                except TimeoutError:
+                    self._sync_metrics()
             if self._closing:
                 return
             ok = await self.flush()
@@ -273,7 +319,8 @@ class Ledger:
         if batch is None:
             return
         started = time.monotonic()
-        await self._call(functools.partial(store.write, batch, now, forget=self._last_batch), options.flush_timeout)
+        await self._call(functools.partial(store.write, batch, now, forget=self._last_batch), options.flush_timeout,
+                         batch=batch)
         self.counter.written(batch)
         self._last_batch = batch.id
         self.last_written = self._clock()
@@ -298,18 +345,21 @@ class Ledger:
             freeze_startup(full=False)  # Alembic's modules, which the migration loaded
         return head
 
-    async def _call(self, fn: Callable[[], T], timeout: float, *, read: bool = False) -> T:
+    async def _call(self, fn: Callable[[], T], timeout: float, *, read: bool = False, batch: Batch | None = None) -> T:
+        """``fn`` in the reader's or the writer's thread, within ``timeout``. A write that outlives it goes on in its
+        thread (``_busy``, with ``batch`` if it writes one): no other write starts before it has returned."""
         worker = self._reader if read else self._writer
         assert worker is not None
         if not read and self._busy is not None and not self._busy.done():
             raise _Failure("the previous write has not returned yet")
         future = worker.submit(fn)
-        done, _ = await asyncio.wait({future}, timeout=timeout)
+        try:
+            done, _ = await asyncio.wait({future}, timeout=timeout)
+        except asyncio.CancelledError:
+            self._abandon(future, read, batch)
+            raise
         if not done:
-            if not read:
-                self._busy = future
-            else:
-                future.cancel()
+            self._abandon(future, read, batch)
             raise _Failure(f"no answer within {timeout:g}s")
         error = future.exception()
         if error is not None:
@@ -319,6 +369,12 @@ class Ledger:
 
             raise _Failure(self._redact(describe_error(error))) from None
         return future.result()
+
+    def _abandon(self, future: asyncio.Future[Any], read: bool, batch: Batch | None) -> None:
+        if read:
+            future.cancel()  # (a read not started yet is skipped; one running ends on its own)
+        else:
+            self._busy, self._busy_batch = future, batch
 
     def _failed(self, error: str) -> None:
         self._failures += 1
@@ -416,5 +472,6 @@ class Ledger:
     def status(self) -> dict[str, Any]:
         """What the status page shows of the ledger itself."""
         return {"database": self.shown_url, "state": self.state, "since": self.since, "error": self.error,
-                "last_written": self.last_written, "pending": self.counter.pending, "dropped": self.counter.dropped,
+                "last_written": self.last_written, "pending": self.counter.pending,
+                "dropped": self.counter.dropped + sum(self._lost.values()),
                 "flush_interval": self.options.flush_interval, "retention_days": self.options.retention_days}
