@@ -316,3 +316,47 @@ def test_a_report_holds_only_its_top_rows_whatever_the_window_holds(store: Store
     assert [(r["client"], r["user_agent"], r["requests"], r["decisions"]) for r in top[:2]] == [
         (f"{0:012x}", "sdk/2.0", 100, {"allowed": 100}), (f"{6:012x}", "sdk/1.0", 7, {"blocked": 7})]
     assert len(top) == 5
+
+
+def test_a_held_client_row_costs_what_the_docs_say() -> None:
+    """What a client row held in memory costs, measured with tracemalloc as requests bring rows: every client new
+    in the hour (so also in the hour's set of clients), a User-Agent string of its own, two requests each, and just
+    past a growth of the dictionaries (the most a row costs). docs/operations.md says the most a row costs and what
+    the default bound (usage.ledger.max_pending_clients) costs: both must hold, and the first not overstate by much.
+    (Before, the docs said 410 bytes and 80 MiB for a default of 200,000 rows: a row cost 590 to 770 bytes.)"""
+    import re
+    import tracemalloc
+    from pathlib import Path
+
+    from gateway.config.ledger import LedgerConfig
+
+    docs = " ".join((Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text().split())
+    stated = re.search(r"A client row held costs up to ([\d,]+) bytes \(with a User-Agent of 200 characters; "
+                       r"about ([\d,]+) with one of 20\)", docs)
+    bound = re.search(r"the default bound, ([\d,]+) rows, costs at most about (\d+) MiB", docs)
+    assert stated is not None and bound is not None, "docs/operations.md no longer states what a row costs"
+    most, short = (int(stated.group(i).replace(",", "")) for i in (1, 2))
+    rows, mib = int(bound.group(1).replace(",", "")), int(bound.group(2))
+    assert rows == LedgerConfig().max_pending_clients
+
+    def per_row(agent_length: int, clients: int = 22_000) -> float:
+        clock = FakeTime()
+        counter = UsageCounter(max_clients=clients, max_rows=clients, behaviours=GUARD, clock=clock)
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for _ in range(2):
+                for i in range(clients):
+                    clock.now += 0.001
+                    # Strings of their own, as each request's fingerprint and header are.
+                    client, agent = f"{i:012x}", f"{i:0{agent_length}d}"
+                    counter.record({"legacy_upload_guard": "blocked"}, client, agent, "acme")
+            return (tracemalloc.get_traced_memory()[0] - before) / clients
+        finally:
+            tracemalloc.stop()
+
+    long, brief = per_row(200), per_row(20)
+    print(f"a held client row: {long:.0f} bytes with a 200-character User-Agent, {brief:.0f} with 20")
+    assert 0.9 * most <= long <= most, (long, most)
+    assert 0.9 * short <= brief <= 1.1 * short, (brief, short)
+    assert rows * most <= mib * 2**20, (rows, most, mib)

@@ -62,8 +62,9 @@ class LedgerConfig(BaseModel):
     # Hours older than this many days are deleted.
     retention_days: int = Field(default=400, ge=1, le=36500)
     # Most client rows held in memory while the database cannot be written; over it, requests still count in the
-    # totals (as untracked clients), never in a client's row.
-    max_pending_clients: int = Field(default=200_000, ge=100, le=10_000_000)
+    # totals (as untracked clients), never in a client's row. A row costs up to 800 bytes (a User-Agent of 200
+    # characters, tests/test_usage.py measures it): the default bound, at most about 80 MiB.
+    max_pending_clients: int = Field(default=100_000, ge=100, le=10_000_000)
 
     @field_validator("url")
     @classmethod

@@ -57,7 +57,7 @@ class UsageCounter:
         self,
         *,
         max_clients: int = 1000,
-        max_rows: int = 200_000,
+        max_rows: int = 100_000,
         behaviours: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
