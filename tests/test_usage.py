@@ -360,3 +360,43 @@ def test_a_held_client_row_costs_what_the_docs_say() -> None:
     assert 0.9 * most <= long <= most, (long, most)
     assert 0.9 * short <= brief <= 1.1 * short, (brief, short)
     assert rows * most <= mib * 2**20, (rows, most, mib)
+
+
+def test_rows_the_database_refuses_are_left_out_and_the_rest_is_written(store: Store) -> None:
+    """A batch holding rows that cannot be stored (a name longer than the key columns; a row the database refuses,
+    here through a constraint an administrator added) is written without them, in the same transaction as the rest,
+    and says what it left out. Before, PostgreSQL refused the whole batch, every retry, for ever (and SQLite kept
+    the long name, to fail after a move to PostgreSQL)."""
+    from sqlalchemy import text
+
+    with store.engine.begin() as conn:
+        if store.dialect == "sqlite":
+            conn.exec_driver_sql("CREATE TRIGGER no_evil BEFORE INSERT ON usage_clients WHEN NEW.user_agent = 'evil' "
+                                 "BEGIN SELECT RAISE(ABORT, 'no evil clients'); END")
+        else:
+            conn.execute(text("ALTER TABLE usage_clients ADD CONSTRAINT no_evil CHECK (user_agent <> 'evil')"))
+    clock = FakeTime()
+    counter = UsageCounter(behaviours=GUARD, clock=clock)
+    for i in range(40):
+        counter.record({"legacy_upload_guard": "blocked"}, f"c{i:02d}", "sdk/1.0", "acme")
+    for _ in range(3):
+        counter.record({"legacy_upload_guard": "blocked"}, "bad", "evil", "acme")
+    for _ in range(2):
+        counter.record({"legacy_upload_guard": "allowed"}, "long", "sdk/1.0", "t" * 65)
+    batch = counter.take()
+    assert batch is not None
+    assert store.write(batch, T0) is True
+    assert batch.refused == 5
+    assert batch.refused_why is not None and ("no_evil" in batch.refused_why or "no evil" in batch.refused_why)
+    report = store.report(Query(*window(T0 - 60, T0 + 60), top=None))["behaviours"]["legacy_uploads"]
+    # The refused client's requests are in the totals, as untracked; the long name's are nowhere.
+    assert (report["requests"], report["untracked_clients_requests"], report["clients"]) == (43, 3, 40)
+    assert report["by_tenant"] == {"acme": {"blocked": 43}}
+    assert store.write(batch, T0) is False  # sent again (an unknown outcome): recognised, nothing added twice
+    counter.written(batch)
+    # A long name alone, on a clean batch: refused before the database sees it, whichever database it is.
+    counter.record({"legacy_upload_guard": "allowed"}, "long", "sdk/1.0", "t" * 65)
+    batch = counter.take()
+    assert batch is not None and store.write(batch, T0) is True
+    assert batch.refused == 1 and "a name longer than the ledger's columns (64)" in (batch.refused_why or "")
+    assert store.report(Query(*window(T0 - 60, T0 + 60)))["behaviours"]["legacy_uploads"]["requests"] == 43

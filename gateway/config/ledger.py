@@ -10,7 +10,14 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from yarl import URL
 
-__all__ = ("DEFAULT_URL", "LedgerConfig", "database_url")
+__all__ = ("AGENT_WIDTH", "DEFAULT_URL", "NAME_WIDTH", "LedgerConfig", "database_url")
+
+# The widths of the ledger's key columns (``ops.ledger.schema``), in characters: every value that goes into one is
+# bounded before it gets there (PostgreSQL refuses a longer one; SQLite would keep it, to fail after a move). Names
+# (tenants, which the config bounds; behaviours and decisions, the policies'; token fingerprints, 12 characters) fit
+# NAME_WIDTH; the usage counter cuts User-Agents to AGENT_WIDTH.
+NAME_WIDTH = 64
+AGENT_WIDTH = 200
 
 # A file in the working directory: the demo and a single process work with no setup.
 DEFAULT_URL = "sqlite:///gateway-usage.sqlite3"

@@ -117,6 +117,8 @@ def _ledger(ledger: Mapping[str, Any] | None) -> list[Any]:
     out += [" to ", _h("code", None, ledger["database"]), f"; kept {ledger['retention_days']} days"]
     if ledger["dropped"]:
         out.append(_h("span", {"class": "bad"}, f"; {ledger['dropped']} request(s) could not be kept"))
+    if ledger["refused"]:
+        out.append(_h("span", {"class": "bad"}, f"; {ledger['refused']}"))
     return out
 
 
@@ -409,6 +411,7 @@ _SCRIPT = """
     }
     out.push(" to ", h("code", null, ledger.database), `; kept ${ledger.retention_days} days`);
     if (ledger.dropped) out.push(h("span", {class: "bad"}, `; ${ledger.dropped} request(s) could not be kept`));
+    if (ledger.refused) out.push(h("span", {class: "bad"}, `; ${ledger.refused}`));
     return out;
   }
 

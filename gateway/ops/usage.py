@@ -11,11 +11,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from .metrics import NO_TENANT
+from ..config.ledger import AGENT_WIDTH
 
 __all__ = ("HOUR", "Batch", "ClientKey", "TotalKey", "UsageCounter")
 
 HOUR = 3600
-_UA_MAX = 200
 
 # (hour, behaviour, tenant, decision): a total's key
 TotalKey = tuple[int, str, str, str]
@@ -39,6 +39,9 @@ class Batch:
     untracked: dict[TotalKey, int]  # the requests of clients without a row
     count: int  # requests in the batch
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # Set by the write that stored it: the requests of rows the database refused (``Store.write``), and why.
+    refused: int = 0
+    refused_why: str | None = None
 
     def totals(self) -> dict[TotalKey, tuple[int, int]]:
         """Every request per hour, behaviour, tenant and decision, and how many of them were untracked: summed here,
@@ -93,7 +96,7 @@ class UsageCounter:
             self._hour_start, self._hour_end = float(self._hour), float(self._hour + HOUR)
             self._tracked = {}
         hour = self._hour
-        agent = user_agent[:_UA_MAX] if user_agent else ""
+        agent = user_agent[:AGENT_WIDTH] if user_agent else ""
         client = client or ""
         tenant = NO_TENANT if tenant is None else tenant
         batch = self._batch

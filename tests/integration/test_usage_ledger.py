@@ -546,3 +546,46 @@ async def test_every_parameter_s_extremes_are_a_bad_query_never_an_unavailable_l
         for query in ("since=1970-01-01T00:00:00Z", "until=9998-12-31", "top=1000", "tenant=" + "a" * 64):
             async with client.get(f"{admin}/deprecations?{query}") as resp:
                 assert resp.status == 200, (query, await resp.text())
+
+
+async def test_rows_the_database_refuses_do_not_hold_back_every_company_s_usage(
+        postgres: Any, postgres_url: str, upstream: RecordingUpstream, tmp_path: Path) -> None:
+    """A PostgreSQL ledger whose encoding (LATIN1) lacks a character one client sends in its User-Agent: the
+    database refuses that client's row, for what it holds, as it refuses a name longer than a column. The row is
+    left out (its requests still in the totals, as untracked), counted as dropped (refused) and logged once; every
+    other request is written, then and later. Before, the whole batch was refused at every retry and every
+    company's usage was held in memory until it was lost."""
+    url = postgres.url(postgres.create_database(encoding="LATIN1"))
+    proc = await start(_config(upstream.url, url, flush_interval=0.2), tmp_path)
+    try:
+        async with aiohttp.ClientSession() as client:
+            for token, agent, host, count in (("snowman", "legacy-uploader/2.1 \u2603", "127.0.0.1", 3),
+                                              ("plain", UA, "127.0.0.1", 4), ("oldco-client", UA, "old.test", 2)):
+                for _ in range(count):
+                    async with client.put(proc.url + "/api/v1/cards/1/files", data=b"x",
+                                          headers={"Authorization": f"Bearer {token}", "User-Agent": agent,
+                                                   "Host": host}) as resp:
+                        assert resp.status == (200 if host == "old.test" else 403)
+
+        async def settled(refused: float) -> bool:
+            metrics = await proc.metrics()
+            return metrics.get(("gateway_usage_ledger_pending_requests", ())) == 0.0 and \
+                metrics.get(("gateway_usage_ledger_dropped_requests_total", (("reason", "refused"),))) == refused
+
+        await wait_for(lambda: settled(3.0), 15)
+        await _uploads(proc, "plain", 2)  # written as ever, the refused row being gone
+        await wait_for(lambda: settled(3.0), 15)
+        metrics = await proc.metrics()
+        report = (await proc.get_json("/deprecations?since=1h"))["behaviours"]["legacy_uploads"]
+        status = await proc.get_json("/status.json")
+    finally:
+        proc.stop()
+    assert metrics[("gateway_usage_ledger_up", ())] == 1.0
+    assert (report["requests"], report["untracked_clients_requests"], report["clients"]) == (11, 3, 2)
+    assert report["by_tenant"] == {"acme": {"blocked": 9}, "oldco": {"allowed": 2}}
+    assert {(r["client"], r["requests"]) for r in report["top_clients"]} == {
+        (token_fingerprint("Bearer plain"), 6), (token_fingerprint("Bearer oldco-client"), 2)}
+    assert status["ledger"]["state"] == "ok" and "refused" in status["ledger"]["refused"]
+    log = proc.log.read_text()
+    assert log.count("the database refused the rows of 3 counted request(s)") == 1, log[-3000:]
+    assert "cannot write" not in log

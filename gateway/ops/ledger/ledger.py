@@ -37,6 +37,7 @@ _PRUNE_EVERY = HOUR
 _BATCH_IDS_KEPT = 7 * 86400  # ids of batches of processes that have gone
 _READ_TIMEOUT = 30.0
 _METRICS_EVERY = 1.0  # seconds between updates of the pending gauge while no write runs
+_REFUSALS_SAID = 10  # distinct reasons for refused rows logged, at most (then the metric alone counts them)
 _READS_KEPT = 32  # answers kept for identical reads (``Ledger._shared``)
 
 
@@ -63,8 +64,9 @@ class LedgerFamilies:
         self.dropped = Counter(
             "gateway_usage_ledger_dropped_requests", "Requests counted but not kept, by reason: memory (the bound on "
             "what is held while the database cannot be written was reached), shutdown (not written before the "
-            "process exited).", ("reason",), registry=registry)
-        for reason in ("memory", "shutdown"):
+            "process exited), refused (their rows refused by the database for what they hold: a client row's "
+            "requests still count in the totals, as untracked).", ("reason",), registry=registry)
+        for reason in ("memory", "shutdown", "refused"):
             self.dropped.labels(reason)
 
 
@@ -159,6 +161,8 @@ class Ledger:
         self._busy: asyncio.Future[Any] | None = None  # a write that outlived its timeout, still running
         self._busy_batch: Batch | None = None  # the batch it writes
         self._lost = {"refused": 0, "shutdown": 0}  # requests counted and not kept, besides the memory bound's
+        self._refusals_said: set[str] = set()
+        self.refused_why: str | None = None  # why the database last refused rows
         self._reads: dict[tuple[Any, ...], _Read] = {}
         self._lock: asyncio.Lock | None = None
         self._wake: asyncio.Event | None = None
@@ -327,6 +331,20 @@ class Ledger:
         if self.families is not None:
             self.families.flushes.labels("success").inc()
             self.families.flush_duration.observe(time.monotonic() - started)
+        if batch.refused:
+            self._refused(batch.refused, self._redact(batch.refused_why or "no reason given"))
+
+    def _refused(self, requests: int, why: str) -> None:
+        """Rows the database refused for what they hold, left out of a write that kept the rest: counted, and said
+        once per reason (a client that keeps sending what cannot be stored would say it every flush)."""
+        self._lost["refused"] += requests
+        self.refused_why = why
+        if self.families is not None:
+            self.families.dropped.labels("refused").inc(requests)
+        if why not in self._refusals_said and len(self._refusals_said) < _REFUSALS_SAID:
+            self._refusals_said.add(why)
+            log.error("usage ledger %s: the database refused the rows of %d counted request(s), left out of a write "
+                      "that kept the rest (%s)", self.shown_url, requests, why)
 
     def _migrate(self) -> str:
         """In the writer thread: the engine (SQLAlchemy is imported here, off the event loop and after start-up),
@@ -473,5 +491,6 @@ class Ledger:
         """What the status page shows of the ledger itself."""
         return {"database": self.shown_url, "state": self.state, "since": self.since, "error": self.error,
                 "last_written": self.last_written, "pending": self.counter.pending,
-                "dropped": self.counter.dropped + sum(self._lost.values()),
+                "dropped": self.counter.dropped + self._lost["shutdown"], "refused": self._lost["refused"],
+                "refused_why": self.refused_why,
                 "flush_interval": self.options.flush_interval, "retention_days": self.options.retention_days}

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
+import sqlalchemy.exc
 from sqlalchemy import (
     Connection, and_, case, create_engine, delete, distinct, event, func, inspect, literal_column, select, text,
 )
@@ -19,9 +20,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..usage import Batch
+from ..usage import Batch, TotalKey
 from .migrations import HEAD
-from ...config.ledger import database_url
+from ...config.ledger import NAME_WIDTH, database_url
 from .query import DAY, Query, iso
 from .schema import batches, clients, totals
 
@@ -32,6 +33,23 @@ _MIGRATING = threading.Lock()
 _LOCK_KEY = 0x6C656467  # pg_advisory_xact_lock: one process migrates at a time
 # Alembic logs every step at INFO ("Context impl SQLiteImpl.", ...); the ledger logs one line of its own.
 logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+def refused_for_content(err: BaseException) -> bool:
+    """Whether the database (or its driver) refused what a statement held, rather than failing to run it: a data
+    error (a value too long, a character the database's encoding lacks, found by the server or by the driver
+    encoding for it) or an integrity error (a constraint). An outage, a lock or a timeout is none of these."""
+    return isinstance(err, (sqlalchemy.exc.DataError, sqlalchemy.exc.IntegrityError, UnicodeError))
+
+
+def _fits(key: TotalKey) -> bool:
+    """Whether a total's names (behaviour, tenant, decision) fit the key columns."""
+    return len(key[1]) <= NAME_WIDTH and len(key[2]) <= NAME_WIDTH and len(key[3]) <= NAME_WIDTH
+
+
+def _refuse(batch: Batch, requests: int, why: str) -> None:
+    batch.refused += requests
+    batch.refused_why = batch.refused_why or why
 
 
 def describe_error(err: BaseException) -> str:
@@ -149,20 +167,69 @@ class Store:
         seen the larger), atomic per row in both databases, so concurrent batches add up exactly. Rows go in key
         order (two PostgreSQL transactions lock shared rows in the same order and cannot deadlock); SQLite writes
         start with ``BEGIN IMMEDIATE`` (WAL mode: a writer waits up to the busy timeout instead of failing on a lock
-        upgrade)."""
+        upgrade).
+
+        A row the database refuses for what it holds (a value longer than its column, a character its encoding
+        lacks: a data or integrity error, not an outage) does not hold the others back for ever: the batch is
+        written again with each chunk of rows in a savepoint, halved until the refused rows stand alone, and those
+        are left out. A refused client row's requests still count in the totals, as untracked; a refused total's
+        are not kept. A name longer than its column is refused here, before the database sees it (SQLite would keep
+        it). ``batch.refused`` and ``batch.refused_why`` say what was left out."""
+        try:
+            return self._write(batch, now, forget, careful=False)
+        except Exception as err:
+            if not refused_for_content(err):
+                raise
+        return self._write(batch, now, forget, careful=True)
+
+    def _write(self, batch: Batch, now: float, forget: str | None, *, careful: bool) -> bool:
+        batch.refused, batch.refused_why = 0, None
+        totals_of = batch.totals()
+        too_long = {key for key in totals_of if not _fits(key)}
+        moved: dict[TotalKey, int] = {}  # requests of refused client rows, counted in their totals as untracked
         with self._transaction(write=True, timeout=self.timeout) as conn:
             claimed = conn.execute(self._claim_batch, {"id": batch.id, "written_at": now})
             if claimed.first() is None:
                 return False
             if forget is not None:
                 conn.execute(delete(batches).where(batches.c.id == forget))
-            totals = batch.totals()
-            for keys in _chunks(sorted(totals)):
-                conn.exec_driver_sql(self._totals_sql, [(*k, *totals[k]) for k in keys])
             requests, first, last = batch.requests, batch.first_seen, batch.last_seen
             for keys in _chunks(sorted(requests)):
-                conn.exec_driver_sql(self._clients_sql, [(*k, requests[k], first[k], last[k]) for k in keys])
+                rows = [(*k, requests[k], first[k], last[k]) for k in keys if (k[0], k[1], k[2], k[5]) not in too_long]
+                for row, why in self._insert(conn, self._clients_sql, rows, careful):
+                    total = (row[0], row[1], row[2], row[5])
+                    moved[total] = moved.get(total, 0) + row[6]
+                    _refuse(batch, row[6], why)
+            for key in too_long:
+                names = ", ".join(repr(name[:80]) for name in key[1:] if len(name) > NAME_WIDTH)
+                _refuse(batch, totals_of[key][0], f"a name longer than the ledger's columns ({NAME_WIDTH}): {names}")
+            for keys in _chunks(sorted(totals_of.keys() - too_long)):
+                rows = [(*k, totals_of[k][0], totals_of[k][1] + moved.get(k, 0)) for k in keys]
+                for row, why in self._insert(conn, self._totals_sql, rows, careful):
+                    _refuse(batch, row[4] - moved.get((row[0], row[1], row[2], row[3]), 0), why)
         return True
+
+    def _insert(self, conn: Connection, sql: str, rows: list[tuple[Any, ...]], careful: bool
+                ) -> Iterator[tuple[tuple[Any, ...], str]]:
+        """Upsert ``rows`` (``executemany``). ``careful``: in a savepoint, halved on a refusal for content until the
+        refused rows stand alone; yields each refused row and the database's reason."""
+        if not rows:
+            return
+        if not careful:
+            conn.exec_driver_sql(sql, rows)
+            return
+        try:
+            with conn.begin_nested():
+                conn.exec_driver_sql(sql, rows)
+        except Exception as err:
+            if not refused_for_content(err):
+                raise
+            if len(rows) == 1:
+                yield rows[0], describe_error(err)
+                return
+            half = len(rows) // 2
+            yield from self._insert(conn, sql, rows[:half], careful)
+            yield from self._insert(conn, sql, rows[half:], careful)
 
     def prune(self, before: int, batches_before: float) -> int:
         """Delete the hours before ``before`` (retention) and batch ids written before ``batches_before``; the
