@@ -329,3 +329,33 @@ async def test_the_pending_gauge_shows_what_is_held_between_attempts(tmp_path: P
         assert _sample(registry, failures, result="failure") == 2  # no attempt meanwhile: the gauge moved by itself
     finally:
         await ledger.close()
+
+
+async def test_a_deleted_file_that_cannot_be_made_again_fails_writes_until_it_can(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The ledger's directory deleted with its file: the writes fail, saying why (the ledger is down, the status page
+    says so), the counts are held; once the directory is back, the file is made again and what was held is in it."""
+    import shutil
+
+    directory = tmp_path / "ledger"
+    directory.mkdir()
+    registry = CollectorRegistry()
+    ledger, counter = _ledger(f"sqlite:///{directory}/usage.sqlite3", registry)
+    caplog.set_level(logging.INFO, logger="gateway.ledger")
+    await ledger.start()
+    try:
+        await _until(lambda: ledger.state == "ok")
+        _uploads(counter, 2)
+        await _until(lambda: counter.pending == 0)
+        shutil.rmtree(directory)
+        _uploads(counter, 3)
+        await _until(lambda: ledger.state == "failing")
+        assert "was deleted and cannot be made again" in (ledger.error or "")
+        assert _sample(registry, "gateway_usage_ledger_up") == 0 and counter.pending == 3
+        directory.mkdir()
+        await _until(lambda: ledger.state == "ok", timeout=15)
+        assert "the file was deleted while in use" in (ledger.status()["notice"] or "")
+        assert _sample(registry, "gateway_usage_ledger_reopened_total") == 1
+    finally:
+        await ledger.close()
+    assert _stored(directory / "usage.sqlite3") == 3

@@ -488,6 +488,7 @@ def _ledger(status: Mapping[str, Any], wall: float) -> dict[str, Any]:
         "written": "" if written is None else _ago(wall - written),
         "pending": status["pending"],
         "dropped": status["dropped"],
+        "notice": status["notice"] or "",
         "refused": "" if not status["refused"] else (
             f"{status['refused']} request(s) whose rows the database refused, left out ({status['refused_why']})"),
         "flush_interval": f"{status['flush_interval']:g} s",

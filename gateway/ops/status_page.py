@@ -119,6 +119,8 @@ def _ledger(ledger: Mapping[str, Any] | None) -> list[Any]:
         out.append(_h("span", {"class": "bad"}, f"; {ledger['dropped']} request(s) could not be kept"))
     if ledger["refused"]:
         out.append(_h("span", {"class": "bad"}, f"; {ledger['refused']}"))
+    if ledger["notice"]:
+        out.append(_h("span", {"class": "bad"}, f"; {ledger['notice']}"))
     return out
 
 
@@ -412,6 +414,7 @@ _SCRIPT = """
     out.push(" to ", h("code", null, ledger.database), `; kept ${ledger.retention_days} days`);
     if (ledger.dropped) out.push(h("span", {class: "bad"}, `; ${ledger.dropped} request(s) could not be kept`));
     if (ledger.refused) out.push(h("span", {class: "bad"}, `; ${ledger.refused}`));
+    if (ledger.notice) out.push(h("span", {class: "bad"}, `; ${ledger.notice}`));
     return out;
   }
 

@@ -589,3 +589,54 @@ async def test_rows_the_database_refuses_do_not_hold_back_every_company_s_usage(
     log = proc.log.read_text()
     assert log.count("the database refused the rows of 3 counted request(s)") == 1, log[-3000:]
     assert "cannot write" not in log
+
+
+async def test_a_ledger_file_deleted_under_load_is_made_again_at_its_path(upstream: RecordingUpstream,
+                                                                         tmp_path: Path) -> None:
+    """The SQLite file deleted while the gateway counts under load: the next write notices (the file at the path is
+    not the one open), makes a new file there and writes what it held into it; one log line, a metric and the status
+    page say so, and `gateway usage` reads every request counted since the last write to the deleted file. Before,
+    the gateway kept writing the unlinked file: nothing at the path, `gateway usage` found nothing, a restart started
+    empty. (Writes here are those reads make, which write first: the test knows what went to each file.)"""
+    path = tmp_path / "usage.sqlite3"
+    proc = await start(_config(upstream.url, f"sqlite:///{path}", flush_interval=3600), tmp_path)
+    sent = 0
+    stop = asyncio.Event()
+
+    async def load() -> None:
+        nonlocal sent
+        async with aiohttp.ClientSession() as client:
+            while not stop.is_set():
+                async with client.put(proc.url + "/api/v1/cards/1/files", data=b"x",
+                                      headers={"Authorization": f"Bearer client-{sent % 5}", "User-Agent": UA}) as resp:
+                    assert resp.status == 403
+                sent += 1
+
+    async def written() -> int:
+        report = await proc.get_json("/deprecations?since=1h")  # this process's counts written first
+        return int(report["behaviours"].get("legacy_uploads", {}).get("requests", 0))
+
+    try:
+        task = asyncio.create_task(load())
+        await asyncio.sleep(0.5)
+        before = await written()  # in the file that is about to go
+        path.unlink()
+        await asyncio.sleep(1.0)  # the load goes on
+        after = await written()  # this write notices, and makes a new file
+        stop.set()
+        await task
+        metrics = await proc.metrics()
+        status = await proc.get_json("/status.json")
+    finally:
+        proc.stop()  # its last write: what was counted since, into the new file
+    assert before > 0 and path.exists()
+    assert metrics[("gateway_usage_ledger_reopened_total", ())] == 1.0 and metrics[("gateway_usage_ledger_up", ())]
+    assert status["ledger"]["state"] == "ok" and "the file was deleted while in use" in status["ledger"]["notice"]
+    log = proc.log.read_text()
+    assert log.count("the file was deleted while in use; a new one was made at its path") == 1, log[-2000:]
+    loop = asyncio.get_running_loop()
+    out = await loop.run_in_executor(None, lambda: _usage(proc.config_path, "--since", "1h", "--json"))
+    assert out.returncode == 0, out.stderr
+    in_new = json.loads(out.stdout)["behaviours"]["legacy_uploads"]["requests"]
+    print(f"{sent} requests: {before} in the deleted file, {in_new} in the new one ({after} at the first read)")
+    assert 0 < after <= in_new == sent - before

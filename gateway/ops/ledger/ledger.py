@@ -68,6 +68,9 @@ class LedgerFamilies:
             "requests still count in the totals, as untracked).", ("reason",), registry=registry)
         for reason in ("memory", "shutdown", "refused"):
             self.dropped.labels(reason)
+        self.reopened = Counter(
+            "gateway_usage_ledger_reopened", "Times the ledger's SQLite file was found deleted or replaced while in "
+            "use, and a new one made at its path (what was written before is not in it).", registry=registry)
 
 
 class _Failure(Exception):
@@ -163,6 +166,7 @@ class Ledger:
         self._lost = {"refused": 0, "shutdown": 0}  # requests counted and not kept, besides the memory bound's
         self._refusals_said: set[str] = set()
         self.refused_why: str | None = None  # why the database last refused rows
+        self.notice: str | None = None  # what the status page says of the file itself (made again at its path)
         self._reads: dict[tuple[Any, ...], _Read] = {}
         self._lock: asyncio.Lock | None = None
         self._wake: asyncio.Event | None = None
@@ -333,6 +337,19 @@ class Ledger:
             self.families.flush_duration.observe(time.monotonic() - started)
         if batch.refused:
             self._refused(batch.refused, self._redact(batch.refused_why or "no reason given"))
+        if store.reopened is not None:
+            self._reopened(store.reopened)
+            store.reopened = None
+
+    def _reopened(self, lost: str) -> None:
+        """The SQLite file was deleted (or replaced) while in use, and this write made a new one at its path."""
+        at = self._clock()
+        self.notice = (f"the file was {lost} while in use; a new one was made at its path at "
+                       f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(at))}: what was written before is not in "
+                       "it")
+        if self.families is not None:
+            self.families.reopened.inc()
+        log.error("usage ledger %s: %s (the counts held since the last write are)", self.shown_url, self.notice)
 
     def _refused(self, requests: int, why: str) -> None:
         """Rows the database refused for what they hold, left out of a write that kept the rest: counted, and said
@@ -492,5 +509,5 @@ class Ledger:
         return {"database": self.shown_url, "state": self.state, "since": self.since, "error": self.error,
                 "last_written": self.last_written, "pending": self.counter.pending,
                 "dropped": self.counter.dropped + self._lost["shutdown"], "refused": self._lost["refused"],
-                "refused_why": self.refused_why,
+                "refused_why": self.refused_why, "notice": self.notice,
                 "flush_interval": self.options.flush_interval, "retention_days": self.options.retention_days}

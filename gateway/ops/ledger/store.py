@@ -4,8 +4,10 @@ reports, retention. Blocking by nature: the gateway calls it from the ledger's o
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import os
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -74,6 +76,10 @@ class Store:
         parsed = make_url(database_url(url))
         sqlite_file = parsed.get_backend_name() == "sqlite"
         self.dialect: Literal["sqlite", "postgresql"] = "sqlite" if sqlite_file else "postgresql"
+        # A SQLite file: the one at its path must stay the one open (``_same_file``).
+        self.path = os.path.abspath(parsed.database) if sqlite_file and parsed.database else None
+        self._file: tuple[int, int] | None = None  # (device, inode) of the file the schema was made in
+        self.reopened: str | None = None  # "deleted" or "replaced": the file was, and a new one opened (the ledger's)
         if self.dialect == "sqlite":
             self.engine = create_engine(parsed, connect_args={"timeout": timeout, "check_same_thread": False})
             event.listen(self.engine, "connect", _sqlite_connect)
@@ -149,7 +155,40 @@ class Store:
                 # process (gateways started side by side in a test, or a reload's new one) must not migrate at once.
                 with _MIGRATING:
                     command.upgrade(config, "head")
+        if self.path is not None:
+            status = os.stat(self.path)
+            self._file = (status.st_dev, status.st_ino)
         return found, HEAD
+
+    def _same_file(self) -> None:
+        """Before a write to a SQLite file: whether the file at its path is still the one opened. An unlinked file
+        takes writes without a word while `gateway usage`, a restart and a backup find nothing at the path; so when
+        it was deleted (or another file put there), the connections are closed, the deleted file's leftover WAL and
+        shared-memory files removed (the new file must not read them), and a new file made at the path, schema
+        included, for this write; ``reopened`` says so. A file that cannot be made again fails the write, saying
+        why, until it can."""
+        if self.path is None:
+            return
+        if self._file is not None:
+            try:
+                status = os.stat(self.path)
+            except FileNotFoundError:
+                lost = "deleted"
+            else:
+                if (status.st_dev, status.st_ino) == self._file:
+                    return
+                lost = "replaced"
+            self.engine.dispose()
+            if lost == "deleted":
+                for leftover in (self.path + "-wal", self.path + "-shm"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(leftover)
+            self._file, self.reopened = None, lost
+        try:
+            self.migrate()
+        except Exception as err:  # noqa: BLE001 - any driver error: the write fails, saying why
+            raise RuntimeError(f"the file {self.path} was {self.reopened or 'lost'} and cannot be made again: "
+                               f"{describe_error(err)}") from None
 
     def revision(self) -> str | None:
         """The schema's revision (None: no schema yet)."""
@@ -175,6 +214,7 @@ class Store:
         are left out. A refused client row's requests still count in the totals, as untracked; a refused total's
         are not kept. A name longer than its column is refused here, before the database sees it (SQLite would keep
         it). ``batch.refused`` and ``batch.refused_why`` say what was left out."""
+        self._same_file()
         try:
             return self._write(batch, now, forget, careful=False)
         except Exception as err:
