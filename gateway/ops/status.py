@@ -488,9 +488,9 @@ def _ledger(status: Mapping[str, Any], wall: float) -> dict[str, Any]:
         "written": "" if written is None else _ago(wall - written),
         "pending": status["pending"],
         "dropped": status["dropped"],
-        "notice": status["notice"] or "",
-        "refused": "" if not status["refused"] else (
-            f"{status['refused']} request(s) whose rows the database refused, left out ({status['refused_why']})"),
+        "notice": status.get("notice") or "",
+        "refused": "" if not status.get("refused") else (
+            f"{status['refused']} request(s) whose rows the database refused, left out ({status.get('refused_why')})"),
         "flush_interval": f"{status['flush_interval']:g} s",
         "retention_days": status["retention_days"],
     }
