@@ -88,6 +88,8 @@ def test_the_base_config_is_valid(tmp_path: Path) -> None:
          "line 5: rollout.board_cards_cap: '9999-12-31' is outside the years 1970 to 9998"),
         # A date where text is meant, and the wrong YAML type where a date is meant.
         ("name: acme", "name: 2026-01-01", "line 9: tenants[0].name: String should match pattern"),
+        # A tenant name longer than the usage ledger's columns hold (PostgreSQL would refuse its every row).
+        ("name: acme", "name: " + "a" * 65, "line 9: tenants[0].name: String should have at most 64 characters"),
         ("created: 2026-06-01", "created: 20260601",
          "line 12: tenants[0].created: expected a date (YYYY-MM-DD), got a number (20260601)"),
         ("created: 2026-06-01", "created: true",

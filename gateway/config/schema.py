@@ -37,7 +37,7 @@ from ..core.tenants import Tenant, canonical_host
 from ..rollout.behaviour import Behaviour
 from ..rollout.config import ConfigDate, RolloutConfig, TenantRollout
 from ..rollout.plan import RolloutPlan
-from .ledger import LedgerConfig
+from .ledger import NAME_WIDTH, LedgerConfig
 from .tracing import TracingConfig
 from .upstream import UpstreamConfig
 
@@ -250,7 +250,8 @@ class TenantBridges(_Model):
 
 
 class TenantConfig(_Model):
-    name: str = Field(pattern=_NAME_RE)
+    # At most the usage ledger's key columns hold: a longer name would stop every write to PostgreSQL.
+    name: str = Field(pattern=_NAME_RE, max_length=NAME_WIDTH)
     hosts: list[str] = Field(min_length=1)
     upstream: str
     created: ConfigDate | None = None

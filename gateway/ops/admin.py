@@ -23,7 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..core.tenants import canonical_host
 from ..rollout import Clock, RolloutPlan, report
-from .ledger import DEFAULT_SINCE, Ledger, LedgerUnavailable, Query, parse_when, window
+from .ledger import DEFAULT_SINCE, Ledger, LedgerUnavailable, Query, check_name, parse_when, window
 from .metrics import Metrics
 from .status import ConfigHistory, config_digest, shown_config, status_data
 from .status_page import CONTENT_SECURITY_POLICY, render_page
@@ -68,10 +68,14 @@ class Served(Protocol):
 _GATEWAY: web.AppKey[Served] = web.AppKey("gateway")
 _HISTORY: web.AppKey[ConfigHistory] = web.AppKey("history")
 
-# The most clients /deprecations?top= lists per behaviour.
-MAX_TOP = 100_000
+# The most clients /deprecations?top= lists per behaviour: an answer stays under about 1 MB per behaviour (a row is
+# at most about 500 bytes of JSON). Every client of a window: `gateway usage --csv`, which reads the database itself.
+MAX_TOP = 1000
 # The clients the status page lists per behaviour (most recently seen first).
 _PAGE_CLIENTS = 50
+# How old the status page's usage may be when another page (or a refresh) asked for the same a moment ago and this
+# process has counted nothing since: its refresh interval, so that any number of open pages costs one query per 10 s.
+_PAGE_FRESH = 10.0
 
 
 # --- the guard: Host, then the token ---------------------------------------------------------------------------
@@ -254,8 +258,9 @@ async def _rollout(request: web.Request) -> web.Response:
 
 def usage_query(params: Mapping[str, str], *, now: float, tz: dt.tzinfo, top: int = 20,
                 order: str = "requests") -> Query:
-    """A ledger query from ``since``, ``until`` (30d, 12h, 2w, or an ISO date or time, read in ``tz``), ``tenant``,
-    ``behaviour``, ``top`` and ``order`` (requests, recent); ValueError naming the bad one."""
+    """A ledger query from ``since``, ``until`` (30d, 12h, 2w, or an ISO date or time, read in ``tz``; the years 1970
+    to 9998), ``tenant``, ``behaviour`` (names), ``top`` and ``order`` (requests, recent); ValueError naming the bad
+    one (400, never a query the database would refuse)."""
     since = parse_when(params.get("since") or DEFAULT_SINCE, now, tz)
     until = parse_when(params["until"], now, tz) if params.get("until") else now
     if until <= since:
@@ -271,9 +276,11 @@ def usage_query(params: Mapping[str, str], *, now: float, tz: dt.tzinfo, top: in
     order = params.get("order", order)
     if order not in ("requests", "recent"):
         raise ValueError("order must be requests or recent")
+    tenant, behaviour = params.get("tenant") or None, params.get("behaviour") or None
     start, end = window(since, until)
-    return Query(start, end, tenant=params.get("tenant") or None, behaviour=params.get("behaviour") or None,
-                 top=top, order="recent" if order == "recent" else "requests")
+    return Query(start, end, tenant=tenant and check_name(tenant, "tenant"),
+                 behaviour=behaviour and check_name(behaviour, "behaviour"), top=top,
+                 order="recent" if order == "recent" else "requests")
 
 
 def _problem(status: int, code: str, message: str) -> web.Response:
@@ -311,9 +318,9 @@ async def _status_data(request: web.Request) -> dict[str, Any]:
         problem = _LEDGER_OFF
     else:
         try:
-            usage = await ledger.report(query)
+            usage = await ledger.report(query, fresh=_PAGE_FRESH)
             # Requests per day for the charts: everything retention keeps (a few rows per day and company).
-            daily = await ledger.daily(*window(wall - ledger.options.retention_days * 86400, wall))
+            daily = await ledger.daily(*window(wall - ledger.options.retention_days * 86400, wall), fresh=_PAGE_FRESH)
         except LedgerUnavailable as err:
             problem = str(err)
     return status_data(
