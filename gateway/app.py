@@ -22,8 +22,10 @@ from .edge.serve import Edge, GatewayState, InFlight
 from .edge.tenancy import TenantResolver
 from .ops.access_log import AccessLogWriter, LineSink, Recorder
 from .ops.admin import COOKIE as ADMIN_COOKIE
+from .config.ledger import ClientNames
 from .ops.ledger import Ledger, LedgerFamilies
 from .ops.metrics import Metrics
+from .ops.self_service import SelfService
 from .ops.tracing import Tracing
 from .ops.usage import UsageCounter
 from .policies import POLICIES, BuildContext, check_config
@@ -136,14 +138,19 @@ class Gateway:
         # Who uses deprecated behaviour: counted per request in memory, written to the ledger in the background.
         self.usage: UsageCounter | None = None
         self.ledger: Ledger | None = None
+        self.own: SelfService | None = None  # a client's own usage on the public listener
         ledger = model.usage.ledger
+        self.names = names = ClientNames(model.usage.clients)
         if ledger.enabled:
             self.usage = UsageCounter(max_clients=model.usage.max_clients, max_rows=ledger.max_pending_clients,
                                       behaviours=_behaviours_of_policies())
             self.ledger = Ledger(ledger, self.usage, redact=config.secrets.redact,
                                  families=self.metrics.families(LedgerFamilies))
+            if model.usage.self_service.enabled:
+                self.own = SelfService(model.usage.self_service, model.usage.readiness, self.ledger,
+                                       lambda: self.state.rollout, self.clock, names)
         self.recorder = Recorder(self.metrics, self.usage, self.access_log if model.access_log.enabled else None,
-                                 observe=model.metrics.enabled)
+                                 observe=model.metrics.enabled, names=names)
         self.tracing = Tracing(model.tracing, self.metrics)
         self.in_flight = InFlight(self.metrics)
         # gateway_rollout_phase: the plan in force (swapped on reload) at the gateway's clock, at each scrape.
@@ -172,7 +179,7 @@ class Gateway:
         self._state = build_state(self._config, self.proxy, self.clock, self.metrics, self.spool)
         self.tracing.start()
         self.edge = Edge(lambda: self.state, self.proxy, self.recorder, self.in_flight, send, self.tracing,
-                         self.clock)
+                         self.clock, own=self.own)
         if self.ledger is not None:
             await self.ledger.start()  # in the background: the gateway serves whether its database answers or not
         self.ready = True

@@ -1,5 +1,5 @@
 """Command line: ``gateway serve``, ``gateway check-config``, ``gateway rollout``, ``gateway usage``,
-``gateway migrate``, ``gateway --version``. Parsing and wiring only."""
+``gateway outreach``, ``gateway migrate``, ``gateway --version``. Parsing and wiring only."""
 
 from __future__ import annotations
 
@@ -90,6 +90,22 @@ def _parser() -> argparse.ArgumentParser:
     output.add_argument("--json", action="store_true", help="the report as JSON (/deprecations' shape)")
     output.add_argument("--csv", action="store_true",
                         help="one line per client: the list of clients to contact")
+    outreach = sub.add_parser(
+        "outreach", help="the clients to contact: who still calls deprecated behaviour, most urgent first",
+        description="Reads the usage ledger's per-client state (the fleet's, with PostgreSQL) over "
+        "usage.readiness.window_days: each client that still calls (blocked: its calls are refused; overdue: it calls "
+        "after its company's date; calling: before it), most urgent first, with its name and contact (usage.clients) "
+        "or fingerprint and User-Agent, an example of its call and what changes for it next and when (the rollout at "
+        "the gateway's clock). Exit status 1 when the ledger cannot be read, 2 for a bad argument or configuration.")
+    outreach.add_argument("--config", default=DEFAULT_CONFIG, metavar="FILE", help=config_help)
+    outreach.add_argument("--tenant", help="only this company (a tenant name from the configuration)")
+    outreach.add_argument("--behaviour", help="only this dated behaviour (legacy_uploads, board_cards)")
+    outreach.add_argument("--all", action="store_true", help="the ready clients too (no deprecated call for "
+                          "usage.readiness.quiet_days)")
+    outreach.add_argument("--top", type=int, metavar="N", help="at most N clients (default: every one)")
+    reach = outreach.add_mutually_exclusive_group()
+    reach.add_argument("--json", action="store_true", help="as JSON (/deprecations' readiness)")
+    reach.add_argument("--csv", action="store_true", help="one line per client and behaviour")
     migrate = sub.add_parser(
         "migrate", help="create or upgrade the usage ledger's schema (gateway serve also does it at start)")
     migrate.add_argument("--config", default=DEFAULT_CONFIG, metavar="FILE", help=config_help)
@@ -336,6 +352,12 @@ def _outside_the_ledger(path: Sequence[int | str]) -> bool:
     return list(path[:2]) != ["usage", "ledger"]
 
 
+def _outside_the_ledger_and_rollout(path: Sequence[int | str]) -> bool:
+    """``outreach`` also works out each client's next change: the rollout's variables (its ramps' key) are needed."""
+    return _outside_the_ledger(path) and not (path[:1] == ["rollout"] or (path[:1] == ["tenants"] and
+                                                                             path[2:3] == ["rollout"]))
+
+
 def _admin_listen_from_env() -> ListenAddress | None:
     """GATEWAY_ADMIN_LISTEN, between --admin-listen and the file: the container image sets it, and its health check
     (``gateway.ops.probe``) reads it too, so that both follow the admin listener wherever it is moved."""
@@ -347,15 +369,19 @@ def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "rollout":
         return _rollout(args.config, args.at, args.host, args.client, args.user_agent)
-    if args.command in ("usage", "migrate"):
+    if args.command in ("usage", "outreach", "migrate"):
         try:
-            config = load_config(args.config, unneeded=_outside_the_ledger)
+            config = load_config(args.config, unneeded=_outside_the_ledger_and_rollout if args.command == "outreach"
+                                 else _outside_the_ledger)
         except ConfigError as err:
             print(err, file=sys.stderr)
             return 2
         if args.command == "migrate":
             return ledger_commands.migrate(config)
         output: Literal["text", "json", "csv"] = "json" if args.json else "csv" if args.csv else "text"
+        if args.command == "outreach":
+            return ledger_commands.outreach(config, tenant=args.tenant, behaviour=args.behaviour, everyone=args.all,
+                                            top=args.top, output=output)
         return ledger_commands.usage(config, since=args.since, until=args.until, tenant=args.tenant,
                                      behaviour=args.behaviour, top=args.top, order=args.order, output=output)
     if args.command == "check-config":

@@ -23,6 +23,7 @@ from gateway.ops.ledger.schema import metadata
 from gateway.ops.ledger.migrations import HEAD
 from gateway.ops.ledger.store import MIGRATIONS, Store
 from gateway.ops.usage import HOUR, UsageCounter
+from tests.ledger_testlib import at_revision_0001, write_old_rows
 
 GUARD = {"legacy_upload_guard": "legacy_uploads"}
 T0 = dt.datetime(2026, 11, 2, 10, 0, tzinfo=dt.UTC).timestamp()
@@ -494,20 +495,6 @@ def test_the_bridge_and_exemptions_are_the_rule_that_decided(store: Store) -> No
     assert state[("acme", "bridged", "board_cards")][7] == 0.0
 
 
-def _at_revision_0001(url: str) -> Store:
-    """A ledger as the code before revision 0002 made it: Alembic to 0001 only."""
-    from alembic import command
-    from alembic.config import Config
-
-    store = Store(url)
-    with store.engine.begin() as conn:
-        config = Config()
-        config.set_main_option("script_location", str(MIGRATIONS))
-        config.attributes["connection"] = conn
-        command.upgrade(config, "0001")
-    return store
-
-
 def test_a_ledger_written_before_the_rollups_is_upgraded_and_its_rows_kept(ledger_url: str, tmp_path: Any) -> None:
     """A database of revision 0001 with rows written as the store before 0002 wrote them (its upserts of hourly rows
     and totals, the only tables it had): `gateway migrate` upgrades it, the hourly rows are kept as they were, and
@@ -520,7 +507,7 @@ def test_a_ledger_written_before_the_rollups_is_upgraded_and_its_rows_kept(ledge
     from gateway import cli
 
     url = expanded(ledger_url)
-    old = _at_revision_0001(url)
+    old = at_revision_0001(url)
     assert old.revision() == "0001"
     hour = int(T0) // 3600 * 3600
     rows = [  # (bucket, behaviour, tenant, client, user agent, decision, requests, first seen, last seen)
@@ -531,14 +518,7 @@ def test_a_ledger_written_before_the_rollups_is_upgraded_and_its_rows_kept(ledge
         (hour, "legacy_uploads", "oldco", "c3", "sdk/1", "passed", 9, T0 + 5, T0 + 50),
         (hour, "board_cards", "acme", "c4", "app/3", "removed:backfilled", 2, T0 + 7, T0 + 70),
     ]
-    with old.engine.begin() as conn:
-        conn.exec_driver_sql(old._clients_sql, rows)
-        conn.exec_driver_sql(old._totals_sql, [(hour, "board_cards", "acme", "capped:untouched", 2, 0),
-                                               (hour + 86400, "board_cards", "acme", "removed:removed", 3, 0),
-                                               (hour + 86400, "board_cards", "acme", "full(exemption):untouched", 1, 0),
-                                               (hour, "legacy_uploads", "oldco", "allowed", 4, 1),
-                                               (hour, "legacy_uploads", "oldco", "passed", 9, 0),
-                                               (hour, "board_cards", "acme", "removed:backfilled", 2, 0)])
+    write_old_rows(old, rows)
     before = {}
     with old.engine.connect() as conn:
         for table in ("usage_clients", "usage_totals"):

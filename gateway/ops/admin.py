@@ -21,9 +21,12 @@ from aiohttp import hdrs, web
 from multidict import CIMultiDict
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from ..config.ledger import ClientNames
 from ..core.tenants import canonical_host
 from ..rollout import Clock, RolloutPlan, report
 from .ledger import DEFAULT_SINCE, Ledger, LedgerUnavailable, Query, check_name, parse_when, window
+from .ledger.readiness import build as build_readiness, days_from
+from .usage import DAY, HOUR
 from .metrics import Metrics
 from .status import ConfigHistory, config_digest, shown_config, status_data
 from .status_page import CONTENT_SECURITY_POLICY, render_page
@@ -33,7 +36,7 @@ if TYPE_CHECKING:
     from ..config.schema import ServerConfig
     from ..core.route import Route
 
-__all__ = ("COOKIE", "MAX_TOP", "Served", "known_host", "make_admin_app", "session_cookie", "usage_query",
+__all__ = ("COOKIE", "MAX_TOP", "Served", "known_host", "make_admin_app", "readiness", "session_cookie", "usage_query",
            "valid_session")
 
 
@@ -59,6 +62,7 @@ class Served(Protocol):
     metrics: Metrics
     clock: Clock
     ledger: Ledger | None  # None: usage.ledger.enabled is false
+    names: ClientNames  # the clients the operator named (usage.clients)
     ready: bool
 
     @property
@@ -290,6 +294,45 @@ def _problem(status: int, code: str, message: str) -> web.Response:
 _LEDGER_OFF = "the usage ledger is off (usage.ledger.enabled: false): no usage is recorded"
 
 
+async def readiness(gateway: Served, *, tenant: str | None = None, behaviour: str | None = None,
+                    top: int | None = 20, ready: bool = True, keys: frozenset[tuple[str, str, str]] = frozenset(),
+                    fresh: float = 0.0, flush: bool = True) -> tuple[dict[str, Any], dict[tuple[str, str, str], str]]:
+    """Readiness over ``usage.readiness.window_days`` (``ledger.readiness``): its JSON (``top`` clients, the ready ones
+    too with ``ready``), and the state of each (tenant, client, behaviour) of ``keys``. Built in the reader thread:
+    only these come back. LedgerUnavailable when it cannot be read."""
+    assert gateway.ledger is not None
+    state = gateway.state
+    plan, names, options = state.rollout, gateway.names, state.config.model.usage.readiness
+    wall, now = time.time(), gateway.clock.now().timestamp()
+    since = float(int(wall - options.window_days * DAY) // HOUR * HOUR)
+
+    def fold(rows: list[tuple[Any, ...]], days: list[tuple[Any, ...]]
+             ) -> tuple[dict[str, Any], dict[tuple[str, str, str], str]]:
+        built = build_readiness(rows, days, plan=plan, names=names, wall=wall, now=now,
+                                quiet_days=options.quiet_days, window_days=options.window_days)
+        states: dict[tuple[str, str, str], str] = {
+            key: e.state for e in built.clients if (key := (e.tenant, e.client, e.behaviour)) in keys}
+        return built.to_json(top, ready=ready), states
+
+    return await gateway.ledger.readiness(fold, since=since, days_from=days_from(wall), tenant=tenant,
+                                          behaviour=behaviour, share=(id(plan), top, ready, keys), fresh=fresh,
+                                          flush=flush)
+
+
+def _named(report: dict[str, Any], names: ClientNames, states: dict[tuple[str, str, str], str]) -> dict[str, Any]:
+    """The report with each client row's name (the operator's, or None) and readiness state: a copy (identical
+    reads share the report)."""
+    behaviours = {}
+    for behaviour, data in report["behaviours"].items():
+        rows = []
+        for row in data["top_clients"]:
+            named = names.find(row["client"], row["user_agent"])
+            rows.append({**row, "name": named.name if named is not None else None,
+                         "state": states.get((row["tenant"], row["client"] or "", behaviour))})
+        behaviours[behaviour] = {**data, "top_clients": rows}
+    return {**report, "behaviours": behaviours}
+
+
 async def _deprecations(request: web.Request) -> web.Response:
     gateway = request.app[_GATEWAY]
     try:
@@ -299,9 +342,15 @@ async def _deprecations(request: web.Request) -> web.Response:
     if gateway.ledger is None:
         return _problem(404, "LEDGER_OFF", _LEDGER_OFF)
     try:
-        return web.json_response(await gateway.ledger.report(query))
+        report = await gateway.ledger.report(query)
+        keys = frozenset((row["tenant"], row["client"] or "", behaviour)
+                         for behaviour, data in report["behaviours"].items() for row in data["top_clients"])
+        # (The report's read wrote this process's counts: one answer, one snapshot of them.)
+        ready, states = await readiness(gateway, tenant=query.tenant, behaviour=query.behaviour, top=query.top,
+                                        keys=keys, flush=False)
     except LedgerUnavailable as err:
         return _problem(503, "LEDGER_UNAVAILABLE", str(err))
+    return web.json_response({**_named(report, gateway.names, states), "readiness": ready})
 
 
 async def _status_data(request: web.Request) -> dict[str, Any]:
@@ -311,6 +360,7 @@ async def _status_data(request: web.Request) -> dict[str, Any]:
     wall = time.time()
     usage: dict[str, Any] | None = None
     daily: list[tuple[str, str, int, int]] = []
+    ready: dict[str, Any] | None = None
     problem: str | None = None
     query = usage_query(request.query, now=wall, tz=state.config.model.rollout.tzinfo, top=_PAGE_CLIENTS,
                         order="recent")
@@ -321,12 +371,16 @@ async def _status_data(request: web.Request) -> dict[str, Any]:
             usage = await ledger.report(query, fresh=_PAGE_FRESH)
             # Requests per day for the charts: everything retention keeps (a few rows per day and company).
             daily = await ledger.daily(*window(wall - ledger.options.retention_days * 86400, wall), fresh=_PAGE_FRESH)
+            # The clients to contact: the most urgent of those that still call.
+            ready, _ = await readiness(gateway, top=_PAGE_CLIENTS, ready=False, fresh=_PAGE_FRESH, flush=False)
         except LedgerUnavailable as err:
             problem = str(err)
+        if usage is not None:
+            usage = _named(usage, gateway.names, {})
     return status_data(
         config=state.config, plan=state.rollout, clock=gateway.clock, history=request.app[_HISTORY],
         usage=usage, daily=daily, ledger=ledger.status() if ledger is not None else None, usage_problem=problem,
-        wall=wall,
+        wall=wall, readiness=ready,
     )
 
 

@@ -1,7 +1,8 @@
 """The status page's data (admin ``/status.json``, and what ``/status`` renders): per company, each dated behaviour's
 timeline and its requests per day from the usage ledger; per deprecated behaviour, the clients in the window; the
-config in force, the last reload, the ledger's state and the build. Nothing that another admin endpoint does not
-already serve; times are laid out for people once, here, so the renderers only place them."""
+clients to contact (readiness) and each company's count per state; the config in force, the last reload, the
+ledger's state and the build. Nothing that another admin endpoint does not already serve; times are laid out for
+people once, here, so the renderers only place them."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import time
 import zoneinfo
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .. import __version__
 from ..rollout import Clock, FixedClock, RolloutPlan, Schedule
@@ -21,7 +22,8 @@ from ..rollout import Clock, FixedClock, RolloutPlan, Schedule
 if TYPE_CHECKING:
     from ..config import LoadedConfig
 
-__all__ = ("ConfigHistory", "config_digest", "shown_config", "status_data")
+__all__ = ("CompanyStates", "ConfigHistory", "ContactRow", "ReadinessSection", "config_digest", "shown_config",
+           "status_data")
 
 _DAY = 86400.0
 
@@ -368,6 +370,99 @@ def _chart(days: Mapping[int, int], scale: _Range) -> dict[str, Any] | None:
             "last": dt.datetime.fromtimestamp(last, dt.UTC).strftime("%Y-%m-%d")}
 
 
+# --- readiness: the clients to contact -------------------------------------------------------------------------
+
+
+class ContactRow(TypedDict):
+    """A client that still calls, as the page lists it (most urgent first)."""
+
+    tenant: str
+    behaviour: str
+    client: str | None  # its token fingerprint
+    name: str | None  # the operator's name for it (usage.clients)
+    owner: str | None
+    internal: bool
+    user_agent: str | None
+    state: str  # blocked | overdue | calling
+    example: str | None  # method and route template
+    rule: str | None
+    last_call: str
+    last_call_ago: str
+    trend: str
+    recent: str  # its requests in the last 7 days and the 7 before
+    next: str  # what changes for it next, and when
+    notes: str  # previewing (migrating), or shadowed
+
+
+class CompanyStates(TypedDict):
+    """External clients of one company on one behaviour, per state."""
+
+    tenant: str
+    behaviour: str
+    blocked: int
+    overdue: int
+    calling: int
+    ready: int
+
+
+class ReadinessSection(TypedDict):
+    problem: str | None
+    quiet_days: int
+    window_days: int
+    still_calling: int  # external clients (each token of each company once) not ready
+    internal_clients: int
+    companies: list[CompanyStates]
+    contacts: list[ContactRow]
+    more: int  # clients to contact that are not listed
+
+
+def _stamp(iso: str) -> float:
+    return dt.datetime.fromisoformat(iso).timestamp()
+
+
+def _next_text(upcoming: Mapping[str, Any] | None, now: float) -> str:
+    if upcoming is None:
+        return "no change scheduled"
+    at = _stamp(upcoming["at"])
+    return (f"{upcoming['phase']} at {_local(at, dt.UTC)}, in {_duration_label(at - now)}: {upcoming['why']}"
+            + ("; its bridge applies" if upcoming["bridge"] else ""))
+
+
+def _notes(row: Mapping[str, Any]) -> str:
+    notes = []
+    if row["previewing"]:
+        notes.append("previews a later phase (testing its migration)")
+    if row["shadowed"]:
+        notes.append("a shadow window records what the next phase would do to it")
+    if row["last_refused"] and row["state"] != "blocked":
+        notes.append(f"last refused {row['last_refused'][:16].replace('T', ' ')} UTC")
+    return "; ".join(notes)
+
+
+def readiness_section(ready: Mapping[str, Any] | None, problem: str | None, wall: float, now: float
+                      ) -> ReadinessSection:
+    """The page's readiness, from ``readiness.Readiness.to_json`` (without its ready clients); ``problem`` when it
+    could not be read."""
+    if ready is None:
+        return ReadinessSection(problem=problem or "not read", quiet_days=0, window_days=0, still_calling=0,
+                                internal_clients=0, companies=[], contacts=[], more=0)
+    companies = [CompanyStates(tenant=tenant, behaviour=behaviour, blocked=counts["blocked"],
+                               overdue=counts["overdue"], calling=counts["calling"], ready=counts["ready"])
+                 for tenant, per in ready["totals"].items() for behaviour, counts in per.items()]
+    contacts = []
+    for row in ready["clients"]:
+        last = _stamp(row["last_call"])
+        contacts.append(ContactRow(
+            tenant=row["tenant"], behaviour=row["behaviour"], client=row["client"], name=row["name"],
+            owner=row["owner"], internal=row["internal"], user_agent=row["user_agent"], state=row["state"],
+            example=row["example"], rule=row["rule"], last_call=_local(last, dt.UTC), last_call_ago=_ago(wall - last),
+            trend=row["trend"], recent=f"{row['last_7_days']} in the last 7 days, {row['previous_7_days']} the 7 before",
+            next=_next_text(row["next"], now), notes=_notes(row)))
+    return ReadinessSection(problem=None, quiet_days=ready["quiet_days"], window_days=ready["window_days"],
+                            still_calling=ready["still_calling"], internal_clients=ready["internal_clients"],
+                            companies=companies, contacts=contacts, more=ready["to_contact"] - len(contacts))
+
+
 # --- the page's data --------------------------------------------------------------------------------------------
 
 _STOPPED = _DAY  # a client not seen for longer is shown as "not seen since"
@@ -384,10 +479,12 @@ def status_data(
     ledger: Mapping[str, Any] | None = None,
     usage_problem: str | None = None,
     wall: float | None = None,
+    readiness: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``usage``: the ledger's report over the page's window (``Store.report``'s shape, most recently seen first),
     None when it could not be read (``usage_problem`` says why); ``daily``: (tenant, behaviour, day, requests)
-    rows for the charts; ``ledger``: ``Ledger.status()`` (None when the ledger is off)."""
+    rows for the charts; ``ledger``: ``Ledger.status()`` (None when the ledger is off); ``readiness``: the clients
+    to contact (``Readiness.to_json``, without the ready ones)."""
     wall = time.time() if wall is None else wall
     moment = clock.now()
     now = moment.timestamp()
@@ -427,6 +524,7 @@ def status_data(
             stopped = wall - seen > _STOPPED
             rows.append({
                 "client": row["client"],
+                "name": row.get("name"),
                 "tenant": row["tenant"],
                 "user_agent": row["user_agent"],
                 "requests": row["requests"],
@@ -466,6 +564,7 @@ def status_data(
                      "end": _local(scale.end, utc)},
         "tenants": tenants,
         "usage": {"window": window, "problem": usage_problem, "policies": policies},
+        "readiness": readiness_section(readiness, usage_problem, wall, now),
     }
 
 

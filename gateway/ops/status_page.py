@@ -254,7 +254,7 @@ def _policy(policy: Mapping[str, Any]) -> _Html:
     rows = [
         _h("tr", {"data-client": r["client"] or "", "class": "stopped" if r["stopped"] else None},
            _h("td", {"class": "num"}, str(r["requests"])),
-           _h("td", None, _h("code", None, r["client"] or "-")),
+           _h("td", None, _h("code", None, r["client"] or "-"), [" ", _h("b", None, r["name"])] if r["name"] else None),
            _h("td", None, r["tenant"] or "-"),
            _h("td", {"class": "ua"}, r["user_agent"] or "-"),
            _h("td", None, r["decisions"]),
@@ -283,8 +283,58 @@ def _usage(data: Mapping[str, Any]) -> _Html:
               body)
 
 
+def _who(c: Mapping[str, Any]) -> list[Any]:
+    """A client to contact: the operator's name beside its fingerprint, its User-Agent, its contact."""
+    out: list[Any] = [_h("b", None, c["name"]), " "] if c["name"] else []
+    out.append(_h("code", None, c["client"] or "-"))
+    if c["internal"]:
+        out.append(" (internal)")
+    if c["user_agent"]:
+        out += [_h("br"), _h("small", {"class": "ua"}, c["user_agent"])]
+    out += [_h("br"), "contact: ", c["owner"] or "-"]
+    return out
+
+
+def _readiness(data: Mapping[str, Any]) -> _Html:
+    r = data["readiness"]
+    if r["problem"]:
+        return _h("section", {"id": "readiness"}, _h("h2", None, "Clients to contact"), _h("p", {"class": "bad"}, r["problem"]))
+    n, m = r["still_calling"], r["internal_clients"]
+    summary = (f"{n} external client{'' if n == 1 else 's'} still call{'s' if n == 1 else ''} deprecated behaviour"
+               + (f"; {m} internal client{'' if m == 1 else 's'} not counted" if m else "")
+               + f". Ready: no deprecated call for {r['quiet_days']} days; read over the last {r['window_days']} days.")
+    counts = _h("table", {"class": "counts"},
+                _h("thead", None, _h("tr", None, [_h("th", None, t) for t in ("Company", "Behaviour", "Blocked",
+                                                                                "Overdue", "Calling", "Ready")])),
+                _h("tbody", None, [
+                    _h("tr", {"data-tenant": c["tenant"], "data-behaviour": c["behaviour"]},
+                       _h("td", None, c["tenant"]), _h("td", None, c["behaviour"]),
+                       [_h("td", {"class": "num"}, str(c[k])) for k in ("blocked", "overdue", "calling", "ready")])
+                    for c in r["companies"]]))
+    rows = [
+        _h("tr", {"class": f"state-{c['state']}", "data-client": c["client"] or "", "data-tenant": c["tenant"],
+                  "data-behaviour": c["behaviour"]},
+           _h("td", None, _h("span", {"class": f"state {c['state']}"}, c["state"])),
+           _h("td", {"class": "who"}, _who(c)),
+           _h("td", None, c["tenant"], _h("br"), c["behaviour"]),
+           _h("td", None, _h("code", None, c["example"] or "-")),
+           _h("td", None, c["next"], [_h("br"), _h("small", None, c["notes"])] if c["notes"] else None),
+           _h("td", None, c["last_call"], " ", _h("span", {"class": "vol"}, f"({c['last_call_ago']})"), _h("br"),
+              _h("small", None, f"{c['recent']} ({c['trend']})")))
+        for c in r["contacts"]
+    ]
+    head = _h("tr", None, [_h("th", None, t) for t in ("State", "Client", "Company", "Example call",
+                                                       "What changes next", "Last call (UTC)")])
+    table: Any = _h("div", {"class": "scroll"}, _h("table", {"class": "contacts"}, _h("thead", None, head),
+                                                   _h("tbody", None, rows))) if rows else _h(
+        "p", None, "No client calls deprecated behaviour any more.")
+    more = _h("p", None, f"... {r['more']} more: gateway outreach lists every one.") if r["more"] else None
+    return _h("section", {"id": "readiness"}, _h("h2", None, "Clients to contact"), _h("p", None, summary),
+              _h("div", {"class": "scroll"}, counts), table, more)
+
+
 def _main(data: Mapping[str, Any]) -> list[_Html]:
-    return [_overview(data), _companies(data), _usage(data)]
+    return [_overview(data), _readiness(data), _companies(data), _usage(data)]
 
 
 # --- the page ---------------------------------------------------------------------------------------------------
@@ -337,6 +387,11 @@ background-image:repeating-linear-gradient(45deg,rgba(0,0,0,.45) 0 2px,transpare
 .cmark{position:absolute;top:0;bottom:0;width:0;border-left:2px dashed var(--fg);opacity:.45}
 .chartnote{font-size:12px;color:var(--muted);margin:2px 0 0}
 tr.stopped td{color:var(--muted)}
+.state{display:inline-block;padding:0 6px;border-radius:8px;font-weight:600;font-size:.85em;color:#fff}
+.state.blocked{background:var(--s2)}.state.overdue{background:var(--s1)}.state.calling{background:var(--now)}
+.state.ready{background:var(--s0)}
+table.counts{width:auto}table.counts td.num,table.counts th{padding:2px 10px}
+table.contacts code{overflow-wrap:normal;word-break:normal}td.who{min-width:14em}td.who code{white-space:nowrap}
 table{border-collapse:collapse;width:100%;font-size:.9em;margin-top:6px}
 th,td{text-align:left;padding:3px 6px;border-bottom:1px solid var(--line);vertical-align:top}
 tr.st-now td{font-weight:600}tr.st-past td{color:var(--muted)}
@@ -507,7 +562,7 @@ _SCRIPT = """
       summary += `; the ${p.rows.length} most recently seen are listed (gateway usage --csv lists every one)`;
     const rows = p.rows.map((r) => h("tr", {"data-client": r.client || "", class: r.stopped ? "stopped" : null},
       h("td", {class: "num"}, String(r.requests)),
-      h("td", null, h("code", null, r.client || "-")),
+      h("td", null, h("code", null, r.client || "-"), r.name ? [" ", h("b", null, r.name)] : null),
       h("td", null, r.tenant || "-"),
       h("td", {class: "ua"}, r.user_agent || "-"),
       h("td", null, r.decisions),
@@ -519,6 +574,45 @@ _SCRIPT = """
       h("h3", null, p.name),
       h("p", null, summary),
       h("div", {class: "scroll"}, h("table", {class: "clients"}, h("thead", null, head), h("tbody", null, rows))));
+  }
+
+  function who(c) {
+    const out = c.name ? [h("b", null, c.name), " "] : [];
+    out.push(h("code", null, c.client || "-"));
+    if (c.internal) out.push(" (internal)");
+    if (c.user_agent) out.push(h("br"), h("small", {class: "ua"}, c.user_agent));
+    out.push(h("br"), "contact: ", c.owner || "-");
+    return out;
+  }
+
+  function readiness(data) {
+    const r = data.readiness;
+    if (r.problem) return h("section", {id: "readiness"}, h("h2", null, "Clients to contact"), h("p", {class: "bad"}, r.problem));
+    const n = r.still_calling, m = r.internal_clients;
+    const summary = `${n} external client${n === 1 ? "" : "s"} still call${n === 1 ? "s" : ""} deprecated behaviour` +
+      (m ? `; ${m} internal client${m === 1 ? "" : "s"} not counted` : "") +
+      `. Ready: no deprecated call for ${r.quiet_days} days; read over the last ${r.window_days} days.`;
+    const counts = h("table", {class: "counts"},
+      h("thead", null, h("tr", null, ["Company", "Behaviour", "Blocked", "Overdue", "Calling", "Ready"].map((t) => h("th", null, t)))),
+      h("tbody", null, r.companies.map((c) => h("tr", {"data-tenant": c.tenant, "data-behaviour": c.behaviour},
+        h("td", null, c.tenant), h("td", null, c.behaviour),
+        ["blocked", "overdue", "calling", "ready"].map((k) => h("td", {class: "num"}, String(c[k])))))));
+    const rows = r.contacts.map((c) => h("tr", {class: `state-${c.state}`, "data-client": c.client || "",
+      "data-tenant": c.tenant, "data-behaviour": c.behaviour},
+      h("td", null, h("span", {class: `state ${c.state}`}, c.state)),
+      h("td", {class: "who"}, who(c)),
+      h("td", null, c.tenant, h("br"), c.behaviour),
+      h("td", null, h("code", null, c.example || "-")),
+      h("td", null, c.next, c.notes ? [h("br"), h("small", null, c.notes)] : null),
+      h("td", null, c.last_call, " ", h("span", {class: "vol"}, `(${c.last_call_ago})`), h("br"),
+        h("small", null, `${c.recent} (${c.trend})`))));
+    const head = h("tr", null, ["State", "Client", "Company", "Example call", "What changes next", "Last call (UTC)"]
+      .map((t) => h("th", null, t)));
+    const table = rows.length ? h("div", {class: "scroll"}, h("table", {class: "contacts"}, h("thead", null, head),
+      h("tbody", null, rows))) : h("p", null, "No client calls deprecated behaviour any more.");
+    const more = r.more ? h("p", null, `... ${r.more} more: gateway outreach lists every one.`) : null;
+    return h("section", {id: "readiness"}, h("h2", null, "Clients to contact"), h("p", null, summary),
+      h("div", {class: "scroll"}, counts), table, more);
   }
 
   function usage(data) {
@@ -538,7 +632,7 @@ _SCRIPT = """
       const resp = await fetch("status.json" + location.search, {cache: "no-store", headers: {Accept: "application/json"}});
       if (!resp.ok) throw new Error(`${resp.status} ${resp.statusText}`);
       const data = await resp.json();
-      main.replaceChildren(overview(data), companies(data), usage(data));
+      main.replaceChildren(overview(data), readiness(data), companies(data), usage(data));
       main.dataset.refreshed = String((+main.dataset.refreshed || 0) + 1);
       note.textContent = "";
     } catch (err) {
