@@ -1,11 +1,15 @@
 """The usage ledger as tests prepare it: a database left at revision 0001 with rows written as the store before the
-per-client rollups wrote them (its upserts of hourly rows and totals)."""
+per-client rollups wrote them (its upserts of hourly rows and totals), and gateway processes whose wall clock (the
+ledger's, ``time.time``) is moved, so that a real process records a call days before or after today."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from gateway.ops.ledger.store import MIGRATIONS, Store
+from tests.process_testlib import ROOT
 
 # (bucket, behaviour, tenant, client, user agent, decision, requests, first seen, last seen)
 OldRow = tuple[int, str, str, str, str, str, int, float, float]
@@ -34,3 +38,23 @@ def write_old_rows(store: Store, rows: Sequence[OldRow]) -> None:
     with store.engine.begin() as conn:
         conn.exec_driver_sql(store._clients_sql, list(rows))
         conn.exec_driver_sql(store._totals_sql, [(*key, n, 0) for key, n in sorted(totals.items())])
+
+
+# Started in a gateway process before anything else (sitecustomize): its wall clock moved by TEST_WALL_OFFSET
+# seconds. The rollout's clock is the gateway's own (GATEWAY_NOW fixes it).
+_HOOK = """
+import os, time
+_offset = float(os.environ.get("TEST_WALL_OFFSET") or 0)
+if _offset:
+    _real, _real_ns = time.time, time.time_ns
+    time.time = lambda: _real() + _offset
+    time.time_ns = lambda: _real_ns() + int(_offset * 1e9)
+"""
+
+
+def moved_wall(tmp_path: Path, offset: float, environ: dict[str, str]) -> dict[str, Any]:
+    """The environment of a gateway process whose ``time.time`` reads ``offset`` seconds from now."""
+    hook = tmp_path / "wall-hook"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(_HOOK)
+    return {**environ, "PYTHONPATH": f"{hook}:{ROOT}", "TEST_WALL_OFFSET": str(offset)}

@@ -118,6 +118,13 @@ def test_file_settings_defaults_follow_the_spec(created, restricted, forbid, exp
                routes=[{"name": "r", "paths": ["/own/things"], "prefixes": []}]),
          "routes[0].paths[0]: '/own/things' is under usage.self_service.prefix (/own/), which the gateway answers "
          "itself"),
+        (_with(usage={"ledger": {"enabled": False}}, rollout={"freezes": [{"behaviour": "legacy_uploads",
+                                                                           "from": "2026-12-01"}]}),
+         "rollout.freezes[0]: a freeze needs the usage ledger (who was seen before its date), and "
+         "usage.ledger.enabled is false"),
+        (_with(usage={"ledger": {"enabled": False}},
+               tenants=[{**MINIMAL["tenants"][0], "rollout": {"freezes": [{"from": "2026-12-01"}]}}]),
+         "tenants[0].rollout.freezes[0]: a freeze needs the usage ledger"),
     ],
 )
 def test_config_errors_name_their_path(data: dict[str, Any], expected: str) -> None:

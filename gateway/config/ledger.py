@@ -78,6 +78,11 @@ class LedgerConfig(BaseModel):
     # totals (as untracked clients), never in a client's row. A row costs up to 800 bytes (a User-Agent of 200
     # characters, tests/test_usage.py measures it): the default bound, at most about 80 MiB.
     max_pending_clients: int = Field(default=100_000, ge=100, le=10_000_000)
+    # A freeze's record of who was seen before its date: read from the database this often (a replica learns of the
+    # clients another one saw within its flush_interval and this), and kept in this file across restarts and
+    # outages (default: beside a SQLite file; with PostgreSQL, in spool.dir or the system's temporary directory).
+    sync_interval: float = Field(default=30.0, ge=0.1, le=300)
+    known_clients_file: str | None = Field(default=None, min_length=1, max_length=4096)
 
     @field_validator("url")
     @classmethod

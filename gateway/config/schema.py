@@ -405,8 +405,14 @@ class GatewayConfig(_Model):
         return problems + client_problems(self.usage.clients) + self._usage_problems()
 
     def _usage_problems(self) -> list[str]:
-        """A route under the prefix the gateway answers itself."""
+        """A freeze without the ledger it reads; a route under the prefix the gateway answers itself."""
         problems: list[str] = []
+        if not self.usage.ledger.enabled:
+            freezes: list[list[int | str]] = [["rollout", "freezes", j] for j in range(len(self.rollout.freezes))]
+            freezes += [["tenants", i, "rollout", "freezes", j] for i, t in enumerate(self.tenants)
+                        for j in range(len(t.rollout.freezes or ()))]
+            problems += [f"{loc(path)}: a freeze needs the usage ledger (who was seen before its date), and "
+                         "usage.ledger.enabled is false" for path in freezes]
         own = self.usage.self_service
         if own.enabled and self.usage.ledger.enabled:
             for i, route in enumerate(self.routes):

@@ -13,7 +13,7 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -469,6 +469,12 @@ class Ledger:
         key = ("readiness", since, days_from, tenant, behaviour, client, *share)
         return await self._shared(
             key, lambda store: fold(*store.readiness(since, days_from, tenant, behaviour, client)), fresh, flush=flush)
+
+    async def seen_before(self, instants: Sequence[tuple[str, float]]) -> dict[tuple[str, float], list[tuple[str, str]]]:
+        """A freeze's record: per (behaviour, instant), the (tenant, client) first seen before it, fleet-wide (what
+        this process counted is not written first: the record learns it as it counts it)."""
+        return await self._shared(("seen_before", tuple(instants)), lambda store: store.seen_before(instants), 0.0,
+                                  flush=False)
 
     async def _shared(self, key: tuple[Any, ...], read: Callable[[Store], T], fresh: float, *,
                       flush: bool = True) -> T:
