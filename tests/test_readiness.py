@@ -127,17 +127,14 @@ def test_the_most_urgent_come_first_and_internal_clients_stay_out_of_the_totals(
 
 
 def test_the_trend_is_the_last_seven_days_against_the_seven_before() -> None:
+    """(The database sums each client's days: tests/test_usage.py.)"""
     assert days_from(NOW) == TODAY - 13 * DAY
-    rows = [_row("oldco", c, "board_cards", "capped:capped", last=NOW - 60)
-            for c in ("rising", "falling", "steady", "new", "stopped")]
-    days = [("oldco", "rising", "board_cards", TODAY - 10 * DAY, 2, 0), ("oldco", "rising", "board_cards", TODAY, 9, 0),
-            ("oldco", "falling", "board_cards", TODAY - 8 * DAY, 10, 0),
-            ("oldco", "falling", "board_cards", TODAY - 6 * DAY, 3, 0),  # six days ago: the last seven
-            ("oldco", "steady", "board_cards", TODAY - 7 * DAY, 5, 0), ("oldco", "steady", "board_cards", TODAY, 5, 0),
-            ("oldco", "new", "board_cards", TODAY, 1, 0), ("oldco", "stopped", "board_cards", TODAY - 13 * DAY, 4, 0)]
-    trend = {e.client: (e.last_7_days, e.previous_7_days, e.trend) for e in _build(rows, days).clients}
-    assert trend == {"rising": (9, 2, "rising"), "falling": (3, 10, "falling"), "steady": (5, 5, "steady"),
-                     "new": (1, 0, "new"), "stopped": (0, 4, "stopped")}
+    clients = {"rising": (9, 2), "falling": (3, 10), "steady": (5, 5), "new": (1, 0), "stopped": (0, 4), "none": (0, 0)}
+    rows = [_row("oldco", c, "board_cards", "capped:capped", last=NOW - 60) for c in clients]
+    trend = [("oldco", c, "board_cards", last, before, 0) for c, (last, before) in clients.items()]
+    found = {e.client: (e.last_7_days, e.previous_7_days, e.trend) for e in _build(rows, trend).clients}
+    assert found == {"rising": (9, 2, "rising"), "falling": (3, 10, "falling"), "steady": (5, 5, "steady"),
+                     "new": (1, 0, "new"), "stopped": (0, 4, "stopped"), "none": (0, 0, "quiet")}
 
 
 def test_a_client_s_own_schedule_lists_every_change_ahead() -> None:

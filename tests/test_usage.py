@@ -432,8 +432,9 @@ def _state(store: Store) -> dict[tuple[str, str, str], tuple[Any, ...]]:
 
 
 def _days(store: Store) -> dict[tuple[str, str, str, int], tuple[int, int]]:
-    _, rows = store.readiness(0, 0)
-    return {(r[0], r[1], r[2], int(r[3])): (int(r[4]), int(r[5])) for r in rows}
+    with store.engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT tenant, client, behaviour, day, requests, refused FROM usage_client_days")
+        return {(r[0], r[1], r[2], int(r[3])): (int(r[4]), int(r[5])) for r in rows}
 
 
 def test_each_batch_rolls_up_its_clients_in_the_same_transaction(store: Store) -> None:
@@ -564,6 +565,25 @@ def test_a_ledger_written_before_the_rollups_is_upgraded_and_its_rows_kept(ledge
             T0 + 2 * 86400)
     finally:
         store.close()
+
+
+def test_readiness_reads_each_client_once_with_its_trend_summed_by_the_database(store: Store) -> None:
+    """A client's requests in the last 7 UTC days (today included) and the 7 before, and its refusals in the last 7:
+    one row per client, whatever days it called on."""
+    from gateway.ops.ledger.readiness import days_from
+
+    clock = FakeTime()
+    counter = UsageCounter(behaviours=GUARD, clock=clock)
+    for days_ago, decision, n in ((13, "allowed", 4), (8, "allowed", 2), (7, "blocked", 1), (6, "blocked", 3),
+                                  (0, "allowed", 5), (20, "allowed", 100)):
+        clock.now = T0 - days_ago * 86400
+        for _ in range(n):
+            counter.record({"legacy_upload_guard": decision}, "c1", "sdk", "acme")
+    _write(store, counter)
+    state, trend = store.readiness(T0 - 30 * 86400, days_from(T0))
+    assert [row[:3] for row in state] == [("acme", "c1", "legacy_uploads")]
+    assert trend == [("acme", "c1", "legacy_uploads", 8, 7, 3)]  # 3 + 5; 4 + 2 + 1; the 3 blocked six days ago
+    assert store.readiness(T0 - 30 * 86400, days_from(T0), tenant="oldco") == ([], [])
 
 
 def test_a_freeze_reads_who_was_first_seen_before_its_instant(store: Store) -> None:

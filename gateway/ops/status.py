@@ -434,8 +434,8 @@ def _notes(row: Mapping[str, Any]) -> str:
         notes.append("previews a later phase (testing its migration)")
     if row["shadowed"]:
         notes.append("a shadow window records what the next phase would do to it")
-    if row["last_refused"] and row["state"] != "blocked":
-        notes.append(f"last refused {row['last_refused'][:16].replace('T', ' ')} UTC")
+    if row["refused_7_days"] and row["state"] != "blocked":
+        notes.append(f"{row['refused_7_days']} of its calls refused in the last 7 days")
     return "; ".join(notes)
 
 

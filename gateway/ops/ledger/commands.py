@@ -172,7 +172,8 @@ def outreach(config: LoadedConfig, *, tenant: str | None, behaviour: str | None,
 
 _OUTREACH_COLUMNS = ("state", "tenant", "behaviour", "client", "name", "owner", "internal", "user_agent", "example",
                      "rule", "last_decision", "phase", "next_phase", "next_at", "next_why", "first_call", "last_call",
-                     "requests", "last_7_days", "previous_7_days", "trend", "last_refused", "previewing")
+                     "requests", "last_7_days", "previous_7_days", "trend", "refused_7_days", "last_refused",
+                     "previewing")
 
 
 def _outreach_csv(data: dict[str, Any]) -> None:

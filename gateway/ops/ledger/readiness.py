@@ -60,6 +60,7 @@ class ClientReadiness:
     requests: int
     last_7_days: int
     previous_7_days: int
+    refused_7_days: int
     last_decision: str
     rule: str  # "" for rows from before the rollups kept it
     example: str  # method and route template; "" likewise
@@ -111,6 +112,7 @@ class ClientReadiness:
             "internal": self.internal, "user_agent": self.user_agent or None, "state": self.state,
             "first_call": _iso(self.first_call), "last_call": _iso(self.last_call), "requests": self.requests,
             "last_7_days": self.last_7_days, "previous_7_days": self.previous_7_days, "trend": self.trend,
+            "refused_7_days": self.refused_7_days,
             "last_decision": self.last_decision, "rule": self.rule or None, "example": self.example or None,
             "last_refused": _iso(self.last_refused), "previewing": self.previewing, "shadowed": self.shadowed,
             "phase": self.phase, "next": self.next.to_json() if self.next is not None else None,
@@ -161,7 +163,7 @@ class Readiness:
 
 
 def days_from(wall: float) -> int:
-    """The first UTC day a trend reads (the last 7 days and the 7 before them, today included)."""
+    """The first UTC day a trend reads (the last 7 days, today included, and the 7 before them)."""
     today = int(wall) - int(wall) % DAY
     return today - 13 * DAY
 
@@ -246,17 +248,13 @@ class _Plans:
         return self._due[key]
 
 
-def build(state_rows: Iterable[Sequence[Any]], day_rows: Iterable[Sequence[Any]], *, plan: RolloutPlan,
+def build(state_rows: Iterable[Sequence[Any]], trend_rows: Iterable[Sequence[Any]], *, plan: RolloutPlan,
           names: ClientNames, wall: float, now: float, quiet_days: int, window_days: int) -> Readiness:
-    """Readiness from ``Store.readiness``'s rows (the state since ``wall - window_days``, the days from
-    ``days_from(wall)``): ``wall`` is the ledger's clock (the window, quiet_days, the trend's days), ``now`` the
-    rollout's (phases, dates, what changes next). A company or behaviour the plan no longer has is left out."""
-    today = int(wall) - int(wall) % DAY
-    split = today - 6 * DAY
-    trend: dict[tuple[str, str, str], list[int]] = {}
-    for tenant, client, behaviour, day, requests, _ in day_rows:
-        counts = trend.setdefault((tenant, client, behaviour), [0, 0])
-        counts[0 if int(day) >= split else 1] += int(requests)
+    """Readiness from ``Store.readiness``'s rows (the state since ``wall - window_days``, the trend from
+    ``days_from(wall)``): ``wall`` is the ledger's clock (the window, quiet_days), ``now`` the rollout's (phases,
+    dates, what changes next). A company or behaviour the plan no longer has is left out."""
+    trend = {(tenant, client, behaviour): (int(last), int(before), int(no))
+             for tenant, client, behaviour, last, before, no in trend_rows}
     quiet = wall - quiet_days * DAY
     plans = _Plans(plan, now)
     out = Readiness(now, wall, wall - window_days * DAY, quiet_days, window_days)
@@ -282,9 +280,9 @@ def build(state_rows: Iterable[Sequence[Any]], day_rows: Iterable[Sequence[Any]]
             state = "overdue"
         else:
             state = "calling"
-        recent = trend.get((tenant, client, behaviour), (0, 0))
+        recent = trend.get((tenant, client, behaviour), (0, 0, 0))
         out.clients.append(ClientReadiness(
-            tenant, behaviour, client, agent, state, float(first), last, int(requests), recent[0], recent[1],
-            decision, rule, example, float(last_refused) or None, phase, upcoming, names.find(client or None, agent)))
+            tenant, behaviour, client, agent, state, float(first), last, int(requests), *recent, decision, rule,
+            example, float(last_refused) or None, phase, upcoming, names.find(client or None, agent)))
     out.clients.sort(key=ClientReadiness.sort_key)
     return out

@@ -379,11 +379,12 @@ class Store:
     def readiness(self, since: float, days_from: int, tenant: str | None = None, behaviour: str | None = None,
                   client: str | None = None) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
         """Each client (per company and behaviour) seen since ``since``: its state row (tenant, client, behaviour,
-        first and last seen, requests, last decision, User-Agent, example, rule, last refused); and its requests per
-        UTC day from ``days_from`` (tenant, client, behaviour, day, requests, refused). The state has a row per
-        client, the days a row per client and day it called: tens of thousands of rows for a fleet's 10,000
-        clients, never its hourly rows."""
+        first and last seen, requests, last decision, User-Agent, example, rule, last refused); and its trend from
+        the UTC day ``days_from`` (tenant, client, behaviour, requests in the 7 days from ``days_from + 7 days``,
+        in the 7 before, refusals in the 7 last), summed by the database. A row per client each: tens of thousands
+        for a fleet's 10,000 clients, never its hourly rows nor its days."""
         st, cd = client_state.c, client_days.c
+        split: Any = literal_column(str(int(days_from) + 7 * DAY))
         state_where = [st.last_seen >= since]
         days_where = [cd.day >= days_from]
         for value, columns in ((tenant, (st.tenant, cd.tenant)), (behaviour, (st.behaviour, cd.behaviour)),
@@ -395,8 +396,12 @@ class Store:
             state = conn.execute(
                 select(st.tenant, st.client, st.behaviour, st.first_seen, st.last_seen, st.requests, st.last_decision,
                        st.user_agent, st.example, st.rule, st.last_refused).where(*state_where)).all()
+            recent = cd.day >= split
             days = conn.execute(
-                select(cd.tenant, cd.client, cd.behaviour, cd.day, cd.requests, cd.refused).where(*days_where)).all()
+                select(cd.tenant, cd.client, cd.behaviour, func.sum(case((recent, cd.requests), else_=0)),
+                       func.sum(case((recent, literal_column("0")), else_=cd.requests)),
+                       func.sum(case((recent, cd.refused), else_=0)))
+                .where(*days_where).group_by(cd.tenant, cd.client, cd.behaviour)).all()
         return [tuple(row) for row in state], [tuple(row) for row in days]
 
     def seen_before(self, instants: Sequence[tuple[str, float]]) -> dict[tuple[str, float], list[tuple[str, str]]]:
