@@ -325,7 +325,12 @@ def test_a_held_client_row_costs_what_the_docs_say() -> None:
     in the hour (so also in the hour's set of clients), a User-Agent string of its own, two requests each, and just
     past a growth of the dictionaries (the most a row costs). docs/operations.md says the most a row costs and what
     the default bound (usage.ledger.max_pending_clients) costs: both must hold, and the first not overstate by much.
-    (Before, the docs said 410 bytes and 80 MiB for a default of 200,000 rows: a row cost 590 to 770 bytes.)"""
+    (Before, the docs said 410 bytes and 80 MiB for a default of 200,000 rows: a row cost 590 to 770 bytes.) Each
+    request is recorded as the gateway records it, with its call (issue 36: an example call and the rule that decided
+    it are kept per client)."""
+    from gateway.core.decision import Decision, Kind
+    from gateway.core.route import Route
+
     import re
     import tracemalloc
     from pathlib import Path
@@ -341,9 +346,13 @@ def test_a_held_client_row_costs_what_the_docs_say() -> None:
     rows, mib = int(bound.group(1).replace(",", "")), int(bound.group(2))
     assert rows == LedgerConfig().max_pending_clients
 
+    uploads = Route.build("legacy_card_file_upload", ["PUT"], ["/cards/{card_id}/files"], ["/api/v1"])
+    forbidden = Decision("legacy_uploads", 1, "forbidden", Kind.SETTING)
+
     def per_row(agent_length: int, clients: int = 22_000) -> float:
         clock = FakeTime()
         counter = UsageCounter(max_clients=clients, max_rows=clients, behaviours=GUARD, clock=clock)
+        calls = [Call("PUT", f"/api/v1/cards/{i}/files", uploads, forbidden) for i in range(clients)]
         tracemalloc.start()
         try:
             before = tracemalloc.get_traced_memory()[0]
@@ -352,7 +361,7 @@ def test_a_held_client_row_costs_what_the_docs_say() -> None:
                     clock.now += 0.001
                     # Strings of their own, as each request's fingerprint and header are.
                     client, agent = f"{i:012x}", f"{i:0{agent_length}d}"
-                    counter.record({"legacy_upload_guard": "blocked"}, client, agent, "acme")
+                    counter.record({"legacy_upload_guard": "blocked"}, client, agent, "acme", calls[i])
             return (tracemalloc.get_traced_memory()[0] - before) / clients
         finally:
             tracemalloc.stop()

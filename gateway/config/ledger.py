@@ -75,8 +75,8 @@ class LedgerConfig(BaseModel):
     # Hours older than this many days are deleted.
     retention_days: int = Field(default=400, ge=1, le=36500)
     # Most client rows held in memory while the database cannot be written; over it, requests still count in the
-    # totals (as untracked clients), never in a client's row. A row costs up to 800 bytes (a User-Agent of 200
-    # characters, tests/test_usage.py measures it): the default bound, at most about 80 MiB.
+    # totals (as untracked clients), never in a client's row. A row costs up to 1,000 bytes (a User-Agent of 200
+    # characters, each row a new client; tests/test_usage.py measures it): the default bound, about 100 MiB at most.
     max_pending_clients: int = Field(default=100_000, ge=100, le=10_000_000)
     # A freeze's record of who was seen before its date: read from the database this often (a replica learns of the
     # clients another one saw within its flush_interval and this), and kept in this file across restarts and

@@ -79,11 +79,7 @@ class Call(Protocol):
     def rollout(self) -> Decider | None: ...
 
 
-def example_of(call: Call) -> str:
-    """The call as method and route template (``PUT /api/v1/cards/{card_id}/files``): never a path's ids, never a
-    query."""
-    route = call.route
-    return f"{call.method} {route.template(call.path) or '(route ' + route.name + ')'}"
+_EXAMPLES_KEPT = 1000  # method and template pairs whose text is kept to be shared (the routes' are a few dozen)
 
 
 @dataclass(slots=True)
@@ -145,6 +141,7 @@ class UsageCounter:
         self.dropped = 0  # requests not kept at all (memory bound reached during a long outage)
         self._taken = 0  # batches taken so far: with the current batch's count, the ``mark``
         self.seen: Seen | None = None  # told of each client row new in a batch (a freeze's record of who was seen)
+        self._examples: dict[tuple[str, str], str] = {}  # (method, template) -> their text, one string for all
 
     @staticmethod
     def _empty() -> Batch:
@@ -187,16 +184,27 @@ class UsageCounter:
             if call is not None:
                 self._detail(batch, call, (behaviour, tenant, client))
 
-    @staticmethod
-    def _detail(batch: Batch, call: Call, who: WhoKey) -> None:
+    def _detail(self, batch: Batch, call: Call, who: WhoKey) -> None:
         if who not in batch.examples:
-            batch.examples[who] = example_of(call)
+            batch.examples[who] = self._example(call)
         rollout = call.rollout
         if rollout is not None:
             try:
                 batch.rules[who] = rule_of(rollout.decide(who[0]))
             except KeyError:  # a behaviour the plan does not know (a policy counted under its own name)
                 pass
+
+    def _example(self, call: Call) -> str:
+        """The call as method and route template (``PUT /api/v1/cards/{card_id}/files``): never a path's ids, never a
+        query; one string for every client that calls it (a client held costs no text of its own)."""
+        route = call.route
+        key = (call.method, route.template(call.path) or f"(route {route.name})")
+        text = self._examples.get(key)
+        if text is None:
+            text = f"{key[0]} {key[1]}"
+            if len(self._examples) < _EXAMPLES_KEPT:
+                self._examples[key] = text
+        return text
 
     def _new_row(self, batch: Batch, hour: int, behaviour: str, tenant: str, decision: str,
                  who: tuple[str, str, str]) -> bool:
