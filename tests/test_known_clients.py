@@ -134,11 +134,14 @@ async def test_what_this_process_counts_is_known_at_once(tmp_path: Path) -> None
     plan = _plan(freeze)
     at = plan.schedules["acme"]["legacy_uploads"].freeze.at
     ledger, known, counter = await _known(url, None, clock, CollectorRegistry(), flush_interval=3600)
+    counter.max_clients = 1  # the second client of the hour gets no row of its own: this process saw it all the same
     try:
         assert known.watch(plan)
         counter.seen = known.own
         counter.record({"legacy_upload_guard": "allowed"}, "mine", "sdk/1", "acme")  # before the freeze
+        counter.record({"legacy_upload_guard": "allowed"}, "untracked", "sdk/1", "acme")
         assert known.seen_before("acme", "legacy_uploads", "mine", at) is True  # not written yet: known
+        assert known.seen_before("acme", "legacy_uploads", "untracked", at) is True
         clock.now = at + 1
         counter.record({"legacy_upload_guard": "allowed"}, "after", "sdk/1", "acme")
         assert known.seen_before("acme", "legacy_uploads", "after", at) is None  # never read: cannot tell

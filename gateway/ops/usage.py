@@ -172,12 +172,12 @@ class UsageCounter:
             key = (hour, behaviour, tenant, client, agent, decision)
             seen = requests.get(key)
             if seen is None:
+                if self.seen is not None:  # (a client over max_clients too: this process saw it)
+                    self.seen(behaviour, tenant, client, now)
                 if not self._new_row(batch, hour, behaviour, tenant, decision, (tenant, client, agent)):
                     continue
                 seen = 0
                 batch.first_seen[key] = now
-                if self.seen is not None:
-                    self.seen(behaviour, tenant, client, now)
             requests[key] = seen + 1
             batch.last_seen[key] = now
             batch.count += 1
