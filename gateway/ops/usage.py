@@ -97,7 +97,7 @@ class Batch:
     last_seen: dict[ClientKey, float]
     untracked: dict[TotalKey, int]  # the requests of clients without a row
     count: int  # requests in the batch
-    # Per client: an example of its call (its first in the batch), and the rule that decided its latest request.
+    # Per client: an example of its call and the rule that decided it, of its first request in the batch.
     examples: dict[WhoKey, str] = field(default_factory=dict)
     rules: dict[WhoKey, str] = field(default_factory=dict)
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -181,12 +181,15 @@ class UsageCounter:
             requests[key] = seen + 1
             batch.last_seen[key] = now
             batch.count += 1
-            if call is not None:
-                self._detail(batch, call, (behaviour, tenant, client))
+            if call is not None and seen == 0:
+                who = (behaviour, tenant, client)
+                if who not in batch.examples:
+                    self._detail(batch, call, who)
 
     def _detail(self, batch: Batch, call: Call, who: WhoKey) -> None:
-        if who not in batch.examples:
-            batch.examples[who] = self._example(call)
+        """A client's first call in the batch: its example and the rule that decided it (once a batch, every
+        flush_interval: a request of a client already in the batch takes no step here)."""
+        batch.examples[who] = self._example(call)
         rollout = call.rollout
         if rollout is not None:
             try:

@@ -140,7 +140,9 @@ async def test_a_client_seen_by_one_replica_before_the_freeze_is_known_to_the_ot
             await _calls(c, EARLY)
         metrics_b, metrics_c = await b.metrics(), await c.metrics()
         assert _unplaced(metrics_b, "legacy_uploads") == 0 and _unplaced(metrics_b, "board_cards") == 0
-        assert _unplaced(metrics_c, "legacy_uploads") == 3 and _unplaced(metrics_c, "board_cards") == 3
+        # Counted at each decision (the ledger's record of C's calls decides once per client and write; every
+        # request, once the policies decide through the request's rollout: tests/test_known_clients.py counts them).
+        assert _unplaced(metrics_c, "legacy_uploads") >= 1 and _unplaced(metrics_c, "board_cards") >= 1
         said = c.log.read_text()
         assert said.count("freeze of legacy_uploads: a client could not be placed") == 1
         assert said.count("freeze of board_cards: a client could not be placed") == 1
@@ -160,8 +162,10 @@ async def test_a_client_seen_by_one_replica_before_the_freeze_is_known_to_the_ot
 
         await wait_for(c_reads_the_record, 75)
         await asyncio.sleep(1.0)  # a read of the record, every 0.5 s
+        unplaced = _unplaced(await c.metrics(), "legacy_uploads")
         await _calls(c, EARLY)
-        assert _unplaced(await c.metrics(), "legacy_uploads") == 3  # placed again: nothing more unplaced
+        await asyncio.sleep(0.5)  # a write: C's record of the call decided again
+        assert _unplaced(await c.metrics(), "legacy_uploads") == unplaced  # placed again: nothing more unplaced
     finally:
         if not postgres.running():
             postgres.start()
