@@ -1,8 +1,8 @@
 """Who still uses deprecated behaviour: the counts of one process (per behaviour and hour: totals by tenant and
 decision, client rows by token fingerprint and User-Agent; per client, an example of its call and the rule that
-decided its latest request), updated on the request's path with a few dictionary updates and held in bounded memory
-until the usage ledger (``ops.ledger``) takes them. The bounds (``usage.max_clients``, ``ledger.max_pending_clients``):
-docs/operations.md and docs/configuration.md."""
+decided it, at its first request in the batch), updated on the request's path with a few dictionary updates and
+held in bounded memory until the usage ledger (``ops.ledger``) takes them. The bounds (``usage.max_clients``,
+``ledger.max_pending_clients``): docs/operations.md and docs/configuration.md."""
 
 from __future__ import annotations
 

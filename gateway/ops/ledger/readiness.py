@@ -1,7 +1,7 @@
 """Migration readiness, per client and behaviour, from the ledger's per-client rollups: is it ``ready`` (no deprecated
 call for ``usage.readiness.quiet_days``), still ``calling`` before its company's date, ``overdue`` (calling after
 it, kept working by an exemption, a bridge or its company's setting), or ``blocked`` (its calls are refused); with
-its first and last call, requests, trend, the rule that decided its latest call, an example of it, and what changes
+its first and last call, requests, trend, the rule that decided its latest calls, an example of them, and what changes
 for it next (the rollout plan, for that client). The outreach list (``gateway outreach``), ``/deprecations``, the
 status page and a client's own view (``self_service``) are all this, cut or filtered. Pure: the rows come from
 ``store.Store.readiness``; it runs in the ledger's reader thread or the command line.

@@ -62,8 +62,8 @@ batches = Table(
 )
 
 # Per company, client and behaviour, for the whole rollout: when it was first and last seen, its requests, and of its
-# latest request the decision, User-Agent, an example call and the rule that decided it; ``last_refused``: when a
-# request of it was last refused (0: never).
+# latest request the decision and User-Agent; an example call and the rule that decided it (of its first request in
+# the latest batch); ``last_refused``: when a request of it was last refused (0: never).
 client_state = Table(
     "usage_client_state", metadata,
     Column("tenant", String(NAME_WIDTH), primary_key=True),
