@@ -40,24 +40,6 @@ def test_option_errors_name_their_path(options: dict[str, Any], problem: str) ->
     assert any(p.startswith(problem) for p in err.value.problems), err.value.problems
 
 
-@pytest.mark.parametrize(
-    ("header", "expected"),
-    [(None, False), ("", False), ("gzip", True), ("br, gzip;q=0.5", True), ("gzip;q=0", False), ("*", True),
-     ("*;q=0", False), ("identity", False), ("x-gzip", True), ("br;q=1, *;q=0.1, gzip;q=0", False)],
-)
-def test_accepts_gzip(header: str | None, expected: bool) -> None:
-    assert board_cards._accepts_gzip(header) is expected
-
-
-@pytest.mark.parametrize(
-    ("value", "tags"),
-    [('"a"', [(False, "a")]), ('W/"a", "b,c"', [(True, "a"), (False, "b,c")]), ("*", [(True, "*")]),
-     ('"a" "b"', None), ("a", None), ('"a",', [(False, "a")])],
-)
-def test_parse_etags(value: str, tags: Any) -> None:
-    assert board_cards._parse_etags(value) == tags
-
-
 def test_memo_reuses_only_identical_bodies_within_its_budget() -> None:
     memo = board_cards._Memo(100)
     body = b'{"cards":[1,2,3]}'
