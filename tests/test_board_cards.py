@@ -40,6 +40,16 @@ def test_option_errors_name_their_path(options: dict[str, Any], problem: str) ->
     assert any(p.startswith(problem) for p in err.value.problems), err.value.problems
 
 
+def test_phases_and_actions_keep_their_labels() -> None:
+    # Phase follows the rollout schedule's order; Action's values are the metric's and the access log's words.
+    assert [(p.value, board_cards.BOARD_CARDS.phases[p]) for p in board_cards.Phase] == [
+        (0, "full"), (1, "capped"), (2, "removed")]
+    assert [a.value for a in board_cards.Action] == [
+        "untouched", "capped", "removed", "passed_through_unparsed", "too_large", "not_ok", "not_modified",
+        "backfilled", "backfill_failed"]
+    assert f"{board_cards.Action.NOT_OK}" == "not_ok"
+
+
 def test_memo_reuses_only_identical_bodies_within_its_budget() -> None:
     memo = board_cards._Memo(100)
     body = b'{"cards":[1,2,3]}'

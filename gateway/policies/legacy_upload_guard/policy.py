@@ -36,7 +36,7 @@ from ...rollout.clock import parse_date, parse_instant_value
 from ..base import BuildContext, PolicySpec
 from .multipart_sniffer import MultipartSniffer, Verdict
 from .multipart_splitter import MultipartSplitter
-from .upgrade import PATH_TEMPLATE_PATTERN, GuardHooks, Upgrade, UpgradeFamilies, UpgradeOptions
+from .upgrade import PATH_TEMPLATE_PATTERN, GuardHooks, Outcome, Upgrade, UpgradeFamilies, UpgradeOptions
 
 if TYPE_CHECKING:
     from ...core.tenants import Tenant
@@ -313,7 +313,7 @@ async def _enforce_file_parts(exchange: Exchange, next: Next, settings: _Setting
     if upgrade is not None and exchange.decisions.get(NAME) == "refused":
         # Refused as without the bridge (a policy before the guard reads the body: the bridge cannot take it over),
         # and counted among its outcomes too.
-        upgrade.count(exchange, "aborted" if exchange.body_error is not None else "refused")
+        upgrade.count(exchange, Outcome.ABORTED if exchange.body_error is not None else Outcome.REFUSED)
     exchange.decisions.setdefault(NAME, "passed")
     return reply
 
@@ -328,11 +328,11 @@ async def _read_then_decide(exchange: Exchange, next: Next, settings: _Settings,
     try:
         await exchange.body.peek(watch)
     except Refuse as refused:
-        upgrade.count(exchange, "refused")
+        upgrade.count(exchange, Outcome.REFUSED)
         return refused.reply
     except BodyBroken as broken:
         _refused_incomplete(exchange, settings)
-        upgrade.count(exchange, "aborted")
+        upgrade.count(exchange, Outcome.ABORTED)
         return broken.reply
     if watch.file_found:
         # The explicit step: the request is the bridge's from here, with the bytes read so far; the rest of the body
@@ -457,7 +457,7 @@ def _refuse_unbridged(exchange: Exchange, settings: _Settings, err: Ambiguous, u
     """Refused from the head, before the bridge (if on) could take the request: as without the bridge, and counted
     among the bridge's outcomes too."""
     if upgrade is not None:
-        upgrade.count(exchange, "refused")
+        upgrade.count(exchange, Outcome.REFUSED)
     return _refuse(exchange, settings, err)
 
 

@@ -19,11 +19,11 @@ from ....core.spool import SpoolArea
 from ..multipart_splitter import MultipartSplitter
 from . import card, comment
 from .body import form_head
-from .options import OUTCOMES, PATH_TEMPLATE_PATTERN, UPGRADE_HEADER, UpgradeFamilies, UpgradeOptions
+from .options import OUTCOMES, PATH_TEMPLATE_PATTERN, UPGRADE_HEADER, Outcome, UpgradeFamilies, UpgradeOptions
 from .outcomes import legacy_file, settle
 from .run import CardKey, Run
 
-__all__ = ("OUTCOMES", "PATH_TEMPLATE_PATTERN", "UPGRADE_HEADER", "GuardHooks", "Upgrade", "UpgradeFamilies",
+__all__ = ("OUTCOMES", "PATH_TEMPLATE_PATTERN", "UPGRADE_HEADER", "GuardHooks", "Outcome", "Upgrade", "UpgradeFamilies",
            "UpgradeOptions", "form_head", "legacy_file")
 
 
@@ -58,16 +58,16 @@ class Upgrade:
             TTLCache(maxsize=options.id_cache_size, ttl=options.id_cache_ttl) if options.id_cache_size else None
         )
         # (tenant, Host, token, card id) -> ids of the files the bridge made there lately: never taken for a file whose
-        # answer was lost (``Run.find_stored``).
+        # answer was lost (``upload._Upload.find_stored``).
         self.made: TTLCache[CardKey, tuple[str, ...]] = TTLCache(maxsize=max(options.id_cache_size, 1),
                                                                  ttl=options.id_cache_ttl)
         # Swept of the spool files of processes that are gone, now (at start).
         self.spool = spool.directory(options.spool_dir)
         # Every configured tenant's series exist from the start (at 0), so that increase() sees the first one.
-        self.counters = {(tenant, outcome): counter.labels(tenant, outcome)
-                         for tenant in tenants for outcome in OUTCOMES}
+        self.counters = {(tenant, outcome): counter.labels(tenant, outcome.value)
+                         for tenant in tenants for outcome in Outcome}
 
-    def count(self, exchange: Exchange, outcome: str) -> None:
+    def count(self, exchange: Exchange, outcome: Outcome) -> None:
         """Counts a request among the bridge's outcomes (the guard calls it for a request it ended before handing it
         over: refused as without the bridge)."""
         self.counters[(exchange.tenant.name, outcome)].inc()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import os
 from typing import Any
 
@@ -10,13 +11,28 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ....core.template import PARAM, PathTemplate
 
-__all__ = ("OUTCOMES", "PARTIAL_CODE", "PATH_TEMPLATE_PATTERN", "UPGRADE_HEADER", "UpgradeFamilies", "UpgradeOptions")
+__all__ = ("OUTCOMES", "PARTIAL_CODE", "PATH_TEMPLATE_PATTERN", "UPGRADE_HEADER", "Outcome", "UpgradeFamilies",
+           "UpgradeOptions")
 
-# What became of a request the bridge took on (bounded: the label of gateway_legacy_upload_upgrades_total).
-# rolled_back: the client is told the upload failed, and the file the service stored all the same was deleted;
-# left_stored: the client is told it failed, and the service stored (or may have stored) a file that was not deleted
-# (the answer names it, with its id when known).
-OUTCOMES = ("upgraded", "partial", "failed", "rolled_back", "left_stored", "denied", "aborted", "refused")
+
+class Outcome(enum.StrEnum):
+    """What became of a request the bridge took on (bounded: the label of gateway_legacy_upload_upgrades_total, the
+    ``X-Gateway-Upload-Upgrade`` header's first word, and the access log's decision)."""
+
+    UPGRADED = "upgraded"
+    PARTIAL = "partial"
+    FAILED = "failed"
+    # The client is told the upload failed, and the file the service stored all the same was deleted.
+    ROLLED_BACK = "rolled_back"
+    # The client is told it failed, and the service stored (or may have stored) a file that was not deleted (the
+    # answer names it, with its id when known).
+    LEFT_STORED = "left_stored"
+    DENIED = "denied"
+    ABORTED = "aborted"
+    REFUSED = "refused"
+
+
+OUTCOMES = tuple(outcome.value for outcome in Outcome)
 # The response header that says what the bridge did.
 UPGRADE_HEADER = "X-Gateway-Upload-Upgrade"
 PARTIAL_CODE = "LEGACY_UPLOAD_UPGRADE_PARTIAL"
