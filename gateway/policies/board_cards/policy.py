@@ -46,7 +46,8 @@ from ..base import BuildContext, PolicySpec
 from . import json_splice
 from .backfill import REASONS, BackfillFailed, BackfillOptions, CardBackfill, Filled
 
-__all__ = ("BOARD_CARDS", "Action", "BoardCards", "Families", "NAME", "Options", "Phase", "SPEC", "build")
+__all__ = ("BOARD_CARDS", "CAPPED", "FULL", "REMOVED", "Action", "BoardCards", "Families", "NAME", "Options", "Phase",
+           "SPEC", "build")
 
 NAME = "board_cards"
 log = logging.getLogger("gateway.board_cards")
@@ -67,10 +68,10 @@ class Phase(enum.IntEnum):
     CAPPED = 1  # the first ``cap`` cards
     REMOVED = 2  # none
 
-    @property
-    def shows_cards(self) -> bool:
-        """Whether the phase shows cards (all, or up to the cap): where the card backfill bridge acts."""
-        return self is not Phase.REMOVED
+
+# The phases as module names too, as re's flags are: an Enum class's attribute is a Python-level lookup in 3.11, and
+# these are read on every request.
+FULL, CAPPED, REMOVED = Phase
 
 
 class Action(enum.StrEnum):
@@ -89,7 +90,8 @@ class Action(enum.StrEnum):
 
 
 _PHASES = tuple(Phase)  # the rollout's index to its Phase, without Enum's call
-_REWRITING = (Phase.CAPPED, Phase.REMOVED)
+_IDENTITY = ("", "identity")
+_REWRITING = (CAPPED, REMOVED)
 
 # Spec, "Limits" 2-3: at most 100 cards from 2026-10-01, none from 2026-11-01.
 BOARD_CARDS = Behaviour(
@@ -242,7 +244,7 @@ class _Call:
     """One request's view of the policy: its tenant, phase and label, whether the bridge applies, and how its
     outcome is recorded."""
 
-    __slots__ = ("policy", "exchange", "tenant", "phase", "label", "bridged", "board", "now", "if_none_match")
+    __slots__ = ("policy", "exchange", "tenant", "phase", "label", "bridged", "board", "now")
 
     def __init__(self, policy: BoardCards, exchange: Exchange, now: float) -> None:
         tenant = exchange.tenant.name
@@ -256,11 +258,15 @@ class _Call:
         self.tenant = tenant
         self.phase = phase
         self.label = label if kind not in ("brownout", "exemption") else f"{label}({kind})"
-        # The card backfill bridge: for a client whose phase shows cards, when the tenant or an exemption says so.
-        self.bridged = phase.shows_cards and schedule.bridge(now, exchange.headers)
+        # The card backfill bridge: for a client whose phase shows cards (all, or up to the cap), when the tenant or
+        # an exemption says so.
+        self.bridged = phase is not REMOVED and schedule.bridge(now, exchange.headers)
         self.board = exchange.params.get("board_id", "")
         self.now = now
-        self.if_none_match = exchange.headers.get("If-None-Match")
+
+    @property
+    def if_none_match(self) -> str | None:
+        return self.exchange.headers.get("If-None-Match")
 
     @property
     def key(self) -> tuple[str, str]:
@@ -273,7 +279,7 @@ class _Call:
 
     def finish(self, action: Action, reply: Reply) -> Reply:
         self.policy.counters[(self.tenant, self.phase, action)].inc()
-        self.exchange.decisions[NAME] = f"{self.label}:{action}"
+        self.exchange.decisions[NAME] = self.label + ":" + action
         return reply
 
     def signal(self, headers: CIMultiDict[str]) -> None:
@@ -352,7 +358,7 @@ class BoardCards:
 
     def message(self, board: str, phase: Phase, count: int | None) -> bytes:
         """``cards_deprecation_message``; in the capped phase, ``count`` None: the total is not known."""
-        if phase is Phase.CAPPED:
+        if phase is CAPPED:
             of = "" if count is None else f" of {count}"
             text = (
                 f"Cards on the board route are deprecated: this response holds the first {self.cap}{of} cards. "
@@ -368,7 +374,7 @@ class BoardCards:
     def rewrite(self, body: json_splice.Text, layout: json_splice.Layout, phase: Phase, board: str) -> bytes:
         """The body for a phase that withholds cards from it (``_action_of`` says it does)."""
         extra = (MESSAGE_KEY, self.message(board, phase, layout.count))
-        capped = phase is Phase.CAPPED
+        capped = phase is CAPPED
         if capped or self.empty_array:
             return json_splice.truncate(body, layout, self.cap if capped else 0, extra)
         return json_splice.drop(body, layout, extra)
@@ -385,7 +391,13 @@ class BoardCards:
         kept = memo.kept(key) if memo is not None else None
         reader = json_splice.Reader("cards", keep=self.cap, extra_key=MESSAGE_KEY,
                                     same_as=kept.body if kept else None)
-        await self.feed(reply, coding, reader)
+        identity = coding in _IDENTITY
+        try:
+            raw = await reply.read_pieces(self.max_body, reader.feed if identity else None)
+        except BodyTooLarge:
+            raise _PassThrough(Action.TOO_LARGE, "the body is over max_body_bytes") from None
+        if not identity:
+            reader.feed(self.decoded(b"".join(raw), coding))
         if memo is not None and kept is not None and reader.same:
             memo.used(key)
             return kept.body, kept
@@ -405,21 +417,14 @@ class BoardCards:
             raise _PassThrough(Action.PASSED_THROUGH_UNPARSED, "not a JSON content type")
         coding = headers.get("Content-Encoding", "").strip().lower()
         length = reply.length
-        if length is not None and length > self.max_body and coding in ("", "identity"):
+        if length is not None and length > self.max_body and coding in _IDENTITY:
             raise _PassThrough(Action.TOO_LARGE, f"Content-Length {length} is over max_body_bytes")
         return coding
 
-    async def feed(self, reply: Reply, coding: str, reader: json_splice.Reader) -> None:
-        """The body to ``reader``: each piece as it arrives, or, content-coded, decoded whole once it is in."""
-        identity = coding in ("", "identity")
+    def decoded(self, raw: bytes, coding: str) -> bytes:
+        """A content-coded body, decoded whole once it is in (within max_body_bytes)."""
         try:
-            raw = await reply.read_pieces(self.max_body, reader.feed if identity else None)
-        except BodyTooLarge:
-            raise _PassThrough(Action.TOO_LARGE, "the body is over max_body_bytes") from None
-        if identity:
-            return
-        try:
-            reader.feed(decode(b"".join(raw), coding, self.max_body))
+            return decode(raw, coding, self.max_body)
         except NotDecoded as err:
             raise _PassThrough(Action.TOO_LARGE if err.too_large else Action.PASSED_THROUGH_UNPARSED,
                                err.reason) from None
@@ -444,27 +449,27 @@ class BoardCards:
 
     async def __call__(self, exchange: Exchange, next: Next) -> Reply:
         call = _Call(self, exchange, self.clock.now().timestamp())
-        if call.phase is Phase.FULL and not call.bridged:
-            return await self.untouched(call, next)
-        reply = await self.ask_upstream(call, next)
+        if call.phase is FULL and not call.bridged:
+            return self.untouched(call, await next(exchange))
+        self.ask_upstream(call)
+        reply = await next(exchange)
         if reply.status == 304:
             return self.revalidated(call, reply)
         if reply.status != 200:
             return call.finish(Action.NOT_OK, reply)
         return await self.board(call, reply)
 
-    async def untouched(self, call: _Call, next: Next) -> Reply:
+    def untouched(self, call: _Call, reply: Reply) -> Reply:
         """The full phase: the upstream's answer as it is, signalled."""
-        reply = await next(call.exchange)
         if reply.status not in (200, 304):
             return call.finish(Action.NOT_OK, reply)
         call.signal(reply.headers)
         add_vary(reply.headers, self.schedules[call.tenant].vary)
         return call.finish(Action.UNTOUCHED, reply)
 
-    async def ask_upstream(self, call: _Call, next: Next) -> Reply:
-        """A rewriting phase, or the bridge: the upstream asked for bytes the policy can read and for validators it
-        can translate."""
+    def ask_upstream(self, call: _Call) -> None:
+        """A rewriting phase, or the bridge: the upstream is asked for bytes the policy can read and for validators
+        it can translate."""
         exchange = call.exchange
         if call.bridged:
             # The answer may be assembled from pages: its validator is the gateway's, so the gateway judges the
@@ -475,13 +480,12 @@ class BoardCards:
         # HEAD answers with GET's headers: the upstream is asked for the body GET would rewrite (the core sends the
         # client the head only).
         exchange.answer_from_body()
-        return await next(exchange)
 
     def revalidated(self, call: _Call, reply: Reply) -> Reply:
         """The upstream's 304 to a translated condition, labelled as the phase's."""
         # (Bridged in the full phase the upstream was asked unconditionally: a 304 anyway is passed on as the full
         # phase would.)
-        if call.phase is not Phase.FULL:
+        if call.phase is not FULL:
             self.derived[call.phase].revalidated(reply.headers)
         add_vary(reply.headers, self.rewritten_vary[call.tenant])
         call.signal(reply.headers)
@@ -503,7 +507,7 @@ class BoardCards:
         """A bridged request: the board backfilled when it lacks cards the phase shows, else as the phase has it."""
         if _lacks_cards(entry.layout, call.phase, self.cap):
             return await self.backfilled(call, reply, body, entry.layout)
-        if call.phase is Phase.FULL:
+        if call.phase is FULL:
             return self.whole(call, reply)
         return await self.rewritten(call, reply, body, entry)
 
@@ -549,7 +553,7 @@ class BoardCards:
         try:
             # All of them, or the cap and one more: enough to know whether the phase withholds any.
             filled = await self.backfill.cards(call.exchange, call.board,
-                                               None if call.phase is Phase.FULL else self.cap + 1)
+                                               None if call.phase is FULL else self.cap + 1)
         except BackfillFailed as failed:
             return self.backfill_failed(call, reply, failed)
         count, message = self.shown(call, filled)
@@ -582,8 +586,8 @@ class BoardCards:
         """How many of the backfilled cards the phase shows, and the message naming the rest's request when it
         withholds some."""
         total = len(filled.cards)
-        if call.phase is Phase.CAPPED and total > self.cap:
-            return self.cap, self.message(call.board, Phase.CAPPED, None)
+        if call.phase is CAPPED and total > self.cap:
+            return self.cap, self.message(call.board, CAPPED, None)
         return total, None
 
     async def assembled(self, body: json_splice.Text, layout: json_splice.Layout, cards: Sequence[bytes | memoryview],
@@ -650,14 +654,14 @@ def _lacks_cards(layout: json_splice.Layout, phase: Phase, cap: int) -> bool:
     if layout.target is not None and not layout.is_array:
         return False  # not a board this policy can edit: passed through
     withheld = layout.target is None or layout.extra is not None
-    return withheld and not (phase is Phase.CAPPED and layout.count >= cap)
+    return withheld and not (phase is CAPPED and layout.count >= cap)
 
 
 def _action_of(layout: json_splice.Layout, phase: Phase, cap: int) -> tuple[Action, int]:
     """What a rewriting phase does to a board (an array of cards, or none), and how many cards it withholds."""
     if layout.target is None:
         return Action.UNTOUCHED, 0
-    if phase is Phase.CAPPED:
+    if phase is CAPPED:
         return (Action.CAPPED, layout.count - cap) if layout.count > cap else (Action.UNTOUCHED, 0)
     return Action.REMOVED, layout.count
 
