@@ -140,11 +140,15 @@ class Run:
     # --- undoing ------------------------------------------------------------------------------------------------
 
     async def delete(self, entry: FileEntry) -> None:
-        """One file the bridge made, deleted (with the client's token); ``entry.status`` says whether it went."""
+        """One file the bridge made, deleted (with the client's token); ``entry.status`` says whether it went (a
+        deletion that got no answer did not: the file is named, never a 500)."""
         assert entry.path is not None and entry.id is not None
         entry.status = FileStatus.ROLLBACK_FAILED
-        reply = await self.exchange.fetch("DELETE", f"{entry.path}/{quote(entry.id, safe='')}", headers=self.auth,
-                                          purpose="delete")
+        try:
+            reply = await self.exchange.fetch("DELETE", f"{entry.path}/{quote(entry.id, safe='')}",
+                                              headers=self.auth, purpose="delete")
+        except UpstreamFailed:
+            return
         reply.discard()
         if 200 <= reply.status < 300 or reply.status == 404:
             entry.status = FileStatus.ROLLED_BACK
@@ -158,7 +162,7 @@ class Run:
             async with asyncio.timeout(self.options.request_timeout):
                 for entry in made:
                     await self.delete(entry)
-        except (TimeoutError, UpstreamFailed):
+        except TimeoutError:
             pass
         left = [str(f.id) for f in made if f.status is not FileStatus.ROLLED_BACK]
         if left:
