@@ -398,6 +398,12 @@ class BoardCards:
             raise _PassThrough(Action.TOO_LARGE, "the body is over max_body_bytes") from None
         if not identity:
             reader.feed(self.decoded(b"".join(raw), coding))
+        return self.scanned(key, kept, reader)
+
+    def scanned(self, key: tuple[str, str], kept: _MemoEntry | None, reader: json_splice.Reader
+                ) -> tuple[json_splice.Text, _MemoEntry]:
+        """The body read: the memo's entry when it is the same, else its new scan (kept in the memo)."""
+        memo = self.memo
         if memo is not None and kept is not None and reader.same:
             memo.used(key)
             return kept.body, kept
