@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
 
 from ..config.schema import ServerConfig
 from ..core.deadline import Deadline
 from ..edge.serve import Edge
 from ..ops.metrics import Metrics
-from . import aiohttp_private  # noqa: F401 - checks, at import, the private API used below
 
 __all__ = ("Event", "Events", "Listener", "make_listener", "metric_events")
 
@@ -42,14 +40,17 @@ class _Phase(enum.Enum):
     IDLE = 3  # kept alive, between requests
 
 
-class _Connection(RequestHandler):
-    __slots__ = ("_owner", "_deadline", "_phase", "over_limit")
+class _Connection(web.RequestHandler):
+    __slots__ = ("_owner", "_deadline", "_phase", "over_limit", "failed")
+
+    def __init__(self, listener: Listener, **kwargs: Any) -> None:
+        super().__init__(listener, **kwargs)
+        self._owner = listener
+        self.failed: web.BaseRequest | None = None  # the edge's request that let an error out (``handle_error``)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        listener = self._manager
-        assert isinstance(listener, Listener)
-        self._owner = listener
+        listener = self._owner
         self._deadline = Deadline(asyncio.get_running_loop(), self._expire)
         listener.opened += 1
         listener.events(Event.OPENED)
@@ -86,26 +87,39 @@ class _Connection(RequestHandler):
         self._owner.events(Event.HEAD_TIMEOUT if self._phase is _Phase.HEAD else Event.IDLE_TIMEOUT)
         self.force_close()
 
-    def _make_error_handler(self, err_info: Any) -> Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]:
-        listener = self._owner
-        status: int = err_info.status
-        exc: BaseException | None = err_info.exc
-
-        async def handler(request: web.BaseRequest) -> web.StreamResponse:
-            self.exchange_started()
-            try:
-                return await listener.edge.serve_unparsed(request, status, exc)
-            finally:
-                self.exchange_ended()
-
-        return handler
-
     def handle_error(
         self, request: web.BaseRequest, status: int = 500, exc: BaseException | None = None, message: str | None = None
     ) -> web.StreamResponse:
-        # Reached only when the edge let a ConnectionError out: its response was cut part way on purpose (the client
-        # or the upstream's body went away), and it has recorded the request. aiohttp then closes the connection.
-        raise ConnectionError("the response was cut off part way")
+        if request is self.failed:
+            # The edge let a ConnectionError out: its response was cut part way on purpose (the client or the
+            # upstream's body went away), and it has recorded the request. aiohttp then closes the connection.
+            self.failed = None
+            raise ConnectionError("the response was cut off part way")
+        # A request aiohttp's HTTP parser rejected: answered by the edge, like every other, when aiohttp prepares this.
+        return _Unparsed(self, status, exc)
+
+
+class _Unparsed(web.StreamResponse):
+    """What aiohttp is given to answer a request its parser rejected: preparing it has the edge answer and record the
+    request (a JSON answer whose text never quotes the request's bytes, and one access-log record); the connection
+    then closes, as aiohttp's own answer would close it."""
+
+    def __init__(self, connection: _Connection, status: int, exc: BaseException | None) -> None:
+        super().__init__(status=status)
+        self._connection = connection
+        self._error = exc
+
+    async def prepare(self, request: web.BaseRequest) -> None:
+        connection = self._connection
+        connection.exchange_started()
+        try:
+            await connection._owner.edge.serve_unparsed(request, self.status, self._error)
+        finally:
+            connection.exchange_ended()
+        self.force_close()
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        return  # the edge wrote the whole answer
 
 
 class Listener(web.Server):
@@ -119,10 +133,14 @@ class Listener(web.Server):
         keepalive_timeout: float,
         max_connections: int = 0,
         events: Events = lambda kind: None,
+        handler_cancellation: bool = False,
         **kwargs: Any,
     ) -> None:
         # aiohttp's own keep-alive timer stays behind the gateway's (it counts nothing).
-        super().__init__(self._serve, keepalive_timeout=keepalive_timeout + header_timeout, **kwargs)
+        self._handler_args = {**kwargs, "keepalive_timeout": keepalive_timeout + header_timeout}
+        self._handler_loop = asyncio.get_running_loop()
+        super().__init__(self._serve, handler_cancellation=handler_cancellation, loop=self._handler_loop,
+                         **self._handler_args)
         self.edge = edge
         self.header_timeout = header_timeout
         self.keepalive_timeout = keepalive_timeout
@@ -138,11 +156,14 @@ class Listener(web.Server):
             if connection.over_limit:
                 return await self.edge.serve_busy(request)
             return await self.edge.serve(request)
+        except Exception:
+            connection.failed = request  # aiohttp's handle_error is called next, for this request
+            raise
         finally:
             connection.exchange_ended()
 
-    def __call__(self) -> RequestHandler:
-        return _Connection(self, loop=self._loop, **self._kwargs)
+    def __call__(self) -> web.RequestHandler:
+        return _Connection(self, loop=self._handler_loop, **self._handler_args)
 
 
 def make_listener(edge: Edge, server: ServerConfig, events: Events) -> Listener:
