@@ -18,6 +18,7 @@ from aiohttp import web
 from . import __version__
 from .app import Gateway, load_config
 from .config import ADMIN_PATHS, ConfigError, ListenAddress, LoadedConfig, parse_listen
+from .core import aiohttp_fast
 from .edge.tenancy import TenantResolver
 from .ops.admin import make_admin_app
 from .ops.gc_pauses import freeze_startup
@@ -172,6 +173,7 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
         loop.add_signal_handler(signal.SIGHUP, _reload, gateway, config_path, history, formatter)
         print(f"gateway {__version__} listening on http://{listen} (admin http://{admin_listen}"
               f"{_admin_access(config)})", flush=True)
+        log.info("%s", aiohttp_fast.describe())  # which of aiohttp's private pieces are used, and why not the others
         await stop.wait()
         # Readiness turns 503 first, so load balancers stop sending before the listener closes.
         gateway.ready = False
@@ -329,6 +331,11 @@ def _main(argv: Sequence[str] | None) -> int:
         print(err, file=sys.stderr)
         return 2
     formatter.use_secrets(config.secrets.redact)
+    try:
+        aiohttp_fast.check()
+    except ValueError as err:  # a wrong GATEWAY_AIOHTTP_FAST_PATHS
+        print(f"gateway: {err}", file=sys.stderr)
+        return 2
     server = config.model.server
     listen = args.listen or server.listen
     admin_listen = args.admin_listen or server.admin_listen

@@ -1,11 +1,15 @@
 """aiohttp's fast paths and their fallbacks through real sockets: the upstream sees the same bytes, and the client gets
-the same answers, whichever of core/aiohttp_fast.py's paths are on. (CI runs the road tests once with every path
-off.)"""
+the same answers, whichever of core/aiohttp_fast.py's paths are on; ``gateway serve`` says which at start and
+refuses a GATEWAY_AIOHTTP_FAST_PATHS it does not understand. (CI runs the road tests once with every path off.)"""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -18,7 +22,8 @@ from gateway.core import aiohttp_fast
 from gateway.core.aiohttp_fast import ENV, PATHS, decide
 from gateway.proxy.upstream import UpstreamClient
 from gateway.server.listener import _Connection
-from tests.gateway_testlib import RecordingUpstream, RunningGateway, raw_exchange
+from tests.gateway_testlib import RecordingUpstream, RunningGateway, make_config, raw_exchange
+from tests.process_testlib import ROOT, start
 
 # Each road: every path on; the bodyless road off (bodyless requests take ClientRequest's); every path off.
 VARIANTS = {"on": "on", "bodyless_off": ",".join(name for name in PATHS if name != "upstream_bodyless"), "off": "off"}
@@ -187,3 +192,26 @@ async def test_with_reply_one_write_off_the_same_answer_leaves_in_two_writes(
         assert writes == expected, setting
     (on, off), = [tuple(answers.values())]
     assert on == off and on[0][0] == b"HTTP/1.1 200 OK"
+
+
+async def test_serve_logs_which_fast_paths_are_on(upstream: RecordingUpstream, tmp_path: Path) -> None:
+    env = {**os.environ, ENV: "reply_headers,reply_one_write"}
+    gw = await start(make_config(upstream.url), tmp_path, env=env)
+    try:
+        async with aiohttp.ClientSession() as client, client.get(gw.url + "/anything") as response:
+            assert response.status == 200
+    finally:
+        gw.stop()
+    forced = f"forced off by {ENV}"
+    assert (f"fast paths on: reply_headers, reply_one_write; off: upstream_request ({forced}), upstream_bodyless "
+            f"({forced}), upstream_protocol ({forced})") in gw.log.read_text()
+
+
+def test_serve_refuses_a_fast_path_it_does_not_know(tmp_path: Path) -> None:
+    env = {**os.environ, ENV: "off,reply_headers"}
+    done = subprocess.run([sys.executable, "-m", "gateway", "serve", "--config", str(ROOT / "config/gateway.yaml")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().endswith(f"gateway: {ENV}='off,reply_headers': unknown fast path off (on, off, or "
+                                        "names from upstream_request, upstream_bodyless, upstream_protocol, "
+                                        "reply_headers, reply_one_write)")
