@@ -20,6 +20,7 @@ from aiohttp import web
 from . import __version__
 from .app import Gateway, load_config
 from .config import ADMIN_PATHS, ConfigError, ListenAddress, LoadedConfig, parse_listen
+from .core import aiohttp_fast
 from .edge.tenancy import TenantResolver
 from .ops.admin import make_admin_app
 from .ops.gc_pauses import freeze_startup
@@ -30,7 +31,7 @@ from .ops.probe import ADMIN_LISTEN_ENV
 from .ops.status import ConfigHistory
 from .ops.workers import Peers, become_supervisor
 from .server.acceptor import Acceptor, listening_socket
-from .server.listener import AdminRunner, admin_metric_events
+from .server.listener import admin_listener, admin_metric_events
 
 __all__ = ("main",)
 
@@ -159,9 +160,11 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
     # aiohttp's own shutdown closes connections and drops the rest of a body still arriving: it runs only after the
     # gateway's drain (below), when nothing is left in flight but what the deadline cuts.
     runner = web.ServerRunner(gateway.make_server(), shutdown_timeout=_CUT_GRACE)
-    admin_runner = AdminRunner(make_admin_app(gateway, history=history), server, admin_metric_events(gateway.metrics))
+    admin_runner = web.AppRunner(make_admin_app(gateway, history=history), access_log=None)
     await runner.setup()
     await admin_runner.setup()
+    assert admin_runner.server is not None
+    admin = admin_listener(admin_runner.server, server, admin_metric_events(gateway.metrics))
     freeze_startup()  # before the first request: no full collection walks start-up's objects again
     acceptor: Acceptor | None = None
     admin_acceptor: Acceptor | None = None
@@ -171,9 +174,7 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
         assert runner.server is not None
         acceptor = Acceptor(sock, runner.server, backed_off=backoffs.labels("public").inc)
         admin_sock = _listening(admin_listen, _ADMIN_BACKLOG, reuse_port)
-        assert admin_runner.server is not None
-        admin_acceptor = Acceptor(admin_sock, admin_runner.server, name="admin",
-                                  backed_off=backoffs.labels("admin").inc)
+        admin_acceptor = Acceptor(admin_sock, admin, name="admin", backed_off=backoffs.labels("admin").inc)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -186,6 +187,7 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
         print(f"gateway {__version__} listening on http://{listen} (admin http://{admin_listen}"
               f"{_admin_access(config)})", flush=True)
+        log.info("%s", aiohttp_fast.describe())  # which of aiohttp's private pieces are used, and why not the others
         await stop.wait()
         # Readiness turns 503 first, so load balancers stop sending before the listener closes.
         gateway.ready = False
@@ -206,6 +208,7 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
         if admin_acceptor is not None:
             await admin_acceptor.close()
         await runner.cleanup()
+        await admin.shutdown(_CUT_GRACE)
         await admin_runner.cleanup()
         await gateway.close()  # the usage ledger's last write, within usage.ledger.flush_timeout
         if peers is not None:
@@ -376,6 +379,11 @@ def _main(argv: Sequence[str] | None) -> int:
         print(err, file=sys.stderr)
         return 2
     formatter.use_secrets(config.secrets.redact)
+    try:
+        aiohttp_fast.check()
+    except ValueError as err:  # a wrong GATEWAY_AIOHTTP_FAST_PATHS
+        print(f"gateway: {err}", file=sys.stderr)
+        return 2
     server = config.model.server
     listen = args.listen or server.listen
     try:
