@@ -170,13 +170,14 @@ class Listener(web.Server):
         unparsed: Unparsed | None = None,
         events: Events = lambda kind: None,
         handler_cancellation: bool = False,
+        request_factory: Any = None,
         **kwargs: Any,
     ) -> None:
         # aiohttp's own keep-alive timer stays behind the gateway's (it counts nothing).
         self._handler_args = {**kwargs, "keepalive_timeout": keepalive_timeout + header_timeout}
         self._handler_loop = asyncio.get_running_loop()
         super().__init__(self._serve, handler_cancellation=handler_cancellation, loop=self._handler_loop,
-                         **self._handler_args)
+                         request_factory=request_factory, **self._handler_args)
         self.handler = handler
         self.busy = busy
         self.unparsed = unparsed
