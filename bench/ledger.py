@@ -8,8 +8,12 @@
    behaviour): the write's time (new rows, then the same rows again: the upserts' update path), the database's size
    per row, what the counter holds in memory, ``record``'s cost per request, and the event loop's longest stall
    while the ledger's thread writes (the event loop must never wait for the database).
+3. With ``--reads N`` (issue 32): the status page read over a ledger of N clients in its window, on SQLite and on
+   PostgreSQL: one read's time, the gateway's peak memory growth, and the public listener's p99 latency with no
+   page open and with three pages refreshing every 10 s (``reads``).
 
     .venv/bin/python bench/ledger.py [--rounds 3] [--duration 10] [--clients 100000] [--skip-throughput]
+                                     [--skip-flush] [--reads 100000 [--reads-duration 30]]
 
 Needs nginx and wrk (apt-get install -y nginx-light wrk) for part 1, and Debian's postgresql for the PostgreSQL
 figures (started here in a temporary directory, as an unprivileged user: tests/postgres_testlib.py); without it the
@@ -27,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tracemalloc
 from pathlib import Path
@@ -272,7 +277,9 @@ def _counter(clients: int, at: float) -> UsageCounter:
 
 def _fill(counter: UsageCounter, clients: int) -> UsageCounter:
     for i in range(clients):
-        counter.record({"legacy_upload_guard": "blocked"}, f"{i:012x}", "bench-client/1.0", "acme")
+        # A User-Agent string of its own per client, as each request's header is (one shared string understated what
+        # a row costs: issue 32).
+        counter.record({"legacy_upload_guard": "blocked"}, f"{i:012x}", f"bench-client/{i % 1 + 1}.0", "acme")
     return counter
 
 
@@ -362,12 +369,131 @@ async def _loop_lag_during_flush(url: str, clients: int, at: float) -> tuple[flo
     return lags[-1], lags[int(len(lags) * 0.99)]
 
 
+# --- 3. reading a large ledger: the status page ---------------------------------------------------------------------
+
+
+def _seed(url: str, clients: int, at: float) -> None:
+    """``clients`` client rows of this hour and their total, inserted as they are (quicker than upserts)."""
+    from gateway.ops.ledger.schema import clients as client_rows, totals
+
+    store = Store(url, timeout=120)
+    store.migrate()
+    hour = int(at) // 3600 * 3600
+    with store.engine.begin() as conn:
+        for start in range(0, clients, 20_000):
+            conn.execute(client_rows.insert(), [
+                {"bucket": hour, "behaviour": "board_cards", "tenant": "bench", "client": f"{i:012x}",
+                 "user_agent": "bench-client/1.0", "decision": "full:passed", "requests": 2, "first_seen": at - i,
+                 "last_seen": at - i} for i in range(start, min(clients, start + 20_000))])
+        conn.execute(totals.insert(), [{"bucket": hour, "behaviour": "board_cards", "tenant": "bench",
+                                        "decision": "full:passed", "requests": 2 * clients, "untracked": 0}])
+    store.close()
+
+
+def reads(tmp: Path, clients: int, postgres: Any, duration: float, pages: int, interval: float) -> list[str]:
+    """The status page over a ledger holding ``clients`` client rows in its window (the default 30 days), per
+    database: one read's time (a window of its own: a query, not a shared answer) and the gateway's peak memory
+    growth over it; then the public listener's latency with no page open and with ``pages`` pages refreshing every
+    ``interval`` seconds (staggered), ``duration`` seconds each. The latency comes from a probe in another process
+    (tests/process_testlib.py), one GET of a board at a time, every 10 ms, through board_cards: every request is
+    recorded, so each page's read finds new counts and queries the database (the worst case: pages refreshed with
+    no new usage share one answer)."""
+    from benchlib import percentile, proc_status
+    from tests.process_testlib import LivezProbe
+
+    nginx = tool("nginx")
+    urls = {"SQLite": f"sqlite:///{tmp}/reads.sqlite3"}
+    if postgres is not None:
+        urls["PostgreSQL"] = _pg_url(postgres)
+    lines = []
+    token = "bench-admin-token-0123456789"
+    headers = {"Authorization": f"Bearer {token}"}
+    with harness.Stack() as stack:
+        docroot = tmp / "www-r"
+        (docroot / "api/v1/boards").mkdir(parents=True)
+        (docroot / "api/v1/boards/1").write_bytes(json.dumps(BOARD).encode())
+        upstream_port = harness.pick_ports(18680, 1)[0]
+        conf = harness.nginx_conf(tmp, "upstream-r", NGINX_BOARD.format(host=harness.HOST, port=upstream_port,
+                                                                        docroot=docroot))
+        upstream = stack.start(harness.Proc("upstream-r", [nginx, "-p", str(tmp), "-c", str(conf)], tmp))
+        harness.wait_ready(upstream, harness.port_accepts(upstream_port))
+        for name, url in urls.items():
+            _seed(url, clients, time.time())
+            port, admin = harness.pick_ports(18690, 2)
+            config = {
+                "server": {"listen": f"{harness.HOST}:{port}", "admin_listen": f"{harness.HOST}:{admin}",
+                           "admin_token": token, "shutdown_timeout": 2},
+                "tenants": [{"name": "bench", "hosts": [harness.HOST],
+                             "upstream": f"http://{harness.HOST}:{upstream_port}", "created": "2025-01-01"}],
+                "routes": [{"name": "board", "methods": ["GET", "HEAD"], "paths": ["/boards/{board_id}"],
+                            "chain": [{"board_cards": {"cap": 100}}]}],
+                "usage": {"ledger": {"url": url}},
+            }
+            path = tmp / f"gw-r-{name}.yaml"
+            path.write_text(json.dumps(config))
+            env = {**os.environ, "GATEWAY_NOW": "2026-09-15T00:00:00Z"}  # before the cap: cards pass, counted
+            argv = [sys.executable, "-m", "gateway", "serve", "--config", str(path), "--log-level", "warning"]
+            proc = stack.start(harness.Proc(f"gw-r-{name}", argv, tmp, f"gw-r-{name}.log", env=env, cwd=tmp))
+            harness.wait_ready(proc, lambda: harness.http(f"http://{harness.HOST}:{admin}/readyz")[0] == 200)
+            page = f"http://{harness.HOST}:{admin}/status.json"
+            before = proc_status(proc.pid, "VmHWM") or 0
+            started = time.perf_counter()
+            status, body = harness.http(page + "?since=29d", timeout=120, headers=headers)
+            one = time.perf_counter() - started
+            assert status == 200, (status, body[:300])
+            grown = (proc_status(proc.pid, "VmHWM") or 0) - before
+            listed = json.loads(body)["usage"]["policies"][0]["clients"]
+            assert listed == clients, (listed, clients)
+            figures = {}
+            for label, count in (("no page", 0), (f"{pages} pages", pages)):
+                probe = LivezProbe(port, path="/api/v1/boards/1")
+                times: list[float] = []
+                stop = threading.Event()
+
+                def refresh(offset: float) -> None:
+                    if stop.wait(offset):
+                        return
+                    while True:
+                        began = time.perf_counter()
+                        answer, _ = harness.http(page, timeout=120, headers=headers)
+                        assert answer == 200, answer
+                        times.append(time.perf_counter() - began)
+                        if stop.wait(max(0.0, interval - (time.perf_counter() - began))):
+                            return
+
+                threads = [threading.Thread(target=refresh, args=(i * interval / max(count, 1),))
+                           for i in range(count)]
+                for thread in threads:
+                    thread.start()
+                time.sleep(duration)
+                stop.set()
+                for thread in threads:
+                    thread.join()
+                asyncio.run(probe.finish())
+                figures[label] = (probe.p99, probe.worst, probe.count, times)
+            stack.stop(proc)
+            quiet, busy = figures["no page"], figures[f"{pages} pages"]
+            lines.append(
+                f"{name}: {clients:,} clients in the window: one /status.json read {one:.2f} s, the gateway's peak "
+                f"memory +{grown / 2**20:.0f} MiB; the public listener's p99 {quiet[0] * 1000:.1f} ms with no page "
+                f"open, {busy[0] * 1000:.1f} ms with {pages} pages refreshing every {interval:g} s (slowest "
+                f"{quiet[1] * 1000:.0f} and {busy[1] * 1000:.0f} ms; {busy[2]:,} requests; {len(busy[3])} page reads, "
+                f"median {percentile(busy[3], 0.5):.2f} s)")
+            print(lines[-1], flush=True)
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=10)
     parser.add_argument("--clients", type=int, default=100_000)
     parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--skip-flush", action="store_true")
+    parser.add_argument("--reads", type=int, default=0, metavar="N",
+                        help="also read the status page over a ledger of N clients (e.g. 100000), with the public "
+                             "listener's latency meanwhile")
+    parser.add_argument("--reads-duration", type=float, default=30)
     parser.add_argument("--keep-tmp", action="store_true", help="keep the temporary directory (callgrind's dumps)")
     parser.add_argument("--instructions", type=int, default=0, metavar="N",
                         help="also count instructions per request under callgrind over N requests (e.g. 4000)")
@@ -399,8 +525,13 @@ def main() -> int:
                 print(f"| {name} | {path / 1e6:.4f} M | {path / base_path:.3f}x | {flush / 1e6:.1f} M | "
                       f"{(path + flush / n) / base_path:.3f}x | {(path + flush / 40_000) / base_path:.3f}x |")
         print()
-        for line in flush_cost(tmp, args.clients, postgres):
-            print(f"- {line}")
+        if not args.skip_flush:
+            for line in flush_cost(tmp, args.clients, postgres):
+                print(f"- {line}")
+        if args.reads:
+            print()
+            for line in reads(tmp, args.reads, postgres, args.reads_duration, pages=3, interval=10):
+                print(f"- {line}")
         with open("/proc/loadavg") as f:
             print(f"\nload average at the end: {f.read().split()[:3]}")
     finally:

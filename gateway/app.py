@@ -21,6 +21,7 @@ from .edge.route_table import RouteTable
 from .edge.serve import Edge, GatewayState, InFlight
 from .edge.tenancy import TenantResolver
 from .ops.access_log import AccessLogWriter, LineSink, Recorder
+from .ops.admin import COOKIE as ADMIN_COOKIE
 from .ops.ledger import Ledger, LedgerFamilies
 from .ops.metrics import Metrics
 from .ops.tracing import Tracing
@@ -94,7 +95,7 @@ def build_state(config: LoadedConfig, proxy: Next, clock: Clock, metrics: Metric
 
 
 # What the admin listener reads from the config in force at each request: a reload applies it at once.
-_LIVE_SERVER_KEYS = frozenset({"admin_token", "admin_open", "admin_hosts"})
+_LIVE_SERVER_KEYS = frozenset({"admin_token", "admin_open", "admin_hosts", "admin_login_lifetime"})
 
 
 def _restart_part(model: Any, section: str) -> Any:
@@ -166,10 +167,12 @@ class Gateway:
         self.proxy = ProxyCore(
             self._client, trust_forwarded=server.trust_forwarded_headers, forwarded_header=server.forwarded_header,
             max_concurrent_per_tenant=upstream.max_concurrent_per_tenant, queue_timeout=upstream.queue_timeout,
+            strip_cookie=ADMIN_COOKIE,
         )
         self._state = build_state(self._config, self.proxy, self.clock, self.metrics, self.spool)
         self.tracing.start()
-        self.edge = Edge(lambda: self.state, self.proxy, self.recorder, self.in_flight, send, self.tracing)
+        self.edge = Edge(lambda: self.state, self.proxy, self.recorder, self.in_flight, send, self.tracing,
+                         self.clock)
         if self.ledger is not None:
             await self.ledger.start()  # in the background: the gateway serves whether its database answers or not
         self.ready = True

@@ -7,8 +7,10 @@ import argparse
 import asyncio
 import logging
 import os
+import re
 import resource
 import signal
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from typing import Literal
@@ -18,15 +20,18 @@ from aiohttp import web
 from . import __version__
 from .app import Gateway, load_config
 from .config import ADMIN_PATHS, ConfigError, ListenAddress, LoadedConfig, parse_listen
+from .core import aiohttp_fast
 from .edge.tenancy import TenantResolver
 from .ops.admin import make_admin_app
 from .ops.gc_pauses import freeze_startup
 from .ops.heap import keep_freed_memory
 from .ops.ledger import commands as ledger_commands
 from .ops.log_format import RedactingFormatter, setup_logging
+from .ops.probe import ADMIN_LISTEN_ENV
 from .ops.status import ConfigHistory
 from .ops.workers import Peers, become_supervisor
 from .server.acceptor import Acceptor, listening_socket
+from .server.listener import admin_listener, admin_metric_events
 
 __all__ = ("main",)
 
@@ -53,7 +58,9 @@ def _parser() -> argparse.ArgumentParser:
         "(/metrics, /livez, /readyz, /status). SIGTERM or SIGINT drains and stops it, SIGHUP reloads the file.")
     serve.add_argument("--config", default=DEFAULT_CONFIG, metavar="FILE", help=config_help)
     serve.add_argument("--listen", type=_listen, metavar="HOST:PORT", help="override server.listen")
-    serve.add_argument("--admin-listen", type=_listen, metavar="HOST:PORT", help="override server.admin_listen")
+    serve.add_argument("--admin-listen", type=_listen, metavar="HOST:PORT",
+                       help=f"override server.admin_listen and {ADMIN_LISTEN_ENV} (the environment variable the "
+                       "container image sets, which its health check reads)")
     serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                        help="diagnostic log on stderr, from this level up (default: %(default)s)")
     serve.add_argument("--workers", type=int, default=1, metavar="N",
@@ -89,11 +96,15 @@ def _parser() -> argparse.ArgumentParser:
     migrate.add_argument("--config", default=DEFAULT_CONFIG, metavar="FILE", help=config_help)
     rollout = sub.add_parser(
         "rollout", help="the phase of each dated behaviour per tenant at an instant, and why",
-        description="For each tenant and dated behaviour: the phase in force, why, the next change, brownouts ahead, "
-        "exemptions and bridges (docs/rollout.md). Exit status 2 on a config error, a bad instant or an unknown host.")
+        description="For each tenant and dated behaviour: the phase in force, why, the next change, brownouts, "
+        "shadows, ramps, freezes, exemptions and bridges (docs/rollout.md); with --client (and --user-agent), where "
+        "that client stands and why. Exit status 2 on a config error, a bad instant, an unknown host or fingerprint.")
     rollout.add_argument("--config", default=DEFAULT_CONFIG, metavar="FILE", help=config_help)
     rollout.add_argument("--at", metavar="INSTANT", help="ISO 8601 date or date-time (default: the gateway's clock)")
-    rollout.add_argument("--host", help="only the tenant that serves this Host")
+    rollout.add_argument("--host", help="only the tenant that serves this Host (needed with --client)")
+    rollout.add_argument("--client", metavar="FINGERPRINT",
+                         help="one client, by its token fingerprint (12 hex digits, as the access log shows it)")
+    rollout.add_argument("--user-agent", metavar="TEXT", help="with --client: the User-Agent it sends")
     return parser
 
 
@@ -152,17 +163,18 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
     admin_runner = web.AppRunner(make_admin_app(gateway, history=history), access_log=None)
     await runner.setup()
     await admin_runner.setup()
+    assert admin_runner.server is not None
+    admin = admin_listener(admin_runner.server, server, admin_metric_events(gateway.metrics))
     freeze_startup()  # before the first request: no full collection walks start-up's objects again
     acceptor: Acceptor | None = None
+    admin_acceptor: Acceptor | None = None
+    backoffs = gateway.metrics.accept_backoffs
     try:
-        try:
-            sock = listening_socket(listen.host, listen.port, backlog=server.backlog, reuse_port=reuse_port)
-        except OSError as err:
-            raise OSError(err.errno, f"{listen}: {err.strerror or err}") from None
+        sock = _listening(listen, server.backlog, reuse_port)
         assert runner.server is not None
-        acceptor = Acceptor(sock, runner.server)
-        await web.TCPSite(admin_runner, admin_listen.host, admin_listen.port, reuse_address=True,
-                          reuse_port=reuse_port).start()
+        acceptor = Acceptor(sock, runner.server, backed_off=backoffs.labels("public").inc)
+        admin_sock = _listening(admin_listen, _ADMIN_BACKLOG, reuse_port)
+        admin_acceptor = Acceptor(admin_sock, admin, name="admin", backed_off=backoffs.labels("admin").inc)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -170,8 +182,12 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
         if peers is not None and (peers.orphaned() or peers.stopping()):
             stop.set()  # the supervisor died or was stopped while this worker started (its SIGTERM came too early)
         loop.add_signal_handler(signal.SIGHUP, _reload, gateway, config_path, history, formatter)
+        # A worker under --workers starts with SIGHUP blocked (gateway.ops.workers): one that came since it read the
+        # file is delivered now, to this handler, which reads it again. (Nothing blocked: nothing changes.)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
         print(f"gateway {__version__} listening on http://{listen} (admin http://{admin_listen}"
               f"{_admin_access(config)})", flush=True)
+        log.info("%s", aiohttp_fast.describe())  # which of aiohttp's private pieces are used, and why not the others
         await stop.wait()
         # Readiness turns 503 first, so load balancers stop sending before the listener closes.
         gateway.ready = False
@@ -189,7 +205,10 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
     finally:
         if acceptor is not None:
             await acceptor.close()
+        if admin_acceptor is not None:
+            await admin_acceptor.close()
         await runner.cleanup()
+        await admin.shutdown(_CUT_GRACE)
         await admin_runner.cleanup()
         await gateway.close()  # the usage ledger's last write, within usage.ledger.flush_timeout
         if peers is not None:
@@ -198,6 +217,15 @@ async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, 
 
 # After the drain: how long aiohttp's shutdown gives the requests the deadline cut to unwind (their records).
 _CUT_GRACE = 1.0
+# The admin listener's backlog (its connections are few: probes, scrapes, an operator's browser).
+_ADMIN_BACKLOG = 128
+
+
+def _listening(address: ListenAddress, backlog: int, reuse_port: bool) -> socket.socket:
+    try:
+        return listening_socket(address.host, address.port, backlog=backlog, reuse_port=reuse_port)
+    except OSError as err:
+        raise OSError(err.errno, f"{address}: {err.strerror or err}") from None
 
 
 def _admin_access(config: LoadedConfig) -> str:
@@ -240,8 +268,9 @@ def _refused(gateway: Gateway, history: ConfigHistory | None, problems: int) -> 
         history.refused(problems)
 
 
-def _rollout(config_path: str, at: str | None, host: str | None) -> int:
-    from .rollout import clock_from_config, describe, parse_instant
+def _rollout(config_path: str, at: str | None, host: str | None, client: str | None = None,
+             user_agent: str | None = None) -> int:
+    from .rollout import HeaderClient, clock_from_config, describe, describe_client, parse_instant
 
     try:
         config = load_config(config_path)
@@ -255,6 +284,13 @@ def _rollout(config_path: str, at: str | None, host: str | None) -> int:
     except ValueError as err:
         print(f"gateway: --at: {err}" if at is not None else f"gateway: {err}", file=sys.stderr)
         return 2
+    if (client is not None or user_agent is not None) and host is None:
+        print("gateway: --client and --user-agent need --host (a client belongs to one company)", file=sys.stderr)
+        return 2
+    if client is not None and not re.fullmatch(r"[0-9a-f]{12}", client):
+        print(f"gateway: --client: {client[:40]!r} is not a token fingerprint (12 lowercase hex digits)",
+              file=sys.stderr)
+        return 2
     names = None
     if host is not None:
         tenant = TenantResolver.of(config).resolve(host)
@@ -263,7 +299,14 @@ def _rollout(config_path: str, at: str | None, host: str | None) -> int:
             return 2
         names = [tenant.name]
     print(f"rollout at {now.isoformat()} ({config.source})")
-    print("\n".join(describe(config.rollout_plan(), now, names)))
+    plan = config.rollout_plan()
+    if names is not None and (client is not None or user_agent is not None):
+        headers = {"User-Agent": user_agent} if user_agent is not None else {}
+        who = " ".join(part for part in (client and f"fingerprint {client}", user_agent and f"User-Agent {user_agent!r}")
+                       if part)
+        print("\n".join(describe_client(plan, now, names[0], HeaderClient(headers, client), who)))
+        return 0
+    print("\n".join(describe(plan, now, names)))
     return 0
 
 
@@ -296,10 +339,17 @@ def _outside_the_ledger(path: Sequence[int | str]) -> bool:
     return list(path[:2]) != ["usage", "ledger"]
 
 
+def _admin_listen_from_env() -> ListenAddress | None:
+    """GATEWAY_ADMIN_LISTEN, between --admin-listen and the file: the container image sets it, and its health check
+    (``gateway.ops.probe``) reads it too, so that both follow the admin listener wherever it is moved."""
+    value = os.environ.get(ADMIN_LISTEN_ENV)
+    return parse_listen(value) if value else None
+
+
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "rollout":
-        return _rollout(args.config, args.at, args.host)
+        return _rollout(args.config, args.at, args.host, args.client, args.user_agent)
     if args.command in ("usage", "migrate"):
         try:
             config = load_config(args.config, unneeded=_outside_the_ledger)
@@ -329,9 +379,18 @@ def _main(argv: Sequence[str] | None) -> int:
         print(err, file=sys.stderr)
         return 2
     formatter.use_secrets(config.secrets.redact)
+    try:
+        aiohttp_fast.check()
+    except ValueError as err:  # a wrong GATEWAY_AIOHTTP_FAST_PATHS
+        print(f"gateway: {err}", file=sys.stderr)
+        return 2
     server = config.model.server
     listen = args.listen or server.listen
-    admin_listen = args.admin_listen or server.admin_listen
+    try:
+        admin_listen = args.admin_listen or _admin_listen_from_env() or server.admin_listen
+    except ValueError as err:
+        print(f"gateway: {ADMIN_LISTEN_ENV}: {err}", file=sys.stderr)
+        return 2
     if not 1 <= args.workers <= 64:
         print("gateway: --workers must be between 1 and 64", file=sys.stderr)
         return 2

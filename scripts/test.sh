@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs the whole test suite; installs what it needs into .venv first (idempotent, pinned versions).
+# Runs the whole test suite; installs what it needs into .venv first: the runtime and, on top, the test tools
+# (scripts/bootstrap.sh --test: requirements.lock and requirements-test.lock, pinned versions; idempotent).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-"$root/scripts/bootstrap.sh"
+"$root/scripts/bootstrap.sh" --test
 # tests/differential runs real Node parsers (busboy, formidable) and writers: installed with npm ci from their
 # lockfile, again only when it changes. Without node and npm those tests fail and say why.
 node_dir="$root/tests/differential/node"

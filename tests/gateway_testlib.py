@@ -171,6 +171,19 @@ async def read_answer(reader: asyncio.StreamReader, timeout: float, *, read_unti
     return b"".join(chunks)
 
 
+async def closed_within(reader: asyncio.StreamReader, timeout: float) -> bool:
+    """Whether the server closes the connection within ``timeout`` (what it sends before is read and dropped)."""
+    try:
+        async with asyncio.timeout(timeout):
+            while await reader.read(4096):
+                pass
+    except TimeoutError:
+        return False
+    except ConnectionError:
+        pass
+    return True
+
+
 async def raw_exchange(port: int, data: bytes, *, timeout: float = 5.0, read_until_close: bool = True) -> bytes:
     """Send raw bytes to 127.0.0.1:port and return everything the server answers until it closes (or times out)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)

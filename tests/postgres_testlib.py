@@ -47,9 +47,13 @@ class Postgres:
     def url(self, database: str, password: str = "${LEDGER_PASSWORD}") -> str:
         return f"postgresql://{USER}:{password}@127.0.0.1:{self.port}/{database}"
 
-    def create_database(self) -> str:
+    def create_database(self, encoding: str | None = None) -> str:
+        """A new database; ``encoding``: other than the server's UTF-8 (LATIN1: a database that cannot store every
+        character a client may send)."""
         name = "ledger_" + uuid.uuid4().hex[:12]
-        self._run(str(self.bin / "createdb"), "-h", str(self.directory), "-p", str(self.port), "-U", USER, name)
+        options = ["-E", encoding, "-T", "template0", "-l", "C"] if encoding else []
+        self._run(str(self.bin / "createdb"), "-h", str(self.directory), "-p", str(self.port), "-U", USER, *options,
+                  name)
         return name
 
     def start(self) -> None:

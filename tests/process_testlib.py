@@ -127,37 +127,41 @@ async def start(data: dict[str, Any], tmp_path: Path, *, env: dict[str, str] | N
     return item
 
 
-# Asks the admin /livez every 10 ms until its stdin closes, then prints the longest answer time and the count. A
-# process of its own: in the caller's process, the GIL and the event loop serving the pages would be measured too.
-_LIVEZ_PROBE = """
+# Asks for a path every 10 ms until its stdin closes, then prints the longest answer time and the count. A process of
+# its own: in the caller's process, the GIL and the event loop serving the pages would be measured too.
+_PROBE = """
 import http.client, json, sys, threading, time
-port, worst, count, done = int(sys.argv[1]), 0.0, 0, threading.Event()
+port, path, host = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+times, done = [], threading.Event()
 threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
 while not done.is_set():
     started = time.monotonic()
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    connection.request("GET", "/livez")
+    connection.request("GET", path, headers={"Host": host} if host else {})
     response = connection.getresponse()
     response.read()
     assert response.status == 200, response.status
     connection.close()
-    worst, count = max(worst, time.monotonic() - started), count + 1
+    times.append(time.monotonic() - started)
     time.sleep(0.01)
-print(json.dumps({"worst": worst, "count": count}))
+times.sort()
+print(json.dumps({"worst": times[-1] if times else 0.0, "count": len(times),
+                  "p99": times[int(len(times) * 0.99)] if times else 0.0}))
 """
 
 
 class LivezProbe:
-    """How long a gateway's admin ``/livez`` takes at worst (seconds) while it works: asked from another process
-    from construction until ``finish``. Used by tests/integration/test_bridge_bounds.py and bench/bridges.py."""
+    """How long a gateway's admin ``/livez`` (or another ``path`` answered 200) takes at worst (seconds) while it
+    works: asked from another process from construction until ``finish``. Used by
+    tests/integration/test_bridge_bounds.py, test_usage_ledger.py (a public path) and bench/bridges.py."""
 
-    def __init__(self, port: int, python: str = sys.executable) -> None:
-        self._proc = subprocess.Popen([python, "-c", _LIVEZ_PROBE, str(port)], stdin=subprocess.PIPE,
+    def __init__(self, port: int, python: str = sys.executable, *, path: str = "/livez", host: str = "") -> None:
+        self._proc = subprocess.Popen([python, "-c", _PROBE, str(port), path, host], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE)
-        self.worst = 0.0
+        self.worst = self.p99 = 0.0
         self.count = 0
 
     async def finish(self) -> None:
         out, _ = await asyncio.get_running_loop().run_in_executor(None, self._proc.communicate, b"")
         result = json.loads(out)
-        self.worst, self.count = result["worst"], result["count"]
+        self.worst, self.p99, self.count = result["worst"], result["p99"], result["count"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -107,7 +108,9 @@ def test_host_says_when_the_companys_bridges_apply(tmp_path: Path, capsys) -> No
     path.write_text(yaml.safe_dump(config))
     code, out, _ = run(capsys, "--config", str(path), "--at", "2026-11-24T12:00:00Z", "--host", "acme.test")
     assert code == 0
-    assert "    bridge card_backfill: on for the company (exemptions below may say otherwise for a client)" in out
+    # Removed: the company's clients get no cards, so the backfill serves only the client kept at full.
+    assert "    bridge card_backfill: on for the company, but in its phase removed it acts only for the clients that " \
+           "exemption 'old-mobile' keeps at full or capped\n" in out
     assert "exemption 'old-mobile' (active): token fingerprint 0123456789ab keeps at most full, bridge " \
            "card_backfill on until 2027-01-01" in out
     assert "exemption 'scripts' (active): header User-Agent starting 'legacy-cli/' keeps at most removed, bridge " \
@@ -129,3 +132,38 @@ def test_a_bridge_exemption_may_name_the_last_phase_but_a_plain_one_may_not(tmp_
         assert (code == 0) is ok, err
         if not ok:
             assert "phase 'removed' is the last one of board_cards: nothing to keep" in err
+
+
+_BRIDGED = {"name": "acme", "hosts": ["acme.test"], "upstream": "http://127.0.0.1:1", "created": "2026-06-01",
+            "bridges": {"card_backfill": True, "upload_upgrade": True}}
+
+
+@pytest.mark.parametrize(("tenant", "exemptions", "at", "line"), [
+    # The card backfill acts where the phase shows cards.
+    ({}, [], "2026-09-01", "bridge card_backfill: on for the company, acting in its phase full"),
+    ({}, [], "2026-10-15", "bridge card_backfill: on for the company, acting in its phase capped"),
+    ({}, [], "2026-11-24", "bridge card_backfill: on for the company, but idle in its phase removed: it acts in full "
+                           "or capped only, where no client is"),
+    # In removed, only for exempted clients kept where cards show (not one whose exemption turns the bridge off, nor
+    # one kept at removed, nor an expired one).
+    ({}, [{"name": "a", "phase": "capped", "until": "2027-01-01", "token_fingerprint": "0123456789ab"},
+          {"name": "b", "phase": "full", "until": "2027-01-01", "token_fingerprint": "0123456789ac", "bridge": False},
+          {"name": "c", "phase": "full", "until": "2026-11-01", "token_fingerprint": "0123456789ad"},
+          {"name": "d", "phase": "full", "until": "2027-01-01", "header": {"name": "User-Agent", "prefix": "d/"}}],
+     "2026-11-24", "bridge card_backfill: on for the company, but in its phase removed it acts only for the clients "
+                   "that exemptions 'a', 'd' keep at full or capped"),
+    # The upload upgrade acts where an upload would be refused.
+    ({}, [], "2026-11-24", "bridge upload_upgrade: on for the company, acting in its phase forbidden"),
+    ({"created": "2025-01-01", "restricted_file_access": True, "forbid_legacy_uploads": False}, [], "2026-11-24",
+     "bridge upload_upgrade: on for the company, but idle in its phase allowed: it acts in forbidden only, where no "
+     "client is"),
+    ({"bridges": {}}, [], "2026-11-24", "bridge card_backfill: off for the company"),
+])
+def test_the_bridge_line_says_where_the_bridge_acts(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    tenant: dict[str, Any], exemptions: list[dict[str, Any]],
+                                                    at: str, line: str) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump({"rollout": {"exemptions": exemptions}, "tenants": [{**_BRIDGED, **tenant}]}))
+    code, out, err = run(capsys, "--config", str(path), "--at", f"{at}T12:00:00Z")
+    assert code == 0, err
+    assert f"    {line}\n" in out, out

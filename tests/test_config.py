@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+import re
 import datetime as dt
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gateway.app import ConfigError, load_config, parse_config
 
@@ -116,3 +118,29 @@ def test_yaml_mistakes_are_reported_with_their_line(tmp_path: Path) -> None:
         load_config(broken)
     with pytest.raises(ConfigError, match="cannot read the file"):
         load_config(tmp_path / "missing.yaml")
+
+
+SHIPPED_CONFIGS = [ROOT / "config/gateway.yaml", *sorted((ROOT / "deploy/kubernetes").rglob("gateway.yaml"))]
+
+
+def _documented_default(section: str, key: str) -> str:
+    text = (ROOT / "docs/configuration.md").read_text()
+    part = text[text.index(f"## `{section}`"):]
+    match = re.search(rf"^\| `{key}` \| `([^`]*)` \|", part[:part.index("\n## ", 1)], re.M)
+    assert match is not None, f"docs/configuration.md: no row for {section}.{key}"
+    return match.group(1)
+
+
+def test_the_shipped_configs_close_idle_upstream_connections_before_an_upstream_would() -> None:
+    """docs/configuration.md: upstream.keepalive_timeout stays below the upstream's own idle timeout, 4 s by default
+    (below Node's and Apache's 5 s). A shipped config does not know its service's (the default one is copied for a
+    real service): none may go above the documented default."""
+    from gateway.config.upstream import UpstreamConfig
+
+    documented = float(_documented_default("upstream", "keepalive_timeout"))
+    assert documented == UpstreamConfig.model_fields["keepalive_timeout"].default == 4
+    assert len(SHIPPED_CONFIGS) == 3, SHIPPED_CONFIGS
+    for path in SHIPPED_CONFIGS:
+        upstream = (yaml.safe_load(path.read_text()) or {}).get("upstream") or {}
+        value = upstream.get("keepalive_timeout", documented)
+        assert 0 < value <= documented, f"{path.relative_to(ROOT)}: upstream.keepalive_timeout {value}"

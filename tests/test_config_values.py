@@ -88,6 +88,8 @@ def test_the_base_config_is_valid(tmp_path: Path) -> None:
          "line 5: rollout.board_cards_cap: '9999-12-31' is outside the years 1970 to 9998"),
         # A date where text is meant, and the wrong YAML type where a date is meant.
         ("name: acme", "name: 2026-01-01", "line 9: tenants[0].name: String should match pattern"),
+        # A tenant name longer than the usage ledger's columns hold (PostgreSQL would refuse its every row).
+        ("name: acme", "name: " + "a" * 65, "line 9: tenants[0].name: String should have at most 64 characters"),
         ("created: 2026-06-01", "created: 20260601",
          "line 12: tenants[0].created: expected a date (YYYY-MM-DD), got a number (20260601)"),
         ("created: 2026-06-01", "created: true",
@@ -155,6 +157,48 @@ def test_each_problem_names_its_path_and_line(tmp_path: Path, old: str, new: str
 def test_each_section_problem_names_its_path_and_line(tmp_path: Path, section: str, expected: str) -> None:
     found = problems(tmp_path, f"{CONFIG}{section}\n")
     assert any(p.startswith(expected) for p in found), found
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        # Every section: the unknown key, its line, and the known key of that mapping nearest to it.
+        ("created: 2026-06-01", "crated: 2026-06-01",
+         "line 12: tenants[0].crated: Extra inputs are not permitted (did you mean 'created'?)"),
+        ("  drain_delay: 1", "  drian_delay: 1",
+         "line 3: server.drian_delay: Extra inputs are not permitted (did you mean 'drain_delay'?)"),
+        ("server:", "sever:", "line 1: sever: Extra inputs are not permitted (did you mean 'server'?)"),
+        ("{cap: 100}", "{cap: 100, removel: remove_key}",
+         "line 17: routes[0].chain[0].board_cards.removel: Extra inputs are not permitted (did you mean 'removal'?)"),
+        ("{cap: 100}", "{cap: 100, backfill: {page_sise: 10}}", "line 17: routes[0].chain[0].board_cards.backfill"
+         ".page_sise: Extra inputs are not permitted (did you mean 'page_size'?)"),
+        ("    paths:", "    path:", "line 15: routes[0].path: Extra inputs are not permitted (did you mean 'paths'?)"),
+        # The rollout's date flags are the policies' (checked by the registry's step): the same hint.
+        ("  board_cards_cap:", "  board_cards_cpa:",
+         "line 5: rollout.board_cards_cpa: Extra inputs are not permitted (did you mean 'board_cards_cap'?)"),
+        ("    created: 2026-06-01", "    created: 2026-06-01\n    rollout: {board_cards_removel: 2026-12-01}",
+         "line 13: tenants[0].rollout.board_cards_removel: Extra inputs are not permitted (did you mean "
+         "'board_cards_removal'?)"),
+        ("  brownouts: []", "  brownouts: []\n  exemptions: [{name: x, until: 2027-01-01, token_fingerprnt: abc}]",
+         "line 8: rollout.exemptions[0].token_fingerprnt: Extra inputs are not permitted (did you mean "
+         "'token_fingerprint'?)"),
+        ("    created: 2026-06-01", "    created: 2026-06-01\n    bridges: {card_backfil: true}",
+         "line 13: tenants[0].bridges.card_backfil: Extra inputs are not permitted (did you mean 'card_backfill'?)"),
+        # Nothing close: no guess.
+        ("created: 2026-06-01", "colour: blue", "line 12: tenants[0].colour: Extra inputs are not permitted"),
+    ],
+)
+def test_an_unknown_key_names_the_nearest_known_one(tmp_path: Path, old: str, new: str, expected: str) -> None:
+    found = problems(tmp_path, with_line(old, new))
+    assert expected in found, found
+
+
+def test_an_unknown_key_in_a_section_of_its_own_names_the_nearest_known_one(tmp_path: Path) -> None:
+    found = problems(tmp_path, f"{CONFIG}upstream:\n  keepalive_timout: 4\nusage:\n  ledger: {{flush_intreval: 1}}\n")
+    assert found == [
+        "line 19: upstream.keepalive_timout: Extra inputs are not permitted (did you mean 'keepalive_timeout'?)",
+        "line 21: usage.ledger.flush_intreval: Extra inputs are not permitted (did you mean 'flush_interval'?)",
+    ]
 
 
 def test_a_quoted_date_is_a_date_and_a_date_in_a_text_key_is_text(tmp_path: Path) -> None:

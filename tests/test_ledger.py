@@ -140,6 +140,9 @@ async def test_stopping_writes_what_is_held_and_counts_what_it_cannot(tmp_path: 
     assert _sample(registry, "gateway_usage_ledger_dropped_requests_total", reason="shutdown") == 6
     lines = [r.getMessage() for r in caplog.records if r.name == "gateway.ledger"]
     assert any("6 counted request(s) could not be written before exit" in line for line in lines)
+    # Counted once, as what it is: not also as the memory bound's (before: 6 more, and a false "memory bound" error).
+    assert _sample(registry, "gateway_usage_ledger_dropped_requests_total", reason="memory") == 0
+    assert not any("memory bound" in line for line in lines), lines
     # The password is never shown: not in the state, not in a log line.
     assert all("hunter2" not in line for line in lines) and "hunter2" not in str(ledger.status())
     assert "${LEDGER_PASSWORD}" in ledger.shown_url or "<redacted>" in ledger.shown_url
@@ -240,3 +243,119 @@ def test_ledgers_of_one_process_migrate_one_at_a_time(tmp_path: Path) -> None:
     finally:
         for store in stores:
             store.close()
+
+
+async def test_identical_reads_share_one_query_and_a_new_request_is_still_seen_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three status pages reading at once cost one query; a page refreshed within its freshness costs none while
+    this process has counted nothing since, and a read after a new request queries again (and sees it)."""
+    registry = CollectorRegistry()
+    ledger, counter = _ledger(f"sqlite:///{tmp_path}/usage.sqlite3", registry, flush_interval=3600)
+    original = Store.report
+    calls = []
+
+    def report(self: Store, query: Query) -> dict[str, Any]:
+        calls.append(query)
+        time.sleep(0.2)  # long enough for the three to meet
+        return original(self, query)
+
+    monkeypatch.setattr(Store, "report", report)
+    query = Query(*window(time.time() - 3600, time.time()))
+    await ledger.start()
+    try:
+        await _until(lambda: ledger.state == "ok")
+        _uploads(counter, 2)
+        answers = await asyncio.gather(*(ledger.report(query, fresh=10) for _ in range(3)))
+        assert len(calls) == 1 and all(a["behaviours"]["legacy_uploads"]["requests"] == 2 for a in answers)
+        again = await ledger.report(query, fresh=10)  # nothing counted since: the same answer
+        assert len(calls) == 1 and again == answers[0]
+        assert (await ledger.report(query))["behaviours"]["legacy_uploads"]["requests"] == 2  # fresh=0: a query
+        assert len(calls) == 2
+        _uploads(counter, 1)
+        seen = await ledger.report(query, fresh=10)  # a request since: read again, and it is there
+        assert len(calls) == 3 and seen["behaviours"]["legacy_uploads"]["requests"] == 3
+        other = Query(query.since, query.until, top=1)
+        await asyncio.gather(ledger.report(query, fresh=10), ledger.report(other, fresh=10))
+        assert len(calls) == 4  # another query is not the same read (and the first was still fresh)
+    finally:
+        await ledger.close()
+
+
+async def test_a_last_write_slower_than_its_timeout_is_waited_for_not_reported_lost(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The last write at exit outlives flush_timeout but commits: its outcome is waited for (within the last write's
+    budget, flush_timeout + 1 s) and nothing is reported lost (before: every request in it was, though all were in
+    the database). One that has not answered even then is said to be of unknown outcome, never counted as lost."""
+    original = Store.write
+    delay = {"seconds": 0.0}
+
+    def write(self: Store, *args: Any, **kwargs: Any) -> bool:
+        time.sleep(delay["seconds"])
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Store, "write", write)
+    caplog.set_level(logging.INFO, logger="gateway.ledger")
+    for seconds, answered in ((0.8, True), (2.5, False)):
+        registry = CollectorRegistry()
+        path = tmp_path / f"usage-{seconds}.sqlite3"
+        ledger, counter = _ledger(f"sqlite:///{path}", registry, flush_interval=3600, flush_timeout=0.3)
+        await ledger.start()
+        await _until(lambda: ledger.state == "ok")
+        delay["seconds"] = seconds
+        _uploads(counter, 5)
+        caplog.clear()
+        await ledger.close()
+        delay["seconds"] = 0.0
+        lines = [r.getMessage() for r in caplog.records if r.name == "gateway.ledger"]
+        assert _sample(registry, "gateway_usage_ledger_dropped_requests_total", reason="shutdown") == 0, lines
+        assert not any("could not be written" in line for line in lines), lines
+        unknown = any("5 counted request(s) were in a write that had not answered at exit" in line for line in lines)
+        assert unknown is not answered, lines
+        await _until(lambda: _stored(path) == 5)  # in the database (the slower one commits in its thread)
+
+
+async def test_the_pending_gauge_shows_what_is_held_between_attempts(tmp_path: Path) -> None:
+    """While writes fail and back off (1 s, 2 s, ... up to a minute), the gauge follows what is counted within a
+    second (before: it moved only at each attempt, and read 0 after a quiet spell while requests were held)."""
+    registry = CollectorRegistry()
+    ledger, counter = _ledger(f"postgresql://gw:pw@127.0.0.1:{free_port()}/ledger", registry, flush_interval=3600,
+                              flush_timeout=0.5)
+    await ledger.start()
+    try:
+        failures = "gateway_usage_ledger_flushes_total"
+        await _until(lambda: _sample(registry, failures, result="failure") >= 2)  # the next attempt: 1.6 s or more
+        _uploads(counter, 3)
+        await _until(lambda: _sample(registry, "gateway_usage_ledger_pending_requests") == 3, timeout=1.3)
+        assert _sample(registry, failures, result="failure") == 2  # no attempt meanwhile: the gauge moved by itself
+    finally:
+        await ledger.close()
+
+
+async def test_a_deleted_file_that_cannot_be_made_again_fails_writes_until_it_can(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The ledger's directory deleted with its file: the writes fail, saying why (the ledger is down, the status page
+    says so), the counts are held; once the directory is back, the file is made again and what was held is in it."""
+    import shutil
+
+    directory = tmp_path / "ledger"
+    directory.mkdir()
+    registry = CollectorRegistry()
+    ledger, counter = _ledger(f"sqlite:///{directory}/usage.sqlite3", registry)
+    caplog.set_level(logging.INFO, logger="gateway.ledger")
+    await ledger.start()
+    try:
+        await _until(lambda: ledger.state == "ok")
+        _uploads(counter, 2)
+        await _until(lambda: counter.pending == 0)
+        shutil.rmtree(directory)
+        _uploads(counter, 3)
+        await _until(lambda: ledger.state == "failing")
+        assert "was deleted and cannot be made again" in (ledger.error or "")
+        assert _sample(registry, "gateway_usage_ledger_up") == 0 and counter.pending == 3
+        directory.mkdir()
+        await _until(lambda: ledger.state == "ok", timeout=15)
+        assert "the file was deleted while in use" in (ledger.status()["notice"] or "")
+        assert _sample(registry, "gateway_usage_ledger_reopened_total") == 1
+    finally:
+        await ledger.close()
+    assert _stored(directory / "usage.sqlite3") == 3

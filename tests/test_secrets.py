@@ -4,6 +4,8 @@ values nor credentials written in an upstream URL are shown by check-config, the
 from __future__ import annotations
 
 import json
+import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +121,73 @@ def test_the_gateways_log_redacts_tracebacks_too() -> None:
     assert "unhandled error on route card_file" in out.stderr and "Traceback" in out.stderr
     assert "signature=" not in out.stderr and "dXNlcjpwYXNz" not in out.stderr
     assert "signed-files/abc?<redacted>" in out.stderr and "Basic <redacted>" in out.stderr
+
+
+# --- Query values of URLs, and short values -----------------------------------------------------------------------
+
+ENDPOINT = "http://127.0.0.1:4318/v1/traces?api_key=K3y-0f-the-vendor&region=eu"
+
+
+async def test_the_admin_config_masks_the_query_values_of_every_url(start_gateway, start_admin) -> None:
+    """A collector's endpoint may carry a vendor's key in its query, a database URL a password: /config showed
+    them. Every URL's query values are masked (the names stay)."""
+    import aiohttp
+
+    config = make_config("http://127.0.0.1:1", tracing={"export": {"endpoint": ENDPOINT}})
+    config["usage"] = {"ledger": {"enabled": False,
+                                  "url": "postgresql://gw@db.internal/usage?password=Pa55-in-the-query"}}
+    gw = await start_gateway(config)
+    admin = await start_admin(gw)
+    async with aiohttp.ClientSession() as client:
+        for path in ("/config", "/status", "/status.json"):
+            async with client.get(admin + path) as resp:
+                text = await resp.text()
+            assert resp.status == 200, path
+            assert "K3y-0f-the-vendor" not in text and "Pa55-in-the-query" not in text, path
+        async with client.get(admin + "/config") as resp:
+            shown = (await resp.json())["config"]
+    assert shown["tracing"]["export"]["endpoint"] == (
+        "http://127.0.0.1:4318/v1/traces?api_key=<redacted>&region=<redacted>")
+    assert shown["usage"]["ledger"]["url"] == "postgresql://<redacted>@db.internal/usage?password=<redacted>"
+
+
+def test_a_short_value_is_not_searched_for_in_text() -> None:
+    """With a password "e", "gat${PW}way": every "e" of every log line was masked, and what got masked confirmed a
+    guessed value. A value under 8 characters is masked where it stands (a URL's userinfo, a string of the config
+    that holds it); a longer one wherever it stands whole."""
+    from gateway.ops.log_format import RedactingFormatter
+
+    config = _with_upstream("http://gw:${PW}@upstream.internal")
+    config["tracing"] = {"export": {"service_name": "${SVC}"}}
+    loaded = parse_config(config, "t", {"PW": "e", "SVC": "e1"})
+    formatter = RedactingFormatter("%(message)s")
+    formatter.use_secrets(loaded.secrets.redact)
+
+    def logged(message: str) -> str:
+        return formatter.format(logging.LogRecord("gateway", logging.INFO, __file__, 1, message, None, None))
+
+    for line in ("deprecation gateway ready", "guessed e", "guessed f", "service e1 up"):
+        assert logged(line) == line  # nothing masked, so nothing confirmed
+    assert logged("cannot reach http://gw:e@up.internal/x") == "cannot reach http://<redacted>@up.internal/x"
+    shown = loaded.shown()
+    assert shown["tenants"][0]["upstream"] == "http://<redacted>@upstream.internal"
+    assert shown["tracing"]["export"]["service_name"] == "${SVC}"
+    assert shown["tracing"]["export"]["endpoint"] == "http://127.0.0.1:4318/v1/traces"
+    # Eight characters or more: masked where it stands whole, not inside another word.
+    redact = parse_config(_with_upstream("http://gw:${PW}@upstream.internal"), "t", {"PW": "postgres"}).secrets.redact
+    assert redact("user postgres refused (password postgres)") == "user ${PW} refused (password ${PW})"
+    assert redact("a postgresql database") == "a postgresql database"
+
+
+async def test_a_short_value_is_not_masked_in_the_gateways_log(tmp_path: Path) -> None:
+    """Through a real process: its log lines keep their "e"s, and /config masks the value where it stands."""
+    from tests.process_testlib import start
+
+    gw = await start(_with_upstream("http://gw:${PW}@127.0.0.1:1"), tmp_path, env={**os.environ, "PW": "e"})
+    try:
+        shown = await gw.get_json("/config")
+        assert shown["config"]["tenants"][0]["upstream"] == "http://<redacted>@127.0.0.1:1"
+    finally:
+        gw.stop()
+    log = gw.log.read_text()
+    assert "schema" in log and "${PW}" not in log

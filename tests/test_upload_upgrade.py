@@ -243,7 +243,8 @@ def test_gateway_rollout_host_names_the_bridge(tmp_path: Path, capsys: pytest.Ca
     path.write_text(yaml.safe_dump(config))
     assert main(["rollout", "--config", str(path), "--at", "2026-11-24T12:00:00Z", "--host", "acme.test"]) == 0
     out = capsys.readouterr().out
-    assert "    bridge upload_upgrade: on for the company (exemptions below may say otherwise for a client)" in out
+    assert "    bridge upload_upgrade: on for the company, acting in its phase forbidden (exemptions below may say " \
+           "otherwise for a client)" in out
     assert "exemption 'stuck' (active): token fingerprint 0123456789ab keeps at most forbidden, bridge " \
            "upload_upgrade off until 2027-01-01" in out
 

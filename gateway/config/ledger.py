@@ -10,7 +10,14 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from yarl import URL
 
-__all__ = ("DEFAULT_URL", "LedgerConfig", "database_url")
+__all__ = ("AGENT_WIDTH", "DEFAULT_URL", "NAME_WIDTH", "LedgerConfig", "database_url")
+
+# The widths of the ledger's key columns (``ops.ledger.schema``), in characters: every value that goes into one is
+# bounded before it gets there (PostgreSQL refuses a longer one; SQLite would keep it, to fail after a move). Names
+# (tenants, which the config bounds; behaviours and decisions, the policies'; token fingerprints, 12 characters) fit
+# NAME_WIDTH; the usage counter cuts User-Agents to AGENT_WIDTH.
+NAME_WIDTH = 64
+AGENT_WIDTH = 200
 
 # A file in the working directory: the demo and a single process work with no setup.
 DEFAULT_URL = "sqlite:///gateway-usage.sqlite3"
@@ -62,8 +69,9 @@ class LedgerConfig(BaseModel):
     # Hours older than this many days are deleted.
     retention_days: int = Field(default=400, ge=1, le=36500)
     # Most client rows held in memory while the database cannot be written; over it, requests still count in the
-    # totals (as untracked clients), never in a client's row.
-    max_pending_clients: int = Field(default=200_000, ge=100, le=10_000_000)
+    # totals (as untracked clients), never in a client's row. A row costs up to 800 bytes (a User-Agent of 200
+    # characters, tests/test_usage.py measures it): the default bound, at most about 80 MiB.
+    max_pending_clients: int = Field(default=100_000, ge=100, le=10_000_000)
 
     @field_validator("url")
     @classmethod

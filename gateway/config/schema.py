@@ -5,13 +5,15 @@ Values are read as their key means them, strictly (docs/configuration.md)."""
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import ipaddress
 import re
+import types
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -26,7 +28,8 @@ from pydantic import (
 )
 from yarl import URL
 
-from ..core.redaction import MASK, url_credentials, without_userinfo
+from ..core.keys import UNKNOWN_KEY, did_you_mean
+from ..core.redaction import MASK, url_credentials, without_query_values, without_userinfo
 from ..core.spec import RESTRICTED_BY_DEFAULT_FROM
 from ..core.template import PARAM
 from ..core.spool import SpoolConfig
@@ -34,7 +37,7 @@ from ..core.tenants import Tenant, canonical_host
 from ..rollout.behaviour import Behaviour
 from ..rollout.config import ConfigDate, RolloutConfig, TenantRollout
 from ..rollout.plan import RolloutPlan
-from .ledger import LedgerConfig
+from .ledger import NAME_WIDTH, LedgerConfig
 from .tracing import TracingConfig
 from .upstream import UpstreamConfig
 
@@ -195,11 +198,18 @@ class ServerConfig(_Model):
     method_override_look_ahead: int = Field(default=1 << 20, ge=4 << 10, le=64 << 20)
     # The admin listener (docs/operations.md, "Admin listener"). Its token: every admin path but /livez and /readyz
     # (and those in admin_open) needs it, as "Authorization: Bearer <token>", HTTP Basic (the token as password), or
-    # the cookie a browser gets from "?token=<token>" once. Give it as ${NAME}; unset, those paths are closed.
+    # the session cookie a browser gets from "?token=<token>" once. Give it as ${NAME}; unset, those paths are closed.
     admin_token: str | None = Field(default=None, min_length=16, max_length=4096, pattern=r"^[\x21-\x7e]+$")
+    # How long a browser's login (the session cookie "?token=<token>" sets) lasts, in seconds; a reload applies a
+    # shorter one to the cookies already given.
+    admin_login_lifetime: float = Field(default=43200.0, ge=60, le=30 * 86400)
     # Admin paths served without the token, opened on purpose: "/metrics" (an open scrape), any of ADMIN_PATHS, or
     # "all".
     admin_open: list[AdminPath] | Literal["all"] = []
+    # Most connections open at once on the admin listener: over it, the oldest connection not being served is closed
+    # to make room (or the new one, when all are being served), so the admin port never holds more descriptors than
+    # this (it has the client time limits above too).
+    admin_max_connections: int = Field(default=64, ge=1, le=10_000)
     # Host names the admin listener is known by, besides IP addresses and localhost: a request naming another Host
     # is refused (a DNS-rebinding page in an operator's browser names its own).
     admin_hosts: list[str] = []
@@ -240,7 +250,8 @@ class TenantBridges(_Model):
 
 
 class TenantConfig(_Model):
-    name: str = Field(pattern=_NAME_RE)
+    # At most the usage ledger's key columns hold: a longer name would stop every write to PostgreSQL.
+    name: str = Field(pattern=_NAME_RE, max_length=NAME_WIDTH)
     hosts: list[str] = Field(min_length=1)
     upstream: str
     created: ConfigDate | None = None
@@ -403,34 +414,60 @@ def _masked_url(value: str) -> str:
 _REFERENCE_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
+# A secret value shorter than this is not searched for in text: it would be found inside unrelated words (a password
+# "e" in every "gateway"), and what gets masked would confirm a guessed value. It is masked where it stands instead:
+# a config string that holds it (shown as written), a URL's userinfo.
+_MIN_SEARCHED = 8
+
+
+def _whole(value: str) -> str:
+    """A pattern of ``value`` where it stands whole: not run on from a word (a letter, digit or ``_``) at an edge
+    that is itself part of a word."""
+    head = r"(?<!\w)" if re.match(r"\w", value[0]) else ""
+    tail = r"(?!\w)" if re.match(r"\w", value[-1]) else ""
+    return head + re.escape(value) + tail
+
+
 @dataclass(frozen=True, slots=True)
 class Secrets:
     """Values the config took from the environment (``${NAME}``), shown as their reference wherever the config is
     shown: ``check-config``, the admin ``/config``, problems and log lines. Credentials in a URL are masked too: the
     userinfo of any URL (found by the URL parser, ``core.redaction``), and every spelling of the credentials of the
-    config's own URLs wherever they appear."""
+    config's own URLs wherever they appear; and the query values of any URL. In free text a value is searched for
+    only when it is 8 characters or longer, and only where it stands whole."""
 
     shown: Mapping[str, str] = dataclasses.field(default_factory=dict)  # value -> what is shown instead
+    # A config string that held a reference, as expanded -> as written: shown as written, whatever its values' length.
+    written: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    _searched: re.Pattern[str] | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Longest first: a secret that contains another is replaced whole.
+        values = sorted((value for value in self.shown if len(value) >= _MIN_SEARCHED), key=len, reverse=True)
+        object.__setattr__(self, "_searched", re.compile("|".join(map(_whole, values))) if values else None)
 
     def redact(self, text: str) -> str:
-        # Longest first: a secret that contains another is replaced whole.
-        for value in sorted(self.shown, key=len, reverse=True):
-            if value in text:
-                text = text.replace(value, self.shown[value])
-        return without_userinfo(text)
+        if self._searched is not None:
+            text = self._searched.sub(lambda found: self.shown[found.group(0)], text)
+        return without_userinfo(without_query_values(text))
+
+    def reference(self, value: str) -> str | None:
+        """The ``${NAME}`` the config took ``value`` from, or None (written in the file)."""
+        shown = self.shown.get(value)
+        return shown if shown is not None and shown.startswith("${") else None
 
     def with_values(self, values: Collection[str], shown: str = MASK) -> Secrets:
         """These secrets and more values (credentials of a URL, a token written in the file), shown as ``shown``."""
         added = {value: shown for value in values if value and value not in self.shown}
-        return Secrets({**self.shown, **added}) if added else self
+        return dataclasses.replace(self, shown={**self.shown, **added}) if added else self
 
     def with_url_credentials(self, urls: Collection[str]) -> Secrets:
         return self.with_values({c for url in urls for c in url_credentials(url)})
 
     def redact_data(self, data: Any) -> Any:
-        """A JSON-ready structure with every string redacted."""
+        """A JSON-ready structure with every string redacted (one that held a reference, as written)."""
         if isinstance(data, str):
-            return self.redact(data)
+            return self.redact(self.written.get(data, data))
         if isinstance(data, dict):
             return {key: self.redact_data(value) for key, value in data.items()}
         if isinstance(data, list):
@@ -445,6 +482,7 @@ def expand_references(data: Any, environ: Mapping[str, str],
     problem for each variable that is not set. ``unneeded(path)``: whether the key at ``path`` is one the command
     does not use; an unset variable there stays as its reference, not a problem."""
     shown: dict[str, str] = {}
+    written: dict[str, str] = {}
     problems: list[str] = []
 
     def expand(value: Any, where: list[int | str]) -> Any:
@@ -454,6 +492,7 @@ def expand_references(data: Any, environ: Mapping[str, str],
             return [expand(item, [*where, i]) for i, item in enumerate(value)]
         if not isinstance(value, str) or "$" not in value:
             return value
+        took: list[str] = []
 
         def substitute(match: re.Match[str]) -> str:
             name = match.group(1)
@@ -467,11 +506,15 @@ def expand_references(data: Any, environ: Mapping[str, str],
             secret = environ[name]
             if secret:
                 shown[secret] = match.group(0)
+                took.append(name)
             return secret
 
-        return _REFERENCE_RE.sub(substitute, value)
+        expanded = _REFERENCE_RE.sub(substitute, value)
+        if took:  # shown with its references, its "$$" as the "$" they stand for
+            written[expanded] = _REFERENCE_RE.sub(lambda match: match.group(0) if match.group(1) else "$", value)
+        return expanded
 
-    return expand(data, []), Secrets(shown), problems
+    return expand(data, []), Secrets(shown, written), problems
 
 
 @dataclass(frozen=True, slots=True)
@@ -514,12 +557,52 @@ def loc(parts: Sequence[int | str]) -> str:
     return out or "(top level)"
 
 
-def pydantic_problems(err: ValidationError, prefix: Sequence[int | str] = ()) -> list[str]:
+def pydantic_problems(err: ValidationError, prefix: Sequence[int | str] = (),
+                      model: type[BaseModel] | None = None) -> list[str]:
+    """Each error of ``model``'s validation as ``path: message``; an unknown key with the known key nearest to it."""
     problems = []
     for item in err.errors(include_url=False):
         msg = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden" and model is not None and item["loc"]:
+            msg = UNKNOWN_KEY + did_you_mean(item["loc"][-1], _keys_at(model, item["loc"][:-1]))
         problems.append(f"{loc([*prefix, *item['loc']])}: {msg}")
     return problems
+
+
+def _keys_at(model: type[BaseModel], path: Sequence[int | str]) -> set[str]:
+    """The keys the schema knows in the mapping at ``path`` under ``model`` (none where the path cannot be followed
+    through the annotations, as through a union's member named in the path)."""
+    kinds: list[Any] = [model]
+    for part in path:
+        kinds = [inner for kind in kinds for option in _options(kind) for inner in _inside(option, part)]
+    return {name for kind in kinds for option in _options(kind) if _is_model(option) for name in option.model_fields}
+
+
+def _options(kind: Any) -> list[Any]:
+    """``kind`` without Annotated's metadata, a union as its members."""
+    origin = get_origin(kind)
+    if origin is Annotated:
+        return _options(get_args(kind)[0])
+    if origin in (Union, types.UnionType):
+        return [option for member in get_args(kind) for option in _options(member)]
+    return [kind]
+
+
+def _is_model(kind: Any) -> bool:
+    return isinstance(kind, type) and issubclass(kind, BaseModel)
+
+
+def _inside(kind: Any, part: int | str) -> list[Any]:
+    """What ``kind`` holds at ``part``: a model's field, a list's or tuple's item, a mapping's value."""
+    origin, args = get_origin(kind), get_args(kind)
+    if _is_model(kind) and isinstance(part, str):
+        field = kind.model_fields.get(part)
+        return [field.annotation] if field is not None else []
+    if origin in (list, tuple, collections.abc.Sequence) and isinstance(part, int) and args:
+        return [args[0]]
+    if origin in (dict, collections.abc.Mapping) and len(args) == 2:
+        return [args[1]]
+    return []
 
 
 _TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
@@ -639,7 +722,7 @@ def parse_model(data: Any, source: str = "config", *, policies: Collection[str] 
     try:
         model = GatewayConfig.model_validate(data, context={"policies": policies} if policies is not None else None)
     except ValidationError as err:
-        raise ConfigError(pydantic_problems(err), source) from None
+        raise ConfigError(pydantic_problems(err, model=GatewayConfig), source) from None
     problems = model.cross_problems()
     if problems:
         raise ConfigError(problems, source)

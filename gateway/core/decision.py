@@ -57,3 +57,6 @@ class Decider(Protocol):
     """One request's rollout (``gateway.rollout.request.RequestRollout``): each behaviour decided once."""
 
     def decide(self, behaviour: str) -> Decision: ...
+
+    def previews(self) -> list[str]:
+        """``behaviour=phase`` for each behaviour decided that the client asked to preview."""

@@ -16,6 +16,7 @@ from aiohttp import hdrs, web
 from multidict import CIMultiDictProxy
 
 from .client_body import BodyError, ClientBody, Flow, Refuse, RequestBodyFilter
+from .decision import Decider, Decision
 from .http import new_request_id, token_fingerprint
 from .reply import (
     Body,
@@ -45,6 +46,8 @@ __all__ = (
     "ClientBody",
     "CoreRecord",
     "Cut",
+    "Decider",
+    "Decision",
     "Delivery",
     "Exchange",
     "Flow",
@@ -187,8 +190,8 @@ class Exchange:
     ``decisions`` and ``notes``, and the body's filters (``body.add_filter``). ``record`` is the core's."""
 
     __slots__ = ("request", "start", "tenant", "route", "params", "path", "query", "method", "request_id",
-                 "request_id_header", "upstream_headers", "decisions", "notes", "services", "trace", "record",
-                 "_body", "_body_timeout", "_client", "_head_as_get")
+                 "request_id_header", "upstream_headers", "decisions", "notes", "services", "trace", "rollout",
+                 "record", "_body", "_body_timeout", "_client", "_head_as_get")
 
     def __init__(self, request: web.BaseRequest, start: float, tenant: Tenant, route: Route,
                  params: dict[str, str], path: str, query: str, method: str, *, body_timeout: float = 60.0) -> None:
@@ -214,6 +217,8 @@ class Exchange:
         self.services: Services | None = None  # set by the gateway: the proxy core
         # Its place in a trace (set by the edge; None when it has none): every upstream request carries it on.
         self.trace: TraceContext | None = None
+        # Its phase of each dated behaviour, decided once for the whole request (set by the edge).
+        self.rollout: Decider | None = None
         self.record = CoreRecord()
         self._body: ClientBody | None = None
         self._body_timeout = body_timeout  # server.client_body_timeout
@@ -279,6 +284,12 @@ class Exchange:
         if self.services is None:
             raise RuntimeError("this exchange is not served by a proxy core")
         return await self.services.fetch(self, method, path, query=query, headers=headers, body=body, purpose=purpose)
+
+    def decide(self, behaviour: str) -> Decision:
+        """This request's phase of a dated behaviour (the same for every policy of the request)."""
+        if self.rollout is None:
+            raise RuntimeError("this exchange has no rollout (the edge sets it)")
+        return self.rollout.decide(behaviour)
 
     def ensure_request_id(self) -> str:
         """This request's id; one is made now if no ``request_id`` policy made one (an error answer names it)."""

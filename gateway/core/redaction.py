@@ -1,12 +1,11 @@
 """Credentials written in a URL (``scheme://user:password@host``), found by the URL parser, never by a pattern of
 what a password may hold.
 
-``without_userinfo`` masks the userinfo of every URL in a text (a config value, a problem, a log line): where a URL
-starts is the only thing searched for; its authority and userinfo are then what ``urllib.parse.urlsplit`` reads
-(the authority runs to the first ``/``, ``?`` or ``#``; the userinfo to its last ``@``), so quotes, spaces, ``@``,
-percent-escapes and non-ASCII characters in a password are masked whole. ``url_credentials`` gives, for a URL the
-config holds, every spelling of its credentials that some text could carry (as written, percent-encoded as yarl
-sends them, decoded), so that they are masked wherever they appear, URL or not.
+``without_userinfo`` masks the userinfo of every URL in a text: where a URL starts is the only thing searched for;
+its authority and userinfo are then what ``urllib.parse.urlsplit`` reads, so quotes, spaces, ``@``, percent-escapes
+and non-ASCII characters in a password are masked whole. ``without_query_values`` masks the value of every query
+parameter of every URL (a vendor's key, a database password). ``url_credentials`` gives, for a URL the config holds,
+every spelling of its credentials some text could carry (as written, as yarl encodes them, decoded).
 """
 
 from __future__ import annotations
@@ -16,11 +15,13 @@ from urllib.parse import urlsplit
 
 from yarl import URL
 
-__all__ = ("MASK", "url_credentials", "without_userinfo")
+__all__ = ("MASK", "url_credentials", "without_query_values", "without_userinfo")
 
 MASK = "<redacted>"
 # Where a URL may begin: its scheme and "://". What follows is left to the URL parser.
 _URL_START = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
+# A URL up to its query, then the query: both end at a space, a quote or an angle bracket (a URL in a sentence).
+_URL_QUERY = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^\s?#'\"<>]*\?)([^\s#'\"<>]*)")
 
 
 def _authority_end(text: str, start: int) -> int:
@@ -58,6 +59,22 @@ def without_userinfo(text: str) -> str:
     if "://" not in text:
         return text
     return "\n".join(_masked_line(line) if "://" in line else line for line in text.split("\n"))
+
+
+def without_query_values(text: str) -> str:
+    """``text`` with the value of every query parameter of every URL in it replaced by ``<redacted>``, the names
+    kept (``?api_key=<redacted>&region=<redacted>``); a parameter without ``=`` is masked whole."""
+    if "://" not in text or "?" not in text:
+        return text
+    return _URL_QUERY.sub(lambda found: found.group(1) + _masked_query(found.group(2)), text)
+
+
+def _masked_query(query: str) -> str:
+    parts = []
+    for part in query.split("&"):
+        name, sep, value = part.partition("=")
+        parts.append(f"{name}={MASK}" if sep and value else part if sep or not part else MASK)
+    return "&".join(parts)
 
 
 def url_credentials(value: str) -> set[str]:

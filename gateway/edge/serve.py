@@ -20,7 +20,8 @@ from ..core.tracecontext import TraceContext
 from ..ops.access_log import Recorder
 from ..ops.metrics import Metrics
 from ..ops.tracing import Tracing
-from ..rollout import RolloutPlan
+from ..rollout import Clock, RolloutPlan
+from ..rollout.request import KnownClients, RequestClient, RequestRollout
 from .classify import EdgeRefusal, classify
 from .method import FormMethod
 from .route_table import RouteTable
@@ -126,8 +127,11 @@ class Edge:
     """Serves the public listener's requests with the state in force (``state()``, swapped on reload)."""
 
     def __init__(self, state: Callable[[], GatewayState], services: Services, recorder: Recorder,
-                 in_flight: InFlight, write: Write, tracing: Tracing) -> None:
+                 in_flight: InFlight, write: Write, tracing: Tracing, clock: Clock,
+                 known: KnownClients | None = None) -> None:
         self._state = state
+        self._clock = clock
+        self._known = known  # who the fleet has seen (a freeze's record): the usage ledger
         self._services = services
         self.recorder = recorder
         self.in_flight = in_flight
@@ -170,6 +174,9 @@ class Edge:
         else:
             exchange, form = outcome.exchange, _ = classified
             exchange.trace = trace
+            plan = state.rollout
+            exchange.rollout = RequestRollout(plan, exchange.tenant.name, self._clock,
+                                              RequestClient(exchange, self._known, plan.preview))
             # Registered once classified (the head's classification does not wait: nothing can be cut before it).
             in_flight.serving(task, request, exchange)
             reply = await self._run(exchange, form, state, task)
@@ -195,7 +202,10 @@ class Edge:
         """The last step of classification (a form body's ``_method``, where it matters), then the route's chain."""
         try:
             refused = await form.read(exchange) if form is not None else None
-            return refused or await state.handlers[exchange.route.name](exchange)
+            reply = refused or await state.handlers[exchange.route.name](exchange)
+            if state.rollout.preview is not None:
+                _say_previews(exchange, reply, state.rollout.preview)
+            return reply
         except asyncio.CancelledError:
             if not self.in_flight.was_cut(task):
                 raise
@@ -268,6 +278,13 @@ class Edge:
             raise ConnectionResetError("the answer failed part way") from err
         return await self._write(request, internal_error(exchange.ensure_request_id() if exchange else None),
                                  delivery)
+
+
+def _say_previews(exchange: Exchange, reply: Reply, header: str) -> None:
+    """A client that asked to preview later phases is told, in the same header, which phases it got."""
+    applied = exchange.rollout.previews() if exchange.rollout is not None else []
+    if applied:
+        reply.headers[header] = ", ".join(applied)
 
 
 def _cut(exchange: Exchange | None) -> Reply:

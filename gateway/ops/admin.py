@@ -1,20 +1,21 @@
 """The admin listener (its own address, loopback by default): metrics, liveness, readiness, the effective config,
 rollout, the usage report, and the status page. Closed by default (``_guard``): every path but /livez and /readyz
-needs the admin token (Bearer, Basic, or the cookie a ``?token=`` visit sets) and a known ``Host``
+needs the admin token (Bearer, Basic, or the session cookie a ``?token=`` visit sets) and a known ``Host``
 (docs/operations.md, "Admin listener")."""
 
 from __future__ import annotations
 
 import base64
-import binascii
 import datetime as dt
 import hashlib
 import hmac
 import ipaddress
 import json
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import quote, unquote, unquote_plus
 
 from aiohttp import hdrs, web
 from multidict import CIMultiDict
@@ -22,16 +23,18 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..core.tenants import canonical_host
 from ..rollout import Clock, RolloutPlan, report
-from .ledger import DEFAULT_SINCE, Ledger, LedgerUnavailable, Query, parse_when, window
+from .ledger import DEFAULT_SINCE, Ledger, LedgerUnavailable, Query, check_name, parse_when, window
 from .metrics import Metrics
 from .status import ConfigHistory, config_digest, shown_config, status_data
 from .status_page import CONTENT_SECURITY_POLICY, render_page
 
 if TYPE_CHECKING:
     from ..config import LoadedConfig
+    from ..config.schema import ServerConfig
     from ..core.route import Route
 
-__all__ = ("COOKIE", "MAX_TOP", "Served", "cookie_value", "known_host", "make_admin_app", "usage_query")
+__all__ = ("COOKIE", "MAX_TOP", "Served", "known_host", "make_admin_app", "session_cookie", "usage_query",
+           "valid_session")
 
 
 class ServedRoutes(Protocol):
@@ -65,10 +68,14 @@ class Served(Protocol):
 _GATEWAY: web.AppKey[Served] = web.AppKey("gateway")
 _HISTORY: web.AppKey[ConfigHistory] = web.AppKey("history")
 
-# The most clients /deprecations?top= lists per behaviour.
-MAX_TOP = 100_000
+# The most clients /deprecations?top= lists per behaviour: an answer stays under about 1 MB per behaviour (a row is
+# at most about 500 bytes of JSON). Every client of a window: `gateway usage --csv`, which reads the database itself.
+MAX_TOP = 1000
 # The clients the status page lists per behaviour (most recently seen first).
 _PAGE_CLIENTS = 50
+# How old the status page's usage may be when another page (or a refresh) asked for the same a moment ago and this
+# process has counted nothing since: its refresh interval, so that any number of open pages costs one query per 10 s.
+_PAGE_FRESH = 10.0
 
 
 # --- the guard: Host, then the token ---------------------------------------------------------------------------
@@ -78,12 +85,33 @@ _ALWAYS_OPEN = frozenset({"/livez", "/readyz"})
 _OPENED_AS = {"/status.json": "/status", "/": "/status", "/favicon.ico": "/status"}
 COOKIE = "gateway_admin"
 _REALM = 'realm="gateway admin"'
+_SESSION = b"gateway admin session v1"
 
 
-def cookie_value(token: str) -> str:
-    """The admin cookie for ``token``: a MAC of a fixed text under the token, so the cookie never shows the token
-    (and stops working when the token is changed)."""
-    return hmac.new(token.encode(), b"gateway admin cookie v1", hashlib.sha256).hexdigest()
+def session_cookie(token: str, *, now: float, lifetime: float) -> str:
+    """A login's cookie value, ``<expiry>.<nonce>.<mac>``: its expiry (Unix seconds), a random nonce (every login a
+    new value), and a MAC of both under the admin token. Any worker or replica that has the token can check it
+    (nothing is kept in memory); a new token revokes every cookie, and the token never shows in it."""
+    expires = int(now + lifetime)
+    nonce = secrets.token_urlsafe(16)
+    return f"{expires}.{nonce}.{_session_mac(token, expires, nonce)}"
+
+
+def valid_session(value: str, token: str, *, now: float, lifetime: float) -> bool:
+    """Whether ``value`` is a cookie ``session_cookie`` made under ``token``, not yet expired (nor set to expire
+    later than ``lifetime`` from now, which a shortened lifetime makes true of older cookies)."""
+    expiry, _, rest = value.partition(".")
+    nonce, _, mac = rest.partition(".")
+    if not (expiry.isascii() and expiry.isdigit() and len(expiry) <= 12 and nonce.isascii() and mac.isascii()):
+        return False
+    expires = int(expiry)
+    if not now < expires <= now + lifetime:
+        return False
+    return hmac.compare_digest(mac.encode(), _session_mac(token, expires, nonce).encode())
+
+
+def _session_mac(token: str, expires: int, nonce: str) -> str:
+    return hmac.new(token.encode(), b"%s\n%d\n%s" % (_SESSION, expires, nonce.encode()), hashlib.sha256).hexdigest()
 
 
 def known_host(host: str | None, names: frozenset[str] | list[str]) -> bool:
@@ -109,33 +137,60 @@ def _error(status: int, code: str, message: str, *challenges: str) -> web.Respon
     return web.json_response({"code": code, "message": message}, status=status, headers=headers)
 
 
+def _same(given: str, token: str) -> bool:
+    """Whether a credential as received is the token, in constant time; any bytes (a header's non-UTF-8 bytes reach
+    here as surrogates) compare as unequal, never as an error."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), token.encode())
+
+
 def _presented(request: web.Request) -> list[str]:
-    """Every credential the request carries: a bearer token, a Basic password, the admin cookie."""
+    """Every credential the request carries in ``Authorization``: a bearer token, a Basic password."""
     found = []
     authorization = request.headers.get(hdrs.AUTHORIZATION, "")
     scheme, _, value = authorization.strip().partition(" ")
     if scheme.lower() == "bearer" and value.strip():
         found.append(value.strip())
     elif scheme.lower() == "basic":
-        try:
+        try:  # ValueError: a bad encoding, or characters that are not ASCII
             found.append(base64.b64decode(value.strip(), validate=True).decode().partition(":")[2])
-        except (binascii.Error, UnicodeDecodeError):
+        except ValueError:
             pass
     return found
 
 
-def _authorized(request: web.Request, token: str) -> bool:
-    wanted = token.encode()
-    if any(hmac.compare_digest(given.encode(), wanted) for given in _presented(request)):
+def _authorized(request: web.Request, server: ServerConfig, token: str) -> bool:
+    if any(_same(given, token) for given in _presented(request)):
         return True
     cookie = request.cookies.get(COOKIE)
-    return cookie is not None and hmac.compare_digest(cookie.encode(), cookie_value(token).encode())
+    return cookie is not None and valid_session(cookie, token, now=time.time(), lifetime=server.admin_login_lifetime)
+
+
+def _query_tokens(request: web.Request) -> list[str] | None:
+    """The ``token`` of the query as it may have been meant, or None when there is none: decoded, and decoded with
+    ``+`` kept (a token typed as is: in a query a ``+`` reads as a space, and a token has no space), and as sent."""
+    for part in request.rel_url.raw_query_string.split("&"):
+        name, sep, value = part.partition("=")
+        if sep and unquote_plus(name) == "token":
+            return [unquote_plus(value), unquote(value), value]
+    return None
 
 
 def _without_token(request: web.Request) -> str:
-    """The page asked for, relative to itself (the listener may sit behind a path prefix), without ``token``."""
+    """The page asked for, relative to itself (the listener may sit behind a path prefix), without ``token``: its
+    last path segment, percent-encoded but for characters that cannot make it read as a scheme or a host (no ``:``,
+    ``/`` or ``\\``), so the browser stays on this listener."""
     query = request.rel_url.without_query_params("token").raw_query_string
-    return (request.path.rsplit("/", 1)[-1] or "./") + (f"?{query}" if query else "")
+    page = quote(request.path.rsplit("/", 1)[-1].encode("utf-8", "surrogatepass"), safe="!$&'()*+,;=@-._~") or "./"
+    return page + (f"?{query}" if query else "")
+
+
+def _unauthorized(config: LoadedConfig) -> web.Response:
+    server = config.model.server
+    given = config.secrets.reference(server.admin_token) if server.admin_token is not None else None
+    where = f" (this gateway reads it from {given})" if given else ""
+    return _error(401, "UNAUTHORIZED", f"this admin path needs the admin token, server.admin_token{where}: send "
+                  "'Authorization: Bearer <token>' or HTTP Basic with the token as password, or open the page once "
+                  "with ?token=<token> in a browser", f"Basic {_REALM}", f"Bearer {_REALM}")
 
 
 @web.middleware
@@ -143,7 +198,8 @@ async def _guard(request: web.Request, handler: Callable[[web.Request], Awaitabl
                  ) -> web.StreamResponse:
     if request.path in _ALWAYS_OPEN:
         return await handler(request)  # probes: kubelet and load balancers send no token
-    server = request.app[_GATEWAY].state.config.model.server
+    config = request.app[_GATEWAY].state.config
+    server = config.model.server
     hosts = request.headers.getall(hdrs.HOST, [])
     if len(hosts) != 1 or not known_host(hosts[0], server.admin_hosts):
         return _error(421, "UNKNOWN_HOST", "the admin listener does not answer for this Host: use its IP address, "
@@ -154,20 +210,20 @@ async def _guard(request: web.Request, handler: Callable[[web.Request], Awaitabl
     if token is None:
         return _error(403, "ADMIN_CLOSED", "server.admin_token is not set: this admin path is closed (only /livez and "
                       "/readyz, and the paths in server.admin_open, are served)")
-    if "token" in request.rel_url.query:
-        if not hmac.compare_digest(request.rel_url.query["token"].encode(), token.encode()):
+    given = _query_tokens(request)
+    if given is not None:
+        if not any(_same(reading, token) for reading in given):
             return _error(401, "UNAUTHORIZED", "the token is not the admin token")
-        # Once: the token leaves the address bar (and the browser's history) for a cookie.
+        # Once: the token leaves the address bar (and the browser's history) for a session cookie.
         response = web.Response(status=303, headers={hdrs.LOCATION: _without_token(request),
                                                      "Cache-Control": "no-store"})
-        response.set_cookie(COOKIE, cookie_value(token), httponly=True, samesite="Strict")
+        lifetime = server.admin_login_lifetime
+        response.set_cookie(COOKIE, session_cookie(token, now=time.time(), lifetime=lifetime), max_age=int(lifetime),
+                            path="/", httponly=True, samesite="Strict")
         return response
-    if _authorized(request, token):
+    if _authorized(request, server, token):
         return await handler(request)
-    return _error(401, "UNAUTHORIZED", "this admin path needs the admin token (server.admin_token): send "
-                  "'Authorization: Bearer <token>' (gateway usage: set GATEWAY_ADMIN_TOKEN), or open the page once "
-                  "with ?token=<token> in a browser",
-                  f"Basic {_REALM}", f"Bearer {_REALM}")
+    return _unauthorized(config)
 
 
 async def _metrics(request: web.Request) -> web.Response:
@@ -202,8 +258,9 @@ async def _rollout(request: web.Request) -> web.Response:
 
 def usage_query(params: Mapping[str, str], *, now: float, tz: dt.tzinfo, top: int = 20,
                 order: str = "requests") -> Query:
-    """A ledger query from ``since``, ``until`` (30d, 12h, 2w, or an ISO date or time, read in ``tz``), ``tenant``,
-    ``behaviour``, ``top`` and ``order`` (requests, recent); ValueError naming the bad one."""
+    """A ledger query from ``since``, ``until`` (30d, 12h, 2w, or an ISO date or time, read in ``tz``; the years 1970
+    to 9998), ``tenant``, ``behaviour`` (names), ``top`` and ``order`` (requests, recent); ValueError naming the bad
+    one (400, never a query the database would refuse)."""
     since = parse_when(params.get("since") or DEFAULT_SINCE, now, tz)
     until = parse_when(params["until"], now, tz) if params.get("until") else now
     if until <= since:
@@ -219,9 +276,11 @@ def usage_query(params: Mapping[str, str], *, now: float, tz: dt.tzinfo, top: in
     order = params.get("order", order)
     if order not in ("requests", "recent"):
         raise ValueError("order must be requests or recent")
+    tenant, behaviour = params.get("tenant") or None, params.get("behaviour") or None
     start, end = window(since, until)
-    return Query(start, end, tenant=params.get("tenant") or None, behaviour=params.get("behaviour") or None,
-                 top=top, order="recent" if order == "recent" else "requests")
+    return Query(start, end, tenant=tenant and check_name(tenant, "tenant"),
+                 behaviour=behaviour and check_name(behaviour, "behaviour"), top=top,
+                 order="recent" if order == "recent" else "requests")
 
 
 def _problem(status: int, code: str, message: str) -> web.Response:
@@ -259,9 +318,9 @@ async def _status_data(request: web.Request) -> dict[str, Any]:
         problem = _LEDGER_OFF
     else:
         try:
-            usage = await ledger.report(query)
+            usage = await ledger.report(query, fresh=_PAGE_FRESH)
             # Requests per day for the charts: everything retention keeps (a few rows per day and company).
-            daily = await ledger.daily(*window(wall - ledger.options.retention_days * 86400, wall))
+            daily = await ledger.daily(*window(wall - ledger.options.retention_days * 86400, wall), fresh=_PAGE_FRESH)
         except LedgerUnavailable as err:
             problem = str(err)
     return status_data(

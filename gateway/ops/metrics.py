@@ -83,6 +83,22 @@ class Metrics:
             registry=r,
         )
         self.connections_open = self._live_gauge("gateway_connections_open", "Client connections open now.")
+        self.accept_backoffs = Counter(
+            "gateway_accept_backoffs", "Times a listener stopped accepting for a second because accept() failed (out "
+            "of file descriptors, or of kernel memory), by listener (public, admin).", ("listener",), registry=r,
+        )
+        for listener in ("public", "admin"):
+            self.accept_backoffs.labels(listener)
+        self.admin_connections_open = self._live_gauge("gateway_admin_connections_open",
+                                                       "Connections to the admin listener open now.")
+        self.admin_connections_closed = Counter(
+            "gateway_admin_connections_closed", "Connections the admin listener closed itself, by reason (evicted: "
+            "the oldest one not being served, to make room for a new one over server.admin_max_connections; "
+            "refused: a new one over it, every other being served; head: the request head did not arrive in time; "
+            "idle: a kept-alive connection stayed idle).", ("reason",), registry=r,
+        )
+        for reason in ("evicted", "refused", "head", "idle"):
+            self.admin_connections_closed.labels(reason)
         # Computed at each scrape from the plan in force and the clock (never stored): a date that passes, a reload
         # that drops a tenant, and a scrape answered by any worker all show the phases of now.
         self.rollout_phase = PhaseCollector()

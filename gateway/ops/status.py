@@ -442,6 +442,7 @@ def status_data(
             "by_decision": _most_first(report["by_decision"]),
             "untracked": report["untracked_clients_requests"],
             "clients": report["clients"],
+            "variants": report["variants"],
             "rows": rows,
         })
     return {
@@ -487,6 +488,9 @@ def _ledger(status: Mapping[str, Any], wall: float) -> dict[str, Any]:
         "written": "" if written is None else _ago(wall - written),
         "pending": status["pending"],
         "dropped": status["dropped"],
+        "notice": status.get("notice") or "",
+        "refused": "" if not status.get("refused") else (
+            f"{status['refused']} request(s) whose rows the database refused, left out ({status.get('refused_why')})"),
         "flush_interval": f"{status['flush_interval']:g} s",
         "retention_days": status["retention_days"],
     }

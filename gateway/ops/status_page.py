@@ -117,6 +117,10 @@ def _ledger(ledger: Mapping[str, Any] | None) -> list[Any]:
     out += [" to ", _h("code", None, ledger["database"]), f"; kept {ledger['retention_days']} days"]
     if ledger["dropped"]:
         out.append(_h("span", {"class": "bad"}, f"; {ledger['dropped']} request(s) could not be kept"))
+    if ledger["refused"]:
+        out.append(_h("span", {"class": "bad"}, f"; {ledger['refused']}"))
+    if ledger["notice"]:
+        out.append(_h("span", {"class": "bad"}, f"; {ledger['notice']}"))
     return out
 
 
@@ -241,9 +245,11 @@ def _companies(data: Mapping[str, Any]) -> _Html:
 def _policy(policy: Mapping[str, Any]) -> _Html:
     summary = f"{policy['requests']} request{'' if policy['requests'] == 1 else 's'}: " + ", ".join(f"{d} {n}" for d, n in policy["by_decision"])
     summary += f"; {policy['clients']} client{'' if policy['clients'] == 1 else 's'}"
+    if policy["variants"] != policy["clients"]:
+        summary += f", {policy['variants']} User-Agent variant{'' if policy['variants'] == 1 else 's'}"
     if policy["untracked"]:
         summary += f"; {policy['untracked']} requests from clients over usage.max_clients (not listed)"
-    if len(policy["rows"]) < policy["clients"]:
+    if len(policy["rows"]) < policy["variants"]:
         summary += f"; the {len(policy['rows'])} most recently seen are listed (gateway usage --csv lists every one)"
     rows = [
         _h("tr", {"data-client": r["client"] or "", "class": "stopped" if r["stopped"] else None},
@@ -407,6 +413,8 @@ _SCRIPT = """
     }
     out.push(" to ", h("code", null, ledger.database), `; kept ${ledger.retention_days} days`);
     if (ledger.dropped) out.push(h("span", {class: "bad"}, `; ${ledger.dropped} request(s) could not be kept`));
+    if (ledger.refused) out.push(h("span", {class: "bad"}, `; ${ledger.refused}`));
+    if (ledger.notice) out.push(h("span", {class: "bad"}, `; ${ledger.notice}`));
     return out;
   }
 
@@ -493,8 +501,9 @@ _SCRIPT = """
   function policy(p) {
     let summary = `${p.requests} request${p.requests === 1 ? "" : "s"}: ` + p.by_decision.map(([d, n]) => `${d} ${n}`).join(", ");
     summary += `; ${p.clients} client${p.clients === 1 ? "" : "s"}`;
+    if (p.variants !== p.clients) summary += `, ${p.variants} User-Agent variant${p.variants === 1 ? "" : "s"}`;
     if (p.untracked) summary += `; ${p.untracked} requests from clients over usage.max_clients (not listed)`;
-    if (p.rows.length < p.clients)
+    if (p.rows.length < p.variants)
       summary += `; the ${p.rows.length} most recently seen are listed (gateway usage --csv lists every one)`;
     const rows = p.rows.map((r) => h("tr", {"data-client": r.client || "", class: r.stopped ? "stopped" : null},
       h("td", {class: "num"}, String(r.requests)),

@@ -11,11 +11,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from .metrics import NO_TENANT
+from ..config.ledger import AGENT_WIDTH
 
 __all__ = ("HOUR", "Batch", "ClientKey", "TotalKey", "UsageCounter")
 
 HOUR = 3600
-_UA_MAX = 200
 
 # (hour, behaviour, tenant, decision): a total's key
 TotalKey = tuple[int, str, str, str]
@@ -39,6 +39,9 @@ class Batch:
     untracked: dict[TotalKey, int]  # the requests of clients without a row
     count: int  # requests in the batch
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # Set by the write that stored it: the requests of rows the database refused (``Store.write``), and why.
+    refused: int = 0
+    refused_why: str | None = None
 
     def totals(self) -> dict[TotalKey, tuple[int, int]]:
         """Every request per hour, behaviour, tenant and decision, and how many of them were untracked: summed here,
@@ -57,7 +60,7 @@ class UsageCounter:
         self,
         *,
         max_clients: int = 1000,
-        max_rows: int = 200_000,
+        max_rows: int = 100_000,
         behaviours: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -74,6 +77,7 @@ class UsageCounter:
         self._hour_start = self._hour_end = 0.0
         self._tracked: dict[str, set[tuple[str, str, str]]] = {}
         self.dropped = 0  # requests not kept at all (memory bound reached during a long outage)
+        self._taken = 0  # batches taken so far: with the current batch's count, the ``mark``
 
     @staticmethod
     def _empty() -> Batch:
@@ -92,7 +96,7 @@ class UsageCounter:
             self._hour_start, self._hour_end = float(self._hour), float(self._hour + HOUR)
             self._tracked = {}
         hour = self._hour
-        agent = user_agent[:_UA_MAX] if user_agent else ""
+        agent = user_agent[:AGENT_WIDTH] if user_agent else ""
         client = client or ""
         tenant = NO_TENANT if tenant is None else tenant
         batch = self._batch
@@ -139,12 +143,18 @@ class UsageCounter:
         """Requests counted and not yet written (the batch being written included)."""
         return self._batch.count + (self._held.count if self._held is not None else 0)
 
+    @property
+    def mark(self) -> tuple[int, int]:
+        """Changes whenever a request is counted: two equal marks mean nothing was counted in between."""
+        return self._taken, self._batch.count
+
     def take(self) -> Batch | None:
         """The batch to write now: the one whose write has not succeeded yet, if any (sent again as it was, under the
         same id), else what accumulated since; None when there is nothing. O(1): the rows are handed over as they
         are, never copied on the event loop."""
         if self._held is None and self._batch.count:
             self._held, self._batch = self._batch, self._empty()
+            self._taken += 1
         return self._held
 
     def written(self, batch: Batch) -> None:
@@ -154,9 +164,8 @@ class UsageCounter:
 
     def discard(self) -> int:
         """Give up on everything held (the process is stopping and the database cannot take it): how many requests
-        that was."""
+        that was. (Not ``dropped``: that counts what the memory bound turned away.)"""
         lost = self.pending
         self._held = None
         self._batch = self._empty()
-        self.dropped += lost
         return lost

@@ -80,7 +80,15 @@ def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float)
     prepare = functools.partial(_prepare_worker, os.getpid())
 
     def start() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(command, env=env, preexec_fn=prepare)
+        # A worker is born with SIGHUP blocked (the mask survives fork and exec): a reload asked while it starts waits,
+        # pending, until its handler is installed (gateway.cli), then reads the file again. Ignored instead, it was
+        # lost: the worker served the file as it read it at start, for ever. The supervisor's own SIGHUP that comes
+        # meanwhile is delivered when this returns, and passed on to every worker, this one too.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+        try:
+            return subprocess.Popen(command, env=env, preexec_fn=prepare)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
 
     procs: list[subprocess.Popen[bytes] | None] = [start() for _ in range(workers)]
     backoff = [_Backoff(time.monotonic()) for _ in range(workers)]
@@ -188,10 +196,9 @@ def _running(pid: int) -> bool:
 
 def _prepare_worker(supervisor: int) -> None:
     """Runs in the worker between fork and exec; ``supervisor``: the supervisor's pid."""
-    # A reload during start-up must not kill the worker: SIGHUP is ignored until its own handler is installed. So is
-    # SIGTERM, so that a worker stopped while it starts still leaves through its own exit (its files removed): once
-    # its handlers are installed it stops at once if the supervisor has gone meanwhile (``Peers.orphaned``).
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # SIGTERM is ignored until the worker's own handler is installed, so that a worker stopped while it starts still
+    # leaves through its own exit (its files removed): once its handlers are installed it stops at once if the
+    # supervisor has gone or is stopping meanwhile (``Peers``). SIGHUP is blocked, not ignored (``start``).
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # If the supervisor dies without stopping it (SIGKILL, OOM), the worker is told to stop too (Linux).
     try:

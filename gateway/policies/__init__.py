@@ -60,7 +60,7 @@ def check_config(model: GatewayConfig, source: str = "config") -> LoadedConfig:
             try:
                 parsed.append((entry.name, spec.options.model_validate(entry.options)))
             except ValidationError as err:
-                problems.extend(pydantic_problems(err, [*where, j, entry.name]))
+                problems.extend(pydantic_problems(err, [*where, j, entry.name], spec.options))
         return tuple(parsed)
 
     global_chain = options_of(model.global_chain, ["global_chain"])

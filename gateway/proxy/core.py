@@ -58,6 +58,24 @@ def _drop(headers: CIMultiDict[str], names: tuple[istr, ...], source: CIMultiDic
         headers.popall(token, None)
 
 
+def _without_cookie(headers: CIMultiDict[str], name: str) -> CIMultiDict[str]:
+    """``headers`` without the cookie ``name`` in its ``Cookie`` lines: the other cookies of a line stay as they were
+    sent, byte for byte, and a line that held only that cookie goes."""
+    kept: CIMultiDict[str] = CIMultiDict()
+    for header, value in headers.items():
+        if header.lower() == "cookie" and name in value:
+            pieces = value.split(";")
+            left = [piece for piece in pieces if piece.partition("=")[0].strip() != name]
+            if len(left) < len(pieces):
+                value = ";".join(left)
+                if pieces[0].partition("=")[0].strip() == name:
+                    value = value.lstrip(" \t")  # the first cookie went: the next one's separating space goes too
+                if not value.strip():
+                    continue
+        kept.add(header, value)
+    return kept
+
+
 def _declared_length(raw: CIMultiDictProxy[str]) -> int | None:
     """The length an upstream response declares for its body, when it is a plain Content-Length."""
     declared = raw.get(hdrs.CONTENT_LENGTH)
@@ -213,8 +231,10 @@ class ProxyCore(Services):
     ``own_headers``, over the same forwarding headers); both go through ``_transmit``: the one road."""
 
     def __init__(self, client: UpstreamClient, *, trust_forwarded: bool = False, forwarded_header: bool = False,
-                 max_concurrent_per_tenant: int = 0, queue_timeout: float = 1.0) -> None:
+                 max_concurrent_per_tenant: int = 0, queue_timeout: float = 1.0,
+                 strip_cookie: str | None = None) -> None:
         self.client = client
+        self.strip_cookie = strip_cookie  # the admin listener's cookie: never sent upstream
         self.trust_forwarded = trust_forwarded
         self.forwarded_header = forwarded_header  # emit RFC 7239 Forwarded
         self._drop_names = _REQUEST_DROP if trust_forwarded else _UNTRUSTED_DROP
@@ -282,12 +302,17 @@ class ProxyCore(Services):
 
     def client_headers(self, exchange: Exchange, traceparent: str | None = None) -> CIMultiDict[str]:
         """The client's own request's headers, Host first (where aiohttp puts it): the client's headers without
-        hop-by-hop ones, then the forwarding headers (``_forwarding``), then what the policies asked for
+        hop-by-hop ones (and without the cookie ``strip_cookie``, the admin listener's: a browser sends it to every
+        port of the host), then the forwarding headers (``_forwarding``), then what the policies asked for
         (``exchange.upstream_headers``)."""
         request = exchange.request
         host, upstream_host = self._host(exchange)
         headers = CIMultiDict(((hdrs.HOST, upstream_host),))
-        headers.extend(self._passed(exchange))
+        passed = self._passed(exchange)
+        cookie = self.strip_cookie
+        if cookie is not None and any(cookie in line for line in passed.getall(hdrs.COOKIE, ())):
+            passed = _without_cookie(passed, cookie)
+        headers.extend(passed)
         if hdrs.CONTENT_LENGTH in headers:
             if exchange.has_body and exchange.body.changes_length:
                 del headers[hdrs.CONTENT_LENGTH]  # a filter may change it: sent chunked

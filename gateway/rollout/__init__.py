@@ -9,7 +9,7 @@ from .checks import rollout_problems
 from .clock import Clock, FixedClock, SystemClock, clock_from_config, parse_instant
 from .config import Brownout, Exemption, HeaderMatch, RolloutConfig, TenantRollout
 from .plan import Client, Explained, HeaderClient, RolloutPlan, Schedule, effective_date
-from .report import describe, report
+from .report import describe, describe_client, report
 
 __all__ = (
     "Base",
@@ -30,6 +30,7 @@ __all__ = (
     "TenantRollout",
     "clock_from_config",
     "describe",
+    "describe_client",
     "effective_date",
     "parse_instant",
     "report",

@@ -61,14 +61,17 @@ class Behaviour:
     security: bool = False
     base: Callable[[Tenant], Base] | None = None
     check_tenant: TenantCheck | None = None
-    # The behaviour's migration bridge, if it has one: its name, and whether a tenant has it on (an exemption's
-    # ``bridge`` decides for one client).
+    # The behaviour's migration bridge, if it has one: its name, whether a tenant has it on (an exemption's
+    # ``bridge`` decides for one client), and the phases in which it acts for a client (elsewhere it is idle).
     bridge: str | None = None
     bridge_of: Callable[[Tenant], bool] | None = None
+    bridge_phases: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.flags) != len(self.phases) - 1:
             raise ValueError(f"behaviour {self.name}: one date flag between each two phases")
+        if not set(self.bridge_phases) <= set(self.phases) or bool(self.bridge_phases) != (self.bridge is not None):
+            raise ValueError(f"behaviour {self.name}: a bridge acts in some of its phases, and only a bridge does")
 
     def index(self, phase: str) -> int:
         return self.phases.index(phase)

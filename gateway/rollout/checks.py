@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import zoneinfo
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from ..core.keys import UNKNOWN_KEY, did_you_mean
 from .behaviour import Behaviour
-from .config import RolloutConfig, TenantRollout
+from .config import Ramp, RolloutConfig, Shadow, TenantRollout
 from .plan import effective_date
 
 if TYPE_CHECKING:
@@ -37,13 +39,30 @@ def _section_problems(section: RolloutConfig | TenantRollout, where: str, behavi
     problems: list[str] = []
     for key, value in section.dates().items():
         if key not in flags:
-            problems.append(f"{where}.{key}: Extra inputs are not permitted")
+            keys = [*flags, *type(section).model_fields]
+            problems.append(f"{where}.{key}: {UNKNOWN_KEY}{did_you_mean(key, keys)}")
         elif is_global and value is None and flags[key] is not None:
             problems.append(f"{where}.{key}: Input should be a valid date (the default is {flags[key]})")
     for j, brownout in enumerate(section.brownouts or ()):
         problem = _phase_problem(behaviours, brownout.behaviour, brownout.phase, brownout=True)
         if problem:
             problems.append(f"{where}.brownouts[{j}]: {problem}")
+    for j, shadow in enumerate(section.shadows or ()):
+        problem = _phase_problem(behaviours, shadow.behaviour, shadow.phase, brownout=True)
+        if problem:
+            problems.append(f"{where}.shadows[{j}]: {problem}")
+    for j, ramp in enumerate(section.ramps or ()):
+        problem = _phase_problem(behaviours, ramp.behaviour, ramp.phase, brownout=True)
+        if problem:
+            problems.append(f"{where}.ramps[{j}]: {problem}")
+    seen: set[str] = set()
+    for j, freeze in enumerate(section.freezes or ()):
+        problem = _phase_problem(behaviours, freeze.behaviour, None, brownout=False)
+        if problem is None and freeze.behaviour in seen:
+            problem = f"a second freeze of {freeze.behaviour}: one per behaviour"
+        seen.add(freeze.behaviour)
+        if problem:
+            problems.append(f"{where}.freezes[{j}]: {problem}")
     for j, exemption in enumerate(section.exemptions):
         problem = _phase_problem(behaviours, exemption.behaviour, exemption.phase, brownout=False,
                                  bridge=exemption.bridge is not None)
@@ -86,6 +105,7 @@ def rollout_problems(
         a, b = dates.get(early.name, early.default), dates.get(late.name, late.default)
         if not in_order(a, b, strict):
             problems.append(f"rollout.{late.name}: {b} must be {after(strict)} {early.name} ({a})")
+    reported: set[str] = set()
     for i, (tenant, own) in enumerate(tenants):
         where = f"tenants[{i}].rollout"
         problems += _section_problems(own, where, behaviours, flags, is_global=False)
@@ -101,6 +121,7 @@ def rollout_problems(
             else:
                 before = "before" if strict else "on or before"
                 problems.append(f"{where}.{early.name}: {a} must be {before} {late.name} ({b}, from rollout)")
+        problems += _dated_problems(rollout, tenant, own, behaviours, where, reported)
         for behaviour in behaviours.values():
             if behaviour.check_tenant is None:
                 continue
@@ -108,3 +129,66 @@ def rollout_problems(
             own_flags = {name: day for name, day in own_dates.items() if name in names}
             problems += behaviour.check_tenant(tenant, own_flags, list(own.brownouts or ()), where)
     return problems
+
+
+def _phase_date(own: TenantRollout, rollout: RolloutConfig, behaviour: Behaviour, phase: str) -> dt.date | None:
+    """The date a phase comes into force for a tenant (None: no date)."""
+    index = behaviour.phases.index(phase)
+    return effective_date(own, rollout, behaviour.flags[index - 1])[0] if index > 0 else None
+
+
+def _dated_problems(rollout: RolloutConfig, tenant: Tenant, own: TenantRollout, behaviours: Mapping[str, Behaviour],
+                    where: str, reported: set[str]) -> list[str]:
+    """Shadows and ramps against the phase dates in force for a tenant: a shadow ends by its phase's date, a ramp's
+    steps come before it. The tenant's own list is reported at its path, the global one at ``rollout``, once (naming
+    the first tenant it concerns: ``reported`` keeps what was said)."""
+    problems: list[str] = []
+    tz = zoneinfo.ZoneInfo(own.timezone or rollout.timezone)
+    for name in ("shadows", "ramps"):
+        own_list = getattr(own, name)
+        local = own_list is not None
+        path = f"{where}.{name}" if local else "rollout." + name
+        for j, item in enumerate(own_list if local else getattr(rollout, name)):
+            behaviour = behaviours.get(item.behaviour)
+            if behaviour is None or (item.phase is not None and item.phase not in behaviour.phases):
+                continue  # reported by the section's checks
+            problem = (_ramp_problem(item, behaviour, own, rollout) if isinstance(item, Ramp)
+                       else _shadow_problem(item, behaviour, tenant, own, rollout, tz if local else rollout.tzinfo))
+            if problem and (local or f"{path}[{j}]: {problem}" not in reported):
+                reported.add(f"{path}[{j}]: {problem}")
+                problems.append(f"{path}[{j}]: {problem}" + ("" if local else f" (tenant {tenant.name})"))
+    return problems
+
+
+def _ramp_problem(ramp: Ramp, behaviour: Behaviour, own: TenantRollout, rollout: RolloutConfig) -> str | None:
+    day = _phase_date(own, rollout, behaviour, ramp.phase)
+    last = ramp.steps[-1].start
+    if day is not None and last >= day:
+        return (f"the ramp's last step ({last}) must come before {ramp.phase}'s own date ({day}): everyone has the "
+                "phase from then")
+    return None
+
+
+def _shadow_problem(shadow: Shadow, behaviour: Behaviour, tenant: Tenant, own: TenantRollout,
+                    rollout: RolloutConfig, tz: dt.tzinfo) -> str | None:
+    phase = shadow.phase or _next_phase(shadow, behaviour, tenant, own, rollout, tz)
+    day = None if phase is None else _phase_date(own, rollout, behaviour, phase)
+    if day is None:
+        return None
+    end = shadow.end if shadow.end.tzinfo else shadow.end.replace(tzinfo=tz)
+    tenant_tz = zoneinfo.ZoneInfo(own.timezone or rollout.timezone)
+    if end > dt.datetime.combine(day, dt.time(0), tzinfo=tenant_tz):
+        return (f"the shadow window ends ({shadow.end.isoformat()}) after {phase}'s own date ({day}): from then the "
+                "phase applies")
+    return None
+
+
+def _next_phase(shadow: Shadow, behaviour: Behaviour, tenant: Tenant, own: TenantRollout, rollout: RolloutConfig,
+                tz: dt.tzinfo) -> str | None:
+    """The phase a shadow without one decides: the one after the phase the dates put in force when it starts."""
+    base = behaviour.base_of(tenant)
+    index = base.index
+    if base.dated:
+        start = (shadow.start if shadow.start.tzinfo else shadow.start.replace(tzinfo=tz)).date()
+        index += sum(1 for flag in behaviour.flags if (day := effective_date(own, rollout, flag)[0]) and day <= start)
+    return behaviour.phases[index + 1] if index + 1 < len(behaviour.phases) else None

@@ -1,14 +1,11 @@
 """The date-flag engine: which phase of each dated behaviour applies, per tenant, at an instant, for a client.
 
-One mechanism serves every dated behaviour (spec, "Limits" 2-3 and "Versioning" 3-5): a behaviour is an ordered
-list of phases and the date flags that move it from one phase to the next (declared by the policy that owns it,
-``behaviour.Behaviour``). A date is the instant its day begins in the configured timezone. For a tenant and a client,
-the phase at an instant comes from, in order: the dates (global, or the tenant's override), brownout windows (a
-later phase early for a while), a ramp (a share of clients, by a keyed hash of their token, gets a phase before its
-date), a freeze (a client first seen after its date gets the last phase), exemptions (a client named by its token's
-fingerprint or a header keeps an earlier phase until a date), a preview (a client asks for a later phase itself); a
-shadow window decides the next phase without applying it (docs/rollout.md). ``RolloutPlan`` is built once from the
-config; a tenant's schedules are built when first asked for, and tenants with the same settings share them.
+One mechanism serves every dated behaviour: an ordered list of phases and the date flags between them, declared by
+the policy that owns it (``behaviour.Behaviour``); a date is the instant its day begins in the configured timezone.
+For a client the phase comes from, in order: the dates (global, or the tenant's own), brownouts, a ramp, a freeze,
+exemptions, a preview; a shadow window decides the next phase beside it without applying it (docs/rollout.md).
+``RolloutPlan`` is built once from the config; a tenant's schedules are built when first asked for, and tenants
+with the same settings share them.
 """
 
 from __future__ import annotations
@@ -402,39 +399,49 @@ class _Builder:
         shadows: list[_Window] = []
         ramps: list[_Ramp] = []
         freeze = None
-        if base.dated:
-            for i, flag in enumerate(behaviour.flags):
-                day, source = effective_date(own, rollout, flag)
-                if day is not None:
-                    kind = Kind.OVERRIDE if source == "tenant override" else Kind.DATE
-                    steps.append(_Step(_midnight(day, tz), i + 1, flag.name, day, source, kind))
+        if base.dated:  # a phase the company's own setting fixes has no dates, nothing to shadow or ramp to
+            steps = self._steps(own, behaviour, tz)
             windows = [self._window(b, b.phase or behaviour.phases[-1], behaviour, btz)
                        for b, btz in self._listed(rollout.brownouts, own.brownouts, tz) if b.behaviour == mine]
             freeze = next((_Freeze(_midnight(f.start, ftz), len(behaviour.phases) - 1, f.start)
                            for f, ftz in self._listed(rollout.freezes, own.freezes, tz) if f.behaviour == mine), None)
-        dated = Schedule(behaviour, base, steps, (), (), {})
-        for shadow, stz in self._listed(rollout.shadows, own.shadows, tz):
-            if shadow.behaviour == mine:
-                start = _instant(shadow.start, stz)
-                phase = shadow.phase or behaviour.phases[min(dated._dated(start)[0] + 1, len(behaviour.phases) - 1)]
-                shadows.append(self._window(shadow, phase, behaviour, stz))
-        for ramp, rtz in self._listed(rollout.ramps, own.ramps, tz):
-            if ramp.behaviour == mine:
-                ramps.append(_Ramp(behaviour.index(ramp.phase),
-                                   tuple((_midnight(step.start, rtz), step.share) for step in ramp.steps), self.key))
+            shadows, ramps = self._shadows(own, behaviour, base, steps, tz), self._ramps(own, behaviour, tz)
         exempts = [
             _Exempt(e.name, behaviour.index(e.phase or behaviour.phases[0]), _midnight(e.until, etz), str(e.until),
                     e.token_fingerprint, e.header, e.bridge)
             for e, etz in [(e, self.global_tz) for e in rollout.exemptions] + [(e, tz) for e in own.exemptions]
             if e.behaviour == mine
         ]
-        signals = {}
-        for flag in behaviour.signals:
-            day, _ = effective_date(own, rollout, flag)
-            signals[flag.name] = None if day is None else _midnight(day, tz)
+        signals = {flag.name: None if (day := effective_date(own, rollout, flag)[0]) is None else _midnight(day, tz)
+                   for flag in behaviour.signals}
         bridge = behaviour.bridge_of(tenant) if behaviour.bridge_of is not None else False
         return Schedule(behaviour, base, steps, windows, exempts, signals, bridge, shadows=shadows, ramps=ramps,
                         freeze=freeze, preview=self.preview)
+
+    def _steps(self, own: TenantRollout, behaviour: Behaviour, tz: dt.tzinfo) -> list[_Step]:
+        steps = []
+        for i, flag in enumerate(behaviour.flags):
+            day, source = effective_date(own, self.rollout, flag)
+            if day is not None:
+                kind = Kind.OVERRIDE if source == "tenant override" else Kind.DATE
+                steps.append(_Step(_midnight(day, tz), i + 1, flag.name, day, source, kind))
+        return steps
+
+    def _shadows(self, own: TenantRollout, behaviour: Behaviour, base: Base, steps: list[_Step], tz: dt.tzinfo
+                 ) -> list[_Window]:
+        dated = Schedule(behaviour, base, steps, (), (), {})
+        shadows = []
+        for shadow, stz in self._listed(self.rollout.shadows, own.shadows, tz):
+            if shadow.behaviour == behaviour.name:
+                start = _instant(shadow.start, stz)
+                phase = shadow.phase or behaviour.phases[min(dated._dated(start)[0] + 1, len(behaviour.phases) - 1)]
+                shadows.append(self._window(shadow, phase, behaviour, stz))
+        return shadows
+
+    def _ramps(self, own: TenantRollout, behaviour: Behaviour, tz: dt.tzinfo) -> list[_Ramp]:
+        return [_Ramp(behaviour.index(ramp.phase), tuple((_midnight(step.start, rtz), step.share) for step in ramp.steps),
+                      self.key)
+                for ramp, rtz in self._listed(self.rollout.ramps, own.ramps, tz) if ramp.behaviour == behaviour.name]
 
     def _listed(self, global_list: Sequence[_T], own_list: Sequence[_T] | None, tz: dt.tzinfo
                 ) -> list[tuple[_T, dt.tzinfo]]:
@@ -502,15 +509,18 @@ class _Schedules(Mapping[str, Mapping[str, Schedule]]):
 class RolloutPlan:
     """Every tenant's schedules (built when first asked for), from the config (and again on reload)."""
 
-    def __init__(self, schedules: Mapping[str, Mapping[str, Schedule]], timezones: Mapping[str, str]) -> None:
+    def __init__(self, schedules: Mapping[str, Mapping[str, Schedule]], timezones: Mapping[str, str],
+                 preview: str | None = None) -> None:
         self.schedules = schedules
         self.timezones = timezones
+        self.preview = preview  # the header a client previews a later phase with (None: off)
 
     @classmethod
     def build(cls, rollout: RolloutConfig, tenants: Sequence[tuple[Tenant, TenantRollout]],
               behaviours: Mapping[str, Behaviour]) -> RolloutPlan:
         timezones = {tenant.name: own.timezone or rollout.timezone for tenant, own in tenants}
-        return cls(_Schedules(_Builder(rollout, behaviours), tenants), timezones)
+        builder = _Builder(rollout, behaviours)
+        return cls(_Schedules(builder, tenants), timezones, builder.preview)
 
     def schedule(self, tenant: str, behaviour: str) -> Schedule:
         return self.schedules[tenant][behaviour]

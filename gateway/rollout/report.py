@@ -7,9 +7,9 @@ import zoneinfo
 from collections.abc import Iterable
 from typing import Any
 
-from .plan import RolloutPlan
+from .plan import Client, RolloutPlan, Schedule
 
-__all__ = ("describe", "report")
+__all__ = ("describe", "describe_client", "report")
 
 
 def _fmt(ts: float, tz: dt.tzinfo) -> str:
@@ -38,11 +38,10 @@ def describe(plan: RolloutPlan, now: dt.datetime, tenants: Iterable[str] | None 
                     state = "now" if window.start <= stamp else "scheduled"
                     lines.append(f"    brownout ({state}): {schedule.behaviour.phases[window.index]} "
                                  f"from {_fmt(window.start, tz)} to {_fmt(window.end, tz)}")
+            lines += _stages(schedule, stamp, tz)
             bridge = schedule.behaviour.bridge
             if bridge is not None:
-                lines.append(f"    bridge {bridge}: {'on' if schedule.bridge_default else 'off'} for the company"
-                             + ("" if not any(e.bridge is not None for e in schedule.exemptions)
-                                else " (exemptions below may say otherwise for a client)"))
+                lines.append(f"    bridge {bridge}: {_bridge_state(schedule, stamp, decision.index)}")
             for exempt in schedule.exemptions:
                 state = "active" if stamp < exempt.until else "expired"
                 keeps = schedule.behaviour.phases[exempt.index]
@@ -60,6 +59,73 @@ def describe(plan: RolloutPlan, now: dt.datetime, tenants: Iterable[str] | None 
     return lines
 
 
+def _stages(schedule: Schedule, stamp: float, tz: dt.tzinfo) -> list[str]:
+    """The staged rollout's lines of one schedule: shadows, ramps, the freeze, the preview."""
+    phases = schedule.behaviour.phases
+    lines = []
+    for window in schedule.shadows:
+        if window.end > stamp:
+            state = "now" if window.start <= stamp else "scheduled"
+            lines.append(f"    shadow ({state}): {phases[window.index]} decided for every request but not applied, "
+                         f"from {_fmt(window.start, tz)} to {_fmt(window.end, tz)}")
+    for ramp in schedule.ramps:
+        steps = ", then ".join(f"{share:g}% of clients from {_fmt(at, tz)}" for at, share in ramp.steps)
+        at_date = next((s.at for s in schedule.steps if s.index == ramp.index), None)
+        everyone = f", everyone from {_fmt(at_date, tz)}" if at_date is not None else ""
+        now = ramp.share(stamp)
+        lines.append(f"    ramp ({f'now {now:g}%' if now else 'not started'}): {phases[ramp.index]} for {steps}"
+                     f"{everyone} (chosen by a keyed hash of the token fingerprint)")
+    if schedule.freeze is not None:
+        freeze = schedule.freeze
+        state = "since" if freeze.at <= stamp else "from"
+        lines.append(f"    freeze: {state} {_fmt(freeze.at, tz)}, a client first seen after it gets {phases[freeze.index]} "
+                     "at once; one seen before keeps its schedule")
+    if schedule.preview is not None:
+        lines.append(f"    preview: a client may ask for a later phase now with the {schedule.preview} header")
+    return lines
+
+
+def describe_client(plan: RolloutPlan, now: dt.datetime, tenant: str, client: Client, who: str) -> list[str]:
+    """Where one client stands at ``now`` for each dated behaviour of ``tenant``, and why."""
+    stamp = now.timestamp()
+    lines = [f"client {who} of tenant {tenant}"]
+    for name, schedule in plan.schedules[tenant].items():
+        explained = schedule.explain(stamp, client, tenant)
+        decision = schedule.resolve(stamp, client, tenant)
+        line = f"  {name}: {explained.phase} [{explained.kind}] {explained.why}"
+        if explained.shadow is not None:
+            line += f"; shadow: {explained.shadow} decided, not applied"
+        lines.append(line)
+        if schedule.behaviour.bridge is not None:
+            lines.append(f"    bridge {schedule.behaviour.bridge}: {'on' if decision.bridge else 'off'} for this client")
+        upcoming = schedule.next_change(stamp)
+        if upcoming is not None and upcoming[1].index > explained.index:
+            at = dt.datetime.fromtimestamp(upcoming[0], zoneinfo.ZoneInfo(plan.timezones[tenant])).isoformat()
+            lines.append(f"    next for the company: {upcoming[1].phase} at {at}")
+    return lines
+
+
+def _bridge_state(schedule: Schedule, stamp: float, index: int) -> str:
+    """What the bridge does at ``stamp`` for the company, whose phase is ``index``: on or off, and, when on, whether
+    that phase is one it acts in, and if not, for which exempted clients it still does."""
+    behaviour = schedule.behaviour
+    phases = " or ".join(behaviour.bridge_phases)
+    others = " (exemptions below may say otherwise for a client)"
+    if not schedule.bridge_default:
+        return "off for the company" + (others if any(e.bridge for e in schedule.exemptions) else "")
+    phase = behaviour.phases[index]
+    if phase in behaviour.bridge_phases:
+        return f"on for the company, acting in its phase {phase}" + (
+            others if any(e.bridge is False for e in schedule.exemptions) else "")
+    kept = [e for e in schedule.exemptions if stamp < e.until and e.index < index and e.bridge is not False
+            and behaviour.phases[e.index] in behaviour.bridge_phases]
+    if not kept:
+        return f"on for the company, but idle in its phase {phase}: it acts in {phases} only, where no client is"
+    names = ", ".join(repr(e.name) for e in kept)
+    return (f"on for the company, but in its phase {phase} it acts only for the clients that exemption"
+            f"{'s' if len(kept) > 1 else ''} {names} keep{'' if len(kept) > 1 else 's'} at {phases}")
+
+
 def report(plan: RolloutPlan, now: dt.datetime) -> dict[str, Any]:
     """The phases in force at ``now`` as JSON-ready data (admin ``/rollout``): per tenant and behaviour."""
     stamp = now.timestamp()
@@ -75,6 +141,11 @@ def report(plan: RolloutPlan, now: dt.datetime) -> dict[str, Any]:
                 "phase": decision.phase,
                 "kind": decision.kind,
                 "why": decision.why,
+                "shadow": decision.shadow,
+                "ramp": None if (ramp := schedule.ramp_share(stamp)) is None else {"phase": ramp[0], "share": ramp[1]},
+                "freeze": None if schedule.freeze is None else {
+                    "from": dt.datetime.fromtimestamp(schedule.freeze.at, dt.UTC).isoformat(),
+                    "phase": schedule.behaviour.phases[schedule.freeze.index]},
                 "next_change": None
                 if upcoming is None
                 else {"at": dt.datetime.fromtimestamp(upcoming[0], dt.UTC).isoformat(), "phase": upcoming[1].phase},

@@ -53,6 +53,12 @@ def args(instructions: list[Instruction]) -> dict[str, str]:
     return out
 
 
+def environment(stage: list[Instruction]) -> dict[str, str]:
+    """The ENV a stage sets (each instruction's pairs)."""
+    values = [v for ins in stage if ins.cmd == "ENV" for v in ins.value]
+    return dict(zip(values[::2], values[1::2], strict=True))
+
+
 def base_image(ins: Instruction, defaults: dict[str, str]) -> str:
     return re.sub(r"\$\{?(\w+)\}?", lambda m: defaults[m.group(1)], ins.value[0])
 
@@ -142,19 +148,24 @@ def test_default_config_is_baked_in_and_the_entry_point_serves_it(instructions: 
     argv = list(entrypoint.value)
     assert argv[:4] == ["gateway", "serve", "--config", "/etc/gateway/gateway.yaml"]
     assert argv[argv.index("--listen") + 1] == "0.0.0.0:8080"
-    assert argv[argv.index("--admin-listen") + 1] == "0.0.0.0:9090"
+    # The admin address from the environment, which the health check reads too (not from the command line: an
+    # --admin-listen there would move the listener without the check).
+    assert "--admin-listen" not in argv
+    assert environment(runtime)["GATEWAY_ADMIN_LISTEN"] == "0.0.0.0:9090"
     exposed = {p for i in runtime if i.cmd == "EXPOSE" for p in i.value}
     assert {"8080", "9090"} <= exposed
 
 
-def test_health_check_uses_the_standard_library_on_the_admin_port(instructions: list[Instruction]) -> None:
+def test_health_check_is_the_standard_library_probe_of_the_admin_address(instructions: list[Instruction]) -> None:
     checks = [i for i in stages(instructions)[-1] if i.cmd == "HEALTHCHECK"]
     assert len(checks) == 1
     check = checks[0]
     assert check.value[0] == "CMD" and check.json
-    assert check.value[1] == "python" and "urllib.request" in check.value[-1]
-    assert "http://127.0.0.1:9090/livez" in check.value[-1]
-    assert "curl" not in " ".join(check.value) and "wget" not in " ".join(check.value)
+    assert list(check.value[1:]) == ["python", "-I", "-m", "gateway.ops.probe"]
+    # The probe imports the standard library alone (it runs every 30 s beside the gateway).
+    probe = (ROOT / "gateway/ops/probe.py").read_text()
+    imported = set(re.findall(r"^(?:from|import) ([\w.]+)", probe, re.M))
+    assert imported <= {"__future__", "os", "sys", "urllib.request", "collections.abc"}, imported
 
 
 def test_every_copied_path_exists_and_is_not_ignored(instructions: list[Instruction]) -> None:
@@ -191,36 +202,42 @@ def test_every_console_script_of_the_package_is_in_the_image(instructions: list[
         assert package in copied, f"script {name} -> {target}: the image does not copy {package}/"
 
 
-def _healthcheck_argv(instructions: list[Instruction], admin: str) -> list[str]:
+def _healthcheck_argv(instructions: list[Instruction]) -> list[str]:
     check = next(i for i in instructions if i.cmd == "HEALTHCHECK")
-    argv = [a.replace("127.0.0.1:9090", admin) for a in check.value[1:]]
+    argv = list(check.value[1:])
     return [sys.executable if argv[0] == "python" else argv[0], *argv[1:]]
 
 
 def test_entry_point_and_health_check_work_as_a_process(instructions: list[Instruction], tmp_path: Path) -> None:
-    """The image's command (addresses moved to free loopback ports, the repository's default config) starts, passes
-    the image's own health check, and stops with 0 on SIGTERM."""
+    """The image's command (on free loopback ports: the public one on its command line, the admin one in
+    GATEWAY_ADMIN_LISTEN, wildcard as in the image; the repository's default config) starts, passes the image's own
+    health check, which follows the variable, and stops with 0 on SIGTERM."""
     entrypoint = list(next(i for i in instructions if i.cmd == "ENTRYPOINT").value)
     port, admin = free_port(), free_port()
     argv = [sys.executable, "-m", "gateway", *entrypoint[1:]]
     argv[argv.index("/etc/gateway/gateway.yaml")] = str(ROOT / "config/gateway.yaml")
     argv[argv.index("0.0.0.0:8080")] = f"127.0.0.1:{port}"
-    argv[argv.index("0.0.0.0:9090")] = f"127.0.0.1:{admin}"
-    health = _healthcheck_argv(instructions, f"127.0.0.1:{admin}")
-    assert subprocess.run(health, capture_output=True, timeout=10).returncode != 0, "fails while nothing listens"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GATEWAY_ADMIN_LISTEN": f"0.0.0.0:{admin}"}
+    health = _healthcheck_argv(instructions)
+
+    def healthy(environ: dict[str, str] = env) -> bool:
+        return subprocess.run(health, capture_output=True, timeout=10, env=environ, cwd=ROOT).returncode == 0
+
+    assert not healthy(), "fails while nothing listens"
     log = (tmp_path / "gateway.log").open("wb")
-    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + 15
         while True:
-            if subprocess.run(health, capture_output=True, timeout=10).returncode == 0:
+            if healthy():
                 break
             assert proc.poll() is None, (tmp_path / "gateway.log").read_text()
             assert time.monotonic() < deadline, "the health check never passed"
             time.sleep(0.1)
         with urllib.request.urlopen(f"http://127.0.0.1:{admin}/readyz", timeout=5) as resp:
             assert json.loads(resp.read()) == {"status": "ready"}
+        # The check asks the address the variable names, nothing else.
+        assert not healthy({**env, "GATEWAY_ADMIN_LISTEN": f"127.0.0.1:{free_port()}"})
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0
     finally:
@@ -228,3 +245,26 @@ def test_entry_point_and_health_check_work_as_a_process(instructions: list[Instr
             proc.kill()
             proc.wait(5)
         log.close()
+
+
+@pytest.mark.parametrize(("value", "url"), [
+    ("0.0.0.0:9090", "http://127.0.0.1:9090/livez"),
+    ("127.0.0.1:9191", "http://127.0.0.1:9191/livez"),
+    ("[::]:9090", "http://[::1]:9090/livez"),
+    ("[::1]:9090", "http://[::1]:9090/livez"),
+    ("", "http://127.0.0.1:9090/livez"),
+])
+def test_the_probe_asks_the_admin_address_on_loopback_for_a_wildcard(value: str, url: str) -> None:
+    from gateway.ops.probe import livez_url
+
+    assert livez_url({"GATEWAY_ADMIN_LISTEN": value}) == url
+
+
+def test_serve_and_the_probe_refuse_a_malformed_admin_address(tmp_path: Path) -> None:
+    env = {**os.environ, "GATEWAY_ADMIN_LISTEN": "nine-oh-nine-oh"}
+    serve = subprocess.run([sys.executable, "-m", "gateway", "serve", "--config", str(ROOT / "config/gateway.yaml")],
+                           capture_output=True, text=True, timeout=30, env=env, cwd=tmp_path)
+    assert serve.returncode == 2 and "GATEWAY_ADMIN_LISTEN" in serve.stderr and "Traceback" not in serve.stderr
+    probe = subprocess.run([sys.executable, "-I", "-m", "gateway.ops.probe"], capture_output=True, text=True,
+                           timeout=30, env=env)
+    assert probe.returncode == 1 and "GATEWAY_ADMIN_LISTEN" in probe.stderr

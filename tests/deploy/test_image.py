@@ -6,6 +6,10 @@ has to start, answer /livez and /readyz, pass its own HEALTHCHECK, run as uid 10
 have the C scanner, proxy to an upstream on the host (byte for byte, and the board policy at work), and drain on
 SIGTERM within the grace period.
 
+The containers run on the host's network (--network host): the gateway listens on free loopback ports (--listen, and
+GATEWAY_ADMIN_LISTEN, which the image's health check follows) and the upstream on 127.0.0.1. No container network is
+needed (podman's bridge exists only while a container is attached to it), and every request stays on loopback.
+
 Skipped, saying why, only where podman cannot run: not Linux, not root (rootful podman and mmdebstrap), podman not
 installed (scripts/test.sh installs Debian's podman, runc and mmdebstrap when it runs as root), or `podman info`
 failing. A failure to make the base or to build the image fails.
@@ -125,7 +129,9 @@ def image(podman: Podman, request: pytest.FixtureRequest) -> str:
     podman.timings["base"] = time.monotonic() - started
     made = "making" in base.stderr
     previous = podman.run("image", "inspect", "--format", "{{.Id}}", IMAGE, check=False).stdout.strip()
-    args = ["build", "--format", "docker", "--file", str(DOCKERFILE), "--build-arg",
+    # The build's RUN steps on the host's network too (apt-get and pip reach their archives from it): nothing here
+    # needs podman's bridge.
+    args = ["build", "--format", "docker", "--network", "host", "--file", str(DOCKERFILE), "--build-arg",
             f"PYTHON_IMAGE={base.stdout.strip()}", "--tag", IMAGE]
     if HOST_CA_BUNDLE.is_file():
         # Outbound TLS may be re-signed by the machine's proxy: the build trusts what the host trusts (read-only,
@@ -142,7 +148,7 @@ def image(podman: Podman, request: pytest.FixtureRequest) -> str:
     return IMAGE
 
 
-# --- a small recording upstream on the host, reached by the containers through podman's bridge ---------------------
+# --- a small recording upstream on the host's loopback, which the containers share (--network host) ------------------
 
 
 @dataclass
@@ -196,21 +202,10 @@ class _UpstreamHandler(http.server.BaseHTTPRequestHandler):
     do_GET = do_POST = _answer
 
 
-def _bridge_address(podman: Podman) -> str:
-    return podman.run("network", "inspect", "podman", "--format", "{{range .Subnets}}{{.Gateway}}{{end}}").stdout.strip()
-
-
 @pytest.fixture(scope="module")
-def upstream(podman: Podman, image: str) -> Iterator[Upstream]:
-    """Listens on the host's address on podman's default bridge (host.containers.internal inside the containers),
-    not on every interface. The bridge exists once a container has been attached to it."""
-    address = _bridge_address(podman)
-    assert address, "podman's default network names no gateway address"
-    try:
-        server = Upstream(address)
-    except OSError:
-        podman.run("run", "--rm", "--entrypoint", "true", image)  # brings the bridge up
-        server = Upstream(address)
+def upstream(podman: Podman) -> Iterator[Upstream]:
+    """On 127.0.0.1, which the containers reach as the host does: they share its network."""
+    server = Upstream("127.0.0.1")
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
@@ -241,7 +236,8 @@ class Container:
 
 
 class Containers:
-    """Starts containers of the image on free loopback ports; removes them all at the end."""
+    """Starts containers of the image on the host's network, the gateway on free loopback ports; removes them all at
+    the end."""
 
     def __init__(self, podman: Podman, image: str, config: Path) -> None:
         self.podman, self.image, self.config = podman, image, config
@@ -256,11 +252,13 @@ class Containers:
             "run", "--detach", "--name", name,
             # Nothing writable at all: not the root filesystem, and no tmpfs either (one worker writes nothing).
             "--read-only", "--read-only-tmpfs=false",
-            "--publish", f"127.0.0.1:{port}:8080", "--publish", f"127.0.0.1:{admin}:9090",
+            # The host's network, the gateway on loopback: the public address appended to the entry point (a later
+            # --listen wins), the admin one where the image's health check reads it too.
+            "--network", "host", "--env", f"GATEWAY_ADMIN_LISTEN=127.0.0.1:{admin}",
             "--volume", f"{self.config}:/etc/gateway/gateway.yaml:ro",
             # A fixed clock inside the capped phase, whatever today's date.
             "--env", "GATEWAY_NOW=2026-10-15T00:00:00Z",
-            *podman_args, self.image, *args)
+            *podman_args, self.image, "--listen", f"127.0.0.1:{port}", *args)
         return Container(name, port, admin, started)
 
     def logs(self, container: Container) -> str:
@@ -280,7 +278,7 @@ def containers(podman: Podman, image: str, upstream: Upstream,
     data = yaml.safe_load((ROOT / "config" / "gateway.yaml").read_text())
     host, port = upstream.server_address[:2]
     for tenant in data["tenants"]:
-        tenant["upstream"] = f"http://host.containers.internal:{port}"
+        tenant["upstream"] = f"http://{host}:{port}"
     data["server"].update(drain_delay=DRAIN_DELAY, shutdown_timeout=SHUTDOWN_TIMEOUT, admin_token=ADMIN_TOKEN)
     data.setdefault("usage", {}).setdefault("ledger", {})["flush_interval"] = 0.5  # the default SQLite file, soon
     config = tmp_path_factory.mktemp("config") / "gateway.yaml"
@@ -332,7 +330,8 @@ def test_the_image_keeps_its_health_check_user_and_entry_point(podman: Podman, i
     inspected = json.loads(podman.run("image", "inspect", image).stdout)[0]
     config, check = inspected["Config"], inspected.get("Healthcheck")
     assert check, "no HEALTHCHECK in the image"
-    assert check["Test"][:3] == ["CMD", "python", "-I"] and "127.0.0.1:9090/livez" in check["Test"][-1]
+    assert check["Test"] == ["CMD", "python", "-I", "-m", "gateway.ops.probe"]
+    assert "GATEWAY_ADMIN_LISTEN=0.0.0.0:9090" in config["Env"]  # what the probe and the entry point read
     assert config["User"] == "10001:10001"
     assert config["Entrypoint"][:4] == ["gateway", "serve", "--config", "/etc/gateway/gateway.yaml"]
 
@@ -351,15 +350,18 @@ def test_its_health_check_passes(podman: Podman, running: Container) -> None:
 
 
 def test_its_health_check_fails_when_the_admin_port_does_not_answer(podman: Podman, containers: Containers) -> None:
-    """The check really asks the admin listener: moved off 9090 (arguments given after the image are appended to the
-    entry point, and a later --admin-listen wins), the gateway serves but the check fails."""
-    container = containers.start("--admin-listen", "0.0.0.0:9191")
+    """The check really asks the admin listener at GATEWAY_ADMIN_LISTEN: moved elsewhere (arguments given after the
+    image are appended to the entry point, and an --admin-listen there wins over the variable), the gateway serves
+    but the check fails."""
+    elsewhere = _free_port()
+    container = containers.start("--admin-listen", f"127.0.0.1:{elsewhere}")
     deadline = time.monotonic() + 30
     while "listening on" not in containers.logs(container):
         assert podman.inspect(container.name, "{{.State.Status}}") == "running", containers.logs(container)
         assert time.monotonic() < deadline, containers.logs(container)
         time.sleep(0.1)
-    assert "admin http://0.0.0.0:9191" in containers.logs(container)
+    assert f"admin http://127.0.0.1:{elsewhere}" in containers.logs(container)
+    assert _get(f"http://127.0.0.1:{elsewhere}/livez")[0] == 200  # alive, where the check does not look
     out = podman.run("healthcheck", "run", container.name, check=False)
     assert out.returncode != 0 and "unhealthy" in out.stdout + out.stderr
 

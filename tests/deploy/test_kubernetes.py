@@ -235,7 +235,7 @@ def test_probes_drain_and_grace_period(rendered: tuple[list[dict[str, Any]], boo
     docs, _ = rendered
     deployment, spec, container = _pod(docs)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"http": 8080, "admin": 9090}, "the image's --listen and --admin-listen"
+    assert ports == {"http": 8080, "admin": 9090}, "the image's --listen and GATEWAY_ADMIN_LISTEN"
     assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "admin"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
     config = _pod_config(docs, spec, tmp_path)

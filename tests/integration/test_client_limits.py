@@ -1,36 +1,26 @@
 """Client-side limits through a real gateway process: a slowloris or silent client is closed within the head timeout,
 an idle kept-alive connection within the keep-alive timeout, connections over max_connections are answered 503 and
-closed; each is counted, and normal clients are served throughout."""
+closed, a process out of descriptors backs off instead of spinning; each is counted, and normal clients are served
+throughout."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import resource
 import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from tests.gateway_testlib import RecordingUpstream, parse_responses
+from tests.gateway_testlib import RecordingUpstream, closed_within, parse_responses
 from tests.process_testlib import Proc, start, wait_for
 
 
 def _config(upstream: str, **server: Any) -> dict[str, Any]:
     return {"server": server, "tenants": [{"name": "t", "hosts": ["127.0.0.1"], "upstream": upstream}]}
-
-
-async def _closed(reader: asyncio.StreamReader, timeout: float) -> bool:
-    """Whether the gateway closes the connection within ``timeout`` (what it sends before is read and dropped)."""
-    try:
-        async with asyncio.timeout(timeout):
-            while await reader.read(4096):
-                pass
-    except TimeoutError:
-        return False
-    except ConnectionError:
-        pass
-    return True
 
 
 async def _counter(gw: Proc, name: str, labels: tuple[tuple[str, str], ...] = ()) -> float:
@@ -69,7 +59,7 @@ async def test_slowloris_and_silent_clients_are_closed_within_the_head_timeout(
             for _ in range(10):
                 async with client.get(gw.url + "/normal") as resp:
                     assert resp.status == 200
-        closed = await asyncio.gather(*(_closed(r, 5) for r, _ in drips + silent))
+        closed = await asyncio.gather(*(closed_within(r, 5) for r, _ in drips + silent))
         assert all(closed)
         assert time.monotonic() - opened < 4  # the 1 s limit, not the 10 s the drip would take
         for task in dripping:
@@ -92,7 +82,7 @@ async def test_an_idle_kept_alive_connection_is_closed_after_the_keepalive_timeo
         head = await reader.readuntil(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200")
         await reader.readexactly(int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]))
-        assert await _closed(reader, 3)
+        assert await closed_within(reader, 3)
         writer.close()
         assert await _counter(gw, "gateway_client_timeouts_total", (("kind", "idle"),)) == 1
     finally:
@@ -122,6 +112,57 @@ async def test_connections_over_the_bound_are_answered_503_and_closed(
         for _, w in held[1:]:
             w.close()
     finally:
+        gw.stop()
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The user and system CPU time a process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def test_out_of_descriptors_the_listener_backs_off_then_serves_the_queued_clients(
+    upstream: RecordingUpstream, tmp_path: Path
+) -> None:
+    """accept() failing with EMFILE leaves the connection queued and the socket readable: the listener stops watching
+    it for a second each time instead of calling accept() again at once (which took a core and wrote 165,000 log
+    lines in 5 s), logs it once, counts it, and serves the queued clients once descriptors are free."""
+    limit = 96
+
+    def few_descriptors() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    gw = await start(_config(upstream.url), tmp_path, preexec=few_descriptors)
+    held: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    try:
+        for _ in range(limit + 40):
+            held.append(await asyncio.open_connection("127.0.0.1", gw.port))
+
+        def failures() -> list[str]:
+            return [line for line in gw.log.read_text().splitlines() if "accepting a connection failed" in line]
+
+        async def out_of_descriptors() -> bool:
+            return bool(failures())
+
+        await wait_for(out_of_descriptors)
+        before = _cpu_seconds(gw.proc.pid)
+        await asyncio.sleep(2)
+        assert _cpu_seconds(gw.proc.pid) - before < 0.3  # not a core spinning on accept()
+        (line,) = failures()  # once, not once per attempt
+        assert "public listener" in line and "Too many open files" in line
+        # A client that comes while the process is out of descriptors waits in the kernel's queue, and is served.
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+        writer.write(b"GET /after HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        for _, w in held:
+            w.close()
+        held.clear()
+        ((status, _, _),) = parse_responses(await asyncio.wait_for(reader.read(), 5))
+        assert status == 200 and upstream.received[-1].raw_path == "/after"
+        writer.close()
+        assert await _counter(gw, "gateway_accept_backoffs_total", (("listener", "public"),)) >= 2
+    finally:
+        for _, w in held:
+            w.close()
         gw.stop()
 
 

@@ -17,8 +17,8 @@ import pytest
 import yaml
 from aiohttp import web
 
-from tests.gateway_testlib import RecordingUpstream, free_port
-from tests.process_testlib import ROOT, Proc, start
+from tests.gateway_testlib import ADMIN_HEADERS, RecordingUpstream, free_port
+from tests.process_testlib import ROOT, Proc, start, write_config
 from tests.process_testlib import config as _config
 from tests.process_testlib import samples as _samples
 from tests.process_testlib import wait_for as _wait_for
@@ -189,6 +189,110 @@ async def test_workers_stop_when_the_supervisor_is_killed(upstream: RecordingUps
         return not any(_alive(pid) for pid in children)
 
     await _wait_for(all_gone, 10)
+
+
+# Loaded by every worker of the test below (PYTHONPATH): a worker that starts once the file `slow/on` exists marks
+# `slow/<pid>` after its first reading of the config, then waits for the file `slow/go` (20 s at most) before it goes
+# on starting: the test sends its SIGHUP while that worker has read the file but not yet installed its handler.
+# Workers started before `slow/on`, and every later reading (a reload), are not held. The gateway is not changed.
+_SLOW_START = """
+import os, time
+slow = os.environ.get("TEST_SLOW_START")
+if slow and os.environ.get("GATEWAY_WORKER_DIR") and os.path.exists(os.path.join(slow, "on")):
+    import gateway.app as app
+    read = app.load_config
+
+    def load_config(*args, **kwargs):
+        config = read(*args, **kwargs)
+        if app.load_config is load_config:
+            app.load_config = read  # once: cli's own name for it still calls this, which then only reads
+            open(os.path.join(slow, str(os.getpid())), "w").close()
+            deadline = time.monotonic() + 20
+            while not os.path.exists(os.path.join(slow, "go")) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return config
+
+    app.load_config = load_config
+"""
+
+
+async def test_a_reload_asked_while_a_worker_starts_reaches_it(upstream: RecordingUpstream, tmp_path: Path) -> None:
+    """A worker that has read the file but not yet installed its SIGHUP handler still reloads when the SIGHUP comes
+    then: every worker ends on the new file (one /config digest), none serves the old one for ever."""
+    from gateway.app import load_config
+    from gateway.ops.status import config_digest
+
+    port, admin = free_port(), free_port()
+    path = tmp_path / "w.yaml"
+    data = _config(upstream.url, port, admin)
+    write_config(path, data)
+    hook, slow = tmp_path / "hook", tmp_path / "slow"
+    hook.mkdir()
+    slow.mkdir()
+    (hook / "sitecustomize.py").write_text(_SLOW_START)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), str(ROOT)]), "TEST_SLOW_START": str(slow)}
+    log = tmp_path / "w.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(path), "--workers", "2"],
+                                cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, env=env)
+    p = Proc(proc, port, admin, path, log)
+
+    def children() -> list[str]:
+        return Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+
+    async def digests(count: int) -> set[str]:
+        """The digests /config answers, asked ``count`` times (an empty set while the admin port refuses)."""
+        seen = set()
+        try:
+            async with aiohttp.ClientSession(headers=ADMIN_HEADERS) as client:
+                for _ in range(count):
+                    # A new connection each time, so the kernel spreads them over both workers.
+                    async with client.get(f"http://127.0.0.1:{admin}/config", headers={"Connection": "close"}) as r:
+                        seen.add((await r.json())["digest"])
+        except aiohttp.ClientError:
+            return set()
+        return seen
+
+    async def serve(started: int, digest: str) -> bool:
+        """Whether ``started`` workers have started in all (each says so once its handlers are installed), and every
+        /config answer is ``digest``."""
+        return log.read_text().count(" listening on ") == started and await digests(40) == {digest}
+
+    try:
+        old = config_digest(load_config(path))
+        await _wait_for(lambda: serve(2, old), 20)
+        # A worker dies; the one started in its place reads the file, then is held before its handler is installed.
+        (slow / "on").touch()
+        os.kill(int(children()[0]), signal.SIGKILL)
+
+        async def reading() -> bool:
+            return any(mark.name.isdigit() for mark in slow.iterdir())
+
+        await _wait_for(reading, 20)
+        newcomer = next(mark.name for mark in slow.iterdir() if mark.name.isdigit())
+        # The file changes and the reload is asked now, while the newcomer is still starting: the supervisor passes
+        # the SIGHUP to both workers (the other one reloads at once).
+        write_config(path, {**data, "tenants": [{**data["tenants"][0], "hosts": ["127.0.0.1", "new.test"]}]})
+        new = config_digest(load_config(path))
+        assert new != old
+        proc.send_signal(signal.SIGHUP)
+
+        async def the_other_reloaded() -> bool:
+            return "configuration reloaded" in log.read_text()
+
+        await _wait_for(the_other_reloaded, 10)
+        await asyncio.sleep(0.5)
+        assert newcomer in children() and not _listening(newcomer), "the newcomer was not held until after the SIGHUP"
+        (slow / "go").touch()
+        try:
+            await _wait_for(lambda: serve(3, new), 15)
+        except AssertionError:
+            raise AssertionError(f"the workers serve {await digests(40)}, the file is {new}") from None
+    finally:
+        p.stop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
 
 
 async def test_deprecations_endpoint_and_usage_command(upstream: RecordingUpstream, start_gateway,

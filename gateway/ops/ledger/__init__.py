@@ -9,7 +9,7 @@ fleet) and read back by the admin endpoints, the status page and ``gateway usage
 
 from ...config.ledger import LedgerConfig
 from .ledger import Ledger, LedgerFamilies, LedgerUnavailable
-from .query import DEFAULT_SINCE, Query, parse_when, window
+from .query import DEFAULT_SINCE, Query, check_name, parse_when, window
 
-__all__ = ("DEFAULT_SINCE", "Ledger", "LedgerConfig", "LedgerFamilies", "LedgerUnavailable", "Query", "parse_when",
-           "window")
+__all__ = ("DEFAULT_SINCE", "Ledger", "LedgerConfig", "LedgerFamilies", "LedgerUnavailable", "Query", "check_name",
+           "parse_when", "window")

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .query import DEFAULT_SINCE, Query, parse_when, window
+from .query import DEFAULT_SINCE, Query, check_name, parse_when, window
 
 if TYPE_CHECKING:
     from ...config import LoadedConfig
@@ -84,6 +84,12 @@ def usage(config: LoadedConfig, *, since: str, until: str | None, tenant: str | 
     except ValueError as err:
         print(f"gateway: --since/--until: {err}", file=sys.stderr)
         return 2
+    try:
+        tenant = tenant and check_name(tenant, "--tenant")
+        behaviour = behaviour and check_name(behaviour, "--behaviour")
+    except ValueError as err:
+        print(f"gateway: {err}", file=sys.stderr)
+        return 2
     if end <= start:
         print("gateway: --until must be after --since", file=sys.stderr)
         return 2
@@ -100,7 +106,7 @@ def usage(config: LoadedConfig, *, since: str, until: str | None, tenant: str | 
     from .store import fold_report
     try:
         # A database no gateway has written to yet (no schema): an empty report, and nothing created.
-        report = store.report(query) if store.revision() is not None else fold_report(query, [], [])
+        report = store.report(query) if store.revision() is not None else fold_report(query)
     except Exception as err:  # noqa: BLE001 - any driver error: said in one line, exit 1
         return _failed(config, "read", err)
     finally:
@@ -140,8 +146,7 @@ def _text(report: dict[str, Any], shown: str, now: float) -> None:
         print("no deprecated behaviour used in the window")
     for name, data in behaviours.items():
         decisions = ", ".join(f"{k} {v}" for k, v in data["by_decision"].items())
-        clients = data["clients"]
-        print(f"{name}: {data['requests']} requests ({decisions}), {clients} client{'s' if clients != 1 else ''}")
+        print(f"{name}: {data['requests']} requests ({decisions}), {_clients(data['clients'], data['variants'])}")
         tenants = ", ".join(f"{t} {sum(d.values())}" for t, d in data["by_tenant"].items())
         if tenants:
             print(f"  by tenant: {tenants}")
@@ -156,8 +161,17 @@ def _text(report: dict[str, Any], shown: str, now: float) -> None:
             print(f"  {row['requests']:>10}  {row['client'] or '-':<12}  {row['tenant'] or '-':<12}  "
                   f"{_when(row['first_seen']):<16}  {_when(row['last_seen']):<16}  {_ago(now - row['last_seen']):<10}  "
                   f"{agent}")
-        if len(rows) < clients:
-            print(f"  ... {clients - len(rows)} more client(s): --top 0 lists every one")
+        if len(rows) < data["variants"]:
+            print(f"  ... {data['variants'] - len(rows)} more: --top 0 lists every one")
+
+
+def _clients(clients: int, variants: int) -> str:
+    """``3 clients``, or ``1 client, 2 User-Agent variants``: a client is a token (its fingerprint), a variant one
+    client with one User-Agent in one company (a row of the list)."""
+    text = f"{clients} client{'s' if clients != 1 else ''}"
+    if variants != clients:
+        text += f", {variants} User-Agent variant{'s' if variants != 1 else ''}"
+    return text
 
 
 def _csv(report: dict[str, Any]) -> None:

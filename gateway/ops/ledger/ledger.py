@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..gc_pauses import freeze_startup
-from ..usage import HOUR, UsageCounter
+from ..usage import HOUR, Batch, UsageCounter
 from ...config.ledger import LedgerConfig
 
 if TYPE_CHECKING:
@@ -36,6 +36,9 @@ _BACKOFF_CAP = 60.0
 _PRUNE_EVERY = HOUR
 _BATCH_IDS_KEPT = 7 * 86400  # ids of batches of processes that have gone
 _READ_TIMEOUT = 30.0
+_METRICS_EVERY = 1.0  # seconds between updates of the pending gauge while no write runs
+_REFUSALS_SAID = 10  # distinct reasons for refused rows logged, at most (then the metric alone counts them)
+_READS_KEPT = 32  # answers kept for identical reads (``Ledger._shared``)
 
 
 class LedgerUnavailable(Exception):
@@ -61,13 +64,28 @@ class LedgerFamilies:
         self.dropped = Counter(
             "gateway_usage_ledger_dropped_requests", "Requests counted but not kept, by reason: memory (the bound on "
             "what is held while the database cannot be written was reached), shutdown (not written before the "
-            "process exited).", ("reason",), registry=registry)
-        for reason in ("memory", "shutdown"):
+            "process exited), refused (their rows refused by the database for what they hold: a client row's "
+            "requests still count in the totals, as untracked).", ("reason",), registry=registry)
+        for reason in ("memory", "shutdown", "refused"):
             self.dropped.labels(reason)
+        self.reopened = Counter(
+            "gateway_usage_ledger_reopened", "Times the ledger's SQLite file was found deleted or replaced while in "
+            "use, and a new one made at its path (what was written before is not in it).", registry=registry)
 
 
 class _Failure(Exception):
     pass
+
+
+class _Read:
+    """A read in progress or answered, for the identical reads that follow (``Ledger._shared``)."""
+
+    __slots__ = ("task", "mark", "at")
+
+    def __init__(self, mark: tuple[int, int]) -> None:
+        self.task: asyncio.Task[Any]
+        self.mark = mark  # the usage counter's mark once this process's counts were written for it
+        self.at = float("inf")  # when it was answered (monotonic)
 
 
 class _Worker:
@@ -144,6 +162,12 @@ class Ledger:
         self._writer: _Worker | None = None
         self._reader: _Worker | None = None
         self._busy: asyncio.Future[Any] | None = None  # a write that outlived its timeout, still running
+        self._busy_batch: Batch | None = None  # the batch it writes
+        self._lost = {"refused": 0, "shutdown": 0}  # requests counted and not kept, besides the memory bound's
+        self._refusals_said: set[str] = set()
+        self.refused_why: str | None = None  # why the database last refused rows
+        self.notice: str | None = None  # what the status page says of the file itself (made again at its path)
+        self._reads: dict[tuple[Any, ...], _Read] = {}
         self._lock: asyncio.Lock | None = None
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -173,17 +197,20 @@ class Ledger:
         self._task = asyncio.create_task(self._run(), name="usage-ledger")
 
     async def close(self) -> None:
-        """The last write (within ``flush_timeout``), then the threads stop. What could not be written is counted as
-        dropped and said in one log line."""
+        """The last write (within ``flush_timeout`` + 1 s), then the threads stop. What could not be written is
+        counted as dropped and said in one log line; what was in a write that had not answered by then, in another
+        (it may yet commit)."""
         if self._task is None or self._closing:
             return
         self._closing = True
         assert self._wake is not None
         self._wake.set()
+        loop = asyncio.get_running_loop()
+        budget = self.options.flush_timeout + 1
         # The background write in progress (a migration or a retention prune may take up to a minute): waited for
         # within the same budget as the last write, so that a stop is bounded by about twice flush_timeout.
-        budget = self.options.flush_timeout + 1
         done, _ = await asyncio.wait({self._task}, timeout=budget)
+        deadline = loop.time() + budget
         if not done:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -195,12 +222,10 @@ class Ledger:
                 written = await asyncio.wait_for(self.flush(prune=False), budget)
             except TimeoutError:
                 written = False
+        if not written:
+            written = await self._settle_last_write(deadline)
         if not written and self.counter.pending:
-            lost = self.counter.discard()
-            if self.families is not None:
-                self.families.dropped.labels("shutdown").inc(lost)
-            log.error("usage ledger %s: %d counted request(s) could not be written before exit (%s)", self.shown_url,
-                      lost, self.error or "no answer in time")
+            self._give_up()
         self._sync_metrics()
         self.state = "closed"
         store, self._store = self._store, None
@@ -210,14 +235,56 @@ class Ledger:
         if store is not None:
             store.close()
 
+    async def _settle_last_write(self, deadline: float) -> bool:
+        """A write that outlived its timeout (the last one, or the one before it, which the last one had to wait
+        for): its outcome, waited for until ``deadline`` (the loop's time). If it committed, its batch is let go and
+        what was counted since gets one more write; True when nothing is left unwritten."""
+        busy, batch = self._busy, self._busy_batch
+        if busy is None or batch is None:
+            return False
+        loop = asyncio.get_running_loop()
+        if not busy.done():
+            await asyncio.wait({busy}, timeout=max(0.0, deadline - loop.time()))
+        if not busy.done() or busy.cancelled() or busy.exception() is not None:
+            return False
+        self._busy = self._busy_batch = None
+        self.counter.written(batch)
+        self._last_batch = batch.id
+        self.last_written = self._clock()
+        if not self.counter.pending:
+            return True
+        try:
+            return await asyncio.wait_for(self.flush(prune=False), max(0.0, deadline - loop.time()))
+        except TimeoutError:
+            return False
+
+    def _give_up(self) -> None:
+        """At exit, what is held: lost, counted and said, except a write's that has not answered (it may commit)."""
+        busy, batch = self._busy, self._busy_batch
+        unknown = batch.count if busy is not None and not busy.done() and batch is not None else 0
+        lost = self.counter.discard() - unknown
+        if unknown:
+            log.warning("usage ledger %s: %d counted request(s) were in a write that had not answered at exit: they "
+                        "are in the database if it commits", self.shown_url, unknown)
+        if lost:
+            self._lost["shutdown"] += lost
+            if self.families is not None:
+                self.families.dropped.labels("shutdown").inc(lost)
+            log.error("usage ledger %s: %d counted request(s) could not be written before exit (%s)", self.shown_url,
+                      lost, self.error or "no answer in time")
+
     async def _run(self) -> None:
         assert self._wake is not None
+        loop = asyncio.get_running_loop()
         delay = 0.0
         while not self._closing:
-            try:
-                await asyncio.wait_for(self._wake.wait(), delay)
-            except TimeoutError:
-                pass
+            # The metrics show what is held at every moment, not only at each attempt (a backoff may last a minute).
+            deadline = loop.time() + delay
+            while not self._wake.is_set() and (left := deadline - loop.time()) > 0:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), min(left, _METRICS_EVERY))
+                except TimeoutError:
+                    self._sync_metrics()
             if self._closing:
                 return
             ok = await self.flush()
@@ -260,13 +327,41 @@ class Ledger:
         if batch is None:
             return
         started = time.monotonic()
-        await self._call(functools.partial(store.write, batch, now, forget=self._last_batch), options.flush_timeout)
+        await self._call(functools.partial(store.write, batch, now, forget=self._last_batch), options.flush_timeout,
+                         batch=batch)
         self.counter.written(batch)
         self._last_batch = batch.id
         self.last_written = self._clock()
         if self.families is not None:
             self.families.flushes.labels("success").inc()
             self.families.flush_duration.observe(time.monotonic() - started)
+        if batch.refused:
+            self._refused(batch.refused, self._redact(batch.refused_why or "no reason given"))
+        if store.reopened is not None:
+            self._reopened(store.reopened)
+            store.reopened = None
+
+    def _reopened(self, lost: str) -> None:
+        """The SQLite file was deleted (or replaced) while in use, and this write made a new one at its path."""
+        at = self._clock()
+        self.notice = (f"the file was {lost} while in use; a new one was made at its path at "
+                       f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(at))}: what was written before is not in "
+                       "it")
+        if self.families is not None:
+            self.families.reopened.inc()
+        log.error("usage ledger %s: %s (the counts held since the last write are)", self.shown_url, self.notice)
+
+    def _refused(self, requests: int, why: str) -> None:
+        """Rows the database refused for what they hold, left out of a write that kept the rest: counted, and said
+        once per reason (a client that keeps sending what cannot be stored would say it every flush)."""
+        self._lost["refused"] += requests
+        self.refused_why = why
+        if self.families is not None:
+            self.families.dropped.labels("refused").inc(requests)
+        if why not in self._refusals_said and len(self._refusals_said) < _REFUSALS_SAID:
+            self._refusals_said.add(why)
+            log.error("usage ledger %s: the database refused the rows of %d counted request(s), left out of a write "
+                      "that kept the rest (%s)", self.shown_url, requests, why)
 
     def _migrate(self) -> str:
         """In the writer thread: the engine (SQLAlchemy is imported here, off the event loop and after start-up),
@@ -285,18 +380,21 @@ class Ledger:
             freeze_startup(full=False)  # Alembic's modules, which the migration loaded
         return head
 
-    async def _call(self, fn: Callable[[], T], timeout: float, *, read: bool = False) -> T:
+    async def _call(self, fn: Callable[[], T], timeout: float, *, read: bool = False, batch: Batch | None = None) -> T:
+        """``fn`` in the reader's or the writer's thread, within ``timeout``. A write that outlives it goes on in its
+        thread (``_busy``, with ``batch`` if it writes one): no other write starts before it has returned."""
         worker = self._reader if read else self._writer
         assert worker is not None
         if not read and self._busy is not None and not self._busy.done():
             raise _Failure("the previous write has not returned yet")
         future = worker.submit(fn)
-        done, _ = await asyncio.wait({future}, timeout=timeout)
+        try:
+            done, _ = await asyncio.wait({future}, timeout=timeout)
+        except asyncio.CancelledError:
+            self._abandon(future, read, batch)
+            raise
         if not done:
-            if not read:
-                self._busy = future
-            else:
-                future.cancel()
+            self._abandon(future, read, batch)
             raise _Failure(f"no answer within {timeout:g}s")
         error = future.exception()
         if error is not None:
@@ -306,6 +404,12 @@ class Ledger:
 
             raise _Failure(self._redact(describe_error(error))) from None
         return future.result()
+
+    def _abandon(self, future: asyncio.Future[Any], read: bool, batch: Batch | None) -> None:
+        if read:
+            future.cancel()  # (a read not started yet is skipped; one running ends on its own)
+        else:
+            self._busy, self._busy_batch = future, batch
 
     def _failed(self, error: str) -> None:
         self._failures += 1
@@ -345,21 +449,48 @@ class Ledger:
 
     # --- reading ---
 
-    async def report(self, query: Query) -> dict[str, Any]:
+    async def report(self, query: Query, *, fresh: float = 0.0) -> dict[str, Any]:
         """The report over the query's window, this process's counts written first (a read right after a request
-        sees it; other processes' counts arrive within their flush_interval). LedgerUnavailable when it cannot."""
-        store = await self._ready_for_reading()
-        try:
-            return await self._call(functools.partial(store.report, query), _READ_TIMEOUT, read=True)
-        except _Failure as err:
-            raise LedgerUnavailable(f"the usage ledger cannot be read: {err}") from None
+        sees it; other processes' counts arrive within their flush_interval). LedgerUnavailable when it cannot.
+        ``fresh``: how old an identical read's answer may be to be given again (``_shared``)."""
+        return await self._shared(("report", query), lambda store: store.report(query), fresh)
 
-    async def daily(self, since: int, until: int) -> list[tuple[str, str, int, int]]:
+    async def daily(self, since: int, until: int, *, fresh: float = 0.0) -> list[tuple[str, str, int, int]]:
+        return await self._shared(("daily", since, until), lambda store: store.daily(since, until), fresh)
+
+    async def _shared(self, key: tuple[Any, ...], read: Callable[[Store], T], fresh: float) -> T:
+        """Identical reads share one query: a read that arrives while another is running waits for its answer, and
+        one within ``fresh`` seconds of an answer gets it again as long as this process has counted nothing since
+        (so a read right after a request still sees it). Three status pages cost one query, not three."""
+        found = self._reads.get(key)
+        if found is not None and (not found.task.done() or (
+                time.monotonic() - found.at < fresh and found.mark == self.counter.mark)):
+            result: T = await asyncio.shield(found.task)
+            return result
+        if len(self._reads) >= _READS_KEPT:
+            for old in [k for k, r in self._reads.items() if r.task.done()]:
+                del self._reads[old]
+        entry = _Read(self.counter.mark)
+        entry.task = asyncio.create_task(self._read(read, entry), name="usage-ledger-read")
+        if len(self._reads) < _READS_KEPT:
+            self._reads[key] = entry
+        entry.task.add_done_callback(functools.partial(self._read_done, key))
+        return await asyncio.shield(entry.task)
+
+    async def _read(self, read: Callable[[Store], T], entry: _Read) -> T:
         store = await self._ready_for_reading()
+        entry.mark = self.counter.mark  # what was counted before it is now written: the answer includes it
         try:
-            return await self._call(functools.partial(store.daily, since, until), _READ_TIMEOUT, read=True)
+            return await self._call(functools.partial(read, store), _READ_TIMEOUT, read=True)
         except _Failure as err:
             raise LedgerUnavailable(f"the usage ledger cannot be read: {err}") from None
+        finally:
+            entry.at = time.monotonic()
+
+    def _read_done(self, key: tuple[Any, ...], task: asyncio.Task[Any]) -> None:
+        if task.cancelled() or task.exception() is not None:  # (retrieved: a read nobody waits for any more)
+            if self._reads.get(key) is not None and self._reads[key].task is task:
+                del self._reads[key]
 
     async def _ready_for_reading(self) -> Store:
         if self._task is None or self._closing:
@@ -376,5 +507,7 @@ class Ledger:
     def status(self) -> dict[str, Any]:
         """What the status page shows of the ledger itself."""
         return {"database": self.shown_url, "state": self.state, "since": self.since, "error": self.error,
-                "last_written": self.last_written, "pending": self.counter.pending, "dropped": self.counter.dropped,
+                "last_written": self.last_written, "pending": self.counter.pending,
+                "dropped": self.counter.dropped + self._lost["shutdown"], "refused": self._lost["refused"],
+                "refused_why": self.refused_why, "notice": self.notice,
                 "flush_interval": self.options.flush_interval, "retention_days": self.options.retention_days}

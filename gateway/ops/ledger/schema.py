@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from sqlalchemy import BigInteger, Column, Double, Index, MetaData, String, Table
 
+from ...config.ledger import AGENT_WIDTH, NAME_WIDTH
+
 __all__ = ("batches", "clients", "metadata", "totals")
 
 metadata = MetaData(naming_convention={
@@ -23,9 +25,9 @@ metadata = MetaData(naming_convention={
 totals = Table(
     "usage_totals", metadata,
     Column("bucket", BigInteger, primary_key=True),
-    Column("behaviour", String(64), primary_key=True),
-    Column("tenant", String(64), primary_key=True),
-    Column("decision", String(64), primary_key=True),
+    Column("behaviour", String(NAME_WIDTH), primary_key=True),
+    Column("tenant", String(NAME_WIDTH), primary_key=True),
+    Column("decision", String(NAME_WIDTH), primary_key=True),
     Column("requests", BigInteger, nullable=False),
     Column("untracked", BigInteger, nullable=False),
 )
@@ -34,11 +36,11 @@ totals = Table(
 clients = Table(
     "usage_clients", metadata,
     Column("bucket", BigInteger, primary_key=True),
-    Column("behaviour", String(64), primary_key=True),
-    Column("tenant", String(64), primary_key=True),
-    Column("client", String(64), primary_key=True),
-    Column("user_agent", String(200), primary_key=True),
-    Column("decision", String(64), primary_key=True),
+    Column("behaviour", String(NAME_WIDTH), primary_key=True),
+    Column("tenant", String(NAME_WIDTH), primary_key=True),
+    Column("client", String(NAME_WIDTH), primary_key=True),
+    Column("user_agent", String(AGENT_WIDTH), primary_key=True),
+    Column("decision", String(NAME_WIDTH), primary_key=True),
     Column("requests", BigInteger, nullable=False),
     Column("first_seen", Double, nullable=False),
     Column("last_seen", Double, nullable=False),

@@ -4,24 +4,27 @@ reports, retention. Blocking by nature: the gateway calls it from the ledger's o
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import os
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
+import sqlalchemy.exc
 from sqlalchemy import (
-    Connection, and_, case, create_engine, delete, event, func, inspect, literal_column, select, text,
+    Connection, and_, case, create_engine, delete, distinct, event, func, inspect, literal_column, select, text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..usage import Batch
+from ..usage import Batch, TotalKey
 from .migrations import HEAD
-from ...config.ledger import database_url
+from ...config.ledger import NAME_WIDTH, database_url
 from .query import DAY, Query, iso
 from .schema import batches, clients, totals
 
@@ -32,6 +35,23 @@ _MIGRATING = threading.Lock()
 _LOCK_KEY = 0x6C656467  # pg_advisory_xact_lock: one process migrates at a time
 # Alembic logs every step at INFO ("Context impl SQLiteImpl.", ...); the ledger logs one line of its own.
 logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+def refused_for_content(err: BaseException) -> bool:
+    """Whether the database (or its driver) refused what a statement held, rather than failing to run it: a data
+    error (a value too long, a character the database's encoding lacks, found by the server or by the driver
+    encoding for it) or an integrity error (a constraint). An outage, a lock or a timeout is none of these."""
+    return isinstance(err, (sqlalchemy.exc.DataError, sqlalchemy.exc.IntegrityError, UnicodeError))
+
+
+def _fits(key: TotalKey) -> bool:
+    """Whether a total's names (behaviour, tenant, decision) fit the key columns."""
+    return len(key[1]) <= NAME_WIDTH and len(key[2]) <= NAME_WIDTH and len(key[3]) <= NAME_WIDTH
+
+
+def _refuse(batch: Batch, requests: int, why: str) -> None:
+    batch.refused += requests
+    batch.refused_why = batch.refused_why or why
 
 
 def describe_error(err: BaseException) -> str:
@@ -56,6 +76,10 @@ class Store:
         parsed = make_url(database_url(url))
         sqlite_file = parsed.get_backend_name() == "sqlite"
         self.dialect: Literal["sqlite", "postgresql"] = "sqlite" if sqlite_file else "postgresql"
+        # A SQLite file: the one at its path must stay the one open (``_same_file``).
+        self.path = os.path.abspath(parsed.database) if sqlite_file and parsed.database else None
+        self._file: tuple[int, int] | None = None  # (device, inode) of the file the schema was made in
+        self.reopened: str | None = None  # "deleted" or "replaced": the file was, and a new one opened (the ledger's)
         if self.dialect == "sqlite":
             self.engine = create_engine(parsed, connect_args={"timeout": timeout, "check_same_thread": False})
             event.listen(self.engine, "connect", _sqlite_connect)
@@ -131,7 +155,40 @@ class Store:
                 # process (gateways started side by side in a test, or a reload's new one) must not migrate at once.
                 with _MIGRATING:
                     command.upgrade(config, "head")
+        if self.path is not None:
+            status = os.stat(self.path)
+            self._file = (status.st_dev, status.st_ino)
         return found, HEAD
+
+    def _same_file(self) -> None:
+        """Before a write to a SQLite file: whether the file at its path is still the one opened. An unlinked file
+        takes writes without a word while `gateway usage`, a restart and a backup find nothing at the path; so when
+        it was deleted (or another file put there), the connections are closed, the deleted file's leftover WAL and
+        shared-memory files removed (the new file must not read them), and a new file made at the path, schema
+        included, for this write; ``reopened`` says so. A file that cannot be made again fails the write, saying
+        why, until it can."""
+        if self.path is None:
+            return
+        if self._file is not None:
+            try:
+                status = os.stat(self.path)
+            except FileNotFoundError:
+                lost = "deleted"
+            else:
+                if (status.st_dev, status.st_ino) == self._file:
+                    return
+                lost = "replaced"
+            self.engine.dispose()
+            if lost == "deleted":
+                for leftover in (self.path + "-wal", self.path + "-shm"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(leftover)
+            self._file, self.reopened = None, lost
+        try:
+            self.migrate()
+        except Exception as err:  # noqa: BLE001 - any driver error: the write fails, saying why
+            raise RuntimeError(f"the file {self.path} was {self.reopened or 'lost'} and cannot be made again: "
+                               f"{describe_error(err)}") from None
 
     def revision(self) -> str | None:
         """The schema's revision (None: no schema yet)."""
@@ -149,20 +206,70 @@ class Store:
         seen the larger), atomic per row in both databases, so concurrent batches add up exactly. Rows go in key
         order (two PostgreSQL transactions lock shared rows in the same order and cannot deadlock); SQLite writes
         start with ``BEGIN IMMEDIATE`` (WAL mode: a writer waits up to the busy timeout instead of failing on a lock
-        upgrade)."""
+        upgrade).
+
+        A row the database refuses for what it holds (a value longer than its column, a character its encoding
+        lacks: a data or integrity error, not an outage) does not hold the others back for ever: the batch is
+        written again with each chunk of rows in a savepoint, halved until the refused rows stand alone, and those
+        are left out. A refused client row's requests still count in the totals, as untracked; a refused total's
+        are not kept. A name longer than its column is refused here, before the database sees it (SQLite would keep
+        it). ``batch.refused`` and ``batch.refused_why`` say what was left out."""
+        self._same_file()
+        try:
+            return self._write(batch, now, forget, careful=False)
+        except Exception as err:
+            if not refused_for_content(err):
+                raise
+        return self._write(batch, now, forget, careful=True)
+
+    def _write(self, batch: Batch, now: float, forget: str | None, *, careful: bool) -> bool:
+        batch.refused, batch.refused_why = 0, None
+        totals_of = batch.totals()
+        too_long = {key for key in totals_of if not _fits(key)}
+        moved: dict[TotalKey, int] = {}  # requests of refused client rows, counted in their totals as untracked
         with self._transaction(write=True, timeout=self.timeout) as conn:
             claimed = conn.execute(self._claim_batch, {"id": batch.id, "written_at": now})
             if claimed.first() is None:
                 return False
             if forget is not None:
                 conn.execute(delete(batches).where(batches.c.id == forget))
-            totals = batch.totals()
-            for keys in _chunks(sorted(totals)):
-                conn.exec_driver_sql(self._totals_sql, [(*k, *totals[k]) for k in keys])
             requests, first, last = batch.requests, batch.first_seen, batch.last_seen
             for keys in _chunks(sorted(requests)):
-                conn.exec_driver_sql(self._clients_sql, [(*k, requests[k], first[k], last[k]) for k in keys])
+                rows = [(*k, requests[k], first[k], last[k]) for k in keys if (k[0], k[1], k[2], k[5]) not in too_long]
+                for row, why in self._insert(conn, self._clients_sql, rows, careful):
+                    total = (row[0], row[1], row[2], row[5])
+                    moved[total] = moved.get(total, 0) + row[6]
+                    _refuse(batch, row[6], why)
+            for key in too_long:
+                names = ", ".join(repr(name[:80]) for name in key[1:] if len(name) > NAME_WIDTH)
+                _refuse(batch, totals_of[key][0], f"a name longer than the ledger's columns ({NAME_WIDTH}): {names}")
+            for keys in _chunks(sorted(totals_of.keys() - too_long)):
+                rows = [(*k, totals_of[k][0], totals_of[k][1] + moved.get(k, 0)) for k in keys]
+                for row, why in self._insert(conn, self._totals_sql, rows, careful):
+                    _refuse(batch, row[4] - moved.get((row[0], row[1], row[2], row[3]), 0), why)
         return True
+
+    def _insert(self, conn: Connection, sql: str, rows: list[tuple[Any, ...]], careful: bool
+                ) -> Iterator[tuple[tuple[Any, ...], str]]:
+        """Upsert ``rows`` (``executemany``). ``careful``: in a savepoint, halved on a refusal for content until the
+        refused rows stand alone; yields each refused row and the database's reason."""
+        if not rows:
+            return
+        if not careful:
+            conn.exec_driver_sql(sql, rows)
+            return
+        try:
+            with conn.begin_nested():
+                conn.exec_driver_sql(sql, rows)
+        except Exception as err:
+            if not refused_for_content(err):
+                raise
+            if len(rows) == 1:
+                yield rows[0], describe_error(err)
+                return
+            half = len(rows) // 2
+            yield from self._insert(conn, sql, rows[:half], careful)
+            yield from self._insert(conn, sql, rows[half:], careful)
 
     def prune(self, before: int, batches_before: float) -> int:
         """Delete the hours before ``before`` (retention) and batch ids written before ``batches_before``; the
@@ -177,23 +284,45 @@ class Store:
 
     def report(self, query: Query) -> dict[str, Any]:
         """Per behaviour over the query's hours: requests by decision and by tenant, requests of untracked clients,
-        and the clients (``top`` of them, most requests or most recently seen first), each with its requests,
-        decisions, first and last seen."""
-        t_where = _filters(totals.c, query)
-        c_where = _filters(clients.c, query)
+        how many clients (token fingerprints) and User-Agent variants (a client with one User-Agent in one company)
+        there were, and the variants (``top`` of them per behaviour, most requests or most recently seen first),
+        each with its requests, decisions, first and last seen.
+
+        The database does the work: it groups, orders and cuts to ``top``, so that what leaves it (and what this
+        process holds) is the top rows per behaviour, never every client of the window. Each row's decisions are
+        summed beside it, one column per decision the behaviour's totals name: one pass over the window's rows, no
+        second lookup per row."""
+        c = clients.c
+        c_where = _filters(c, query)
+        variants = (select(c.behaviour, c.client).where(c_where)
+                    .group_by(c.behaviour, c.tenant, c.client, c.user_agent).subquery("variants"))
+        v = variants.c
+        requests, last_seen = func.sum(c.requests), func.max(c.last_seen)
+        first = [last_seen.desc(), requests.desc()] if query.order == "recent" else [requests.desc(), last_seen.desc()]
         with self._transaction(write=False, timeout=self.read_timeout) as conn:
             total_rows = conn.execute(
                 select(totals.c.behaviour, totals.c.tenant, totals.c.decision, func.sum(totals.c.requests),
                        func.sum(totals.c.untracked))
-                .where(t_where).group_by(totals.c.behaviour, totals.c.tenant, totals.c.decision)).all()
-            client_rows = conn.execute(
-                select(clients.c.behaviour, clients.c.tenant, clients.c.client, clients.c.user_agent,
-                       clients.c.decision, func.sum(clients.c.requests), func.min(clients.c.first_seen),
-                       func.max(clients.c.last_seen))
-                .where(c_where)
-                .group_by(clients.c.behaviour, clients.c.tenant, clients.c.client, clients.c.user_agent,
-                          clients.c.decision)).all()
-        return fold_report(query, total_rows, client_rows)
+                .where(_filters(totals.c, query))
+                .group_by(totals.c.behaviour, totals.c.tenant, totals.c.decision)).all()
+            counts = conn.execute(
+                select(v.behaviour, func.count(), func.count(distinct(v.client))).group_by(v.behaviour)).all()
+            decisions: dict[str, list[str]] = {}
+            for behaviour, _, decision, _, _ in total_rows:
+                if decision not in decisions.setdefault(behaviour, []):
+                    decisions[behaviour].append(decision)
+            top_rows: list[tuple[str, Sequence[str], Sequence[Any]]] = []
+            for behaviour, names in sorted(decisions.items()):
+                statement = (
+                    select(c.tenant, c.client, c.user_agent, requests, func.min(c.first_seen), last_seen,
+                           *(func.sum(case((c.decision == name, c.requests), else_=0)) for name in names))
+                    .where(c_where, c.behaviour == behaviour)
+                    .group_by(c.tenant, c.client, c.user_agent)
+                    .order_by(*first, c.tenant, c.client, c.user_agent))
+                if query.top is not None:
+                    statement = statement.limit(query.top)
+                top_rows += [(behaviour, names, row) for row in conn.execute(statement)]
+        return fold_report(query, total_rows, counts, top_rows)
 
     def daily(self, since: int, until: int) -> list[tuple[str, str, int, int]]:
         """(tenant, behaviour, day, requests): every request per UTC day (``day``: its midnight, Unix seconds)."""
@@ -236,16 +365,20 @@ def _filters(columns: Any, query: Query) -> ColumnElement[bool]:
     return and_(*conditions)
 
 
-def fold_report(query: Query, total_rows: Sequence[Sequence[Any]],
-                client_rows: Sequence[Sequence[Any]]) -> dict[str, Any]:
-    """The report's shape from the grouped rows (one per key and decision)."""
+def fold_report(query: Query, total_rows: Sequence[Sequence[Any]] = (), counts: Sequence[Sequence[Any]] = (),
+                top_rows: Sequence[tuple[str, Sequence[str], Sequence[Any]]] = ()) -> dict[str, Any]:
+    """The report's shape from what ``Store.report`` read: the totals per behaviour, tenant and decision; per
+    behaviour, its User-Agent variants and distinct clients; the top variants in order, each with its behaviour,
+    the decisions its last columns count, and its row (tenant, client, user agent, requests, first seen, last seen,
+    then one count per decision). With no rows: the empty report."""
     behaviours: dict[str, dict[str, Any]] = {}
 
     def entry(name: str) -> dict[str, Any]:
         found = behaviours.get(name)
         if found is None:
             found = behaviours[name] = {"requests": 0, "by_decision": {}, "by_tenant": {},
-                                        "untracked_clients_requests": 0, "clients": 0, "top_clients": []}
+                                        "untracked_clients_requests": 0, "clients": 0, "variants": 0,
+                                        "top_clients": []}
         return found
 
     for behaviour, tenant, decision, requests, untracked in total_rows:
@@ -255,32 +388,15 @@ def fold_report(query: Query, total_rows: Sequence[Sequence[Any]],
         per = e["by_tenant"].setdefault(tenant, {})
         per[decision] = per.get(decision, 0) + int(requests)
         e["untracked_clients_requests"] += int(untracked)
-    folded: dict[str, dict[tuple[str, str, str], list[Any]]] = {}
-    for behaviour, tenant, client, agent, decision, requests, first, last in client_rows:
-        per_client = folded.setdefault(behaviour, {})
-        row = per_client.get((tenant, client, agent))
-        if row is None:
-            row = per_client[(tenant, client, agent)] = [0, {}, float(first), float(last)]
-        row[0] += int(requests)
-        row[1][decision] = row[1].get(decision, 0) + int(requests)
-        row[2] = min(row[2], float(first))
-        row[3] = max(row[3], float(last))
-    for behaviour, per_client in folded.items():
+    for behaviour, variants, distinct_clients in counts:
         e = entry(behaviour)
-        e["clients"] = len(per_client)
-        items = list(per_client.items())
-        if query.order == "recent":
-            items.sort(key=lambda kv: (-kv[1][3], -kv[1][0], kv[0]))
-        else:
-            items.sort(key=lambda kv: (-kv[1][0], -kv[1][3], kv[0]))
-        if query.top is not None:
-            items = items[:query.top]
-        e["top_clients"] = [
-            {"tenant": tenant, "client": client or None, "user_agent": agent or None, "requests": n,
-             "decisions": dict(sorted(decisions.items(), key=lambda d: (-d[1], d[0]))),
-             "first_seen": round(first, 3), "last_seen": round(last, 3)}
-            for (tenant, client, agent), (n, decisions, first, last) in items
-        ]
+        e["variants"], e["clients"] = int(variants), int(distinct_clients)
+    for behaviour, names, (tenant, client, agent, requests, first, last, *per_decision) in top_rows:
+        decisions = {name: int(n) for name, n in zip(names, per_decision, strict=True) if n}
+        entry(behaviour)["top_clients"].append({
+            "tenant": tenant, "client": client or None, "user_agent": agent or None, "requests": int(requests),
+            "decisions": dict(sorted(decisions.items(), key=lambda d: (-d[1], d[0]))),
+            "first_seen": round(float(first), 3), "last_seen": round(float(last), 3)})
     for e in behaviours.values():
         e["by_decision"] = dict(sorted(e["by_decision"].items(), key=lambda d: (-d[1], d[0])))
         e["by_tenant"] = {tenant: dict(sorted(d.items(), key=lambda kv: (-kv[1], kv[0])))

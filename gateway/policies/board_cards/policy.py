@@ -102,7 +102,10 @@ BOARD_CARDS = Behaviour(
                       unset="on every board response"),),
     bridge="card_backfill",
     bridge_of=lambda tenant: tenant.card_backfill,
+    bridge_phases=("full", "capped"),  # the phases that show cards: the backfill restores what the service withheld
 )
+# The phases the card backfill bridge acts in, as the behaviour declares them.
+_BACKFILL_PHASES = frozenset(_PHASES[BOARD_CARDS.index(phase)] for phase in BOARD_CARDS.bridge_phases)
 _BACKFILL_OUTCOMES = ("done", *REASONS)
 # The response header that says what the card backfill bridge did (only on bridged requests that needed it).
 BACKFILL_HEADER = "X-Gateway-Backfill"
@@ -260,7 +263,7 @@ class _Call:
         self.label = label if kind not in ("brownout", "exemption") else f"{label}({kind})"
         # The card backfill bridge: for a client whose phase shows cards (all, or up to the cap), when the tenant or
         # an exemption says so.
-        self.bridged = phase is not REMOVED and schedule.bridge(now, exchange.headers)
+        self.bridged = phase in _BACKFILL_PHASES and schedule.bridge(now, exchange.headers)
         self.board = exchange.params.get("board_id", "")
         self.now = now
 

@@ -104,6 +104,7 @@ LEGACY_UPLOADS = Behaviour(
     check_tenant=_check_tenant,
     bridge="upload_upgrade",
     bridge_of=lambda tenant: tenant.upload_upgrade,
+    bridge_phases=("forbidden",),  # where the answer would be 403
 )
 _DECISIONS = ("allowed", "blocked", "refused", "bridged")
 
