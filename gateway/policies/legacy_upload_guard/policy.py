@@ -106,7 +106,9 @@ LEGACY_UPLOADS = Behaviour(
     bridge_of=lambda tenant: tenant.upload_upgrade,
     bridge_phases=("forbidden",),  # where the answer would be 403
 )
-_DECISIONS = ("allowed", "blocked", "refused", "bridged")
+# "would_block": allowed in a shadow window of the forbidden phase (the upload went through; forbidden, it would not).
+_DECISIONS = ("allowed", "blocked", "refused", "bridged", "would_block")
+_FORBIDDEN = LEGACY_UPLOADS.index("forbidden")
 
 
 def _date_or_instant(value: object) -> object:
@@ -238,9 +240,6 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         counters={(tenant, d): counter.labels(tenant, ctx.route, d)
                   for tenant in ctx.rollout.schedules for d in _DECISIONS},
     )
-    clock = ctx.clock
-    # The dated, per-tenant rollout of the forbid setting (the company setting, or rollout.forbid_legacy_uploads).
-    schedules = {tenant: per[LEGACY_UPLOADS.name] for tenant, per in ctx.rollout.schedules.items()}
     file_parts = options.detect == "file_parts"
 
     def count(exchange: Exchange, decision: str) -> None:
@@ -255,17 +254,18 @@ def build(options: Options, ctx: BuildContext) -> Policy:
                       ctx.spool)
 
     async def legacy_upload_guard(exchange: Exchange, next: Next) -> Reply:
-        schedule = schedules[exchange.tenant.name]
-        now = clock.now().timestamp()
-        if schedule.phase_index(now, exchange.headers) == 1:
+        # The forbid setting's phase for this request: the company setting, its date, and the rollout's rules for
+        # this client (the request's one decision, ``exchange.decide``).
+        decision = exchange.decide(LEGACY_UPLOADS.name)
+        if decision.index == _FORBIDDEN:
             # Where the answer would be 403, the upload upgrade may carry the upload out instead.
-            bridge = upgrade if schedule.bridge(now, exchange.headers) else None
+            bridge = upgrade if decision.bridge else None
             if file_parts:
                 return await _enforce_file_parts(exchange, next, settings, bridge)
             if bridge is not None:
                 return await _upgrade_route(exchange, next, settings, bridge)
             return await _enforce_route(exchange, next, settings)
-        return await _observe(exchange, next, settings)
+        return await _observe(exchange, next, settings, shadow=decision.shadow == _FORBIDDEN)
 
     return legacy_upload_guard
 
@@ -502,17 +502,18 @@ class _Watch(RequestBodyFilter):
         return Flow.CONTINUE
 
 
-async def _observe(exchange: Exchange, next: Next, settings: _Settings) -> Reply:
-    """Uploads pass unchanged; they are counted and their responses say the route is deprecated."""
+async def _observe(exchange: Exchange, next: Next, settings: _Settings, *, shadow: bool = False) -> Reply:
+    """Uploads pass unchanged; they are counted and their responses say the route is deprecated. In a shadow window
+    of the forbidden phase they are recorded as ``would_block``: what that phase would have done to them."""
     if settings.options.detect == "route":
         if not (exchange.has_body or _declares_multipart(exchange.headers)):
             return await _pass(exchange, next)
-        return _allowed(exchange, settings, await next(exchange))
+        return _allowed(exchange, settings, await next(exchange), shadow)
     try:
         boundary = _multipart_boundary(exchange.headers)
     except Ambiguous:
         # Nothing to enforce, and a file part cannot be ruled out: counted as an allowed upload.
-        return _allowed(exchange, settings, await next(exchange))
+        return _allowed(exchange, settings, await next(exchange), shadow)
     if boundary is None or not exchange.has_body:
         return await _pass(exchange, next)
     watch = _Watch(settings.sniffer(boundary), settings.options.look_ahead_bytes)
@@ -522,12 +523,13 @@ async def _observe(exchange: Exchange, next: Next, settings: _Settings) -> Reply
         exchange.decisions[NAME] = "passed"
         return reply
     # A file part, or a body that could not be read to a verdict (cut short, ambiguous, too long): an upload.
-    return _allowed(exchange, settings, reply)
+    return _allowed(exchange, settings, reply, shadow)
 
 
-def _allowed(exchange: Exchange, settings: _Settings, reply: Reply) -> Reply:
-    exchange.decisions[NAME] = "allowed"
-    settings.counters[(exchange.tenant.name, "allowed")].inc()
+def _allowed(exchange: Exchange, settings: _Settings, reply: Reply, shadow: bool = False) -> Reply:
+    decision = "would_block" if shadow else "allowed"
+    exchange.decisions[NAME] = decision
+    settings.counters[(exchange.tenant.name, decision)].inc()
     _mark_deprecated(reply, settings, exchange)
     return reply
 
