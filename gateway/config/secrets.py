@@ -119,4 +119,7 @@ def expand_references(data: Any, environ: Mapping[str, str],
             written[expanded] = _REFERENCE_RE.sub(lambda match: match.group(0) if match.group(1) else "$", value)
         return expanded
 
-    return expand(data, []), Secrets(shown, written), problems
+    try:
+        return expand(data, []), Secrets(shown, written), problems
+    finally:
+        del expand  # it calls itself: function and cell would be a cycle that only a full collection frees
