@@ -261,7 +261,7 @@ class _ConfiguredSession(requests.Session):
     def merge_environment_settings(self, url: str, proxies: Any, stream: Any, verify: Any,
                                    cert: Any) -> dict[str, Any]:
         settings: dict[str, Any] = super().merge_environment_settings(url, proxies, stream, verify, cert)
-        if verify is None and isinstance(self.verify, str):
+        if isinstance(self.verify, str):  # the exporter passes no verify of its own to a request
             settings["verify"] = self.verify
         return settings
 
