@@ -78,3 +78,12 @@ def test_a_deep_file_is_a_problem_not_a_crash(tmp_path: Path) -> None:
     path.write_text("a: " + "[" * 100_000 + "]" * 100_000 + "\n")
     with pytest.raises(document.ConfigError, match="nested too deeply"):
         read_document(path)
+
+
+def test_without_libyaml_every_file_is_read_by_the_python_reader(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(TEXTS["flow"])
+    monkeypatch.setattr(yaml, "__with_libyaml__", False)
+    assert document._fast_document(TEXTS["flow"]) is None
+    assert read_document(path) == _python(TEXTS["flow"])

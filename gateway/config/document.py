@@ -28,9 +28,10 @@ class _Loader(yaml.SafeLoader):
     ``2026-01-01`` as written)."""
 
 
-class _FastLoader(yaml.CSafeLoader):
+class _FastLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]  # see _fast_document
     """The same, parsed and composed by libyaml (C): ten times faster on a config of thousands of companies. A file
-    in which it finds a problem is read again by ``_Loader``, whose words the problem is given in."""
+    in which it finds a problem is read again by ``_Loader``, whose words the problem is given in. (PyYAML's wheels
+    have libyaml; one built without it reads every file with ``_Loader``.)"""
 
 
 _RESOLVERS = {
@@ -183,6 +184,8 @@ def _document(loader: yaml.SafeLoader | yaml.CSafeLoader) -> Document:
 
 def _fast_document(text: str) -> Document | None:
     """``text`` read by libyaml, or None where it finds a YAML problem or the document is nested too deep for it."""
+    if not yaml.__with_libyaml__:
+        return None
     try:
         if _deeper_than(text, _MAX_DEPTH):
             return None
