@@ -224,6 +224,8 @@ def _serve(args: argparse.Namespace) -> int:
         raise _Refused("gateway: --workers must be between 1 and 64")
     options = ServeOptions(args.config, args.listen or server.listen, admin_listen, workers=args.workers,
                            reuse_port=args.reuse_port, log_level=args.log_level)
+    if options.workers > 1:
+        lifecycle.supervise(config, options)  # exec: does not return
     try:
         lifecycle.run(config, options, formatter)
     except OSError as err:

@@ -11,6 +11,7 @@ import signal
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
 from aiohttp import web
 
@@ -26,7 +27,7 @@ from .ops.workers import Peers, become_supervisor
 from .server.acceptor import Acceptor, listening_socket
 from .server.listener import AdminRunner, admin_metric_events
 
-__all__ = ("Reloads", "ServeOptions", "run", "serve")
+__all__ = ("Reloads", "ServeOptions", "run", "serve", "supervise")
 
 log = logging.getLogger("gateway")
 
@@ -43,23 +44,25 @@ class ServeOptions:
     config_path: str
     listen: ListenAddress
     admin_listen: ListenAddress
-    workers: int = 1
+    workers: int = 1  # more than one: ``supervise``
     reuse_port: bool = False  # set by the supervisor for each of its workers
     log_level: str = "info"
 
 
-def run(config: LoadedConfig, options: ServeOptions, formatter: RedactingFormatter | None = None) -> None:
-    """Serve ``config`` until SIGTERM or SIGINT. With more than one worker this process becomes their supervisor
-    instead (it does not return). OSError: a listener cannot be opened; ValueError: a mistake in the environment
-    (GATEWAY_NOW, uvloop asked for but not installed)."""
+def supervise(config: LoadedConfig, options: ServeOptions) -> NoReturn:
+    """``--workers``: this process becomes the supervisor of ``options.workers`` processes that each ``run``."""
     server = config.model.server
-    if options.workers > 1:
-        worker_argv = ["serve", "--config", options.config_path, "--listen", str(options.listen), "--admin-listen",
-                       str(options.admin_listen), "--log-level", options.log_level, "--reuse-port"]
-        # A worker's SIGTERM budget: the drain, the requests in flight, then the usage ledger's last write.
-        budget = server.drain_delay + server.shutdown_timeout + config.model.usage.ledger.flush_timeout
-        become_supervisor(options.workers, worker_argv, budget, options.log_level)
-    with asyncio.Runner(loop_factory=_loop_factory(server.event_loop)) as runner:
+    worker_argv = ["serve", "--config", options.config_path, "--listen", str(options.listen), "--admin-listen",
+                   str(options.admin_listen), "--log-level", options.log_level, "--reuse-port"]
+    # A worker's SIGTERM budget: the drain, the requests in flight, then the usage ledger's last write.
+    budget = server.drain_delay + server.shutdown_timeout + config.model.usage.ledger.flush_timeout
+    become_supervisor(options.workers, worker_argv, budget, options.log_level)
+
+
+def run(config: LoadedConfig, options: ServeOptions, formatter: RedactingFormatter | None = None) -> None:
+    """Serve ``config`` until SIGTERM or SIGINT. OSError: a listener cannot be opened; ValueError: a mistake in the
+    environment (GATEWAY_NOW, uvloop asked for but not installed)."""
+    with asyncio.Runner(loop_factory=_loop_factory(config.model.server.event_loop)) as runner:
         runner.run(serve(config, options, formatter))
 
 
