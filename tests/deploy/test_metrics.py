@@ -19,7 +19,7 @@ import yarl
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.cli import _reload
+from gateway.lifecycle import Reloads
 from gateway.ops.metrics import Metrics
 from gateway.rollout import FixedClock, parse_instant
 from tests.gateway_testlib import (
@@ -74,7 +74,7 @@ async def scrape(upstream: RecordingUpstream, start_gateway: GatewayFactory, sta
         assert await call("GET", "/api/v1/cards/%2F1") == 400
         assert await call("GET", "/api/v1/cards/1", headers={"Host": "gone.test"}) == 502
         # A SIGHUP reload of a file that cannot be read: refused, counted.
-        _reload(gw.gateway, str(tmp_path / "missing.yaml"))
+        await Reloads(gw.gateway, str(tmp_path / "missing.yaml")).reload()
         result = Scrape()
         for path in ("/livez", "/readyz"):
             async with client.get(admin_url + path) as resp:

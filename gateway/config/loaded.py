@@ -1,0 +1,44 @@
+"""A config checked whole (``LoadedConfig``): the schema's model, each chain's policies with their options parsed,
+the dated behaviours they declare, the secrets to redact; its tenants resolved and its rollout plan."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from ..core.tenants import Tenant
+from ..rollout.behaviour import Behaviour
+from ..rollout.plan import RolloutPlan
+from .schema import GatewayConfig
+from .secrets import Secrets
+
+__all__ = ("LoadedConfig",)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedConfig:
+    """A config checked whole: the schema, and every chain entry's options parsed by its policy's model (built by
+    the policy registry, ``gateway.policies.check_config``)."""
+
+    model: GatewayConfig
+    chains: Mapping[str, tuple[tuple[str, BaseModel], ...]]  # route name (and "catch_all") -> policies and options
+    source: str
+    behaviours: Mapping[str, Behaviour]  # the dated behaviours the policies declare, by name
+    secrets: Secrets = dataclasses.field(default_factory=Secrets)
+
+    def tenants(self) -> list[Tenant]:
+        return [t.resolve() for t in self.model.tenants]
+
+    def shown(self) -> dict[str, Any]:
+        """The config as loaded, for people: secrets shown as their references, credentials in URLs masked."""
+        data: dict[str, Any] = self.secrets.redact_data(self.model.model_dump(mode="json"))
+        return data
+
+    def rollout_plan(self) -> RolloutPlan:
+        """Every tenant's schedule of every dated behaviour, from this config."""
+        tenants = [(t.resolve(), t.rollout) for t in self.model.tenants]
+        return RolloutPlan.build(self.model.rollout, tenants, self.behaviours)
