@@ -5,8 +5,10 @@ routes instead. The file bytes the sandbox stored are read back through its sign
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +107,83 @@ async def test_without_the_bridge_the_put_is_blocked_as_before(sandbox: Any, spo
     status, headers, answer = await send("PUT", f"{gw.url}/api/v1/cards/{card.id}/files", body)
     assert status == 200 and headers["X-Gateway-Upload-Upgrade"] == "upgraded; files=1"
     assert upgrades(gw, "upgraded") == 1
+
+
+# --- a restricted route's path with an earlier id (config/gateway.yaml's legacy_id_* routes) ------------------------
+
+
+async def test_a_post_with_the_cards_number_is_uploaded_to_its_restricted_route(
+    sandbox: Any, spool: Path, start_gateway: GatewayFactory
+) -> None:
+    gw = await start(start_gateway, sandbox, spool)
+    card = public_card(sandbox)
+    content = os.urandom(200 * KiB)
+    body = multipart_body([file_part(content, "scan.png", name="file", media="image/png")], B)
+    status, headers, answer = await send("POST", f"{gw.url}/api/v1/cards/{card.id}/files", chunked(body, size=7000))
+    assert status == 200 and headers["X-Gateway-Upload-Upgrade"] == "upgraded; files=1", answer
+    assert answer["type"] == 11 and answer["card_uid"] == card.uid and answer["card_id"] == card.id
+    assert await download(answer["url"]) == content
+    assert [(e["method"], e["path"]) for e in await journal(sandbox)] == [
+        ("GET", f"/api/v1/cards/{card.id}"), ("POST", f"/api/v1/cards/{card.uid}/files")]
+    assert guard_decisions(gw, "legacy_id_card_file_upload", "bridged") == 1 and upgrades(gw, "upgraded") == 1
+
+
+async def test_a_comment_upload_with_numbers_goes_to_the_comments_restricted_route(
+    sandbox: Any, spool: Path, start_gateway: GatewayFactory
+) -> None:
+    gw = await start(start_gateway, sandbox, spool)
+    store = store_of(sandbox)
+    card = store.cards[1]
+    (comment,) = store.card_comments(card)[:1]
+    body = multipart_body([file_part(b"minutes", "minutes.txt", name="file", media="text/plain")], B)
+    for path in (f"/api/v1/cards/{card.id}/comments/{comment.id}/files",
+                 f"/api/v1/cards/{card.id}/comments/{comment.uid}/files"):
+        status, headers, answer = await send("POST", gw.url + path, body)
+        assert status == 200 and headers["X-Gateway-Upload-Upgrade"] == "upgraded; files=1", answer
+        assert answer["entity_type"] == "comment" and answer["type"] == 11 and answer["card_id"] == card.id
+        assert headers["Link"] == f"</api/v1/cards/{card.uid}/comments/{comment.uid}/files>; rel=\"successor-version\""
+    uploads = [e["path"] for e in await journal(sandbox) if e["method"] == "POST"]
+    assert uploads == [f"/api/v1/cards/{card.uid}/comments/{comment.uid}/files"] * 2
+    # The card by its uid and the comment by its number: the comment's uid cannot be looked up (the card lookup
+    # takes the card's number).
+    status, _, answer = await send("POST", f"{gw.url}/api/v1/cards/{card.uid}/comments/{comment.id}/files", body)
+    assert (status, answer["code"], answer["rule"]) == (400, "LEGACY_UPLOAD_UPGRADE_UNSUPPORTED", "card_id")
+
+
+async def test_what_the_bridge_does_not_take_on_a_restricted_path(sandbox: Any, spool: Path,
+                                                                 start_gateway: GatewayFactory) -> None:
+    gw = await start(start_gateway, sandbox, spool)
+    card = public_card(sandbox)
+    before = restricted(sandbox)
+    upload = multipart_body([file_part(b"x", name="file")], B)
+    # A custom property's file: no flow (nothing the service answers turns a property's number into its uid).
+    status, headers, answer = await send("POST", f"{gw.url}/api/v1/cards/{card.id}/custom-properties/1/files", upload)
+    assert (status, answer["code"]) == (403, "PUBLIC_API_LEGACY_FILE_UPLOAD_DISABLED")
+    assert "X-Gateway-Upload-Upgrade" not in headers
+    # A card named neither by its number nor by its uid.
+    status, _, answer = await send("POST", f"{gw.url}/api/v1/cards/my-card/files", upload)
+    assert (status, answer["rule"]) == (400, "card_id")
+    # A _method after the file part (the edge watches for one; the bridge takes the body over from it): the one file
+    # part alone is the upload, anything after it is refused, before the upload's end is sent.
+    late = multipart_body([file_part(b"y" * 1000, name="file"), text_part("PUT", name="_method")], B)
+    cut = late.index(b"y" * 1000) + 500
+
+    async def slowly() -> AsyncIterator[bytes]:
+        yield late[:cut]
+        await asyncio.sleep(0.2)  # the edge has seen the file part and watches on; the guard hands over to the bridge
+        yield late[cut:]
+
+    status, _, answer = await send("POST", f"{gw.url}/api/v1/cards/{card.id}/files", slowly())
+    assert (status, answer["rule"]) == (400, "several_parts")
+    # Nothing else reached the service but the lookup and one upload, broken off before its end: no file was made.
+    sent = [(e["method"], e["path"], e["status"]) for e in await journal(sandbox)]
+    assert [(m, p) for m, p, _ in sent] == [("GET", f"/api/v1/cards/{card.id}"), ("POST", f"/api/v1/cards/{card.uid}/files")]
+    assert sent[-1][2] != 200 and restricted(sandbox) == before
+    # JSON with a URL is not an upload: it passes, whatever the bridge.
+    link = json.dumps({"url": "https://e.test/a.pdf", "name": "a.pdf"}).encode()
+    status, headers, answer = await send("POST", f"{gw.url}/api/v1/cards/{card.id}/files", link,
+                                         content_type="application/json")
+    assert status == 200 and answer["type"] == 1 and "X-Gateway-Upload-Upgrade" not in headers
 
 
 # --- what is not upgraded -----------------------------------------------------------------------------------------

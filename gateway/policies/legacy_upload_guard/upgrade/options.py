@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import os
-from typing import Any
+from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -48,6 +48,11 @@ class UpgradeOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)  # "5" is not 5
 
+    # What the route's legacy upload is, and so how the bridge performs it: "card_file", one file part to the card
+    # (PUT .../files, or a POST naming the card by its number); "comment", a comment's text and its files; "comment_file",
+    # one file part to an existing comment; "none": the bridge does not apply on this route. Unset: "card_file" for
+    # detect: route, "comment" for detect: file_parts.
+    flow: Literal["card_file", "comment", "comment_file", "none"] | None = None
     # The service's routes: the card lookup (GET, JSON with "uid", "files", and "comments" with their uids and files)
     # and the restricted access uploads.
     card_lookup: str = Field(default="/api/v1/cards/{card_id}", pattern=PATH_TEMPLATE_PATTERN, max_length=500)
@@ -79,6 +84,10 @@ class UpgradeOptions(BaseModel):
     # After a comment's upload failed: how much more of the body is read (and dropped) to list the file parts that
     # were not sent (0: only those already read are listed). At most max_files + 1 are listed; the rest are counted.
     rest_bytes: int = Field(default=64 * MiB, ge=0, le=64 << 30)
+
+    def flow_or(self, default: str) -> str:
+        """``flow``, or ``default`` when it is unset."""
+        return self.flow or default
 
     @field_validator("spool_dir")
     @classmethod
