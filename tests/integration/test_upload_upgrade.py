@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from datetime import datetime
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from gateway.core.http import token_fingerprint
 from sandbox.settings import READONLY_TOKEN
 from tests.gateway_testlib import AdminFactory, GatewayFactory, LineCollector, multipart_body
 from tests.integration.upload_upgrade_testlib import (  # noqa: F401 - fixtures
+    add_fault,
     AUTH,
     B,
     chunked,
@@ -184,6 +186,81 @@ async def test_what_the_bridge_does_not_take_on_a_restricted_path(sandbox: Any, 
     status, headers, answer = await send("POST", f"{gw.url}/api/v1/cards/{card.id}/files", link,
                                          content_type="application/json")
     assert status == 200 and answer["type"] == 1 and "X-Gateway-Upload-Upgrade" not in headers
+
+
+# --- within the service's limits on the client's token -------------------------------------------------------------
+
+
+async def _limited_sandbox(aiohttp_server: Any, rate: int) -> Any:
+    from sandbox.app import create_app
+    from sandbox.settings import SandboxSettings
+
+    return await aiohttp_server(create_app(SandboxSettings(rate_limit=rate)))
+
+
+async def test_uploads_wait_for_the_services_limit_when_the_wait_fits(aiohttp_server: Any, spool: Path,
+                                                                      start_gateway: GatewayFactory) -> None:
+    sandbox = await _limited_sandbox(aiohttp_server, 2)  # the lookup and one upload a second
+    gw = await start(start_gateway, sandbox, spool)
+    card = public_card(sandbox)
+    body = multipart_body([file_part(b"paced", name="file")], B)
+    for _ in range(3):
+        status, headers, answer = await send("PUT", f"{gw.url}/api/v1/cards/{card.id}/files", body)
+        assert status == 200 and headers["X-Gateway-Upload-Upgrade"] == "upgraded; files=1", answer
+    sent = await journal(sandbox)
+    assert [e["status"] for e in sent] == [200] * 4  # one lookup (then the id cache), three uploads: no 429
+    assert upgrades(gw, "upgraded") == 3
+
+
+async def test_the_bridges_own_caps_pace_its_requests(sandbox: Any, spool: Path,
+                                                      start_gateway: GatewayFactory) -> None:
+    gw = await start(start_gateway, sandbox, spool, rate_per_token=2, rate_per_company=3)
+    card = public_card(sandbox)
+    body = multipart_body([file_part(b"capped", name="file")], B)
+    for _ in range(3):
+        status, _, answer = await send("PUT", f"{gw.url}/api/v1/cards/{card.id}/files", body)
+        assert status == 200, answer
+    times = [datetime.fromisoformat(e["received_at"].replace("Z", "+00:00")).timestamp()
+             for e in await journal(sandbox)]
+    assert len(times) == 4  # the lookup, three uploads: two a second at most
+    assert times[2] - times[0] >= 0.99 and times[3] - times[1] >= 0.99
+    assert upgrades(gw, "upgraded") == 3
+
+
+async def test_a_wait_longer_than_the_stage_allows_is_answered_429_with_retry_after(
+    aiohttp_server: Any, spool: Path, start_gateway: GatewayFactory
+) -> None:
+    sandbox = await _limited_sandbox(aiohttp_server, 1)
+    lines = LineCollector()
+    gw = await start(start_gateway, sandbox, spool, lookup_timeout=0.3, access_log=lines)
+    card = public_card(sandbox)
+    async with aiohttp.ClientSession() as client:  # the client's token spends its request of this second elsewhere
+        async with client.get(f"http://127.0.0.1:{sandbox.port}/api/v1/cards/{card.id}", headers=AUTH) as resp:
+            assert resp.status == 200
+    body = multipart_body([file_part(b"later", name="file")], B)
+    status, headers, answer = await send("PUT", f"{gw.url}/api/v1/cards/{card.id}/files", body)
+    assert (status, answer["code"]) == (429, "LEGACY_UPLOAD_UPGRADE_RATE_LIMITED"), answer
+    assert headers["Retry-After"] == "1" and "send the upload again in 1 s" in answer["message"]
+    assert headers["X-Gateway-Upload-Upgrade"] == "rate_limited; reason=lookup_rate_limited"
+    assert [e["status"] for e in await journal(sandbox)] == [200, 429]  # the lookup's 429: no upload went
+    assert upgrades(gw, "rate_limited") == 1 and guard_decisions(gw, "legacy_card_file_upload", "bridged") == 1
+    line = json.loads(lines.lines[-1])
+    assert line["decisions"]["legacy_upload_guard"] == "upgrade_rate_limited"
+    assert line["notes"]["legacy_upload_guard.upgrade"] == "rate_limited reason=lookup_rate_limited"
+
+
+async def test_an_upload_answered_429_is_not_sent_twice(sandbox: Any, spool: Path,
+                                                        start_gateway: GatewayFactory) -> None:
+    gw = await start(start_gateway, sandbox, spool)
+    card = public_card(sandbox)
+    before = restricted(sandbox)
+    await add_fault(sandbox, method="POST", path=f"/api/v1/cards/{card.uid}/files", status=429, times=1)
+    body = multipart_body([file_part(os.urandom(64 * KiB), name="file")], B)
+    status, headers, answer = await send("PUT", f"{gw.url}/api/v1/cards/{card.id}/files", body)
+    assert (status, answer["code"], headers["Retry-After"]) == (429, "LEGACY_UPLOAD_UPGRADE_RATE_LIMITED", "1")
+    assert headers["X-Gateway-Upload-Upgrade"] == "rate_limited; reason=upload_rate_limited"
+    uploads = [e for e in await journal(sandbox) if e["method"] == "POST"]
+    assert [e["status"] for e in uploads] == [429] and restricted(sandbox) == before
 
 
 # --- what is not upgraded -----------------------------------------------------------------------------------------

@@ -250,7 +250,7 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         splitter=settings.splitter, linger=(options.linger_bytes, options.linger_seconds),
     )
     upgrade = Upgrade(options.upgrade, hooks, ctx.families(UpgradeFamilies).upgrades, ctx.rollout.schedules,
-                      ctx.spool, default_flow="comment" if file_parts else "card_file")
+                      ctx.spool, ctx.limits, default_flow="comment" if file_parts else "card_file")
 
     bridged = upgrade.flow != "none"
 

@@ -14,6 +14,7 @@ from prometheus_client import Counter
 
 from ....core.exchange import ClientBody, Exchange, Reply
 from ....core.multipart import Ambiguous, Boundary
+from ....core.ratelimit import Pace, RateLimits
 from ....core.template import PathTemplate
 from ....core.spool import SpoolArea
 from ..multipart_splitter import MultipartSplitter
@@ -47,9 +48,12 @@ class Upgrade:
     ``comment`` serve one request each (their state lives in a ``Run``)."""
 
     def __init__(self, options: UpgradeOptions, hooks: GuardHooks, counter: Counter, tenants: Iterable[str],
-                 spool: SpoolArea, *, default_flow: str = "card_file") -> None:
+                 spool: SpoolArea, limits: RateLimits, *, default_flow: str = "card_file") -> None:
         self.options = options
         self.hooks = hooks
+        # The service's limits on each token (the process's, shared with the card backfill), and this bridge's caps.
+        self.limits = limits
+        self.pace = Pace(options.rate_per_token, options.rate_per_company)
         # How this route's legacy upload is performed (``UpgradeOptions.flow``; unset: the guard's default).
         self.flow = options.flow_or(default_flow)
         self.card_lookup = PathTemplate.of(options.card_lookup)

@@ -11,8 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ....core.template import PARAM, PathTemplate
 
-__all__ = ("OUTCOMES", "PARTIAL_CODE", "PATH_TEMPLATE_PATTERN", "UPGRADE_HEADER", "Outcome", "UpgradeFamilies",
-           "UpgradeOptions")
+__all__ = ("OUTCOMES", "PARTIAL_CODE", "PATH_TEMPLATE_PATTERN", "RATE_LIMITED_CODE", "UPGRADE_HEADER", "Outcome",
+           "UpgradeFamilies", "UpgradeOptions")
 
 
 class Outcome(enum.StrEnum):
@@ -30,12 +30,16 @@ class Outcome(enum.StrEnum):
     DENIED = "denied"
     ABORTED = "aborted"
     REFUSED = "refused"
+    # The service's limits on the client's token did not let the bridge's requests go in time: nothing was created,
+    # the client is told when to send again (429 with Retry-After).
+    RATE_LIMITED = "rate_limited"
 
 
 OUTCOMES = tuple(outcome.value for outcome in Outcome)
 # The response header that says what the bridge did.
 UPGRADE_HEADER = "X-Gateway-Upload-Upgrade"
 PARTIAL_CODE = "LEGACY_UPLOAD_UPGRADE_PARTIAL"
+RATE_LIMITED_CODE = "LEGACY_UPLOAD_UPGRADE_RATE_LIMITED"
 MiB = 1 << 20
 
 # A path template of the options (and the guard's successor): percent-encoded characters and {placeholders}.
@@ -81,6 +85,10 @@ class UpgradeOptions(BaseModel):
     spool_dir: str | None = Field(default=None, max_length=4096)
     # The most read of one answer of the service (the card lookup's, a comment's, an upload's).
     max_answer_bytes: int = Field(default=8 * MiB, ge=64 << 10, le=256 * MiB)
+    # The bridge's own caps on its requests, per second, per token and per company (0: none); the service's limits,
+    # as its answers say them, are kept whatever these say.
+    rate_per_token: int = Field(default=0, ge=0, le=1000)
+    rate_per_company: int = Field(default=0, ge=0, le=1000)
     # After a comment's upload failed: how much more of the body is read (and dropped) to list the file parts that
     # were not sent (0: only those already read are listed). At most max_files + 1 are listed; the rest are counted.
     rest_bytes: int = Field(default=64 * MiB, ge=0, le=64 << 30)
