@@ -16,6 +16,7 @@ from aiohttp import web
 from .config import ConfigError, LoadedConfig, expand_references, parse_model, read_document
 from .core.chain import fold
 from .core.exchange import Next
+from .core.ratelimit import RateLimits
 from .core.spool import SpoolArea
 from .edge.classify import parser_error_text
 from .edge.route_table import RouteTable
@@ -78,18 +79,20 @@ def load_config(path: str | Path, environ: Mapping[str, str] = os.environ, *,
 
 
 def build_state(config: LoadedConfig, proxy: Next, clock: Clock, metrics: Metrics,
-                spool: SpoolArea | None = None) -> GatewayState:
+                spool: SpoolArea | None = None, limits: RateLimits | None = None) -> GatewayState:
     """The routes (built whole), each route's chain folded around ``proxy``, and the rollout plan of ``config``."""
     model = config.model
     if spool is None:
         spool = SpoolArea(model.spool)
+    if limits is None:
+        limits = RateLimits()
     routes = RouteTable.of(config, POLICIES)
     plan = config.rollout_plan()
     timezone = model.rollout.tzinfo
     handlers: dict[str, Next] = {}
     for route in [*routes.routes, routes.catch_all]:
         ctx = BuildContext(route=route.name, params=route.params, clock=clock, timezone=timezone, rollout=plan,
-                           families=metrics.families, spool=spool)
+                           families=metrics.families, spool=spool, limits=limits)
         policies = [POLICIES[name].make(options, ctx) for name, options in config.chains[route.name]]
         handlers[route.name] = fold(policies, proxy)
     server = model.server
@@ -133,6 +136,9 @@ class Gateway:
         self._config = config
         # One spool area for the process's lifetime (its budget is the config's; a reload changes it in place).
         self.spool = SpoolArea(config.model.spool)
+        # The service's limits on each token, as the bridges learnt them: kept for the process's lifetime, reloads
+        # included (the service's limits do not change with the gateway's config).
+        self.limits = RateLimits()
         self._state: GatewayState | None = None
         self.ready = False
         model = config.model
@@ -172,7 +178,7 @@ class Gateway:
             max_concurrent_per_tenant=upstream.max_concurrent_per_tenant, queue_timeout=upstream.queue_timeout,
             strip_cookie=ADMIN_COOKIE,
         )
-        self._state = build_state(self._config, self.proxy, self.clock, self.metrics, self.spool)
+        self._state = build_state(self._config, self.proxy, self.clock, self.metrics, self.spool, self.limits)
         self.tracing.start()
         self.edge = Edge(lambda: self.state, self.proxy, self.recorder, self.in_flight, send, self.tracing,
                          self.clock)
@@ -210,7 +216,7 @@ class Gateway:
         previous = self._config.model.spool
         self.spool.configure(config.model.spool)
         try:
-            return build_state(config, self.proxy, self.clock, self.metrics, self.spool)
+            return build_state(config, self.proxy, self.clock, self.metrics, self.spool, self.limits)
         except BaseException:
             self.spool.configure(previous)
             raise

@@ -27,7 +27,7 @@ from yarl import URL
 from ..core.redaction import MASK, without_userinfo
 from ..core.spec import RESTRICTED_BY_DEFAULT_FROM
 from ..core.spool import SpoolConfig
-from ..core.template import PARAM
+from ..core.template import ROUTE_PARAM
 from ..core.tenants import Tenant, canonical_host
 from ..rollout.config import ConfigDate, RolloutConfig, TenantRollout
 from .ledger import NAME_WIDTH, LedgerConfig
@@ -49,7 +49,7 @@ __all__ = (
 
 _NAME_RE = r"^[a-z][a-z0-9_\-]*$"
 _METHOD_RE = re.compile(r"^[A-Z][A-Z0-9\-_]*$")
-_TEMPLATE_RE = re.compile(rf"^(/([A-Za-z0-9\-._~!$&'()*+,=:@]+|{PARAM}))+$")
+_TEMPLATE_RE = re.compile(rf"^(/([A-Za-z0-9\-._~!$&'()*+,=:@]+|{ROUTE_PARAM}))+$")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 _HOST_RE = re.compile(r"^(\*\.)?([a-z0-9]([a-z0-9\-]*[a-z0-9])?)(\.[a-z0-9]([a-z0-9\-]*[a-z0-9])?)*$")
 

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
 from ..core.exchange import Policy
+from ..core.ratelimit import RateLimits
 from ..core.spool import SpoolArea
 from ..rollout.behaviour import Behaviour
 from ..rollout.clock import Clock
@@ -42,6 +43,9 @@ class BuildContext:
     families: Families
     # The process's spool area (one budget for every policy's spool files; swept of dead processes' files at start).
     spool: SpoolArea = field(default_factory=SpoolArea)
+    # The service's limits on each token as the process's bridges learnt them (one for the process: both bridges of a
+    # client share what either learnt).
+    limits: RateLimits = field(default_factory=RateLimits)
 
 
 @dataclass(frozen=True, slots=True)

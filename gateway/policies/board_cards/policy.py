@@ -90,6 +90,8 @@ class Action(enum.StrEnum):
     # In a shadow window: the upstream's board went as it came; the phase decided beside it would have done this.
     WOULD_CAP = "would_cap"
     WOULD_REMOVE = "would_remove"
+    # The service's limits on the client's token did not let the backfill finish in time: the board without cards.
+    BACKFILL_RATE_LIMITED = "backfill_rate_limited"
 
 
 _PHASES = tuple(Phase)  # the rollout's index to its Phase, without Enum's call
@@ -343,7 +345,7 @@ class BoardCards:
         self.workers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="board_cards")
         weakref.finalize(self, self.workers.shutdown, wait=False)
         self.coding = Coding(options.compress_min_bytes, options.compress_level, self.workers)
-        self.backfill = CardBackfill(options.backfill, self.workers)
+        self.backfill = CardBackfill(options.backfill, ctx.limits, self.workers)
 
     def _per_tenant(self, options: Options, ctx: BuildContext) -> None:
         """Per tenant, when first needed: its signal headers (shared by tenants whose schedule is shared); its
@@ -607,9 +609,9 @@ class BoardCards:
             headers.popall(name, None)
         # The gateway's own validator: the answer is assembled from several upstream responses.
         headers["ETag"] = etag
-        headers[BACKFILL_HEADER] = f"done; cards={count}; pages={filled.pages}"
+        headers[BACKFILL_HEADER] = f"done; cards={count}; pages={filled.pages}" + ("; shared" if filled.shared else "")
         self.backfill_counters[(call.tenant, "done")].inc()
-        call.exchange.notes["board_cards.backfill"] = f"done cards={count} pages={filled.pages}"
+        call.exchange.notes["board_cards.backfill"] = _done_note(count, filled)
         if not_modified(call.if_none_match, etag):
             to_304(reply)
             return call.finish(Action.NOT_MODIFIED, reply)
@@ -619,12 +621,16 @@ class BoardCards:
         return call.finish(Action.BACKFILLED, reply)
 
     def backfill_failed(self, call: _Call, reply: Reply, failed: BackfillFailed) -> Reply:
-        """The bytes read: never a partial array presented as whole."""
+        """The bytes read: never a partial array presented as whole. Over the service's limits, the outcome is named
+        ``rate_limited``, with the seconds until the service takes the token's requests again."""
         self.backfill_counters[(call.tenant, failed.reason)].inc()
         call.exchange.notes["board_cards.backfill"] = failed.reason
-        reply.headers[BACKFILL_HEADER] = f"failed; reason={failed.reason}"
         log.warning("board_cards: card backfill not done (%s); tenant %s, board %s, request id %s",
                     failed.detail, call.tenant, call.board, call.exchange.request_id)
+        if failed.retry_after is not None:
+            reply.headers[BACKFILL_HEADER] = f"rate_limited; retry_after={failed.retry_after}"
+            return call.finish(Action.BACKFILL_RATE_LIMITED, reply)
+        reply.headers[BACKFILL_HEADER] = f"failed; reason={failed.reason}"
         return call.finish(Action.BACKFILL_FAILED, reply)
 
     def shown(self, call: _Call, filled: Filled) -> tuple[int, bytes | None]:
@@ -664,6 +670,17 @@ class BoardCards:
 
 def build(options: Options, ctx: BuildContext) -> Policy:
     return BoardCards(options, ctx)
+
+
+def _done_note(count: int, filled: Filled) -> str:
+    """The access log's note of a backfill done: its cards and pages, whether another reader's was shared, and how
+    long the service's limits made it wait."""
+    note = f"done cards={count} pages={filled.pages}"
+    if filled.shared:
+        note += " shared"
+    if filled.waited:
+        note += f" waited={filled.waited:.1f}"
+    return note
 
 
 def _board_pieces(body: json_splice.Text, layout: json_splice.Layout, cards: Sequence[bytes | memoryview],

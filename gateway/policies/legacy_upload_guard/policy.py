@@ -200,8 +200,8 @@ class _Successor:
         """The successor as a URL a client can follow from a request for ``path``; None when it is not one: a
         placeholder this request does not fill (``{card_uid}`` on a route that has only the numeric id), or the
         request's own path (the replacement differs by method only)."""
-        if not self.filled:
-            return None
+        if not (self.filled and self.template.fills(params)):
+            return None  # (a route of several paths may name the successor's parameters in some of them only)
         target = self.template.render(params)
         return None if target.lower() == path.lower() else target
 
@@ -231,6 +231,7 @@ class _Settings:
 
 def build(options: Options, ctx: BuildContext) -> Policy:
     counter = ctx.families(Families).uploads
+    file_parts = options.detect == "file_parts"
     settings = _Settings(
         options=options,
         route=ctx.route,
@@ -240,8 +241,6 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         counters={(tenant, d): counter.labels(tenant, ctx.route, d)
                   for tenant in ctx.rollout.schedules for d in _DECISIONS},
     )
-    file_parts = options.detect == "file_parts"
-
     def count(exchange: Exchange, decision: str) -> None:
         settings.counters[(exchange.tenant.name, decision)].inc()
 
@@ -251,7 +250,9 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         splitter=settings.splitter, linger=(options.linger_bytes, options.linger_seconds),
     )
     upgrade = Upgrade(options.upgrade, hooks, ctx.families(UpgradeFamilies).upgrades, ctx.rollout.schedules,
-                      ctx.spool)
+                      ctx.spool, ctx.limits, default_flow="comment" if file_parts else "card_file")
+
+    bridged = upgrade.flow != "none"
 
     async def legacy_upload_guard(exchange: Exchange, next: Next) -> Reply:
         # The forbid setting's phase for this request: the company setting, its date, and the rollout's rules for
@@ -259,7 +260,7 @@ def build(options: Options, ctx: BuildContext) -> Policy:
         decision = exchange.decide(LEGACY_UPLOADS.name)
         if decision.index == _FORBIDDEN:
             # Where the answer would be 403, the upload upgrade may carry the upload out instead.
-            bridge = upgrade if decision.bridge else None
+            bridge = upgrade if decision.bridge and bridged else None
             if file_parts:
                 return await _enforce_file_parts(exchange, next, settings, bridge)
             if bridge is not None:
@@ -302,7 +303,7 @@ async def _enforce_file_parts(exchange: Exchange, next: Next, settings: _Setting
     if not exchange.has_body:
         return _refuse_unbridged(exchange, settings, Ambiguous("unterminated_body", "the multipart body is empty"),
                                  upgrade)
-    if upgrade is not None and not exchange.body.filters:
+    if upgrade is not None and upgrade.may_take(exchange.body):
         # The guard is the first to read the body (it sees it as the client sent it): it may hand it to the bridge.
         return await _read_then_decide(exchange, next, settings, upgrade, boundary)
     # The proxy core reads the body (inviting it with 100 Continue only now) and shows it to the filter, which holds
@@ -338,7 +339,7 @@ async def _read_then_decide(exchange: Exchange, next: Next, settings: _Settings,
     if watch.file_found:
         # The explicit step: the request is the bridge's from here, with the bytes read so far; the rest of the body
         # is read with the server's idle timeout, as for an upload the gateway forwards.
-        return await upgrade.comment(exchange, boundary, exchange.body.take_over())
+        return await upgrade.take_over(exchange, boundary)
     return await _pass(exchange, next)
 
 
