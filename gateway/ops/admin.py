@@ -5,6 +5,7 @@ needs the admin token (Bearer, Basic, or the session cookie a ``?token=`` visit 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime as dt
 import hashlib
@@ -227,8 +228,10 @@ async def _guard(request: web.Request, handler: Callable[[web.Request], Awaitabl
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    # Under --workers: every worker's values, read from the shared directory (any worker may answer).
-    body = request.app[_GATEWAY].metrics.scrape()
+    # Under --workers: every worker's values, read from the shared directory (any worker may answer). In a thread:
+    # the first scrape of a config counts its companies per phase (tens of ms at 10,000), and reading the workers'
+    # files is disk work.
+    body = await asyncio.to_thread(request.app[_GATEWAY].metrics.scrape)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
