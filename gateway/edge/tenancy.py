@@ -41,6 +41,11 @@ class TenantResolver:
     def resolve(self, host: str | None) -> Tenant | None:
         if not host:
             return self.default
+        # A name as configured (the spelling nearly every client sends) is found at once, and takes no place among
+        # the remembered spellings: with more companies than those hold, each request would otherwise evict one.
+        tenant = self._exact.get(host)
+        if tenant is not None:
+            return tenant
         try:
             return self._seen[host]
         except KeyError:
