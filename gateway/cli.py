@@ -5,6 +5,7 @@ status 2), the command run; ``serve``'s process lifecycle is ``gateway.lifecycle
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
 import re
 import sys
@@ -130,23 +131,17 @@ def _load(path: str, unneeded: Callable[[Sequence[int | str]], bool] | None = No
 
 def _rollout(config_path: str, at: str | None, host: str | None, client: str | None = None,
              user_agent: str | None = None) -> int:
-    from .rollout import HeaderClient, clock_from_config, describe, describe_client, parse_instant
+    from .rollout import HeaderClient, describe, describe_client
 
     config = _load(config_path)
-    rollout = config.model.rollout
-    try:
-        # The problem names where the instant came from: --at, or GATEWAY_NOW (clock_from_config says so).
-        now = parse_instant(at, rollout.tzinfo) if at is not None else clock_from_config(rollout).now()
-    except ValueError as err:
-        raise _Refused(f"gateway: --at: {err}" if at is not None else f"gateway: {err}") from None
-    if (client is not None or user_agent is not None) and host is None:
-        raise _Refused("gateway: --client and --user-agent need --host (a client belongs to one company)")
-    if client is not None and not re.fullmatch(r"[0-9a-f]{12}", client):
-        raise _Refused(f"gateway: --client: {client[:40]!r} is not a token fingerprint (12 lowercase hex digits)")
+    now = _instant(config, at)
+    one_client = client is not None or user_agent is not None
+    if one_client:
+        _check_client(client, host)
     name = _tenant_of(config, host) if host is not None else None
     print(f"rollout at {now.isoformat()} ({config.source})")
     plan = config.rollout_plan()
-    if name is None or (client is None and user_agent is None):
+    if name is None or not one_client:
         print("\n".join(describe(plan, now, None if name is None else [name])))
         return 0
     headers = {"User-Agent": user_agent} if user_agent is not None else {}
@@ -154,6 +149,24 @@ def _rollout(config_path: str, at: str | None, host: str | None, client: str | N
                    if part)
     print("\n".join(describe_client(plan, now, name, HeaderClient(headers, client), who)))
     return 0
+
+
+def _instant(config: LoadedConfig, at: str | None) -> dt.datetime:
+    """``--at``, or the gateway's clock (``GATEWAY_NOW``, ``rollout.now``); the problem names where it came from."""
+    from .rollout import clock_from_config, parse_instant
+
+    rollout = config.model.rollout
+    try:
+        return parse_instant(at, rollout.tzinfo) if at is not None else clock_from_config(rollout).now()
+    except ValueError as err:
+        raise _Refused(f"gateway: --at: {err}" if at is not None else f"gateway: {err}") from None
+
+
+def _check_client(client: str | None, host: str | None) -> None:
+    if host is None:
+        raise _Refused("gateway: --client and --user-agent need --host (a client belongs to one company)")
+    if client is not None and not re.fullmatch(r"[0-9a-f]{12}", client):
+        raise _Refused(f"gateway: --client: {client[:40]!r} is not a token fingerprint (12 lowercase hex digits)")
 
 
 def _tenant_of(config: LoadedConfig, host: str) -> str:

@@ -27,7 +27,7 @@ from .config import Brownout, HeaderMatch, RolloutConfig, Shadow, TenantRollout
 if TYPE_CHECKING:
     from ..core.tenants import Tenant
 
-__all__ = ("Client", "Explained", "RolloutPlan", "Schedule", "effective_date")
+__all__ = ("Client", "Explained", "Ramp", "RolloutPlan", "Schedule", "effective_date")
 
 _TWO_64 = float(1 << 64)
 _T = TypeVar("_T")
@@ -77,7 +77,7 @@ class _Window:
 
 
 @dataclass(frozen=True, slots=True)
-class _Ramp:
+class Ramp:
     """A phase reaching a share of clients before its date: (from, share in percent) steps, rising."""
 
     index: int
@@ -135,7 +135,7 @@ def _midnight(day: dt.date, tz: dt.tzinfo) -> float:
 class _Resolved(NamedTuple):
     phase: int
     kind: Kind
-    cause: _Step | _Window | _Ramp | _Freeze | _Exempt | None  # None: the base phase
+    cause: _Step | _Window | Ramp | _Freeze | _Exempt | None  # None: the base phase
     shadow: int | None
     unplaced: bool
 
@@ -149,7 +149,7 @@ class Schedule:
 
     def __init__(self, behaviour: Behaviour, base: Base, steps: Sequence[_Step], windows: Sequence[_Window],
                  exemptions: Sequence[_Exempt], signals: Mapping[str, float | None], bridge: bool = False, *,
-                 shadows: Sequence[_Window] = (), ramps: Sequence[_Ramp] = (), freeze: _Freeze | None = None,
+                 shadows: Sequence[_Window] = (), ramps: Sequence[Ramp] = (), freeze: _Freeze | None = None,
                  preview: str | None = None) -> None:
         self.behaviour = behaviour
         self.base = base.index
@@ -203,25 +203,31 @@ class Schedule:
 
     def _for_client(self, now: float, client: Client, tenant: str, resolved: _Resolved) -> _Resolved:
         fingerprint = client.fingerprint if self._by_token else None
-        name = self.behaviour.name
         if fingerprint is not None:
-            for ramp in self.ramps:
-                share = ramp.share(now)
-                if ramp.index > resolved.phase and share and ramp.takes(name, fingerprint, share):
-                    resolved = resolved._replace(phase=ramp.index, kind=Kind.RAMP, cause=ramp)
-            resolved = self._frozen(now, client, tenant, resolved)
+            resolved = self._frozen(now, client, tenant, self._ramped(now, fingerprint, resolved))
+        resolved = self._exempted(now, client, fingerprint, resolved)
+        return self._previewed(client, resolved) if self.preview is not None else resolved
+
+    def _ramped(self, now: float, fingerprint: str, resolved: _Resolved) -> _Resolved:
+        for ramp in self.ramps:
+            share = ramp.share(now)
+            if ramp.index > resolved.phase and share and ramp.takes(self.behaviour.name, fingerprint, share):
+                resolved = resolved._replace(phase=ramp.index, kind=Kind.RAMP, cause=ramp)
+        return resolved
+
+    def _exempted(self, now: float, client: Client, fingerprint: str | None, resolved: _Resolved) -> _Resolved:
         for exempt in self.exemptions:
             if now < exempt.until and exempt.index < resolved.phase and exempt.matches(client.headers, fingerprint):
-                resolved = resolved._replace(phase=exempt.index, kind=Kind.EXEMPTION, cause=exempt)
-                break
-        if self.preview is not None:
-            wanted = client.previewed(name)
-            if wanted is not None:
-                phases = self.behaviour.phases
-                later = phases.index(wanted) if wanted in phases else len(phases) - 1
-                if later > resolved.phase:
-                    resolved = resolved._replace(phase=later, kind=Kind.PREVIEW, cause=None)
+                return resolved._replace(phase=exempt.index, kind=Kind.EXEMPTION, cause=exempt)
         return resolved
+
+    def _previewed(self, client: Client, resolved: _Resolved) -> _Resolved:
+        wanted = client.previewed(self.behaviour.name)
+        if wanted is None:
+            return resolved
+        phases = self.behaviour.phases
+        later = phases.index(wanted) if wanted in phases else len(phases) - 1
+        return resolved._replace(phase=later, kind=Kind.PREVIEW, cause=None) if later > resolved.phase else resolved
 
     def _frozen(self, now: float, client: Client, tenant: str, resolved: _Resolved) -> _Resolved:
         freeze = self.freeze
@@ -281,7 +287,7 @@ class Schedule:
         if isinstance(cause, _Freeze):
             return (f"freeze from {cause.date}: the client was "
                     + ("not placed (the usage ledger is unavailable)" if r.unplaced else "first seen after it"))
-        if isinstance(cause, _Ramp):
+        if isinstance(cause, Ramp):
             return f"in the ramp's share of clients that get {phases[cause.index]} before its date"
         if isinstance(cause, _Window):
             return f"brownout {cause.label}"
@@ -409,7 +415,7 @@ class _Builder:
         steps: list[_Step] = []
         windows: list[_Window] = []
         shadows: list[_Window] = []
-        ramps: list[_Ramp] = []
+        ramps: list[Ramp] = []
         freeze = None
         if base.dated:  # a phase the company's own setting fixes has no dates, nothing to shadow or ramp to
             steps = self._steps(own, behaviour, tz)
@@ -450,8 +456,8 @@ class _Builder:
                 shadows.append(self._window(shadow, phase, behaviour, stz))
         return shadows
 
-    def _ramps(self, own: TenantRollout, behaviour: Behaviour, tz: dt.tzinfo) -> list[_Ramp]:
-        return [_Ramp(behaviour.index(ramp.phase), tuple((_midnight(step.start, rtz), step.share) for step in ramp.steps),
+    def _ramps(self, own: TenantRollout, behaviour: Behaviour, tz: dt.tzinfo) -> list[Ramp]:
+        return [Ramp(behaviour.index(ramp.phase), tuple((_midnight(step.start, rtz), step.share) for step in ramp.steps),
                       self.key)
                 for ramp, rtz in self._listed(self.rollout.ramps, own.ramps, tz) if ramp.behaviour == behaviour.name]
 
