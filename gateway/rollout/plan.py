@@ -511,16 +511,20 @@ class _Schedules(Mapping[str, Mapping[str, Schedule]]):
         self._made: dict[str, _TenantSchedules] = {}
         self.behaviours = builder.behaviours
 
-    def shared(self) -> dict[str, dict[Schedule, int]]:
-        """Per behaviour, each schedule in the plan and how many tenants have it (not kept: one pass over the
-        tenants, without their own objects)."""
+    def shared(self) -> dict[str, dict[Schedule, list[str]]]:
+        """Per behaviour, each schedule in the plan and the tenants that have it, in the config's order (one pass
+        over the tenants, without their own objects)."""
         builder = self._builder
-        out: dict[str, dict[Schedule, int]] = {}
+        out: dict[str, dict[Schedule, list[str]]] = {}
         for name, known in builder.behaviours.items():
-            counts = out[name] = {}
+            groups = out[name] = {}
             for tenant, own in self._tenants.values():
                 schedule = builder.schedule(tenant, own, known)
-                counts[schedule] = counts.get(schedule, 0) + 1
+                found = groups.get(schedule)
+                if found is None:
+                    groups[schedule] = [tenant.name]
+                else:
+                    found.append(tenant.name)
         return out
 
     def __getitem__(self, name: str) -> _TenantSchedules:
@@ -545,7 +549,7 @@ class RolloutPlan:
         self._all = schedules
         self.timezones = timezones
         self.preview = preview  # the header a client previews a later phase with (None: off)
-        self._shared: dict[str, dict[Schedule, int]] | None = None
+        self._shared: dict[str, dict[Schedule, list[str]]] | None = None
 
     @classmethod
     def build(cls, rollout: RolloutConfig, tenants: Sequence[tuple[Tenant, TenantRollout]],
@@ -578,16 +582,16 @@ class RolloutPlan:
 
     def phase_counts(self, now: float) -> Iterator[tuple[str, str, int]]:
         """(behaviour, phase, how many tenants are in it at ``now``) for every dated behaviour and phase."""
-        for name, counts in self.shared().items():
+        for name, groups in self.shared().items():
             phases = self.behaviours[name].phases
             tally = [0] * len(phases)
-            for schedule, tenants in counts.items():
-                tally[schedule.phase_index(now)] += tenants
-            for phase, tenants in zip(phases, tally, strict=True):
-                yield name, phase, tenants
+            for schedule, tenants in groups.items():
+                tally[schedule.phase_index(now)] += len(tenants)
+            for phase, count in zip(phases, tally, strict=True):
+                yield name, phase, count
 
-    def shared(self) -> dict[str, dict[Schedule, int]]:
-        """Per behaviour, each distinct schedule of the plan and how many tenants have it (worked out once)."""
+    def shared(self) -> dict[str, dict[Schedule, list[str]]]:
+        """Per behaviour, each distinct schedule of the plan and the tenants that have it (worked out once)."""
         shared = self._shared
         if shared is None:
             shared = self._shared = self._all.shared()
