@@ -84,7 +84,8 @@ def build_state(config: LoadedConfig, proxy: Next, clock: Clock, metrics: Metric
     if spool is None:
         spool = SpoolArea(model.spool)
     routes = RouteTable.of(config, POLICIES)
-    plan = config.rollout_plan()
+    tenants = config.tenants()  # one Tenant per company, shared by the host map and the rollout plan
+    plan = config.rollout_plan(tenants)
     timezone = model.rollout.tzinfo
     handlers: dict[str, Next] = {}
     for route in [*routes.routes, routes.catch_all]:
@@ -93,7 +94,7 @@ def build_state(config: LoadedConfig, proxy: Next, clock: Clock, metrics: Metric
         policies = [POLICIES[name].make(options, ctx) for name, options in config.chains[route.name]]
         handlers[route.name] = fold(policies, proxy)
     server = model.server
-    return GatewayState(config, TenantResolver.of(config), routes, handlers, plan,
+    return GatewayState(config, TenantResolver.of(config, tenants), routes, handlers, plan,
                         body_timeout=server.client_body_timeout, look_ahead=server.method_override_look_ahead)
 
 

@@ -44,7 +44,9 @@ class LoadedConfig:
         data: dict[str, Any] = self.secrets.redact_data(dumped)
         return data
 
-    def rollout_plan(self) -> RolloutPlan:
-        """Every tenant's schedule of every dated behaviour, from this config."""
-        tenants = [(t.resolve(), t.rollout) for t in self.model.tenants]
-        return RolloutPlan.build(self.model.rollout, tenants, self.behaviours)
+    def rollout_plan(self, tenants: list[Tenant] | None = None) -> RolloutPlan:
+        """Every tenant's schedule of every dated behaviour, from this config; ``tenants``: ``tenants()``, when the
+        caller has them already (at 10,000 companies, resolving them again is 10,000 objects more)."""
+        resolved = self.tenants() if tenants is None else tenants
+        pairs = [(tenant, t.rollout) for tenant, t in zip(resolved, self.model.tenants, strict=True)]
+        return RolloutPlan.build(self.model.rollout, pairs, self.behaviours)

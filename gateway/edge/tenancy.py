@@ -16,9 +16,10 @@ class TenantResolver:
     """Exact host names first, then ``*.suffix`` wildcards (longest suffix wins), then the default tenant."""
 
     @classmethod
-    def of(cls, config: LoadedConfig) -> TenantResolver:
-        """Host -> tenant for this config (``default_tenant`` for hosts no tenant names)."""
-        tenants = config.tenants()
+    def of(cls, config: LoadedConfig, tenants: Sequence[Tenant] | None = None) -> TenantResolver:
+        """Host -> tenant for this config (``default_tenant`` for hosts no tenant names); ``tenants``: its
+        ``tenants()``, when the caller has them already."""
+        tenants = config.tenants() if tenants is None else tenants
         default = next((t for t in tenants if t.name == config.model.default_tenant), None)
         return cls(tenants, default)
 
