@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from .ops.usage import UsageCounter
 from .policies import POLICIES, BuildContext, check_config
 from .proxy.core import ProxyCore
 from .proxy.upstream import UpstreamClient
-from .rollout import Clock, clock_from_config
+from .rollout import Clock, RolloutPlan, clock_from_config
 from .server.listener import make_listener, metric_events
 from .server.writer import send
 
@@ -87,16 +87,17 @@ def build_state(config: LoadedConfig, proxy: Next, clock: Clock, metrics: Metric
     if limits is None:
         limits = RateLimits()
     routes = RouteTable.of(config, POLICIES)
-    plan = config.rollout_plan()
+    tenants = config.tenants()  # one Tenant per company, shared by the host map and the rollout plan
+    plan = config.rollout_plan(tenants)
     timezone = model.rollout.tzinfo
     handlers: dict[str, Next] = {}
     for route in [*routes.routes, routes.catch_all]:
         ctx = BuildContext(route=route.name, params=route.params, clock=clock, timezone=timezone, rollout=plan,
-                           families=metrics.families, spool=spool, limits=limits)
+                           families=metrics.families, companies=metrics.companies, spool=spool, limits=limits)
         policies = [POLICIES[name].make(options, ctx) for name, options in config.chains[route.name]]
         handlers[route.name] = fold(policies, proxy)
     server = model.server
-    return GatewayState(config, TenantResolver.of(config), routes, handlers, plan,
+    return GatewayState(config, TenantResolver.of(config, tenants), routes, handlers, plan,
                         body_timeout=server.client_body_timeout, look_ahead=server.method_override_look_ahead)
 
 
@@ -130,6 +131,7 @@ class Gateway:
     ) -> None:
         self.access_log: LineSink = access_log if access_log is not None else AccessLogWriter()
         self.metrics = metrics or Metrics()
+        self.metrics.companies.limit = config.model.metrics.max_companies
         self.clock = clock or clock_from_config(config.model.rollout)
         self._own_client = client is None
         self._client = client
@@ -158,10 +160,10 @@ class Gateway:
         # gateway_rollout_phase: the plan in force (swapped on reload) at the gateway's clock, at each scrape.
         self.metrics.rollout_phase.source = self._phases
 
-    def _phases(self) -> Iterable[tuple[str, str, str, float]]:
+    def _phases(self) -> tuple[RolloutPlan, float] | None:
         if self._state is None:
-            return ()
-        return self._state.rollout.phase_samples(self.clock.now().timestamp())
+            return None
+        return self._state.rollout, self.clock.now().timestamp()
 
     @property
     def state(self) -> GatewayState:
@@ -224,6 +226,7 @@ class Gateway:
     def _swap(self, state: GatewayState) -> list[str]:
         old, self._config, self._state = self._config.model, state.config, state
         new = state.config.model
+        self.metrics.companies.limit = new.metrics.max_companies
         restart = ("server", "upstream", "access_log", "usage", "tracing")
         return [name for name in restart if _restart_part(old, name) != _restart_part(new, name)]
 

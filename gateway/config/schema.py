@@ -208,6 +208,9 @@ class AccessLogConfig(_Model):
 class MetricsConfig(_Model):
     # Per-request metric updates (requests, durations); off only to measure what they cost.
     enabled: bool = True
+    # Companies that get series of their own in the deprecation families, per process (each from its first count);
+    # the others are counted under tenant="_other".
+    max_companies: int = Field(default=1000, ge=0, le=100_000)
 
 
 class UsageConfig(_Model):

@@ -15,7 +15,7 @@ import datetime as dt
 import hashlib
 import hmac
 import zoneinfo
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
 
@@ -383,15 +383,27 @@ class _Builder:
         self.key = rollout.ramp_key.encode()
         self.preview = rollout.preview.header if rollout.preview.enabled else None
         self._shared: dict[tuple[object, ...], Schedule] = {}
+        self._quick: dict[tuple[str, int, Base, bool], Schedule] = {}
 
     def schedule(self, tenant: Tenant, own: TenantRollout, behaviour: Behaviour) -> Schedule:
-        rollout = self.rollout
         base = behaviour.base_of(tenant)
+        bridge = behaviour.bridge_of(tenant) if behaviour.bridge_of is not None else False
+        # Companies that set no rollout overrides share one (frozen) TenantRollout: theirs is found without working
+        # out their dates (the plan holds every ``own`` while it lives, so an id is not reused meanwhile).
+        quick = (behaviour.name, id(own), base, bridge)
+        shared = self._quick.get(quick)
+        if shared is None:
+            shared = self._quick[quick] = self._shared_schedule(tenant, own, behaviour, base, bridge)
+        return shared
+
+    def _shared_schedule(self, tenant: Tenant, own: TenantRollout, behaviour: Behaviour, base: Base, bridge: bool
+                         ) -> Schedule:
+        rollout = self.rollout
         tz_name = own.timezone or rollout.timezone
         days = tuple(effective_date(own, rollout, flag) for flag in behaviour.all_flags())
         own_lists = (own.brownouts, own.shadows, own.ramps, own.freezes)
         key = (behaviour.name, base, tz_name, days, tuple(None if x is None else tuple(x) for x in own_lists),
-               tuple(own.exemptions), behaviour.bridge_of(tenant) if behaviour.bridge_of is not None else False)
+               tuple(own.exemptions), bridge)
         shared = self._shared.get(key)
         if shared is None:
             shared = self._shared[key] = self._build(tenant, own, behaviour, base, zoneinfo.ZoneInfo(tz_name))
@@ -491,12 +503,29 @@ class _TenantSchedules(Mapping[str, Schedule]):
 class _Schedules(Mapping[str, Mapping[str, Schedule]]):
     """Every tenant's schedules, by tenant name, built when first asked for."""
 
-    __slots__ = ("_builder", "_tenants", "_made")
+    __slots__ = ("_builder", "_tenants", "_made", "behaviours")
 
     def __init__(self, builder: _Builder, tenants: Sequence[tuple[Tenant, TenantRollout]]) -> None:
         self._builder = builder
         self._tenants = {tenant.name: (tenant, own) for tenant, own in tenants}
         self._made: dict[str, _TenantSchedules] = {}
+        self.behaviours = builder.behaviours
+
+    def shared(self) -> dict[str, dict[Schedule, list[str]]]:
+        """Per behaviour, each schedule in the plan and the tenants that have it, in the config's order (one pass
+        over the tenants, without their own objects)."""
+        builder = self._builder
+        out: dict[str, dict[Schedule, list[str]]] = {}
+        for name, known in builder.behaviours.items():
+            groups = out[name] = {}
+            for tenant, own in self._tenants.values():
+                schedule = builder.schedule(tenant, own, known)
+                found = groups.get(schedule)
+                if found is None:
+                    groups[schedule] = [tenant.name]
+                else:
+                    found.append(tenant.name)
+        return out
 
     def __getitem__(self, name: str) -> _TenantSchedules:
         made = self._made.get(name)
@@ -515,11 +544,12 @@ class _Schedules(Mapping[str, Mapping[str, Schedule]]):
 class RolloutPlan:
     """Every tenant's schedules (built when first asked for), from the config (and again on reload)."""
 
-    def __init__(self, schedules: Mapping[str, Mapping[str, Schedule]], timezones: Mapping[str, str],
-                 preview: str | None = None) -> None:
-        self.schedules = schedules
+    def __init__(self, schedules: _Schedules, timezones: Mapping[str, str], preview: str | None = None) -> None:
+        self.schedules: Mapping[str, Mapping[str, Schedule]] = schedules
+        self._all = schedules
         self.timezones = timezones
         self.preview = preview  # the header a client previews a later phase with (None: off)
+        self._shared: dict[str, dict[Schedule, list[str]]] | None = None
 
     @classmethod
     def build(cls, rollout: RolloutConfig, tenants: Sequence[tuple[Tenant, TenantRollout]],
@@ -528,6 +558,10 @@ class RolloutPlan:
         builder = _Builder(rollout, behaviours)
         return cls(_Schedules(builder, tenants), timezones, builder.preview)
 
+    @property
+    def behaviours(self) -> Mapping[str, Behaviour]:
+        return self._all.behaviours
+
     def schedule(self, tenant: str, behaviour: str) -> Schedule:
         return self.schedules[tenant][behaviour]
 
@@ -535,14 +569,33 @@ class RolloutPlan:
                headers: Mapping[str, str] | None = None) -> Explained:
         return self.schedules[tenant][behaviour].decide(now.timestamp(), headers)
 
-    def phase_samples(self, now: float) -> Iterator[tuple[str, str, str, float]]:
+    def phase_samples(self, now: float, tenants: Iterable[str]) -> Iterator[tuple[str, str, str, float]]:
         """``gateway_rollout_phase`` at ``now``: (tenant, behaviour, phase, 1 for the phase in force else 0), for
-        every tenant, dated behaviour and phase of this plan (a tenant no longer configured has none)."""
-        for tenant, per in self.schedules.items():
-            for name, schedule in per.items():
+        every dated behaviour and phase of ``tenants`` in this plan (a tenant no longer configured has none)."""
+        schedules = self.schedules
+        for tenant in tenants:
+            per = schedules.get(tenant)
+            for name, schedule in per.items() if per is not None else ():
                 current = schedule.phase_index(now)
                 for i, phase in enumerate(schedule.behaviour.phases):
                     yield tenant, name, phase, 1.0 if i == current else 0.0
+
+    def phase_counts(self, now: float) -> Iterator[tuple[str, str, int]]:
+        """(behaviour, phase, how many tenants are in it at ``now``) for every dated behaviour and phase."""
+        for name, groups in self.shared().items():
+            phases = self.behaviours[name].phases
+            tally = [0] * len(phases)
+            for schedule, tenants in groups.items():
+                tally[schedule.phase_index(now)] += len(tenants)
+            for phase, count in zip(phases, tally, strict=True):
+                yield name, phase, count
+
+    def shared(self) -> dict[str, dict[Schedule, list[str]]]:
+        """Per behaviour, each distinct schedule of the plan and the tenants that have it (worked out once)."""
+        shared = self._shared
+        if shared is None:
+            shared = self._shared = self._all.shared()
+        return shared
 
 
 def _instant(value: dt.datetime, tz: dt.tzinfo) -> float:

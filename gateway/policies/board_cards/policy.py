@@ -39,6 +39,7 @@ from ...core.representation import (
     not_modified,
     to_304,
 )
+from ...core.series import CompanyCounter
 from ...core.spec import deprecation_link, deprecation_value, http_date, successor_link
 from ...rollout.behaviour import Behaviour, DateFlag
 from ...rollout.plan import Schedule
@@ -95,6 +96,7 @@ class Action(enum.StrEnum):
 
 
 _PHASES = tuple(Phase)  # the rollout's index to its Phase, without Enum's call
+_PHASE_NAMES = tuple(phase.name.lower() for phase in Phase)  # the phase label of gateway_board_responses_total
 # A shadow window's record: what the phase decided beside the one applied would have done to a board it read.
 _WOULD = {Action.CAPPED: Action.WOULD_CAP, Action.REMOVED: Action.WOULD_REMOVE}
 _READ = frozenset({Action.UNTOUCHED, Action.CAPPED, Action.REMOVED})
@@ -114,7 +116,6 @@ BOARD_CARDS = Behaviour(
 )
 # The phases the card backfill bridge acts in, as the behaviour declares them.
 _BACKFILL_PHASES = frozenset(_PHASES[BOARD_CARDS.index(phase)] for phase in BOARD_CARDS.bridge_phases)
-_BACKFILL_OUTCOMES = ("done", *REASONS)
 # The response header that says what the card backfill bridge did (only on bridged requests that needed it).
 BACKFILL_HEADER = "X-Gateway-Backfill"
 
@@ -297,7 +298,7 @@ class _Call:
     def finish(self, action: Action, reply: Reply) -> Reply:
         if self.would is not None and action in _READ:
             action = self.would  # recorded as what the shadow's phase would have done; the answer is as it is
-        self.policy.counters[(self.tenant, self.phase, action)].inc()
+        self.policy.responses.inc((self.tenant, _PHASE_NAMES[self.phase], action))
         self.exchange.decisions[NAME] = self.label + ":" + action
         return reply
 
@@ -348,21 +349,14 @@ class BoardCards:
         self.backfill = CardBackfill(options.backfill, ctx.limits, self.workers)
 
     def _per_tenant(self, options: Options, ctx: BuildContext) -> None:
-        """Per tenant, when first needed: its signal headers (shared by tenants whose schedule is shared); its
-        counters."""
+        """Per tenant, when first needed: its signal headers (shared by tenants whose schedule is shared) and its
+        series (a company's appear with its first board response: core.series)."""
         self.plan = ctx.rollout
         self.signals: dict[Schedule, _Signals] = {}
-        self._counters(ctx.families(Families), list(ctx.rollout.schedules))
-
-    def _counters(self, families: Families, tenants: list[str]) -> None:
-        """Every series of every configured tenant exists from the start (at 0), so that increase() sees the first."""
-        self.counters = {
-            (tenant, phase, action): families.responses.labels(tenant, BOARD_CARDS.phases[phase], action.value)
-            for tenant in tenants for phase in Phase for action in Action
-        }
-        self.removed_counters = {tenant: families.cards_removed.labels(tenant) for tenant in tenants}
-        self.backfill_counters = {(tenant, outcome): families.backfills.labels(tenant, outcome)
-                                  for tenant in tenants for outcome in _BACKFILL_OUTCOMES}
+        families = ctx.families(Families)
+        self.responses = CompanyCounter(families.responses, ctx.companies)
+        self.removed = CompanyCounter(families.cards_removed, ctx.companies)
+        self.backfills = CompanyCounter(families.backfills, ctx.companies)
 
     # --- headers ------------------------------------------------------------------------------------------------
 
@@ -582,7 +576,7 @@ class BoardCards:
         call.vary_rewritten(headers)
         call.signal(headers)
         if withheld:
-            self.removed_counters[call.tenant].inc(withheld)
+            self.removed.inc((call.tenant,), withheld)
         if call.bridged and not_modified(call.if_none_match, headers.get("ETag")):
             to_304(reply)
             return call.finish(Action.NOT_MODIFIED, reply)
@@ -610,7 +604,7 @@ class BoardCards:
         # The gateway's own validator: the answer is assembled from several upstream responses.
         headers["ETag"] = etag
         headers[BACKFILL_HEADER] = f"done; cards={count}; pages={filled.pages}" + ("; shared" if filled.shared else "")
-        self.backfill_counters[(call.tenant, "done")].inc()
+        self.backfills.inc((call.tenant, "done"))
         call.exchange.notes["board_cards.backfill"] = _done_note(count, filled)
         if not_modified(call.if_none_match, etag):
             to_304(reply)
@@ -623,7 +617,7 @@ class BoardCards:
     def backfill_failed(self, call: _Call, reply: Reply, failed: BackfillFailed) -> Reply:
         """The bytes read: never a partial array presented as whole. Over the service's limits, the outcome is named
         ``rate_limited``, with the seconds until the service takes the token's requests again."""
-        self.backfill_counters[(call.tenant, failed.reason)].inc()
+        self.backfills.inc((call.tenant, failed.reason))
         call.exchange.notes["board_cards.backfill"] = failed.reason
         log.warning("board_cards: card backfill not done (%s); tenant %s, board %s, request id %s",
                     failed.detail, call.tenant, call.board, call.exchange.request_id)

@@ -23,6 +23,7 @@ from pydantic import AnyHttpUrl, BaseModel, BeforeValidator, ConfigDict, Field, 
 
 from ...core.exchange import BodyBroken, BodyError, Exchange, Flow, Next, Policy, Refuse, Reply, RequestBodyFilter
 from ...core.multipart import Ambiguous, Boundary, form_data_boundary, request_media_type
+from ...core.series import CompanyCounter
 from ...core.template import PathTemplate
 from ...core.spec import (
     RESTRICTED_BY_DEFAULT_FROM,
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from ...core.tenants import Tenant
     from ...rollout.config import Brownout
 
-__all__ = ("DISABLED_CODE", "Families", "LEGACY_UPLOADS", "NAME", "Options", "SPEC", "build")
+__all__ = ("DECISIONS", "DISABLED_CODE", "Families", "LEGACY_UPLOADS", "NAME", "Options", "SPEC", "build")
 
 NAME = "legacy_upload_guard"
 DISABLED_CODE = "PUBLIC_API_LEGACY_FILE_UPLOAD_DISABLED"
@@ -106,8 +107,9 @@ LEGACY_UPLOADS = Behaviour(
     bridge_of=lambda tenant: tenant.upload_upgrade,
     bridge_phases=("forbidden",),  # where the answer would be 403
 )
-# "would_block": allowed in a shadow window of the forbidden phase (the upload went through; forbidden, it would not).
-_DECISIONS = ("allowed", "blocked", "refused", "bridged", "would_block")
+# The decisions counted (bridged: taken on by the upload upgrade; would_block: allowed in a shadow window of the
+# forbidden phase: the upload went through; forbidden, it would not).
+DECISIONS = ("allowed", "blocked", "refused", "bridged", "would_block")
 _FORBIDDEN = LEGACY_UPLOADS.index("forbidden")
 
 
@@ -128,8 +130,8 @@ class Families:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.uploads = Counter(
-            "gateway_legacy_uploads", "Uploads on deprecated routes, by tenant, route and decision (allowed, blocked, "
-            "refused, bridged: taken on by the upload upgrade).", ("tenant", "route", "decision"), registry=registry,
+            "gateway_legacy_uploads", "Uploads on deprecated routes, by tenant, route and decision (" + ", ".join(DECISIONS)
+            + "; bridged: taken on by the upload upgrade).", ("tenant", "route", "decision"), registry=registry,
         )
 
 
@@ -214,7 +216,10 @@ class _Settings:
     route: str
     successor: _Successor
     deprecation: str  # the Deprecation header's value
-    counters: Mapping[tuple[str, str], Counter]  # (tenant, decision) -> this route's counter
+    uploads: CompanyCounter  # gateway_legacy_uploads_total: (tenant, route, decision)
+
+    def count(self, tenant: str, decision: str) -> None:
+        self.uploads.inc((tenant, self.route, decision))
 
     def sniffer(self, boundary: Boundary) -> MultipartSniffer:
         options = self.options
@@ -230,26 +235,23 @@ class _Settings:
 
 
 def build(options: Options, ctx: BuildContext) -> Policy:
-    counter = ctx.families(Families).uploads
     file_parts = options.detect == "file_parts"
     settings = _Settings(
         options=options,
         route=ctx.route,
         successor=_Successor.of(options.successor_method, options.successor, ctx.params),
         deprecation=deprecation_value(epoch(options.deprecated_since, ctx.timezone)),
-        # Every configured tenant's series exist from the start (at 0), so that increase() sees the first upload.
-        counters={(tenant, d): counter.labels(tenant, ctx.route, d)
-                  for tenant in ctx.rollout.schedules for d in _DECISIONS},
+        uploads=CompanyCounter(ctx.families(Families).uploads, ctx.companies),
     )
     def count(exchange: Exchange, decision: str) -> None:
-        settings.counters[(exchange.tenant.name, decision)].inc()
+        settings.count(exchange.tenant.name, decision)
 
     hooks = GuardHooks(
         name=NAME, refuse=lambda exchange, err: _refuse(exchange, settings, err), count=count,
         mark=lambda reply, exchange, successor: _mark_deprecated(reply, settings, exchange, successor),
         splitter=settings.splitter, linger=(options.linger_bytes, options.linger_seconds),
     )
-    upgrade = Upgrade(options.upgrade, hooks, ctx.families(UpgradeFamilies).upgrades, ctx.rollout.schedules,
+    upgrade = Upgrade(options.upgrade, hooks, CompanyCounter(ctx.families(UpgradeFamilies).upgrades, ctx.companies),
                       ctx.spool, ctx.limits, default_flow="comment" if file_parts else "card_file")
 
     bridged = upgrade.flow != "none"
@@ -347,7 +349,7 @@ def _refused_incomplete(exchange: Exchange, settings: _Settings) -> None:
     """The body broke off or stalled before the guard could decide: refused (the proxy core's answer says why)."""
     exchange.decisions[NAME] = "refused"
     exchange.notes[f"{NAME}.rule"] = "incomplete_body" if exchange.body_error is not BodyError.TIMEOUT else "body_timeout"
-    settings.counters[(exchange.tenant.name, "refused")].inc()
+    settings.count(exchange.tenant.name, "refused")
 
 
 class _FileParts(RequestBodyFilter):
@@ -428,7 +430,7 @@ def _declares_multipart(headers: CIMultiDictProxy[str]) -> bool:
 
 def _block(exchange: Exchange, settings: _Settings) -> Reply:
     exchange.decisions[NAME] = "blocked"
-    settings.counters[(exchange.tenant.name, "blocked")].inc()
+    settings.count(exchange.tenant.name, "blocked")
     return _blocked(exchange, settings)
 
 
@@ -445,7 +447,7 @@ def _blocked(exchange: Exchange, settings: _Settings) -> Reply:
 def _refuse(exchange: Exchange, settings: _Settings, err: Ambiguous) -> Reply:
     exchange.decisions[NAME] = "refused"
     exchange.notes[f"{NAME}.rule"] = err.rule
-    settings.counters[(exchange.tenant.name, "refused")].inc()
+    settings.count(exchange.tenant.name, "refused")
     status = _STATUS_OF_RULE.get(err.rule, 400)
     return _answer(settings, Reply.json(status, {
         "code": _CODE_OF_STATUS[status],
@@ -530,7 +532,7 @@ async def _observe(exchange: Exchange, next: Next, settings: _Settings, *, shado
 def _allowed(exchange: Exchange, settings: _Settings, reply: Reply, shadow: bool = False) -> Reply:
     decision = "would_block" if shadow else "allowed"
     exchange.decisions[NAME] = decision
-    settings.counters[(exchange.tenant.name, decision)].inc()
+    settings.count(exchange.tenant.name, decision)
     _mark_deprecated(reply, settings, exchange)
     return reply
 
