@@ -13,13 +13,15 @@ bench/minimal_proxy.py (the floor of a Python proxy) and the gateway. The proxie
 scenario, so the peak RSS reported (VmHWM) is that scenario's. ``--trace-export 1.0,0.1`` adds, per ratio, the
 gateway with its OpenTelemetry export on (``tracing.export``, that ``sample_ratio``), sending its spans to
 bench/sink.py (which answers 200 to anything, as a collector does); the spans it exported and dropped are read from
-its metrics at the end. ``--without access_log,metrics,request_id,new_traces,ledger`` adds, per piece, the gateway
-with that piece of its per-request work switched off in its configuration (the access log, the per-request metrics,
-the ``request_id`` policy, the trace started for a request without ``traceparent``, the usage ledger): the difference
-to the gateway is what the piece costs. Targets are measured in interleaved rounds (the
-order rotates each round) and ratios are the median of ratios taken within the same round, so that a noisy
-neighbour on the shared machine weighs on both sides of a ratio alike. Every wrk run and transfer is bounded in
-time, and every process started is stopped at the end, on an error, on Ctrl-C and on SIGTERM.
+its metrics at the end. ``--without access_log,metrics,request_id,new_traces,ledger,fast_paths`` adds, per piece,
+the gateway with that piece of its per-request work switched off in its configuration (the access log, the
+per-request metrics, the ``request_id`` policy, the trace started for a request without ``traceparent``, the usage
+ledger) or its environment (aiohttp's fast paths: ``GATEWAY_AIOHTTP_FAST_PATHS=off``, their public fallbacks
+instead): the difference to the gateway is what the piece costs (what the fast paths save, for the last). Targets
+are measured in interleaved rounds (the order rotates each round) and ratios are the median of ratios taken within
+the same round, so that a noisy neighbour on the shared machine weighs on both sides of a ratio alike. Every wrk run
+and transfer is bounded in time, and every process started is stopped at the end, on an error, on Ctrl-C and on
+SIGTERM.
 
 ``--instructions N`` counts instructions instead of timing wrk (the 1k scenario only; wrk ratios move by ±20% on
 the shared machine, callgrind's counts repeat within about 0.5%). Each Python proxy target (the minimal proxy, the
@@ -110,7 +112,10 @@ WITHOUT: dict[str, dict[str, object]] = {
     "request_id": {"global_chain": []},
     "new_traces": {"tracing": {"new_traces": False}},
     "ledger": {"usage": {"ledger": {"enabled": False}}},
+    "fast_paths": {},
 }
+# ... or by its environment: aiohttp's fast paths off, their public fallbacks in their place (core/aiohttp_fast.py).
+WITHOUT_ENV: dict[str, dict[str, str]] = {"fast_paths": {"GATEWAY_AIOHTTP_FAST_PATHS": "off"}}
 
 
 def without_targets(pieces: tuple[str, ...]) -> tuple[str, ...]:
@@ -538,7 +543,10 @@ class Env:
                 raise BenchError("no --baseline tree to start")
             env, cwd = {**os.environ, "PYTHONPATH": str(self.baseline)}, self.baseline
         elif target.startswith("without_"):
-            patch = WITHOUT[target.removeprefix("without_")]
+            piece = target.removeprefix("without_")
+            patch = WITHOUT[piece]
+            if piece in WITHOUT_ENV:
+                env = {**os.environ, **WITHOUT_ENV[piece]}
         elif target != "gateway":
             ratio = dict(zip(export_targets(self.export_ratios), self.export_ratios, strict=True))[target]
             tracing = {"sample_ratio": ratio, "export": {

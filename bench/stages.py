@@ -18,14 +18,15 @@ _FRAME_FILE = re.compile(r".*\((.*?):\d+\)")
 
 # (stage, pattern on the innermost frame's file, pattern on its function name or None)
 STAGES: list[tuple[str, str, str | None]] = [
-    ("kernel: writes to the upstream and to the client", r"aiohttp/http_writer\.py|gateway/proxy/upstream\.py",
+    ("kernel: writes to the upstream and to the client", r"aiohttp/http_writer\.py|gateway/core/aiohttp_fast\.py",
      r"^(StreamWriter\._write|StreamWriter\._writelines|_write_head) "),
     ("event loop (uvloop, C): epoll, reads, callbacks", r"asyncio/runners\.py", None),
     ("aiohttp server: request handler, request object, response head",
      r"aiohttp/(web_|http_writer|http_parser|base_protocol|helpers)", None),
     ("aiohttp client protocol: response parser, pool", r"aiohttp/(client|connector)", None),
     ("aiohttp streams (bodies)", r"aiohttp/streams\.py", None),
-    ("gateway upstream client (proxy/upstream.py)", r"gateway/proxy/upstream\.py", None),
+    ("gateway upstream client (proxy/upstream.py, core/aiohttp_fast.py)",
+     r"gateway/(proxy/upstream|core/aiohttp_fast)\.py", None),
     ("gateway proxy core (proxy/core.py)", r"gateway/proxy/core\.py", None),
     ("gateway edge (edge/, core/exchange, core/http, core/tenants, chain)",
      r"gateway/(edge/|core/exchange|core/http|core/tenants|core/chain)", None),

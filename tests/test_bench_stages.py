@@ -7,7 +7,7 @@ from tests.bench_testlib import load
 stages = load("stages")
 
 RAW = [
-    "process 1:\"python\";run (asyncio/runners.py:118);_write_head (gateway/proxy/upstream.py:252) 7\n",
+    "process 1:\"python\";run (asyncio/runners.py:118);_write_head (gateway/core/aiohttp_fast.py:340) 7\n",
     "process 1:\"python\";run (asyncio/runners.py:118) 5\n",
     "process 1:\"python\";run (asyncio/runners.py:118);Recorder.record (gateway/ops/access_log.py:140) 3\n",
     "process 1:\"python\";run (asyncio/runners.py:118);ProxyCore.send (gateway/proxy/core.py:200) 2\n",

@@ -40,22 +40,14 @@ def test_option_errors_name_their_path(options: dict[str, Any], problem: str) ->
     assert any(p.startswith(problem) for p in err.value.problems), err.value.problems
 
 
-@pytest.mark.parametrize(
-    ("header", "expected"),
-    [(None, False), ("", False), ("gzip", True), ("br, gzip;q=0.5", True), ("gzip;q=0", False), ("*", True),
-     ("*;q=0", False), ("identity", False), ("x-gzip", True), ("br;q=1, *;q=0.1, gzip;q=0", False)],
-)
-def test_accepts_gzip(header: str | None, expected: bool) -> None:
-    assert board_cards._accepts_gzip(header) is expected
-
-
-@pytest.mark.parametrize(
-    ("value", "tags"),
-    [('"a"', [(False, "a")]), ('W/"a", "b,c"', [(True, "a"), (False, "b,c")]), ("*", [(True, "*")]),
-     ('"a" "b"', None), ("a", None), ('"a",', [(False, "a")])],
-)
-def test_parse_etags(value: str, tags: Any) -> None:
-    assert board_cards._parse_etags(value) == tags
+def test_phases_and_actions_keep_their_labels() -> None:
+    # Phase follows the rollout schedule's order; Action's values are the metric's and the access log's words.
+    assert [(p.value, board_cards.BOARD_CARDS.phases[p]) for p in board_cards.Phase] == [
+        (0, "full"), (1, "capped"), (2, "removed")]
+    assert [a.value for a in board_cards.Action] == [
+        "untouched", "capped", "removed", "passed_through_unparsed", "too_large", "not_ok", "not_modified",
+        "backfilled", "backfill_failed", "would_cap", "would_remove", "backfill_rate_limited"]
+    assert f"{board_cards.Action.NOT_OK}" == "not_ok"
 
 
 def test_memo_reuses_only_identical_bodies_within_its_budget() -> None:

@@ -276,3 +276,16 @@ def test_sandbox_faults_match_a_wildcard_segment() -> None:
     assert table.take("POST", "/api/v1/cards/1/comments/files", {}) is None
     assert table.take("POST", "/api/v1/cards/1/comments/x/files/y", {}) is None
     assert table.take("POST", "/api/v1/cards/2/comments/y/files", {}) is not None
+
+
+def test_the_bridges_words_on_the_wire_are_its_enums_values() -> None:
+    # The metric's outcome label, the header's first word and the decision come from Outcome; a file's status in the
+    # partial answer and the note from FileStatus: renaming a member must not rename what operators see.
+    from gateway.policies.legacy_upload_guard.upgrade import OUTCOMES, Outcome
+    from gateway.policies.legacy_upload_guard.upgrade.outcomes import FileStatus
+
+    assert OUTCOMES == ("upgraded", "partial", "failed", "rolled_back", "left_stored", "denied", "aborted", "refused",
+                        "rate_limited")
+    assert [o.value for o in Outcome] == list(OUTCOMES) and f"{Outcome.LEFT_STORED}" == "left_stored"
+    assert [s.value for s in FileStatus] == ["uploaded", "failed", "not_sent", "rolled_back", "rollback_failed",
+                                             "not_found", "unknown"]

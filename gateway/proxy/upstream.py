@@ -1,40 +1,25 @@
 """The client side of the proxy: one session's pooled connections to the upstreams, and one road for every request
 (``UpstreamClient.request``: the headers exactly as the proxy core built them, with or without a body), with one
-retry policy (``unsent``, ``safe_method``: docs/configuration.md, ``upstream.retry_safe_methods``). The private
-aiohttp API it relies on, and why, is listed and checked in ``server.aiohttp_private``."""
+retry policy (``unsent``, ``safe_method``: docs/configuration.md, ``upstream.retry_safe_methods``). The roads that
+reach under aiohttp's public API are in ``core.aiohttp_fast``; here is the public one, used when they are off."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import time
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
-from typing import Any, Protocol
+from collections.abc import AsyncIterable, AsyncIterator
+from typing import Protocol
 
 import aiohttp
-from aiohttp.client_proto import ResponseHandler
-from aiohttp.client_reqrep import ConnectionKey
-from aiohttp.connector import Connection
-from aiohttp.helpers import TimerNoop
-from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.http_parser import RawResponseMessage
-from aiohttp.http_writer import _serialize_headers
-from aiohttp.streams import StreamReader
-from aiohttp.typedefs import LooseHeaders
 from multidict import CIMultiDict, CIMultiDictProxy, istr
 from yarl import URL
 
 from ..config.upstream import UpstreamConfig
-from ..core.deadline import Deadline
+from ..core import aiohttp_fast
+from ..core.aiohttp_fast import Attempt
 
 __all__ = ("Response", "UpstreamClient")
 
-# Only what the client sent goes upstream: no default User-Agent, Accept or Content-Type.
-_SKIP_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
-_READ_BUFSIZE = 256 * 1024
-_MAX_LINE_SIZE = 8190
-_MAX_HEADERS = 128
-_TIMEOUT_CEIL_THRESHOLD = 5.0
 # Sent once more when the connection broke after the request was written but before the response head (RFC 9110 9.2.1).
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 # What writing to a connection the upstream had already closed raises.
@@ -46,61 +31,10 @@ _NOT_RETRIED = (
     aiohttp.ClientConnectorCertificateError,
     aiohttp.ClientConnectorSSLError,
 )
-_NO_TIMER = TimerNoop()
-_GET_METHODS = frozenset(aiohttp.ClientRequest.GET_METHODS)
-_CONTENT_LENGTH = istr("Content-Length")
 _AUTHORIZATION = istr("Authorization")
 _EXPECT = istr("Expect")
-# Methods whose response has no body to read (ClientSession: EMPTY_BODY_METHODS).
-_NO_RESPONSE_BODY = frozenset({"HEAD"})
-
-
-class _ProxiedRequest(aiohttp.ClientRequest):
-    """aiohttp's request, taking the proxy core's headers as they are.
-
-    They come with their Host first, as aiohttp would put it; and every header aiohttp would add on its own is in
-    the skip list (checked below), so none is added.
-    """
-
-    def update_headers(self, headers: LooseHeaders | None) -> None:
-        assert isinstance(headers, CIMultiDict) and "Host" in headers
-        self.headers = CIMultiDict(headers)
-
-    def update_auto_headers(self, skip_auto_headers: Iterable[str] | None) -> None:
-        self._skip_auto_headers = _SKIPPED
-
-
-_SKIPPED: CIMultiDict[None] = CIMultiDict((name, None) for name in sorted(istr(n) for n in _SKIP_AUTO_HEADERS))
-if not {istr(name) for name in (*aiohttp.ClientRequest.DEFAULT_HEADERS, "User-Agent")} <= set(_SKIPPED):
-    raise RuntimeError("this aiohttp adds request headers the gateway does not skip: review gateway/proxy/upstream.py")
-
-
-class _Connection(ResponseHandler):
-    """aiohttp's client connection protocol, with its read timeout (``upstream.read_timeout``) kept as a ``Deadline``
-    (one timer per connection) instead of a new timer for each piece read and each request."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(loop)
-        self._read_deadline = Deadline(loop, self._on_read_timeout)
-        self.parser_skips_payload: bool | None = None  # the setting the parser in place was made with
-
-    def set_response_params(self, **params: Any) -> None:
-        super().set_response_params(**params)
-        self.parser_skips_payload = params.get("skip_payload", False)
-
-    def _reschedule_timeout(self) -> None:
-        timeout = self._read_timeout
-        if timeout:
-            self._read_deadline.set(timeout)
-        else:
-            self._read_deadline.clear()
-
-    def _drop_timeout(self) -> None:
-        self._read_deadline.clear()
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        super().connection_lost(exc)
-        self._read_deadline.cancel()
+# Only what the client sent goes upstream: on the public road, none of the headers aiohttp adds by default.
+_NOT_ADDED = tuple(sorted({*aiohttp_fast.SKIP_AUTO_HEADERS, *map(str, aiohttp.ClientRequest.DEFAULT_HEADERS)}))
 
 
 class _Tracked:
@@ -120,7 +54,7 @@ class _Tracked:
 
 class Response(Protocol):
     """An upstream response as the proxy core reads it: its head, and its body still streaming. aiohttp's
-    ``ClientResponse`` (a request with a body) and ``BodylessResponse`` (one without) are both one."""
+    ``ClientResponse`` and ``aiohttp_fast.BodylessResponse`` are both one."""
 
     @property
     def status(self) -> int: ...
@@ -132,77 +66,13 @@ class Response(Protocol):
     def headers(self) -> CIMultiDictProxy[str]: ...
 
     @property
-    def content(self) -> StreamReader: ...
+    def content(self) -> aiohttp.StreamReader: ...
 
     def release(self) -> object:
         """The connection back to the pool if the body was read to its end; closed otherwise."""
 
     def close(self) -> None:
         """The connection closed, whatever was read."""
-
-
-class BodylessResponse:
-    """The response to a request without a body: the parser's message and payload, and the pooled connection it came
-    on (given back once, by ``release`` or ``close``)."""
-
-    __slots__ = ("status", "reason", "headers", "content", "_pool", "_key", "_protocol")
-
-    def __init__(self, message: RawResponseMessage, payload: StreamReader, pool: aiohttp.BaseConnector,
-                 key: ConnectionKey, protocol: ResponseHandler) -> None:
-        self.status = message.code
-        self.reason: str | None = message.reason
-        self.headers: CIMultiDictProxy[str] = message.headers
-        self.content = payload
-        self._pool = pool
-        self._key = key
-        self._protocol: ResponseHandler | None = protocol
-
-    def release(self) -> None:
-        protocol, self._protocol = self._protocol, None
-        if protocol is not None:
-            # Back to the pool; closed instead when the body was not read to its end (protocol.should_close).
-            self._pool._release(self._key, protocol)
-
-    def close(self) -> None:
-        protocol, self._protocol = self._protocol, None
-        if protocol is not None:
-            self._pool._release(self._key, protocol, should_close=True)
-
-    async def read(self) -> bytes:
-        """The whole body (as ``ClientResponse.read``)."""
-        return await self.content.read()
-
-
-def _pooled(connector: aiohttp.BaseConnector, key: ConnectionKey) -> ResponseHandler | None:
-    """A kept-alive connection from the connector's pool, taken as ``BaseConnector._get`` takes one (still connected,
-    idle for less than the keep-alive timeout; counted as acquired, so the pool's limit holds), without its coroutine
-    and its ``Connection`` object: it is given back with ``BaseConnector._release``."""
-    conns = connector._conns.get(key)
-    if not conns:
-        return None
-    now = time.monotonic()
-    keepalive = connector._keepalive_timeout
-    while conns:
-        protocol, idle_since = conns.popleft()
-        if protocol.is_connected() and (keepalive is None or now - idle_since <= keepalive):
-            if not conns:
-                del connector._conns[key]
-            connector._acquired.add(protocol)
-            if connector._limit_per_host:
-                connector._acquired_per_host[key].add(protocol)
-            return protocol
-        protocol.close()
-    del connector._conns[key]
-    return None
-
-
-def _detached(connection: Connection) -> ResponseHandler:
-    """A new connection's protocol, without its ``Connection`` (which would give it back when collected): still
-    counted as acquired until ``BaseConnector._release``."""
-    protocol = connection._protocol
-    assert protocol is not None
-    connection._protocol = None
-    return protocol
 
 
 def _sent_again_or_raise(err: BaseException, attempts: int, unsent: bool, retry_safe: bool,
@@ -225,32 +95,40 @@ def _sent_again_or_raise(err: BaseException, attempts: int, unsent: bool, retry_
     raise aiohttp.ClientOSError(*err.args) from err
 
 
-def _write_head(protocol: ResponseHandler, head: bytes) -> None:
-    transport = protocol.transport
-    if transport is None or transport.is_closing():
-        raise aiohttp.ClientConnectionResetError("Cannot write to closing transport")
-    transport.write(head)
+class _Escaped(aiohttp.ClientError):
+    """One attempt's failure carried out of ``ClientSession.request`` past its own retry (the gateway's applies)."""
+
+    def __init__(self, err: Exception) -> None:
+        super().__init__()
+        self.err = err
 
 
-class _Origin:
-    """One upstream origin (scheme, userinfo, host, port), as bodyless requests to it need it: the request the
-    connector keys its pool by (and opens new connections for), and the Basic credentials of its userinfo, which
-    aiohttp sends in place of the client's ``Authorization`` (docs/configuration.md, ``upstream``)."""
+def _as_built(built: CIMultiDict[str], headers: CIMultiDict[str], credentials: bool) -> CIMultiDict[str]:
+    """The headers the proxy core built (``headers``), with what aiohttp added to them (``built``: the body's
+    framing, the upstream's Basic credentials in place of the client's ``Authorization``): the session folded lines
+    whose names differ only in case, and its road would have sent them folded."""
+    restored = CIMultiDict(headers)
+    for name, value in built.items():
+        if name not in headers:
+            restored.add(name, value)
+    if credentials:
+        restored[_AUTHORIZATION] = built[_AUTHORIZATION]
+    return restored
 
-    __slots__ = ("key_request", "key", "authorization", "request_info", "path")
 
-    def __init__(self, url: URL, session: aiohttp.ClientSession, version: aiohttp.HttpVersion) -> None:
-        """``url``: a base URL with "/" appended."""
-        # The base URL's path (``http://host/base``), which a request target's path is appended to.
-        self.path = url.raw_path[:-1]
-        self.key_request = _ProxiedRequest(
-            "GET", url, headers=CIMultiDict(((istr("Host"), url.host_port_subcomponent or ""),)),
-            loop=asyncio.get_running_loop(), timer=_NO_TIMER, session=session, version=version,
-        )
-        self.key = self.key_request.connection_key
-        self.authorization = self.key_request.headers.get(istr("Authorization"))
-        origin = url.origin()  # no userinfo
-        self.request_info = aiohttp.RequestInfo(origin, "GET", CIMultiDictProxy(CIMultiDict()), origin)
+async def _one_attempt(headers: CIMultiDict[str], credentials: bool, request: aiohttp.ClientRequest,
+                       handler: aiohttp.ClientHandlerType) -> aiohttp.ClientResponse:
+    """The public road's middleware: the request sent with the proxy core's headers, once."""
+    request.headers = _as_built(request.headers, headers, credentials)
+    try:
+        return await handler(request)
+    except aiohttp.ConnectionTimeoutError as err:
+        # The origin only (ClientSession's text has the whole URL): a signed link's query must not reach a log line.
+        timeout = aiohttp.ConnectionTimeoutError(f"Connection timeout to host {request.url.origin()}")
+        timeout.__cause__ = err.__cause__
+        raise _Escaped(timeout) from err
+    except Exception as err:
+        raise _Escaped(err) from err
 
 
 class UpstreamClient:
@@ -260,8 +138,10 @@ class UpstreamClient:
         self.session = session
         self._max_field_size = max_field_size
         self._retry_safe_methods = retry_safe_methods
-        self._version = aiohttp.HttpVersion(*session.version)
-        self._origins: dict[str, _Origin] = {}
+        fast = aiohttp_fast.FAST
+        roads = aiohttp_fast.UpstreamRoads(session, max_field_size=max_field_size)
+        self._send = roads.send if fast.upstream_request else self._public
+        self._send_bodyless = roads.send_bodyless if fast.upstream_bodyless else self._send
 
     @classmethod
     def open(cls, config: UpstreamConfig, *, max_field_size: int) -> UpstreamClient:
@@ -269,9 +149,9 @@ class UpstreamClient:
             limit=config.pool_size,
             keepalive_timeout=config.keepalive_timeout,
             ttl_dns_cache=60,
-            timeout_ceil_threshold=_TIMEOUT_CEIL_THRESHOLD,
+            timeout_ceil_threshold=aiohttp_fast.TIMEOUT_CEIL_THRESHOLD,
         )
-        connector._factory = functools.partial(_Connection, loop=asyncio.get_running_loop())  # type: ignore[assignment]
+        aiohttp_fast.install_protocol(connector)
         session = aiohttp.ClientSession(
             connector=connector,
             timeout=aiohttp.ClientTimeout(
@@ -279,33 +159,12 @@ class UpstreamClient:
             ),
             auto_decompress=False,
             cookie_jar=aiohttp.DummyCookieJar(),
-            skip_auto_headers=_SKIP_AUTO_HEADERS,
+            skip_auto_headers=aiohttp_fast.SKIP_AUTO_HEADERS,
         )
         return cls(session, max_field_size=max_field_size, retry_safe_methods=config.retry_safe_methods)
 
     async def close(self) -> None:
         await self.session.close()
-
-    def _prepared(self, protocol: ResponseHandler, method: str) -> None:
-        skip_payload = method in _NO_RESPONSE_BODY
-        if isinstance(protocol, _Connection) and protocol.parser_skips_payload is skip_payload \
-                and protocol._parser is not None:
-            # The parser that read the previous response on this connection, made with the same settings, reads the
-            # next one (aiohttp's server reads every request of a connection with one parser): a connection given
-            # back to the pool has read its last response to the end and holds nothing more.
-            return
-        protocol.set_response_params(
-            timer=_NO_TIMER,
-            skip_payload=skip_payload,
-            read_until_eof=True,
-            auto_decompress=False,
-            read_timeout=self.session.timeout.sock_read,
-            read_bufsize=_READ_BUFSIZE,
-            timeout_ceil_threshold=_TIMEOUT_CEIL_THRESHOLD,
-            max_line_size=_MAX_LINE_SIZE,
-            max_field_size=self._max_field_size,
-            max_headers=_MAX_HEADERS,
-        )
 
     async def request(
         self, method: str, url: URL, headers: CIMultiDict[str], body: AsyncIterable[bytes] | None,
@@ -331,117 +190,48 @@ class UpstreamClient:
         response head (a kept-alive connection the upstream closed as it was reused): only a GET, HEAD, OPTIONS or
         TRACE without a body, and only with ``retry_safe_methods``.
 
-        A request without a body is written by the gateway itself, its head in one write, and its response read
-        straight from aiohttp's connection protocol; one with a body is aiohttp's ``ClientRequest``, written as
-        ``ClientSession._request`` would, without its per-call machinery (redirects, cookies, traces, a total
-        timeout) and its header merging (which folds lines that differ only in case)."""
+        The roads (one attempt each) are ``core.aiohttp_fast``'s when its fast paths are on: a request without a body
+        written by the gateway itself, one with a body by aiohttp's ``ClientRequest`` driven directly; otherwise
+        ``ClientSession.request`` (``_public``), which sends the same bytes."""
         if self.session.closed:
             raise RuntimeError("the upstream session is closed")
-        if body is not None or _EXPECT in headers:
-            return await self._with_body(method, URL(base + target, encoded=True), headers, body, retried)
-        origin = self._origins.get(base) or self._origin(base)
-        return await self._bodyless(method, origin, origin.path + target, headers, retried)
-
-    def _origin(self, base: str) -> _Origin:
-        origin = self._origins.get(base)
-        if origin is None:
-            origin = self._origins[base] = _Origin(URL(base + "/", encoded=True), self.session, self._version)
-        return origin
-
-    async def _bodyless(self, method: str, origin: _Origin, target: str, headers: CIMultiDict[str],
-                        retried: list[str] | None) -> BodylessResponse:
-        # What aiohttp's ClientRequest would add: the upstream's Basic credentials, and a zero length for a method
-        # other than GET, HEAD, OPTIONS and TRACE.
-        length = method not in _GET_METHODS and _CONTENT_LENGTH not in headers
-        if origin.authorization is not None or length:
-            headers = CIMultiDict(headers)
-            if origin.authorization is not None:
-                headers[_AUTHORIZATION] = origin.authorization
-            if length:
-                headers[_CONTENT_LENGTH] = "0"
-        # aiohttp's own serialisation (C): a CR or LF in a name or value is refused, never written.
-        head = _serialize_headers(f"{method} {target} HTTP/1.1", headers)
-        connector = self.session.connector
-        assert connector is not None
-        timeout = self.session.timeout
-        retry_safe = self._retry_safe_methods and method in _SAFE
-        attempts = 0
-        while True:
-            sent = False
-            try:
-                protocol = _pooled(connector, origin.key)
-                if protocol is None:
-                    protocol = _detached(await self._connect(connector, origin.key_request, timeout))
-                try:
-                    self._prepared(protocol, method)
-                    _write_head(protocol, head)
-                    sent = True
-                    protocol.start_timeout()
-                    while True:
-                        try:
-                            message, payload = await protocol.read()
-                        except HttpProcessingError as err:
-                            raise aiohttp.ClientResponseError(origin.request_info, (), status=err.code,
-                                                              message=err.message, headers=err.headers) from err
-                        # Interim answers (1xx but 101) are read past, as aiohttp's ClientResponse does.
-                        if not 100 <= message.code <= 199 or message.code == 101:
-                            return BodylessResponse(message, payload, connector, origin.key, protocol)
-                except BaseException:
-                    connector._release(origin.key, protocol, should_close=True)
-                    raise
-            except (aiohttp.ClientError, OSError) as err:
-                _sent_again_or_raise(err, attempts, not sent, retry_safe, retried)
-                attempts += 1
-
-    @staticmethod
-    async def _connect(connector: aiohttp.BaseConnector, request: aiohttp.ClientRequest,
-                       timeout: aiohttp.ClientTimeout) -> Connection:
-        try:
-            return await connector.connect(request, traces=[], timeout=timeout)
-        except asyncio.TimeoutError as err:
-            # The origin only: the target's query (a signed link) must not reach a log line through this text.
-            raise aiohttp.ConnectionTimeoutError(f"Connection timeout to host {request.url.origin()}") from err
-
-    async def _with_body(self, method: str, url: URL, headers: CIMultiDict[str], body: AsyncIterable[bytes] | None,
-                         retried: list[str] | None) -> aiohttp.ClientResponse:
-        session = self.session
-        connector = session.connector
-        assert connector is not None
-        timeout = session.timeout
-        loop = asyncio.get_running_loop()
         tracked = _Tracked(body) if body is not None else None
-        retry_safe = self._retry_safe_methods and body is None and method in _SAFE
+        send = self._send_bodyless if tracked is None and _EXPECT not in headers else self._send
+        retry_safe = self._retry_safe_methods and tracked is None and method in _SAFE
         attempts = 0
         while True:
-            request = _ProxiedRequest(
-                method,
-                url,
-                headers=headers,
-                data=tracked,
-                loop=loop,
-                timer=_NO_TIMER,
-                session=session,
-                version=self._version,
-            )
-            sent = False
+            attempt = Attempt()
             try:
-                connection = await self._connect(connector, request, timeout)
-                protocol = connection.protocol
-                assert protocol is not None
-                self._prepared(protocol, method)
-                try:
-                    response = await request.send(connection)
-                    sent = True
-                    try:
-                        await response.start(connection)
-                    except BaseException:
-                        response.close()
-                        raise
-                except BaseException:
-                    connection.close()
-                    raise
-                return response
+                return await send(method, base, target, headers, tracked, attempt)
             except (aiohttp.ClientError, OSError) as err:
-                unsent = not sent or (tracked is not None and not tracked.started)
+                unsent = not getattr(attempt, "sent", False) or (tracked is not None and not tracked.started)
                 _sent_again_or_raise(err, attempts, unsent, retry_safe, retried)
                 attempts += 1
+
+    async def _public(self, method: str, base: str, target: str, headers: CIMultiDict[str],
+                      body: AsyncIterable[bytes] | None, attempt: Attempt) -> aiohttp.ClientResponse:
+        """One attempt through ``ClientSession.request``: its own retry and its header merging undone by
+        ``_one_attempt``. A failed write of the head (to a connection the upstream had closed) is the one failure
+        that raises ``ClientConnectionResetError`` before the request left."""
+        url = URL(base + target, encoded=True)
+        credentials = aiohttp.BasicAuth.from_url(url) is not None
+        given = headers
+        if credentials and _AUTHORIZATION in headers:
+            # The session refuses a client's Authorization beside the URL's credentials; they replace it below.
+            given = headers.copy()
+            del given[_AUTHORIZATION]
+        try:
+            response = await self.session.request(
+                method, url, headers=given, data=body, skip_auto_headers=_NOT_ADDED,
+                allow_redirects=False, auto_decompress=False, read_bufsize=aiohttp_fast.READ_BUFSIZE,
+                max_line_size=aiohttp_fast.MAX_LINE_SIZE, max_field_size=self._max_field_size,
+                max_headers=aiohttp_fast.MAX_HEADERS,
+                middlewares=(functools.partial(_one_attempt, headers, credentials),),
+            )
+        except _Escaped as escaped:
+            err = escaped.err
+        else:
+            attempt.sent = True
+            return response
+        attempt.sent = not isinstance(err, aiohttp.ClientConnectionResetError)
+        raise err

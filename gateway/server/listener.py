@@ -2,8 +2,8 @@
 arrive within ``header_timeout``; an idle kept-alive connection is closed after ``keepalive_timeout``) and a bound on
 open connections. The public listener hands every request (parsed or not) to the edge, and answers a connection over
 its bound 503 (``make_listener``); the admin listener serves the admin application within its own, small bound,
-closing its oldest idle connection (or the new one) at once to stay within it (``AdminRunner``), so that it never
-holds more descriptors than that. docs/reliability.md has the details.
+closing its oldest idle connection (or the new one) at once to stay within it (``admin_listener``), so that it never
+holds more descriptors than that. Only aiohttp's public API is used here. docs/reliability.md has the details.
 """
 
 from __future__ import annotations
@@ -14,15 +14,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
 
 from ..config.schema import ServerConfig
 from ..core.deadline import Deadline
 from ..edge.serve import Edge
 from ..ops.metrics import Metrics
-from . import aiohttp_private  # noqa: F401 - checks, at import, the private API used below
 
-__all__ = ("AdminRunner", "Event", "Events", "Listener", "admin_metric_events", "make_listener", "metric_events")
+__all__ = ("Event", "Events", "Listener", "admin_listener", "admin_metric_events", "make_listener", "metric_events")
 
 
 class Event(enum.Enum):
@@ -48,14 +46,17 @@ class _Phase(enum.Enum):
     IDLE = 3  # kept alive, between requests
 
 
-class _Connection(RequestHandler):
-    __slots__ = ("_owner", "_deadline", "_phase", "over_limit")
+class _Connection(web.RequestHandler):
+    __slots__ = ("_owner", "_deadline", "_phase", "over_limit", "failed")
+
+    def __init__(self, listener: Listener, **kwargs: Any) -> None:
+        super().__init__(listener, **kwargs)
+        self._owner = listener
+        self.failed: web.BaseRequest | None = None  # the request whose handler let an error out (``handle_error``)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        listener = self._manager
-        assert isinstance(listener, Listener)
-        self._owner = listener
+        listener = self._owner
         self._deadline = Deadline(asyncio.get_running_loop(), self._expire)
         listener.opened += 1
         listener.events(Event.OPENED)
@@ -113,30 +114,43 @@ class _Connection(RequestHandler):
         self._owner.events(Event.HEAD_TIMEOUT if self._phase is _Phase.HEAD else Event.IDLE_TIMEOUT)
         self.force_close()
 
-    def _make_error_handler(self, err_info: Any) -> Handler:
-        unparsed = self._owner.unparsed
-        if unparsed is None:
-            return super()._make_error_handler(err_info)  # aiohttp's own answer, and the connection closed
-        status: int = err_info.status
-        exc: BaseException | None = err_info.exc
-
-        async def handler(request: web.BaseRequest) -> web.StreamResponse:
-            self.exchange_started()
-            try:
-                return await unparsed(request, status, exc)
-            finally:
-                self.exchange_ended()
-
-        return handler
-
     def handle_error(
         self, request: web.BaseRequest, status: int = 500, exc: BaseException | None = None, message: str | None = None
     ) -> web.StreamResponse:
-        if self._owner.unparsed is None:
-            return super().handle_error(request, status, exc, message)
-        # Reached only when the edge let a ConnectionError out: its response was cut part way on purpose (the client
-        # or the upstream's body went away), and it has recorded the request. aiohttp then closes the connection.
-        raise ConnectionError("the response was cut off part way")
+        unparsed = self._owner.unparsed
+        if unparsed is None:
+            return super().handle_error(request, status, exc, message)  # aiohttp's own answer, the connection closed
+        if request is self.failed:
+            # The edge let a ConnectionError out: its response was cut part way on purpose (the client or the
+            # upstream's body went away), and it has recorded the request. aiohttp then closes the connection.
+            self.failed = None
+            raise ConnectionError("the response was cut off part way")
+        # A request aiohttp's HTTP parser rejected: answered by the edge, like every other, when aiohttp prepares this.
+        return _Unparsed(self, unparsed, status, exc)
+
+
+class _Unparsed(web.StreamResponse):
+    """What aiohttp is given to answer a request its parser rejected: preparing it has the edge answer and record the
+    request (a JSON answer whose text never quotes the request's bytes, and one access-log record); the connection
+    then closes, as aiohttp's own answer would close it."""
+
+    def __init__(self, connection: _Connection, unparsed: Unparsed, status: int, exc: BaseException | None) -> None:
+        super().__init__(status=status)
+        self._connection = connection
+        self._unparsed = unparsed
+        self._error = exc
+
+    async def prepare(self, request: web.BaseRequest) -> None:
+        connection = self._connection
+        connection.exchange_started()
+        try:
+            await self._unparsed(request, self.status, self._error)
+        finally:
+            connection.exchange_ended()
+        self.force_close()
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        return  # the edge wrote the whole answer
 
 
 class Listener(web.Server):
@@ -155,10 +169,15 @@ class Listener(web.Server):
         busy: Handler | None = None,
         unparsed: Unparsed | None = None,
         events: Events = lambda kind: None,
+        handler_cancellation: bool = False,
+        request_factory: Any = None,
         **kwargs: Any,
     ) -> None:
         # aiohttp's own keep-alive timer stays behind the gateway's (it counts nothing).
-        super().__init__(self._serve, keepalive_timeout=keepalive_timeout + header_timeout, **kwargs)
+        self._handler_args = {**kwargs, "keepalive_timeout": keepalive_timeout + header_timeout}
+        self._handler_loop = asyncio.get_running_loop()
+        super().__init__(self._serve, handler_cancellation=handler_cancellation, loop=self._handler_loop,
+                         request_factory=request_factory, **self._handler_args)
         self.handler = handler
         self.busy = busy
         self.unparsed = unparsed
@@ -176,11 +195,14 @@ class Listener(web.Server):
             if connection.over_limit and self.busy is not None:
                 return await self.busy(request)
             return await self.handler(request)
+        except Exception:
+            connection.failed = request  # aiohttp's handle_error is called next, for this request
+            raise
         finally:
             connection.exchange_ended()
 
-    def __call__(self) -> RequestHandler:
-        return _Connection(self, loop=self._loop, **self._kwargs)
+    def __call__(self) -> web.RequestHandler:
+        return _Connection(self, loop=self._handler_loop, **self._handler_args)
 
 
 def make_listener(edge: Edge, server: ServerConfig, events: Events) -> Listener:
@@ -208,29 +230,21 @@ def make_listener(edge: Edge, server: ServerConfig, events: Events) -> Listener:
     )
 
 
-class AdminRunner(web.AppRunner):
-    """The admin application served by a ``Listener`` with the admin listener's limits: the client time limits of
-    the ``server`` section, and ``server.admin_max_connections`` (over it, the oldest connection not being served is
-    closed to make room, or the new one when all are being served)."""
-
-    def __init__(self, app: web.Application, server: ServerConfig, events: Events) -> None:
-        super().__init__(app, access_log=None)
-        self._limits = server
-        self._events = events
-
-    async def _make_server(self) -> web.Server:
-        made = await super()._make_server()  # aiohttp's own server of the application: its handler, its requests
-        server = self._limits
-        return Listener(
-            made.request_handler,
-            request_factory=made.request_factory,
-            header_timeout=server.client_header_timeout,
-            keepalive_timeout=server.client_keepalive_timeout,
-            max_connections=server.admin_max_connections,
-            events=self._events,
-            lingering_time=2.0,
-            access_log=None,
-        )
+def admin_listener(app_server: web.Server, server: ServerConfig, events: Events) -> Listener:
+    """The admin application (aiohttp's ``AppRunner`` server of it: its handler, its requests) served by a ``Listener``
+    with the admin listener's limits: the client time limits of the ``server`` section, and
+    ``server.admin_max_connections`` (over it, the oldest connection not being served is closed to make room, or the
+    new one when all are being served)."""
+    return Listener(
+        app_server.request_handler,
+        request_factory=app_server.request_factory,
+        header_timeout=server.client_header_timeout,
+        keepalive_timeout=server.client_keepalive_timeout,
+        max_connections=server.admin_max_connections,
+        events=events,
+        lingering_time=2.0,
+        access_log=None,
+    )
 
 
 def metric_events(metrics: Metrics) -> Events:

@@ -12,24 +12,22 @@ import asyncio
 
 import aiohttp
 from aiohttp import hdrs, web
-from aiohttp.helpers import must_be_empty_body
 from aiohttp.http_exceptions import HttpProcessingError
 
+from ..core.aiohttp_fast import reply_response
 from ..core.exchange import BodyBroken, Delivery, Reply
-from . import aiohttp_private  # noqa: F401 - checks, at import, the private API used below
 
 __all__ = ("send",)
 
 _BODY_ERRORS = (ConnectionError, aiohttp.ClientPayloadError, HttpProcessingError)
 # A body in hand up to this size leaves with its head in one write; a larger one a piece of this size at a time.
 _ONE_WRITE = 1 << 20
+# Statuses whose response has no body (RFC 9110 6.4.1, 15.2); a HEAD's has none either, nor a 2xx to CONNECT.
+_EMPTY_STATUS = frozenset({204, 304, *range(100, 200)})
 
 
-class _WholeBody(web.StreamResponse):
-    """A response whose body is in hand: its head waits to leave with the body, in one write (as ``web.Response``'s
-    does, without its handling of text, charsets and compression)."""
-
-    _send_headers_immediately = False
+def _no_body(method: str, status: int) -> bool:
+    return status in _EMPTY_STATUS or method == "HEAD" or (method == "CONNECT" and 200 <= status < 300)
 
 
 async def send(request: web.BaseRequest, reply: Reply, delivery: Delivery | None = None) -> web.StreamResponse:
@@ -40,11 +38,11 @@ async def send(request: web.BaseRequest, reply: Reply, delivery: Delivery | None
     if hdrs.CONTENT_LENGTH in headers:
         del headers[hdrs.CONTENT_LENGTH]
     linger = reply.linger if reply.linger is not None and not request.content.is_eof() else None
-    empty = must_be_empty_body(request.method, reply.status)
+    empty = _no_body(request.method, reply.status)
     if isinstance(body, bytes) and len(body) > _ONE_WRITE:
         # A large body in hand goes a piece at a time: one write would copy all of it into the transport's buffer at
         # once, holding the event loop.
-        response = web.StreamResponse(status=reply.status, reason=reply.reason, _real_headers=headers)
+        response = reply_response(reply.status, reply.reason, headers, whole=False)
         response.content_length = len(body)
         if reply.close_connection or linger is not None:
             response.force_close()
@@ -55,7 +53,7 @@ async def send(request: web.BaseRequest, reply: Reply, delivery: Delivery | None
                 await response.write(view[at : at + _ONE_WRITE])
         await response.write_eof()
     elif isinstance(body, bytes):
-        response = _WholeBody(status=reply.status, reason=reply.reason, _real_headers=headers)
+        response = reply_response(reply.status, reply.reason, headers, whole=True)
         response.content_length = len(body)
         if reply.close_connection or linger is not None:
             response.force_close()
@@ -63,7 +61,7 @@ async def send(request: web.BaseRequest, reply: Reply, delivery: Delivery | None
         await response.write_eof(b"" if empty else body)
     else:
         assert not isinstance(body, bytes)
-        response = web.StreamResponse(status=reply.status, reason=reply.reason, _real_headers=headers)
+        response = reply_response(reply.status, reply.reason, headers, whole=False)
         if body.length is not None:
             response.content_length = body.length
         if reply.close_connection or linger is not None:

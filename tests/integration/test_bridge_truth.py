@@ -79,9 +79,10 @@ async def _send(gw: RunningGateway, method: str, path: str, body: bytes, auth: s
                 return resp.status, resp.headers, raw
 
 
-def _upgrades(gw: RunningGateway, outcome: str) -> float | None:
+def _upgrades(gw: RunningGateway, outcome: str) -> float:
+    """A company's series appears with its first count (issue 38): none yet is 0."""
     return samples(generate_latest(gw.metrics.registry).decode()).get(
-        ("gateway_legacy_upload_upgrades_total", (("outcome", outcome), ("tenant", "acme"))))
+        ("gateway_legacy_upload_upgrades_total", (("outcome", outcome), ("tenant", "acme"))), 0.0)
 
 
 
@@ -143,6 +144,31 @@ async def test_a_file_that_cannot_be_deleted_is_named_with_its_id(adversarial: A
     assert f"(id {stored.id})" in answer["message"] and "do not send it again" in answer["message"]
     assert _upgrades(gw, "left_stored") == 1
     assert any(stored.id in r.getMessage() for r in caplog.records)
+
+
+async def test_a_file_whose_deletion_gets_no_answer_is_named_with_its_id(adversarial: AdversarialUpstream,  # noqa: F811
+                                                                         start_gateway: GatewayFactory) -> None:
+    # The deletion of the file found behind a lost answer breaks off before its answer: the file stays on the
+    # service, and the client is told so (502, left_stored, its id), not answered 500 by the gateway.
+    gw, lines = await _start(start_gateway, adversarial.url)
+    adversarial.upload_faults = ["garbage"]
+    original = adversarial._file_route
+
+    async def dropped_delete(request: Any, *args: Any) -> Any:
+        if request.method == "DELETE":
+            request.transport.abort()
+            from aiohttp import web
+            return web.Response(status=204)
+        return await original(request, *args)
+
+    adversarial._file_route = dropped_delete  # type: ignore[method-assign]
+    status, headers, answer = await _send(gw, "PUT", "/api/v1/cards/42/files", multipart_body([_file(b"x" * 5000)], B))
+    (stored,) = adversarial.files("127.0.0.1", 42)
+    assert status == 502 and headers["X-Gateway-Upload-Upgrade"] == "left_stored; reason=upload_answer"
+    assert f"(id {stored.id})" in answer["message"] and "do not send it again" in answer["message"]
+    await until(lambda: len(lines.lines) == 1)
+    assert "rollback_failed=1" in json.loads(lines.lines[0])["notes"]["legacy_upload_guard.upgrade"]
+    assert _upgrades(gw, "left_stored") == 1
 
 
 # --- comments -----------------------------------------------------------------------------------------------------

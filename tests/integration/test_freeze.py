@@ -3,9 +3,8 @@
 Replica A runs two days in the past (its wall clock moved, its rollout clock fixed there: ``ledger_testlib``), so
 that a client it sees is first seen before the freeze date (yesterday); B and the others run today, after it. What
 the engine decided for each client is read back from the ledger, which keeps the rule that decided each client's
-latest call (``freeze`` when the freeze gave it the last phase). The policies do not yet ask the request's rollout
-for their phase (issue 35 integrates it): what is tested here is the engine's decision with each process's record,
-which the policies will then apply.
+latest call (``freeze`` when the freeze gave it the last phase), and what the client got: the policies decide through
+the request's rollout, so a frozen client's legacy upload is refused and its board has no cards.
 """
 
 from __future__ import annotations
@@ -49,14 +48,21 @@ def _config(upstream: str, url: str, known: Path) -> dict[str, Any]:
                                  "known_clients_file": str(known)}}}
 
 
-async def _calls(proc: Proc, token: str) -> None:
-    """An upload and a board read of oldco's: a call on each frozen behaviour."""
+# What a client gets: (the legacy upload's status, the board's cards). Its calendar: the upload allowed (the
+# company's setting is off), the board's 3 cards in full; frozen: the last phases, refused and no cards.
+KNOWN, FROZEN = (200, 3), (403, 0)
+
+
+async def _calls(proc: Proc, token: str) -> tuple[int, int]:
+    """An upload and a board read of oldco's: a call on each frozen behaviour; what the client got."""
     headers = {"Host": "old.test", "Authorization": token, "User-Agent": "sdk/1.0"}
     async with aiohttp.ClientSession() as client:
         async with client.put(proc.url + "/api/v1/cards/1/files", data=b"x", headers=headers) as resp:
-            assert resp.status == 200
+            upload = resp.status
         async with client.get(proc.url + "/api/latest/boards/1", headers=headers) as resp:
             assert resp.status == 200
+            cards = (await resp.json()).get("cards") or []
+    return upload, len(cards)
 
 
 def _rules(url: str, since: float = 0.0) -> dict[tuple[str, str], str]:
@@ -91,13 +97,14 @@ async def test_a_client_seen_by_one_replica_before_the_freeze_is_known_to_the_ot
     loop = asyncio.get_running_loop()
     procs = [a, b]
     try:
-        await _calls(a, EARLY)  # first seen two days ago: before the freeze
+        assert await _calls(a, EARLY) == KNOWN  # first seen two days ago: before the freeze
         seen = time.monotonic()
         # B learns it within the stated bound: its next calls there are no longer decided by the freeze.
         learnt: list[float] = []
 
         async def known_on_b() -> bool:
-            await _calls(b, EARLY)
+            if await _calls(b, EARLY) != KNOWN:  # frozen until B learns of it
+                return False
             await asyncio.sleep(0.3)  # B's flush interval: its decision reaches the ledger
             rules = await loop.run_in_executor(None, _rules, postgres_url, now - 60)
             if rules.get((X, "legacy_uploads")) in (None, "freeze") or rules.get((X, "board_cards")) in (None, "freeze"):
@@ -110,19 +117,21 @@ async def test_a_client_seen_by_one_replica_before_the_freeze_is_known_to_the_ot
               f"(bound: flush_interval 0.2 + sync_interval 0.5 + flush_timeout 1 s, and the test's own polling)")
         assert learnt[0] < 5
         # A client first seen today, after the freeze: the last phase, on B and on A (restarted today).
-        await _calls(b, LATE)
+        assert await _calls(b, LATE) == FROZEN
         a.stop()
         a = await start(config["a"], tmp_path, name="a-today", env={**os.environ, "GATEWAY_NOW": today})
         procs.append(a)
         for proc in (a, b):
-            await _calls(proc, LATE)
-
             async def decided(proc: Proc = proc) -> bool:
+                # (A, restarted, places no one until its first read of the record: its board answer meanwhile is the
+                # calendar's, the fallback of a compatibility behaviour.)
+                if await _calls(proc, LATE) != FROZEN:
+                    return False
                 rules = await loop.run_in_executor(None, _rules, postgres_url)
                 return rules.get((Y, "legacy_uploads")) == "freeze" and rules.get((Y, "board_cards")) == "freeze"
 
             await wait_for(decided, 10)
-        await _calls(a, EARLY)
+        assert await _calls(a, EARLY) == KNOWN
         await asyncio.sleep(0.5)
         rules = await loop.run_in_executor(None, _rules, postgres_url)
         assert rules[(X, "legacy_uploads")] == "setting" and rules[(X, "board_cards")] == "default"
@@ -134,10 +143,11 @@ async def test_a_client_seen_by_one_replica_before_the_freeze_is_known_to_the_ot
         b = await start(config["b"], tmp_path, name="b-again", env={**os.environ, "GATEWAY_NOW": today})
         c = await start(config["c"], tmp_path, name="c", env={**os.environ, "GATEWAY_NOW": today})
         procs += [b, c]
-        for token in (EARLY, LATE):
-            await _calls(b, token)
+        assert [await _calls(b, token) for token in (EARLY, LATE)] == [KNOWN, FROZEN]
+        # C cannot place EARLY: the upload guard takes the stricter answer (refused), board_cards the one that breaks
+        # nothing (its cards).
         for _ in range(3):
-            await _calls(c, EARLY)
+            assert await _calls(c, EARLY) == (403, 3)
         metrics_b, metrics_c = await b.metrics(), await c.metrics()
         assert _unplaced(metrics_b, "legacy_uploads") == 0 and _unplaced(metrics_b, "board_cards") == 0
         # Counted at each decision (the ledger's record of C's calls decides once per client and write; every
@@ -163,7 +173,7 @@ async def test_a_client_seen_by_one_replica_before_the_freeze_is_known_to_the_ot
         await wait_for(c_reads_the_record, 75)
         await asyncio.sleep(1.0)  # a read of the record, every 0.5 s
         unplaced = _unplaced(await c.metrics(), "legacy_uploads")
-        await _calls(c, EARLY)
+        assert await _calls(c, EARLY) == KNOWN
         await asyncio.sleep(0.5)  # a write: C's record of the call decided again
         assert _unplaced(await c.metrics(), "legacy_uploads") == unplaced  # placed again: nothing more unplaced
     finally:

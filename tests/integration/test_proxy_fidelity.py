@@ -13,6 +13,7 @@ import pytest
 from aiohttp import http_exceptions, web
 
 from gateway.app import parser_error_text
+from gateway.core.aiohttp_fast import FAST
 from tests.gateway_testlib import (
     GatewayFactory,
     Received,
@@ -201,6 +202,7 @@ async def test_streamed_chunked_response(gw, upstream, client) -> None:
         assert await resp.read() == body
 
 
+@pytest.mark.skipif(not FAST.reply_one_write, reason="reply_one_write is off: the head and the body leave in two writes")
 async def test_a_response_that_has_fully_arrived_leaves_in_one_write(gw, upstream, monkeypatch) -> None:
     from aiohttp.http_writer import StreamWriter
 
@@ -425,7 +427,7 @@ async def test_client_disconnect_while_waiting_cancels_the_upstream_request(gw, 
         await asyncio.sleep(0.02)
     assert gw.metrics.registry.get_sample_value("gateway_requests_in_flight") == 0
     assert gw.metrics.registry.get_sample_value(
-        "gateway_requests_total", {"tenant": "acme", "route": "catch_all", "method": "GET", "status_class": "4xx"}
+        "gateway_requests_total", {"route": "catch_all", "method": "GET", "status_class": "4xx"}
     ) == 1  # logged as 499
 
 

@@ -1,27 +1,32 @@
-"""How a request the upload upgrade took on ends: the ways a flow stops (``Refusal``, ``Partial``, ``Stop``), what
-became of each file part (``FileEntry``), the answers, and ``settle``, which turns every ending into one answer, one
-outcome in ``gateway_legacy_upload_upgrades_total``, one decision and note in the access log, and a warning when
-something was left done. The answers are listed in docs/policies/legacy_upload_guard.md ("Upload upgrade bridge")."""
+"""How a request the upload upgrade took on ends: an ``Ending`` (outcome, answer, reason) that a flow returns, or the
+ways a flow stops part way (``Refusal``, ``Partial``, ``Stop``); what became of each file part (``FileEntry``, its
+``FileStatus``); the answers; and ``settle``, which turns every ending into one answer, one outcome in
+``gateway_legacy_upload_upgrades_total``, one decision and note in the access log, and a warning when something was
+left done. The answers are listed in docs/policies/legacy_upload_guard.md ("Upload upgrade bridge")."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
+import enum
+import functools
 import logging
 from collections.abc import Awaitable, Mapping
-import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ....core.exchange import BodyBroken, BodyError, Cut, Reply
 from ....core.multipart import Ambiguous
 from ....core.spool import SpoolError
-from .options import PARTIAL_CODE, UPGRADE_HEADER, sentence, short
+from ..multipart_splitter import PartHead
+from .options import PARTIAL_CODE, UPGRADE_HEADER, Outcome, sentence, short
 
 if TYPE_CHECKING:
     from .run import Run
 
-__all__ = ("RESTRICTED_FILE_TYPE", "CommentRecord", "FileEntry", "Partial", "Refusal", "Stop", "legacy_file", "settle")
+__all__ = ("RESTRICTED_FILE_TYPE", "CommentRecord", "Ending", "FileEntry", "FileStatus", "Files", "Partial", "Refusal",
+           "Stop", "legacy_file", "settle")
 
 log = logging.getLogger("gateway.legacy_upload_guard")
 
@@ -29,7 +34,18 @@ _CODE_OF_STATUS = {400: "LEGACY_UPLOAD_UPGRADE_UNSUPPORTED", 413: "LEGACY_UPLOAD
 # The spec's "type" of a restricted access file in a card's files array ("File kinds inside a card's files array").
 RESTRICTED_FILE_TYPE = 11
 # Outcomes whose answer leaves the service changed in a way the client is told of (a warning says so too).
-_LEFT_DONE = ("partial", "aborted", "left_stored")
+_LEFT_DONE = (Outcome.PARTIAL, Outcome.ABORTED, Outcome.LEFT_STORED)
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How a run ends: the outcome counted, the answer, and why (bounded: for the header, the log and the note)."""
+
+    outcome: Outcome
+    reply: Reply
+    reason: str = ""
+    # The guard's own refusal: answered and counted as without the bridge (no header of the bridge's).
+    guard_answered: bool = False
 
 
 class Refusal(Exception):
@@ -46,21 +62,34 @@ class Partial(Exception):
     """The run ends after it changed something (a comment saved, a file uploaded): the answer names what was done,
     built when the run ends (``status``: the answer's; ``reason``: bounded, for the header, the log and the note)."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: str, message: str, *, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason
         self.message = message
+        self.retry_after = retry_after  # seconds, for the answer's Retry-After (the service's limits)
 
 
 class Stop(Exception):
-    """The run ends with this answer."""
+    """The run ends here, from deep in a step, with ``ending``."""
 
-    def __init__(self, outcome: str, reply: Reply, reason: str) -> None:
-        super().__init__(reason)
-        self.outcome = outcome
-        self.reply = reply
-        self.reason = reason
+    def __init__(self, ending: Ending) -> None:
+        super().__init__(ending.reason)
+        self.ending = ending
+
+
+class FileStatus(enum.StrEnum):
+    """What became of one file part (its ``status`` in the partial answer and the note)."""
+
+    UPLOADED = "uploaded"
+    FAILED = "failed"
+    NOT_SENT = "not_sent"
+    ROLLED_BACK = "rolled_back"
+    ROLLBACK_FAILED = "rollback_failed"
+    # After an answer lost once the whole file went: the parent's file list does not show it, or it could not be
+    # told (``candidates``).
+    NOT_FOUND = "not_found"
+    UNKNOWN = "unknown"
 
 
 @dataclass(slots=True)
@@ -70,9 +99,7 @@ class FileEntry:
     index: int  # among the file parts, 0-based
     field: str
     filename: str | None
-    # not_sent | uploaded | failed | rolled_back | rollback_failed, and after an answer lost once the whole file went:
-    # not_found (the parent's file list does not show it) or unknown (it could not be told; ``candidates``)
-    status: str = "not_sent"
+    status: FileStatus = FileStatus.NOT_SENT
     id: str | None = None
     path: str | None = None  # the upload route it went to
     upstream_status: int | None = None
@@ -81,7 +108,7 @@ class FileEntry:
 
     def report(self) -> dict[str, Any]:
         out: dict[str, Any] = {"index": self.index, "field": short(self.field), "filename": short(self.filename),
-                               "status": self.status}
+                               "status": self.status.value}
         if self.id is not None:
             out["id"] = self.id
         if self.upstream_status is not None:
@@ -89,6 +116,46 @@ class FileEntry:
         if self.candidates:
             out["candidates"] = self.candidates
         return out
+
+    @property
+    def may_remain(self) -> str | None:
+        """What names a file the service may still hold for it (its id, its candidates, "?"), else None."""
+        if self.status is FileStatus.UNKNOWN:
+            return self.id or "/".join(self.candidates) or "?"
+        if self.status is FileStatus.ROLLBACK_FAILED and (self.id or self.candidates):
+            return self.id or "/".join(self.candidates)
+        return None
+
+
+class Files:
+    """The file parts of a request's body, in order, with what became of each; past ``listed`` only counted."""
+
+    __slots__ = ("entries", "unlisted")
+
+    def __init__(self) -> None:
+        self.entries: list[FileEntry] = []
+        self.unlisted = 0  # file parts past the most an answer lists
+
+    def add(self, head: PartHead, limit: int) -> FileEntry:
+        """The next file part, to be sent: at most ``limit`` of them (``Refusal`` past it)."""
+        entry = FileEntry(len(self.entries), head.name, head.filename)
+        self.entries.append(entry)
+        if len(self.entries) > limit:
+            raise Refusal("too_many_files", f"the body has more than {limit} file parts")
+        return entry
+
+    def unsent(self, head: PartHead, listed: int) -> None:
+        """A file part that will not be sent, listed (counted past ``listed``)."""
+        if len(self.entries) < listed:
+            self.entries.append(FileEntry(len(self.entries), head.name, head.filename))
+        else:
+            self.unlisted += 1
+
+    def with_status(self, status: FileStatus) -> list[FileEntry]:
+        return [f for f in self.entries if f.status is status]
+
+    def ids(self) -> set[str]:
+        return {f.id for f in self.entries if f.id is not None}
 
 
 @dataclass(slots=True)
@@ -131,127 +198,180 @@ def partial_answer(run: Run, status: int, reason: str, message: str) -> Reply:
     """The answer that names what was created and what was not (bounded: at most ``max_files + 1`` file parts are
     listed, the rest counted in ``files_not_listed``)."""
     comment = run.saved
+    files = run.files
     payload: dict[str, Any] = {
         "reason": reason,
         "comment": None if comment is None else {"id": comment.id, "uid": comment.uid},
-        "files": [f.report() for f in run.files],
+        "files": [f.report() for f in files.entries],
         # Whether every file part of the body is listed (the body was read to its end).
-        "files_complete": run.parts is not None and run.parts.ended and not run.unlisted,
+        "files_complete": run.parts is not None and run.parts.ended and not files.unlisted,
     }
-    if run.unlisted:
-        payload["files_not_listed"] = run.unlisted
-    if run.upload_path is not None:
-        payload["replacement"] = f"POST {run.upload_path}"
+    if files.unlisted:
+        payload["files_not_listed"] = files.unlisted
+    if run.target is not None:
+        payload["replacement"] = f"POST {run.target.path}"
     done = "the comment was saved" if comment is not None else "the request was partly carried out"
     text = sentence(f"{done}, but not every file was uploaded: {message}; the files are listed with what became of "
-                    "each (uploaded, failed, not_sent, rolled_back, rollback_failed, not_found, unknown)")
+                    f"each ({', '.join(FileStatus)})")
     return Reply.json(status, {"code": PARTIAL_CODE, "message": text,
                                "request_id": run.exchange.ensure_request_id(), **payload})
+
+
+def _partial_ending(run: Run, status: int, reason: str, message: str) -> Ending:
+    return Ending(Outcome.PARTIAL, partial_answer(run, status, reason, message), reason)
+
+
+# --- the ways a run stops part way, as endings --------------------------------------------------------------------
+
+
+@functools.singledispatch
+def _ending(err: Exception, run: Run) -> Ending:
+    raise err
+
+
+@_ending.register(Stop)
+def _stopped(err: Stop, run: Run) -> Ending:
+    return err.ending
+
+
+@_ending.register(Partial)
+def _partly_done(err: Partial, run: Run) -> Ending:
+    ending = _partial_ending(run, err.status, err.reason, err.message)
+    if err.retry_after is not None:
+        ending.reply.headers["Retry-After"] = str(err.retry_after)
+    return ending
+
+
+@_ending.register(Ambiguous)
+def _ambiguous(err: Ambiguous, run: Run) -> Ending:
+    if run.changed:
+        return _partial_ending(run, 400, err.rule, f"the rest of the body cannot be read unambiguously ({err.message})")
+    # Refused exactly as without the bridge: counted, decided and answered by the guard.
+    return Ending(Outcome.REFUSED, run.up.hooks.refuse(run.exchange, err), err.rule, guard_answered=True)
+
+
+@_ending.register(Refusal)
+def _refused(err: Refusal, run: Run) -> Ending:
+    if run.changed:
+        return _partial_ending(run, err.status, err.rule, err.message)
+    return Ending(Outcome.REFUSED, refusal_answer(run, err), err.rule)
+
+
+@_ending.register(SpoolError)
+def _spool_broken(err: SpoolError, run: Run) -> Ending:
+    # A spool file that could not be read back while it was being uploaded to the comment.
+    exchange = run.exchange
+    log.error("legacy_upload_guard: %s; tenant %s, request id %s", err, exchange.tenant.name, exchange.request_id)
+    reply = partial_answer(run, 503, "spool_error", "a file part held on disk could not be read back")
+    reply.headers["Retry-After"] = "30"
+    return Ending(Outcome.PARTIAL if run.changed else Outcome.FAILED, reply, "spool_error")
+
+
+def _body_broken(run: Run, broken: BodyBroken) -> Ending:
+    """The client's body stopped or broke off (the files uploaded for it are deleted by then)."""
+    reason = {BodyError.TIMEOUT: "body_timeout", BodyError.MALFORMED: "malformed_body"}.get(
+        run.exchange.body_error or BodyError.ABORTED, "client_gone")
+    reply = broken.reply
+    if run.changed:
+        reply = partial_answer(run, reply.status, reason, "the request body did not arrive whole, so the files "
+                               "uploaded for it were deleted")
+        reply.close_connection = True
+    return Ending(Outcome.ABORTED, reply, reason)
 
 
 # --- the end of a run ---------------------------------------------------------------------------------------------
 
 
-async def settle(run: Run, work: Awaitable[Reply]) -> Reply:
+async def settle(run: Run, work: Awaitable[Ending]) -> Reply:
     """Runs the route's steps; whatever way they end is answered, counted and logged here, and what they hold
-    (spool files, a pending read of the client's body) let go."""
-    exchange = run.exchange
+    (a pending read of the client's body) let go."""
     try:
-        reply = await work
-    except Stop as stop:
-        return finish(run, stop.outcome, stop.reply, stop.reason)
-    except Partial as partial:
-        return finish(run, "partial", partial_answer(run, partial.status, partial.reason, partial.message),
-                      partial.reason)
-    except Ambiguous as err:
-        if run.changed:
-            return finish(run, "partial", partial_answer(run, 400, err.rule, f"the rest of the body cannot be read "
-                                                                            f"unambiguously ({err.message})"), err.rule)
-        # Refused exactly as without the bridge: counted, decided and answered by the guard.
-        return finish(run, "refused", run.up.hooks.refuse(exchange, err), err.rule, guard_counted=True)
-    except Refusal as err:
-        if run.changed:
-            return finish(run, "partial", partial_answer(run, err.status, err.rule, err.message), err.rule)
-        return finish(run, "refused", refusal_answer(run, err), err.rule)
-    except SpoolError as err:
-        # A spool file that could not be read back while it was being uploaded to the comment.
-        log.error("legacy_upload_guard: %s; tenant %s, request id %s", err, exchange.tenant.name,
-                  exchange.request_id)
-        reply = partial_answer(run, 503, "spool_error", "a file part held on disk could not be read back")
-        reply.headers["Retry-After"] = "30"
-        return finish(run, "partial" if run.changed else "failed", reply, "spool_error")
-    except BodyBroken as broken:
-        reason = {BodyError.TIMEOUT: "body_timeout", BodyError.MALFORMED: "malformed_body"}.get(
-            exchange.body_error or BodyError.ABORTED, "client_gone")
-        await run.rollback()
-        reply = broken.reply
-        if run.changed:
-            reply = partial_answer(run, reply.status, reason, "the request body did not arrive whole, so the files "
-                                   "uploaded for it were deleted")
-            reply.close_connection = True
-        return finish(run, "aborted", reply, reason)
-    except asyncio.CancelledError:
-        # The client went away (aiohttp cancels its handler), or the shutdown deadline cut the request: undo what can
-        # be undone, and say so in the log.
-        await run.rollback()
-        record(run, "aborted", "shutdown" if exchange.record.cut is Cut.SHUTDOWN else "client_gone")
-        raise
-    else:
-        return finish(run, run.outcome or "upgraded", reply, run.reason)
+        return finish(run, await _ended(run, work))
     finally:
-        for spool in run.spools:
-            spool.close()
         if run.parts is not None:
             await run.parts.close()
 
 
-def finish(run: Run, outcome: str, reply: Reply, reason: str, *, guard_counted: bool = False) -> Reply:
-    record(run, outcome, reason, guard_counted=guard_counted)
+async def _ended(run: Run, work: Awaitable[Ending]) -> Ending:
+    try:
+        return await work
+    except (Stop, Partial, Ambiguous, Refusal, SpoolError) as err:
+        return _ending(err, run)
+    except BodyBroken as broken:
+        await run.rollback()
+        return _body_broken(run, broken)
+    except asyncio.CancelledError:
+        # The client went away (aiohttp cancels its handler), or the shutdown deadline cut the request: undo what can
+        # be undone, and say so in the log.
+        await run.rollback()
+        record(run, Outcome.ABORTED, "shutdown" if run.exchange.record.cut is Cut.SHUTDOWN else "client_gone")
+        raise
+
+
+def finish(run: Run, ending: Ending) -> Reply:
+    outcome, reply, reason = ending.outcome, ending.reply, ending.reason
+    record(run, outcome, reason, guard_counted=ending.guard_answered)
     hooks = run.up.hooks
-    if not guard_counted:
+    if not ending.guard_answered:
         # (The guard's own refusals are answered exactly as without the bridge.)
-        if outcome == "upgraded":
-            reply.headers[UPGRADE_HEADER] = f"upgraded; files={sum(f.status == 'uploaded' for f in run.files)}"
+        if outcome is Outcome.UPGRADED:
+            uploaded = len(run.files.with_status(FileStatus.UPLOADED))
+            reply.headers[UPGRADE_HEADER] = f"upgraded; files={uploaded}"
         else:
             reply.headers[UPGRADE_HEADER] = f"{outcome}; reason={reason}"
         # The upload route this request used (the card's uid filled in), else the guard's own Links. Only once
         # the service took something from this client: a uid from the id cache is no proof that it may see the
         # card, and a refused client is not told the card's uid.
-        known = run.upload_path if outcome in ("upgraded", "partial") else None
+        known = run.target.path if run.target is not None and outcome in _SHOWN_TARGET else None
         hooks.mark(reply, run.exchange, known)
     # An answer may leave part of the client's body unread: answered at once, then a bounded linger.
     reply.linger = hooks.linger
     return reply
 
 
-def record(run: Run, outcome: str, reason: str, *, guard_counted: bool = False) -> None:
+_SHOWN_TARGET = (Outcome.UPGRADED, Outcome.PARTIAL)
+
+
+def record(run: Run, outcome: Outcome, reason: str, *, guard_counted: bool = False) -> None:
     """The counters, the access log's decision and note, and a warning when something was left done."""
+    _decide(run, outcome, reason, guard_counted)
+    note = _note(run, outcome, reason)
+    run.exchange.notes[f"{run.up.hooks.name}.upgrade"] = note
+    _warn(run, outcome, note)
+
+
+def _decide(run: Run, outcome: Outcome, reason: str, guard_counted: bool) -> None:
     exchange = run.exchange
     hooks = run.up.hooks
     run.up.count(exchange, outcome)
-    if outcome == "refused":
-        if not guard_counted:
-            hooks.count(exchange, "refused")
-            exchange.decisions[hooks.name] = "refused"
-            exchange.notes[f"{hooks.name}.rule"] = reason
-    else:
+    if outcome is not Outcome.REFUSED:
         hooks.count(exchange, "bridged")
-        exchange.decisions[hooks.name] = "upgraded" if outcome == "upgraded" else f"upgrade_{outcome}"
-    words = [outcome]
+        exchange.decisions[hooks.name] = "upgraded" if outcome is Outcome.UPGRADED else f"upgrade_{outcome}"
+    elif not guard_counted:
+        hooks.count(exchange, "refused")
+        exchange.decisions[hooks.name] = "refused"
+        exchange.notes[f"{hooks.name}.rule"] = reason
+
+
+def _note(run: Run, outcome: Outcome, reason: str) -> str:
+    words = [outcome.value]
     if reason:
         words.append(f"reason={reason}")
     if run.saved is not None:
         words.append(f"comment={run.saved.uid}")
-    words += [f"{status}={n}" for status, n in collections.Counter(f.status for f in run.files).items()]
-    if run.unlisted:
-        words.append(f"not_listed={run.unlisted}")
-    note = " ".join(words)
-    exchange.notes[f"{hooks.name}.upgrade"] = note
-    left = [f.id or "/".join(f.candidates) or "?" for f in run.files
-            if f.status in ("rollback_failed", "unknown") and (f.id or f.candidates or f.status == "unknown")]
-    if (outcome in _LEFT_DONE and run.changed) or left or run.comment_unknown:
-        details = f"; files that may remain: {', '.join(left)}" if left else ""
-        if run.comment_unknown:
-            details += "; the comment may have been saved (its answer was lost)"
-        log.warning("legacy_upload_guard: upload upgrade %s%s; tenant %s, card %s, request id %s", note, details,
-                    exchange.tenant.name, run.card_id, exchange.request_id)
+    words += [f"{status}={n}" for status, n in collections.Counter(f.status for f in run.files.entries).items()]
+    if run.files.unlisted:
+        words.append(f"not_listed={run.files.unlisted}")
+    return " ".join(words)
+
+
+def _warn(run: Run, outcome: Outcome, note: str) -> None:
+    left = [name for f in run.files.entries if (name := f.may_remain) is not None]
+    if not ((outcome in _LEFT_DONE and run.changed) or left or run.comment_unknown):
+        return
+    details = f"; files that may remain: {', '.join(left)}" if left else ""
+    if run.comment_unknown:
+        details += "; the comment may have been saved (its answer was lost)"
+    exchange = run.exchange
+    log.warning("legacy_upload_guard: upload upgrade %s%s; tenant %s, card %s, request id %s", note, details,
+                exchange.tenant.name, run.card_id, exchange.request_id)
