@@ -32,7 +32,7 @@ from .gc_pauses import paused, quick_handover
 from .metrics import Metrics
 from .status import CompanyView, ConfigHistory, config_digest, select_companies, shown_config, status_data
 from .status_model import StatusData
-from .status_page import CONTENT_SECURITY_POLICY, render_page
+from .status_page import CONTENT_SECURITY_POLICY, render_main, render_page
 from .usage import DAY, HOUR
 
 if TYPE_CHECKING:
@@ -91,8 +91,8 @@ _PAGE_FRESH = 10.0
 # --- the guard: Host, then the token ---------------------------------------------------------------------------
 
 _ALWAYS_OPEN = frozenset({"/livez", "/readyz"})
-# Paths opened (admin_open) under another path's name: the status page's data, its redirect and its icon.
-_OPENED_AS = {"/status.json": "/status", "/": "/status", "/favicon.ico": "/status"}
+# Paths opened (admin_open) under another path's name: the status page's data, its main part, redirect and icon.
+_OPENED_AS = {"/status.json": "/status", "/status.main": "/status", "/": "/status", "/favicon.ico": "/status"}
 COOKIE = "gateway_admin"
 _REALM = 'realm="gateway admin"'
 _SESSION = b"gateway admin session v1"
@@ -435,6 +435,17 @@ async def _status(request: web.Request) -> web.Response:
     return web.Response(text=page, content_type="text/html", charset="utf-8", headers=_PAGE_HEADERS)
 
 
+async def _status_main(request: web.Request) -> web.Response:
+    """The page's main part, as the page's script puts it in place at each refresh (the same renderer)."""
+    wall = time.time()
+    try:
+        view, query = _page_query(request, wall)
+    except ValueError as err:
+        return _problem(400, "BAD_QUERY", str(err))
+    part = await _off_loop(functools.partial(render_main, await _status_data(request, view, query, wall)))
+    return web.Response(text=part, content_type="text/html", charset="utf-8", headers=_PAGE_HEADERS)
+
+
 async def _status_json(request: web.Request) -> web.Response:
     wall = time.time()
     try:
@@ -471,6 +482,7 @@ def make_admin_app(gateway: Served, *, history: ConfigHistory | None = None) -> 
     app.router.add_get("/rollout", _rollout)
     app.router.add_get("/status", _status)
     app.router.add_get("/status.json", _status_json)
+    app.router.add_get("/status.main", _status_main)
     app.router.add_get("/", _root)
     app.router.add_get("/favicon.ico", _favicon)
     return app

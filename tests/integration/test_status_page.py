@@ -175,7 +175,7 @@ async def test_the_clients_to_contact_are_listed_most_urgent_first_with_hostile_
         browser: Browser, upstream: RecordingUpstream, tmp_path: Path) -> None:
     """Named and unnamed clients, internal and external: the table of clients to contact (blocked first), each
     company's external clients per state, names and contacts beside fingerprints. A contact and a User-Agent that
-    are markup stay text, in the server's HTML and in the script's refresh, which say the same."""
+    are markup stay text, in the page and in its refresh (the same renderer), which say the same."""
     owner = 'partners@example.com <img src=x onerror="window.pwned=3">'
     config = _config(upstream.url)
     config["usage"] = {"clients": [
@@ -243,7 +243,8 @@ async def test_the_page_reads_the_same_without_javascript_and_on_a_phone(
     assert await plain.locator("#refresh").is_hidden()
     await plain.screenshot(path=tmp_path / "status-no-js.png", full_page=True)
     await plain.close()
-    # With it, on a phone: the script's rendering of status.json says the same, and nothing overflows the width.
+    # With it, on a phone: the page refreshed in place (the server's main part, fetched) says the same, and nothing
+    # overflows the width.
     phone, phone_problems = await _open(browser, proc, viewport={"width": 390, "height": 844}, is_mobile=True,
                                         has_touch=True, device_scale_factor=2)
     try:
