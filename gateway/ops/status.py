@@ -24,8 +24,8 @@ from .. import __version__
 from ..rollout import Clock, FixedClock, RolloutPlan, Schedule
 from .status_model import (
     Axis, Bar, BehaviourCensus, BehaviourTimeline, Chart, ClientRow, Company, CompanyPage, CompanyStates, ConfigState,
-    ContactRow, Event, Exemption, LedgerState, Marker, NextChange, PhaseCount, PolicyUsage, ReadinessSection, Segment,
-    StatusData, Tick, UsageLine, Window,
+    ContactRow, Event, Exemption, LedgerState, Marker, NextChange, PhaseCount, PolicyUsage, RampStep, ReadinessSection,
+    Segment, StatusData, Tick, UsageLine, Window,
 )
 
 if TYPE_CHECKING:
@@ -181,10 +181,13 @@ class _Range:
 
 
 def _changes(schedule: Schedule) -> list[float]:
-    """What the rollout is: the dates that change a phase, and brownout windows."""
+    """What the rollout is: the dates that change a phase, brownout and shadow windows, ramps' steps, a freeze."""
     out: list[float] = [s.at for s in schedule.steps]
-    for w in schedule.windows:
+    for w in (*schedule.windows, *schedule.shadows):
         out += [w.start, w.end]
+    out += [at for ramp in schedule.ramps for at, _ in ramp.steps]
+    if schedule.freeze is not None:
+        out.append(schedule.freeze.at)
     return out
 
 
@@ -297,13 +300,17 @@ def _behaviour(schedule: Schedule, now: float, tz: dt.tzinfo, scale: _Range) -> 
     _dated(drawn)
     _signals(drawn)
     brownouts = _brownouts(drawn)
+    shadows = _shadows(drawn)
+    ramps = _ramps(drawn)
+    _freeze(drawn)
     exemptions = _exemptions(drawn)
     decision = schedule.decide(now)
     drawn.events.sort(key=lambda item: (item[0] is not None, item[0] or 0.0))
     return BehaviourTimeline(
         name=schedule.behaviour.name, phases=list(drawn.phases), phase=decision.phase,
         severity=drawn.severity(decision.index), kind=decision.kind, why=decision.why, next=_next(drawn),
-        segments=_segments(drawn), brownouts=brownouts, markers=drawn.markers, exemptions=exemptions,
+        segments=_segments(drawn), brownouts=brownouts, shadows=shadows, ramps=ramps, markers=drawn.markers,
+        exemptions=exemptions,
         events=[event for _, event in drawn.events], chart=None,
     )
 
@@ -364,6 +371,49 @@ def _brownouts(drawn: _Drawn) -> list[Window]:
                           severity=drawn.severity(window.index),
                           label=f"brownout {phase}: {_local(window.start, tz)} to {_local(window.end, tz)}"))
     return out
+
+
+def _shadows(drawn: _Drawn) -> list[Window]:
+    out = []
+    tz, scale = drawn.tz, drawn.scale
+    for window in drawn.schedule.shadows:
+        state = _state(window.start, window.end, drawn.now)
+        phase = drawn.phases[window.index]
+        drawn.event(window.start, _local(window.start, tz), "shadow", state, window.index,
+                    f"shadow: {phase} decided and recorded, not applied, until {_local(window.end, tz)}")
+        out.append(Window(from_pct=scale.pct(window.start), to_pct=scale.pct(window.end), state=state, phase=phase,
+                          severity=drawn.severity(window.index),
+                          label=f"shadow {phase} (recorded, not applied): {_local(window.start, tz)} to "
+                                f"{_local(window.end, tz)}"))
+    return out
+
+
+def _ramps(drawn: _Drawn) -> list[RampStep]:
+    """Each ramp's steps, each until the next, the last until the date that puts its phase in force for everyone."""
+    out = []
+    schedule, tz, scale = drawn.schedule, drawn.tz, drawn.scale
+    for ramp in schedule.ramps:
+        dated = next((step.at for step in schedule.steps if step.index >= ramp.index), None)
+        phase = drawn.phases[ramp.index]
+        ends = [at for at, _ in ramp.steps[1:]] + [dated]
+        for (at, share), end in zip(ramp.steps, ends, strict=True):
+            state = _state(at, end, drawn.now)
+            until = f" until {_local(end, tz)}" if end is not None else ""
+            drawn.event(at, _local(at, tz), "ramp", state, ramp.index, f"ramp: {share:g}% of clients {phase}{until}")
+            out.append(RampStep(from_pct=scale.pct(at), to_pct=scale.pct(end, 100.0), share=share, state=state,
+                                phase=phase, severity=drawn.severity(ramp.index),
+                                label=f"ramp: {share:g}% of clients {phase} from {_local(at, tz)}{until}"))
+    return out
+
+
+def _freeze(drawn: _Drawn) -> None:
+    freeze = drawn.schedule.freeze
+    if freeze is None:
+        return
+    tz, phase = drawn.tz, drawn.phases[freeze.index]
+    drawn.event(freeze.at, _local(freeze.at, tz), "freeze", _state(freeze.at, None, drawn.now), freeze.index,
+                f"freeze: a client first seen from here gets {phase} at once")
+    drawn.marker(freeze.at, "freeze", "freeze", f"freeze: new clients {phase} from {_local(freeze.at, tz)}")
 
 
 def _exemptions(drawn: _Drawn) -> list[Exemption]:

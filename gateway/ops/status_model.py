@@ -3,8 +3,8 @@
 every time is already a label for people, every position a percentage of the page's one axis.
 
 A timeline's parts are kept apart by what they draw: phases by date (``segments``), windows over them
-(``brownouts``), instants (``markers``), per-client bars (``exemptions``); another kind of window or a share over
-time is another list beside them."""
+(``brownouts``, and ``shadows`` that are only recorded), a share of clients over time (``ramps``), instants
+(``markers``: dates, signals, a freeze), per-client bars (``exemptions``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import TypedDict
 __all__ = (
     "Axis", "Bar", "BehaviourCensus", "BehaviourTimeline", "Chart", "ClientRow", "Company", "CompanyPage", "CompanyStates", "ContactRow",
     "ConfigState", "Event", "Exemption", "LastReload", "LedgerState", "Marker", "NextChange", "NowState",
-    "PhaseCount", "PolicyUsage", "ReadinessSection", "Reloads", "Segment", "StatusData", "Tick", "UsageLine", "UsageSection", "Window",
+    "PhaseCount", "PolicyUsage", "RampStep", "ReadinessSection", "Reloads", "Segment", "StatusData", "Tick", "UsageLine", "UsageSection", "Window",
 )
 
 
@@ -41,10 +41,22 @@ class Segment(TypedDict):
 
 
 class Window(TypedDict):
-    """A window in a later phase (a brownout)."""
+    """A window in a later phase: a brownout (applied), or a shadow (decided and recorded, not applied)."""
 
     from_pct: float
     to_pct: float
+    state: str  # past | now | ahead
+    phase: str
+    severity: int
+    label: str
+
+
+class RampStep(TypedDict):
+    """A share of clients in a later phase before its date, from one step of a ramp to the next (or the date)."""
+
+    from_pct: float
+    to_pct: float
+    share: float  # percent of clients
     state: str  # past | now | ahead
     phase: str
     severity: int
@@ -55,7 +67,7 @@ class Marker(TypedDict):
     """A dated instant on the axis; ``far``: before or after it, drawn at its edge."""
 
     pct: float
-    kind: str  # signal | date
+    kind: str  # signal | date | freeze
     far: str | None
     date: str
     name: str
@@ -118,6 +130,8 @@ class BehaviourTimeline(TypedDict):
     next: NextChange | None
     segments: list[Segment]
     brownouts: list[Window]
+    shadows: list[Window]  # report-only windows: the phase decided beside the one applied, recorded, never applied
+    ramps: list[RampStep]
     markers: list[Marker]
     exemptions: list[Exemption]
     events: list[Event]

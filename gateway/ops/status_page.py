@@ -164,6 +164,18 @@ def _timeline(behaviour: BehaviourTimeline, now_pct: float, ticks: list[Tick]) -
                    "style": {"left": _pct(b["from_pct"]), "width": _pct(b["to_pct"] - b["from_pct"])}})
         for b in behaviour["brownouts"]
     ]
+    # A shadow is drawn hatched and light (nothing applied); a ramp as its share of the track's height.
+    track += [
+        _h("div", {"class": f"shadow s{w['severity']} st-{w['state']}", "title": w["label"],
+                   "style": {"left": _pct(w["from_pct"]), "width": _pct(w["to_pct"] - w["from_pct"])}})
+        for w in behaviour["shadows"]
+    ]
+    track += [
+        _h("div", {"class": f"ramp s{r['severity']} st-{r['state']}", "title": r["label"],
+                   "style": {"left": _pct(r["from_pct"]), "width": _pct(r["to_pct"] - r["from_pct"]),
+                             "height": _pct(r["share"])}})
+        for r in behaviour["ramps"]
+    ]
     track += [_h("div", {"class": f"marker {m['kind']}" + (f" far {m['far']}" if m["far"] else ""),
                          "title": m["label"], "style": {"left": _pct(m["pct"])}})
               for m in behaviour["markers"]]
@@ -369,6 +381,10 @@ code{font-size:.9em;overflow-wrap:anywhere}
 .brownout{position:absolute;top:0;bottom:0;min-width:4px;opacity:1;
 background-image:repeating-linear-gradient(45deg,rgba(0,0,0,.45) 0 3px,transparent 3px 6px)}
 .marker{position:absolute;top:0;bottom:0;width:2px;margin-left:-1px;background:var(--fg);opacity:.55}
+.shadow{position:absolute;top:0;bottom:0;min-width:4px;opacity:.5;border:1px dashed var(--fg);box-sizing:border-box;
+background-image:repeating-linear-gradient(-45deg,rgba(255,255,255,.7) 0 3px,transparent 3px 6px)}
+.ramp{position:absolute;bottom:0;min-width:2px;opacity:.9;border-top:1px solid var(--fg)}
+.marker.freeze{width:3px;background:var(--s2);opacity:.9}
 .now{position:absolute;top:0;bottom:0;width:3px;margin-left:-1px;background:var(--now)}
 .lane{position:relative;height:10px;margin-top:2px}
 .bw{position:absolute;top:0;width:8px;height:10px;margin-left:-4px;border-radius:2px;
