@@ -240,7 +240,10 @@ class Gateway:
         previous = self._config.model.spool
         self.spool.configure(config.model.spool)
         try:
-            return build_state(config, self.proxy, self.clock, self.metrics, self.spool, self.limits)
+            state = build_state(config, self.proxy, self.clock, self.metrics, self.spool, self.limits)
+            if self.known is not None:
+                state.rollout.shared()  # the plan's distinct schedules, for the freezes the swap watches
+            return state
         except BaseException:
             self.spool.configure(previous)
             raise
