@@ -173,6 +173,19 @@ class CoreRecord:
         self.upstream_error_kind = kind
         self.upstream_error = error
 
+    # The client's own upstream request records itself here (the proxy core's road: ``busy``, ``failed``,
+    # ``answered``): its time to the response head, and a full queue; its failures are recorded with the answer
+    # made for them.
+
+    def busy(self, seconds: float) -> None:
+        self.queue_full = True
+
+    def failed(self, kind: UpstreamError, seconds: float) -> None:
+        return
+
+    def answered(self, status: int, seconds: float) -> None:
+        self.upstream_seconds = seconds
+
     def subrequest(self, purpose: str, method: str) -> SubRequest:
         """A request of a policy's own, recorded as it is sent."""
         sub = SubRequest(purpose, method)
@@ -190,8 +203,8 @@ class Exchange:
     ``decisions`` and ``notes``, and the body's filters (``body.add_filter``). ``record`` is the core's."""
 
     __slots__ = ("request", "start", "tenant", "route", "params", "path", "query", "method", "request_id",
-                 "request_id_header", "upstream_headers", "decisions", "notes", "services", "trace", "rollout",
-                 "record", "_body", "_body_timeout", "_client", "_head_as_get")
+                 "request_id_header", "upstream_headers", "decisions", "notes", "services", "trace",
+                 "rollout_maker", "record", "_body", "_body_timeout", "_client", "_head_as_get", "_rollout")
 
     def __init__(self, request: web.BaseRequest, start: float, tenant: Tenant, route: Route,
                  params: dict[str, str], path: str, query: str, method: str, *, body_timeout: float = 60.0) -> None:
@@ -217,8 +230,10 @@ class Exchange:
         self.services: Services | None = None  # set by the gateway: the proxy core
         # Its place in a trace (set by the edge; None when it has none): every upstream request carries it on.
         self.trace: TraceContext | None = None
-        # Its phase of each dated behaviour, decided once for the whole request (set by the edge).
-        self.rollout: Decider | None = None
+        # Its phase of each dated behaviour, decided once for the whole request: made by the edge's maker when a
+        # policy first asks (a request that no dated policy serves allocates nothing for it).
+        self.rollout_maker: Callable[[Exchange], Decider] | None = None
+        self._rollout: Decider | None = None
         self.record = CoreRecord()
         self._body: ClientBody | None = None
         self._body_timeout = body_timeout  # server.client_body_timeout
@@ -285,11 +300,29 @@ class Exchange:
             raise RuntimeError("this exchange is not served by a proxy core")
         return await self.services.fetch(self, method, path, query=query, headers=headers, body=body, purpose=purpose)
 
+    @property
+    def rollout(self) -> Decider | None:
+        """The request's rollout, made when first asked for (None without the edge's maker)."""
+        rollout = self._rollout
+        if rollout is None and self.rollout_maker is not None:
+            rollout = self._rollout = self.rollout_maker(self)
+        return rollout
+
+    @rollout.setter
+    def rollout(self, value: Decider | None) -> None:
+        self._rollout = value
+
+    @property
+    def rollout_made(self) -> Decider | None:
+        """The request's rollout if a policy asked for it, without making one."""
+        return self._rollout
+
     def decide(self, behaviour: str) -> Decision:
         """This request's phase of a dated behaviour (the same for every policy of the request)."""
-        if self.rollout is None:
+        rollout = self.rollout
+        if rollout is None:
             raise RuntimeError("this exchange has no rollout (the edge sets it)")
-        return self.rollout.decide(behaviour)
+        return rollout.decide(behaviour)
 
     def ensure_request_id(self) -> str:
         """This request's id; one is made now if no ``request_id`` policy made one (an error answer names it)."""

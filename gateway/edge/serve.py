@@ -14,6 +14,7 @@ from aiohttp import hdrs, web
 from prometheus_client import Gauge
 
 from ..config import LoadedConfig
+from ..core.decision import Decider
 from ..core.exchange import Cut, Delivery, Exchange, Next, Reply, Services
 from ..core.reply import internal_error
 from ..core.tracecontext import TraceContext
@@ -150,6 +151,20 @@ class Edge:
         self.tracing = tracing
         # Given to current_task: without a loop it asks for the running one, a getpid(2) on Python 3.11.
         self._loop = asyncio.get_running_loop()
+        self._maker_of: tuple[GatewayState, Callable[[Exchange], Decider]] | None = None
+
+    def _rollout_maker(self, state: GatewayState) -> Callable[[Exchange], Decider]:
+        """What makes a request's rollout, with the plan of ``state`` (one function per state in force)."""
+        made = self._maker_of
+        if made is not None and made[0] is state:
+            return made[1]
+        plan, clock, known = state.rollout, self._clock, self._known
+
+        def make(exchange: Exchange) -> Decider:
+            return RequestRollout(plan, exchange.tenant.name, clock, RequestClient(exchange, known, plan.preview))
+
+        self._maker_of = (state, make)
+        return make
 
     async def serve(self, request: web.BaseRequest) -> web.StreamResponse:
         """Classify, run the route's chain, write the reply; record the request once, however it ends."""
@@ -185,9 +200,7 @@ class Edge:
         else:
             exchange, form = outcome.exchange, _ = classified
             exchange.trace = trace
-            plan = state.rollout
-            exchange.rollout = RequestRollout(plan, exchange.tenant.name, self._clock,
-                                              RequestClient(exchange, self._known, plan.preview))
+            exchange.rollout_maker = self._rollout_maker(state)
             # Registered once classified (the head's classification does not wait: nothing can be cut before it).
             in_flight.serving(task, request, exchange)
             own = self._own
@@ -299,7 +312,8 @@ class Edge:
 
 def _say_previews(exchange: Exchange, reply: Reply, header: str) -> None:
     """A client that asked to preview later phases is told, in the same header, which phases it got."""
-    applied = exchange.rollout.previews() if exchange.rollout is not None else []
+    rollout = exchange.rollout_made
+    applied = rollout.previews() if rollout is not None else []
     if applied:
         reply.headers[header] = ", ".join(applied)
 

@@ -198,31 +198,12 @@ class _NoAnswer(Exception):
 
 
 class _Road(Protocol):
-    """What one upstream request records of itself: the client's own on the exchange's record (``_ClientRoad``), a
+    """What one upstream request records of itself: the client's own on the exchange's record (``CoreRecord``), a
     policy's own as a ``SubRequest``."""
 
     def busy(self, seconds: float) -> None: ...
     def failed(self, kind: UpstreamError, seconds: float) -> None: ...
     def answered(self, status: int, seconds: float) -> None: ...
-
-
-class _ClientRoad:
-    """The client's own request: its time to the response head, and a full queue (its failures are recorded with
-    the answer made for them, ``upstream_error_reply``)."""
-
-    __slots__ = ("_record",)
-
-    def __init__(self, record: CoreRecord) -> None:
-        self._record = record
-
-    def busy(self, seconds: float) -> None:
-        self._record.queue_full = True
-
-    def failed(self, kind: UpstreamError, seconds: float) -> None:
-        return
-
-    def answered(self, status: int, seconds: float) -> None:
-        self._record.upstream_seconds = seconds
 
 
 class ProxyCore(Services):
@@ -431,7 +412,7 @@ class ProxyCore(Services):
         headers = self.client_headers(exchange, traceparent)
         try:
             upstream, gate = await self._transmit(exchange, method, _target(exchange.path, exchange.query), headers,
-                                                  body, _ClientRoad(exchange.record), span)
+                                                  body, exchange.record, span)
         except _NoAnswer as failed:
             return self._no_answer(exchange, failed)
         if upstream.status == 101:
