@@ -71,7 +71,7 @@ def _cut(rng: random.Random, body: bytes) -> list[bytes]:
         size = rng.choice([1, 2, 3, 7, 63, 64, 65, 100])
         return [body[i : i + size] for i in range(0, len(body), size)]
     points = sorted(rng.sample(range(len(body) + 1), min(len(body) + 1, rng.randrange(1, 12))))
-    return [body[a:b] for a, b in zip([0, *points], [*points, len(body)])]
+    return [body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True)]
 
 
 def _damage(rng: random.Random, body: bytes) -> bytes:

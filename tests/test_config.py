@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import copy
-import re
 import datetime as dt
+import re
 from pathlib import Path
 from typing import Any
 

@@ -10,7 +10,6 @@ its listening socket. A few real `gateway` processes run the same commands on ha
 from __future__ import annotations
 
 import contextlib
-import copy
 import datetime as dt
 import io
 import os
@@ -22,8 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from gateway import cli, lifecycle
 

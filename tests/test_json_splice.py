@@ -127,7 +127,7 @@ def _pieces(body: bytes, keep: int) -> list[list[bytes]]:
     rng = random.Random(len(body) * 131 + keep)
     out = [[body[i : i + size] for i in range(0, len(body), size)] for size in (63, 64, 65, 1 + rng.randrange(300))]
     points = sorted(rng.sample(range(len(body) + 1), min(len(body) + 1, rng.randrange(1, 8))))
-    out.append([body[a:b] for a, b in zip([0, *points], [*points, len(body)])])
+    out.append([body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True)])
     if len(body) <= 400:
         out.append([body[i : i + 1] for i in range(len(body))])
     return out
@@ -410,7 +410,7 @@ def test_pieces_read_like_the_joined_body(seed: int) -> None:
     rng = random.Random(8000 + seed)
     body = _large_board(rng.choice([1, 3, 20]))
     points = sorted(rng.sample(range(1, len(body)), rng.randrange(0, 30)))
-    pieces = json_splice.Pieces([body[a:b] for a, b in zip([0, *points], [*points, len(body)])])
+    pieces = json_splice.Pieces([body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True)])
     assert len(pieces) == len(body)
     for _ in range(50):
         a = rng.randrange(0, len(body) + 10)

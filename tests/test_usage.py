@@ -18,9 +18,9 @@ from alembic.script import ScriptDirectory
 
 from gateway.app import ConfigError, parse_config
 from gateway.config.ledger import database_url
+from gateway.ops.ledger.migrations import HEAD
 from gateway.ops.ledger.query import Query, parse_when, window
 from gateway.ops.ledger.schema import metadata
-from gateway.ops.ledger.migrations import HEAD
 from gateway.ops.ledger.store import MIGRATIONS, Store
 from gateway.ops.usage import HOUR, UsageCounter
 

@@ -25,8 +25,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..core.tenants import canonical_host
 from ..rollout import Clock, RolloutPlan, report
-from .ledger import DEFAULT_SINCE, Ledger, LedgerUnavailable, Query, check_name, parse_when, window
 from .gc_pauses import paused, quick_handover
+from .ledger import DEFAULT_SINCE, Ledger, LedgerUnavailable, Query, check_name, parse_when, window
 from .metrics import Metrics
 from .status import CompanyView, ConfigHistory, config_digest, select_companies, shown_config, status_data
 from .status_model import StatusData
@@ -252,7 +252,8 @@ async def _readyz(request: web.Request) -> web.Response:
 async def _config(request: web.Request) -> web.Response:
     state = request.app[_GATEWAY].state
     routes = [
-        {"name": r.name, "methods": sorted(r.methods) if r.methods else None, "paths": list(r.templates), "chain": list(r.policies)}
+        {"name": r.name, "methods": sorted(r.methods) if r.methods else None, "paths": list(r.templates),
+         "chain": list(r.policies)}
         for r in [*state.routes.routes, state.routes.catch_all]
     ]
 

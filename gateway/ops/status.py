@@ -22,8 +22,27 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from ..rollout import Clock, FixedClock, RolloutPlan, Schedule
 from .status_model import (
-    Axis, Bar, BehaviourCensus, BehaviourTimeline, Chart, ClientRow, Company, CompanyPage, ConfigState, Event,
-    Exemption, LedgerState, Marker, NextChange, PhaseCount, PolicyUsage, Segment, StatusData, Tick, UsageLine, Window,
+    Axis,
+    Bar,
+    BehaviourCensus,
+    BehaviourTimeline,
+    Chart,
+    ClientRow,
+    Company,
+    CompanyPage,
+    ConfigState,
+    Event,
+    Exemption,
+    LedgerState,
+    Marker,
+    NextChange,
+    PhaseCount,
+    PolicyUsage,
+    Segment,
+    StatusData,
+    Tick,
+    UsageLine,
+    Window,
 )
 
 if TYPE_CHECKING:
@@ -515,7 +534,8 @@ def _needs(plan: RolloutPlan, now: float, usage: Mapping[str, Any] | None) -> di
                 said = reason(sum(decisions.values())) if decisions else reason(0)
                 if said is not None:
                     found.setdefault(tenant, []).append(said)
-    return {tenant: (min(rank for rank, _ in said), [text for _, text in sorted(said)]) for tenant, said in found.items()}
+    return {tenant: (min(rank for rank, _ in said), [text for _, text in sorted(said)])
+            for tenant, said in found.items()}
 
 
 def _reason(behaviour: str, schedule: Schedule, now: float) -> Callable[[int], tuple[int, str] | None]:

@@ -10,8 +10,8 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from .metrics import NO_TENANT
 from ..config.ledger import AGENT_WIDTH
+from .metrics import NO_TENANT
 
 __all__ = ("HOUR", "Batch", "ClientKey", "TotalKey", "UsageCounter")
 

@@ -19,10 +19,6 @@ import yaml
 
 from gateway.app import load_config
 
-# What the pods' environment takes from Secrets, as the tests read the configs.
-SECRET_ENV = {"GATEWAY_LEDGER_URL": "postgresql://gateway:from-the-secret@postgres.db.svc:5432/gateway",
-              "GATEWAY_ADMIN_TOKEN": "stand-in-admin-token-0123456789abcdef"}
-
 from .crd_schemas import SCHEMAS
 from .deploy_testlib import (
     DEPLOY,
@@ -38,6 +34,10 @@ from .deploy_testlib import (
     load_yaml_documents,
     one,
 )
+
+# What the pods' environment takes from Secrets, as the tests read the configs.
+SECRET_ENV = {"GATEWAY_LEDGER_URL": "postgresql://gateway:from-the-secret@postgres.db.svc:5432/gateway",
+              "GATEWAY_ADMIN_TOKEN": "stand-in-admin-token-0123456789abcdef"}
 
 # The oldest Kubernetes release the manifests are meant for, and the newest whose schemas kubernetes-validate has.
 KUBERNETES_VERSIONS = ("1.29", kubernetes_validate.utils.latest_version())

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from aiohttp import StreamReader, web
 
 from gateway.core.exchange import Policy
+from gateway.core.multipart import Ambiguous, MalformedValue, form_data_boundary, parse_media_type
 from gateway.ops.metrics import Metrics
 from gateway.policies.legacy_upload_guard import DISABLED_CODE, NAME
-from gateway.core.multipart import Ambiguous, MalformedValue, form_data_boundary, parse_media_type
 from gateway.policies.legacy_upload_guard.multipart_sniffer import MultipartSniffer
-from tests.gateway_testlib import guarded_routes, make_config
 from tests.differential.parsers import Protocol as _Protocol
+from tests.gateway_testlib import guarded_routes, make_config
 from tests.policy_testlib import Terminal, build_policy, config_of, exchange_for, mocked_request
 
 __all__ = ("Decision", "Guard")

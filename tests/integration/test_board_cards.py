@@ -383,9 +383,9 @@ async def test_head_answers_like_get(upstream, start_gateway, at: str) -> None:
     (g_status, g_headers, g_body), = parse_responses(get)
     h_head, _, h_rest = head.partition(b"\r\n\r\n")
     assert h_rest == b""
-    h_headers = dict(
-        (k.strip().lower(), v.strip()) for k, _, v in (line.partition(":") for line in h_head.decode().split("\r\n")[1:])
-    )
+    h_headers = {
+        k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in h_head.decode().split("\r\n")[1:])
+    }
     for name in ("content-length", "etag", "deprecation", "link", "content-type"):
         assert h_headers.get(name) == g_headers.get(name), name
     assert int(h_headers["content-length"]) == len(g_body)
@@ -510,7 +510,7 @@ def pieces_responder(body: bytes, cuts: list[int]):
         resp = web.StreamResponse(headers={"Content-Type": "application/json", "ETag": '"v1"'})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
-        for a, b in zip([0, *cuts], [*cuts, len(body)]):
+        for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True):
             await resp.write(body[a:b])
             await asyncio.sleep(0)
         await resp.write_eof()

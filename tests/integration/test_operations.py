@@ -10,7 +10,6 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -18,10 +17,15 @@ import yaml
 from aiohttp import web
 
 from tests.gateway_testlib import ADMIN_HEADERS, RecordingUpstream, free_port
-from tests.process_testlib import ROOT, Proc, start, write_config
-from tests.process_testlib import config as _config
-from tests.process_testlib import samples as _samples
-from tests.process_testlib import wait_for as _wait_for
+from tests.process_testlib import (
+    ROOT,
+    Proc,
+    config as _config,
+    samples as _samples,
+    start,
+    wait_for as _wait_for,
+    write_config,
+)
 
 
 @pytest.fixture

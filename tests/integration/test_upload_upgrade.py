@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from datetime import datetime
 from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +19,19 @@ from gateway.core.http import token_fingerprint
 from sandbox.settings import READONLY_TOKEN
 from tests.gateway_testlib import AdminFactory, GatewayFactory, LineCollector, multipart_body
 from tests.integration.upload_upgrade_testlib import (  # noqa: F401 - fixtures
-    add_fault,
     AUTH,
+    MP,
+    TOKEN,
+    UUID,
     B,
+    KiB,
+    MiB,
+    add_fault,
     chunked,
     download,
     file_part,
     guard_decisions,
     journal,
-    KiB,
-    MiB,
-    MP,
     public_card,
     restricted,
     sandbox,
@@ -39,11 +41,8 @@ from tests.integration.upload_upgrade_testlib import (  # noqa: F401 - fixtures
     start,
     store_of,
     text_part,
-    TOKEN,
     upgrades,
-    UUID,
 )
-
 
 # --- the card route -----------------------------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ import yaml
 from gateway import cli
 from gateway.core.http import token_fingerprint
 from tests.gateway_testlib import ADMIN_HEADERS, ADMIN_TOKEN, BASE_CONFIG, RecordingUpstream, free_port, guarded_routes
-from tests.process_testlib import ROOT, LivezProbe, Proc, samples, start, wait_for
+from tests.process_testlib import ROOT, LivezProbe, Proc, start, wait_for
 
 UA = "legacy-uploader/2.1"
 

@@ -21,8 +21,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway.ops.metrics import Metrics
 from tests.gateway_testlib import ADMIN_HEADERS, RecordingUpstream, free_port
-from tests.process_testlib import ROOT, samples, wait_for, write_config
-from tests.process_testlib import config as process_config
+from tests.process_testlib import ROOT, config as process_config, samples, wait_for, write_config
 
 
 def _counter_file(directory: Path, pid: int, value: float) -> None:

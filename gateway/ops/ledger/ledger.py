@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from ...config.ledger import LedgerConfig
 from ..gc_pauses import freeze_startup
 from ..usage import HOUR, Batch, UsageCounter
-from ...config.ledger import LedgerConfig
 
 if TYPE_CHECKING:
     from .query import Query

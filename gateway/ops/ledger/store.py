@@ -16,15 +16,26 @@ from typing import Any, Literal
 
 import sqlalchemy.exc
 from sqlalchemy import (
-    Connection, and_, case, create_engine, delete, distinct, event, func, inspect, literal_column, select, text,
+    Connection,
+    and_,
+    case,
+    create_engine,
+    delete,
+    distinct,
+    event,
+    func,
+    inspect,
+    literal_column,
+    select,
+    text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.sql.elements import ColumnElement
 
+from ...config.ledger import NAME_WIDTH, database_url
 from ..usage import Batch, TotalKey
 from .migrations import HEAD
-from ...config.ledger import NAME_WIDTH, database_url
 from .query import DAY, Query, iso
 from .schema import batches, clients, totals
 
