@@ -103,7 +103,7 @@ def stack(tmp_path: Path) -> Iterator[dict[str, object]]:
         log.close()
 
 
-def test_serve_in_front_of_the_sandbox_then_stop_on_sigterm(stack) -> None:
+def test_serve_in_front_of_the_sandbox_then_stop_on_sigterm(stack: dict[str, object]) -> None:
     request = urllib.request.Request(stack["gw"] + "/api/latest/cards?board_id=1&limit=3&offset=0",
                                      headers={"Authorization": "Bearer sandbox-token", "X-Request-Id": "cli-test-1"})
     with urllib.request.urlopen(request, timeout=5) as resp:

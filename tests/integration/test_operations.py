@@ -16,7 +16,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from tests.gateway_testlib import ADMIN_HEADERS, RecordingUpstream, free_port
+from tests.gateway_testlib import ADMIN_HEADERS, AdminFactory, GatewayFactory, Received, RecordingUpstream, free_port
 from tests.process_testlib import (
     ROOT,
     Proc,
@@ -72,7 +72,7 @@ async def test_sigterm_drains_then_finishes_in_flight_requests(gateway_process: 
 
     release = asyncio.Event()
 
-    async def responder(request: web.BaseRequest, received) -> web.StreamResponse:
+    async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
         await release.wait()  # held until the test has seen the gateway draining
         return web.Response(text="finished")
 
@@ -299,8 +299,8 @@ async def test_a_reload_asked_while_a_worker_starts_reaches_it(upstream: Recordi
             proc.wait(5)
 
 
-async def test_deprecations_endpoint_and_usage_command(upstream: RecordingUpstream, start_gateway,
-                                                       start_admin, tmp_path: Path) -> None:
+async def test_deprecations_endpoint_and_usage_command(upstream: RecordingUpstream, start_gateway: GatewayFactory,
+                                                       start_admin: AdminFactory, tmp_path: Path) -> None:
     from tests.gateway_testlib import make_config
 
     config = make_config(upstream.url, usage={"ledger": {"url": f"sqlite:///{tmp_path}/usage.sqlite3"}})
@@ -340,8 +340,8 @@ async def test_deprecations_endpoint_and_usage_command(upstream: RecordingUpstre
     assert "some_deprecation: 3 requests (allowed 3), 2 clients" in out.stdout and "old-sdk/1.2" in out.stdout
 
 
-async def test_admin_rollout_and_phase_gauge_follow_the_clock(upstream: RecordingUpstream, start_gateway,
-                                                              start_admin) -> None:
+async def test_admin_rollout_and_phase_gauge_follow_the_clock(upstream: RecordingUpstream, start_gateway: GatewayFactory,
+                                                              start_admin: AdminFactory) -> None:
     from gateway.rollout import FixedClock, parse_instant
     from tests.gateway_testlib import make_config
 
