@@ -53,13 +53,14 @@ def _native(body: bytes, keep: int, pieces: list[bytes]) -> tuple[Any, bool]:
         return out
 
     json_splice._native_layout = spy  # type: ignore[assignment]
+    got: Any
     try:
         try:
             got = layout_fields(reader.layout(body))
         except json_splice.NotJSON:
             got = "NotJSON"
     finally:
-        json_splice._native_layout = original  # type: ignore[assignment]
+        json_splice._native_layout = original
     return got, any(vouched)
 
 

@@ -10,7 +10,7 @@ import yaml
 
 from gateway.cli import main
 
-CONFIG = {
+CONFIG: dict[str, Any] = {
     "rollout": {
         "timezone": "Europe/Berlin",
         "brownouts": [{"start": "2026-10-20T10:00:00", "end": "2026-10-20T12:00:00"}],
@@ -121,7 +121,7 @@ def test_host_says_when_the_companys_bridges_apply(tmp_path: Path, capsys: pytes
 
 def test_a_bridge_exemption_may_name_the_last_phase_but_a_plain_one_may_not(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for bridge, ok in ((None, False), (True, True)):
-        exemption = {"name": "x", "phase": "removed", "until": "2027-01-01", "token_fingerprint": "0123456789ab"}
+        exemption: dict[str, object] = {"name": "x", "phase": "removed", "until": "2027-01-01", "token_fingerprint": "0123456789ab"}
         if bridge is not None:
             exemption["bridge"] = bridge
         config = {"rollout": {"exemptions": [exemption]}, "tenants": [

@@ -159,7 +159,7 @@ def check(code: int, out: str, err: str, what: str) -> None:
         assert err.strip(), f"{what}: exit 2 without a message"
 
 
-@settings.get_profile(PROFILE)  # type: ignore[misc]
+@settings.get_profile(PROFILE)
 @given(data=mutations())
 def test_mutated_shipped_config_exits_0_or_2(data: dict[str, Any], workdir: Path, no_clock_override: None) -> None:
     path = workdir / "mutated.yaml"
@@ -176,9 +176,9 @@ def test_mutated_shipped_config_exits_0_or_2(data: dict[str, Any], workdir: Path
             # Every problem of a file names where it is: a line and a path; only a top-level key the file lacks
             # (or the file's whole shape) has no line to name.
             for line in err.rstrip("\n").split("\n")[1:]:
-                path = line.strip().partition(": ")[0]
-                assert line.startswith("  line ") or path == "(top level)" or (
-                    path.isidentifier() and path not in data), err
+                where = line.strip().partition(": ")[0]
+                assert line.startswith("  line ") or where == "(top level)" or (
+                    where.isidentifier() and where not in data), err
 
 
 # --- the same, as real processes ---------------------------------------------------------------------------------

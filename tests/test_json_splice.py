@@ -395,6 +395,7 @@ def test_native_path_reads_a_large_board_faithfully(monkeypatch: pytest.MonkeyPa
     capped = truncate(body, layout, 100, MESSAGE)
     assert cards_of(pairs(capped)) == cards_of(original)[:100]
     assert capped.startswith(body[: layout.element_ends[99]])  # the upstream's bytes, up to the cut
+    assert layout.target is not None
     assert capped.endswith(body[layout.members[layout.target].end :])
     assert body[layout.last_element_end : layout.members[layout.target].end] == b"]"
     assert b'"big":1' + b"0" * 40 + b',"f":1.500e-3,' in capped

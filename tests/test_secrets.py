@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -20,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SECRET = "s3cr3t-Pa55word"
 
 
-def _with_upstream(upstream: str) -> dict:
+def _with_upstream(upstream: str) -> dict[str, Any]:
     config = make_config("http://127.0.0.1:1")
     config["tenants"][0]["upstream"] = upstream
     return config

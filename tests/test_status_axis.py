@@ -8,6 +8,7 @@ import datetime as dt
 import pytest
 
 from gateway.app import parse_config
+from gateway.config import LoadedConfig
 from gateway.ops.status import ConfigHistory, _chart, _Range, _range, _ticks, status_data
 from gateway.ops.status_page import render_page
 from gateway.rollout import FixedClock, parse_instant
@@ -35,7 +36,7 @@ def test_at_most_eight_round_ticks_at_any_span(days: int) -> None:
     assert all(len(label) <= 10 for label in labels)
 
 
-def _config(**rollout: object) -> object:
+def _config(**rollout: object) -> LoadedConfig:
     return parse_config(make_config("http://127.0.0.1:1", rollout=rollout))
 
 

@@ -293,8 +293,8 @@ def body_override(rng: random.Random, wanted: str) -> tuple[bytes, str | None]:
     pairs = [f"{key}={value.replace(' ', '+')}", "note=hello", "file=%25PDF"]
     rng.shuffle(pairs)
     body = rng.choice(["&", ";"]).join(pairs).encode()
-    ct = rng.choice(["application/x-www-form-urlencoded", "application/x-www-form-urlencoded; charset=UTF-8", None])
-    return body, ct
+    form_type = rng.choice(["application/x-www-form-urlencoded", "application/x-www-form-urlencoded; charset=UTF-8", None])
+    return body, form_type
 
 
 def spellings(seed: int, count: int) -> list[Spelling]:

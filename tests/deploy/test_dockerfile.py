@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import dockerfile
+import dockerfile  # type: ignore[import-not-found]  # a C extension with no type information
 import pytest
 import yaml
 

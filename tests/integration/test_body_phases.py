@@ -177,7 +177,7 @@ async def _route_through(gw: Any, policies: list[Policy]) -> None:
     state.handlers["catch_all"] = fold(policies, gw.gateway.proxy)
 
 
-def _echo(body: bytes):
+def _echo(body: bytes) -> Responder:
     async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
         return web.Response(body=body, headers={"X-Upstream-Length": str(received.body_size)})
 

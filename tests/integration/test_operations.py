@@ -16,6 +16,7 @@ import pytest
 import yaml
 from aiohttp import web
 
+from gateway.core.exchange import Exchange, Next, Reply
 from tests.gateway_testlib import ADMIN_HEADERS, AdminFactory, GatewayFactory, Received, RecordingUpstream, free_port
 from tests.process_testlib import (
     ROOT,
@@ -308,7 +309,7 @@ async def test_deprecations_endpoint_and_usage_command(upstream: RecordingUpstre
     admin = await start_admin(gw)
 
     # Stand-in for a deprecation policy: record a decision the way policies do.
-    async def decide(exchange, next):
+    async def decide(exchange: Exchange, next: Next) -> Reply:
         exchange.decisions["some_deprecation"] = "allowed"
         return await next(exchange)
 
