@@ -18,7 +18,15 @@ from aiohttp import web
 from gateway.core.http import token_fingerprint
 from gateway.rollout import FixedClock, parse_instant
 from tests.board_fixtures import BIG_INT, board_bytes
-from tests.gateway_testlib import GatewayFactory, Received, RecordingUpstream, parse_responses, raw_exchange
+from tests.gateway_testlib import (
+    GatewayFactory,
+    Received,
+    RecordingUpstream,
+    Responder,
+    RunningGateway,
+    parse_responses,
+    raw_exchange,
+)
 from tests.integration.board_testlib import board_config, json_responder
 
 CAP_EPOCH = int(dt.datetime(2026, 10, 1, tzinfo=dt.UTC).timestamp())
@@ -31,7 +39,7 @@ async def client() -> AsyncIterator[aiohttp.ClientSession]:
         yield session
 
 
-async def start(start_gateway: GatewayFactory, upstream: RecordingUpstream, at: str, **kwargs: Any):
+async def start(start_gateway: GatewayFactory, upstream: RecordingUpstream, at: str, **kwargs: Any) -> RunningGateway:
     return await start_gateway(board_config(upstream.url, **kwargs), clock=FixedClock(parse_instant(at)))
 
 
@@ -108,7 +116,7 @@ async def test_every_spelling_of_the_route_is_rewritten(upstream: RecordingUpstr
 
 
 def expected_cap(body: bytes, n: int) -> dict[str, Any]:
-    doc = json.loads(body)
+    doc: dict[str, Any] = json.loads(body)
     doc["cards"] = doc["cards"][:n]
     return doc
 
@@ -478,7 +486,8 @@ async def test_decision_in_context_and_phase_gauge(upstream: RecordingUpstream, 
         await resp.read()
     def phase(behaviour: str, name: str) -> float | None:
         labels = {"tenant": "acme", "behaviour": behaviour, "phase": name}
-        return gw.metrics.registry.get_sample_value("gateway_rollout_phase", labels)
+        value: float | None = gw.metrics.registry.get_sample_value("gateway_rollout_phase", labels)
+        return value
 
     assert phase("board_cards", "capped") == 1
     assert phase("board_cards", "full") == 0
@@ -503,7 +512,7 @@ async def test_memo_is_only_used_for_identical_bodies(upstream: RecordingUpstrea
     assert cards_removed(gw) == 50 + 60 + 50 + 60
 
 
-def pieces_responder(body: bytes, cuts: list[int]):
+def pieces_responder(body: bytes, cuts: list[int]) -> Responder:
     """The body streamed (chunked) in pieces cut at ``cuts``, each write given its own turn of the loop."""
 
     async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:

@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import json
 import os
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
@@ -28,7 +29,7 @@ from tests.gateway_testlib import (
 
 
 @pytest.fixture
-async def client() -> aiohttp.ClientSession:
+async def client() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession(auto_decompress=False) as session:
         yield session
 
@@ -157,7 +158,7 @@ async def test_request_bodies_arrive_byte_for_byte(gw: RunningGateway, upstream:
 async def test_chunked_request_body_is_streamed(gw: RunningGateway, upstream: RecordingUpstream, client: aiohttp.ClientSession) -> None:
     parts = [os.urandom(1000) for _ in range(20)]
 
-    async def gen():
+    async def gen() -> AsyncIterator[bytes]:
         for part in parts:
             yield part
             await asyncio.sleep(0)
@@ -516,7 +517,8 @@ HEADER_CORPUS: list[list[tuple[str, str]]] = [
 
 
 @pytest.mark.parametrize("lines", HEADER_CORPUS, ids=[",".join(k for k, _ in c) for c in HEADER_CORPUS])
-async def test_headers_reach_the_upstream_alike_with_and_without_a_body(gw: RunningGateway, upstream: RecordingUpstream, lines) -> None:
+async def test_headers_reach_the_upstream_alike_with_and_without_a_body(gw: RunningGateway, upstream: RecordingUpstream,
+                                                                      lines: list[tuple[str, str]]) -> None:
     """One road: the upstream is sent the same header lines, in the same order and spelling, whether or not the
     request has a body (the framing headers aside); and every line the proxy core does not own arrives, in order,
     with its value byte for byte (aiohttp's parser spells the names of headers it knows its own way)."""

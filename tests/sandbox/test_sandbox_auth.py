@@ -20,7 +20,8 @@ PREFIXES = ["/api/v1", "/api/latest"]
     [{}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic sandbox-token"}, {"Authorization": "Bearer "}],
     ids=["missing", "unknown", "wrong-scheme", "empty"],
 )
-async def test_invalid_token_is_401_with_string_body(client: TestClient[Any, Any], prefix, headers) -> None:
+async def test_invalid_token_is_401_with_string_body(client: TestClient[Any, Any], prefix: str,
+                                                    headers: dict[str, str]) -> None:
     resp = await client.get(f"{prefix}/boards/1", headers=headers)
     assert resp.status == 401
     assert resp.content_type == "text/plain"
@@ -77,7 +78,8 @@ async def test_readonly_upload_creates_nothing(client: TestClient[Any, Any]) -> 
 
 @pytest.mark.parametrize("headers", [AUTH, READONLY])
 @pytest.mark.parametrize("path", ["/api/latest/boards/3", "/api/v1/spaces/1/boards/3", "/api/latest/cards?board_id=3"])
-async def test_private_board_is_403_without_body(client: TestClient[Any, Any], headers, path: str) -> None:
+async def test_private_board_is_403_without_body(client: TestClient[Any, Any], headers: dict[str, str],
+                                                path: str) -> None:
     resp = await client.get(path, headers=headers)
     assert resp.status == 403
     assert await resp.read() == b""

@@ -17,7 +17,8 @@ from .sandbox_testlib import AUTH, ClientFactory
 async def insert(client: TestClient[Any, Any], board_id: int, position: str, count: int = 1) -> list[int]:
     resp = await client.post(f"/_sandbox/boards/{board_id}/cards", json={"position": position, "count": count})
     assert resp.status == 201, await resp.text()
-    return (await resp.json())["ids"]
+    value: list[int] = (await resp.json())["ids"]
+    return value
 
 
 async def page_ids(client: TestClient[Any, Any], board_id: int, limit: int, offset: int) -> list[int]:

@@ -30,10 +30,11 @@ def scheduled(now: datetime | None, **extra: object) -> SandboxSettings:
                            **extra)  # type: ignore[arg-type]
 
 
-async def get_board(client: TestClient[Any, Any], path: str = "/api/latest/boards/1", headers: dict[str, str] | None = None) -> dict:
+async def get_board(client: TestClient[Any, Any], path: str = "/api/latest/boards/1", headers: dict[str, str] | None = None) -> dict[str, Any]:
     resp = await client.get(path, headers=headers or AUTH)
     assert resp.status == 200, await resp.text()
-    return await resp.json()
+    value: dict[str, Any] = await resp.json()
+    return value
 
 
 async def card_ids(client: TestClient[Any, Any], query: str) -> list[int]:
@@ -42,7 +43,7 @@ async def card_ids(client: TestClient[Any, Any], query: str) -> list[int]:
     return [c["id"] for c in await resp.json()]
 
 
-def without_cards(board: dict) -> dict:
+def without_cards(board: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in board.items() if k not in ("cards", MESSAGE)}
 
 
@@ -59,7 +60,7 @@ def without_cards(board: dict) -> dict:
     ],
     ids=["before-cap", "at-cap", "after-cap", "before-removal", "at-removal", "after-removal"],
 )
-async def test_board_follows_the_schedule(make_client: ClientFactory, path, now, phase: str) -> None:
+async def test_board_follows_the_schedule(make_client: ClientFactory, path: str, now: datetime, phase: str) -> None:
     # A fixed base URL: file URLs would otherwise differ by server port.
     base = "http://sandbox.test"
     reference = await get_board(await make_client(SandboxSettings(signing_secret=SECRET, public_base_url=base)), path)
@@ -85,7 +86,7 @@ async def test_board_follows_the_schedule(make_client: ClientFactory, path, now,
 
 
 @pytest.mark.parametrize("now", [CAP, REMOVAL])
-async def test_message_names_the_board_and_its_request_works(make_client: ClientFactory, now) -> None:
+async def test_message_names_the_board_and_its_request_works(make_client: ClientFactory, now: datetime) -> None:
     client = await make_client(scheduled(now, extra_boards=(150,)))
     for board_id, expected in [(1, list(range(1, 101))), (2, []), (4, list(range(251, 351)))]:
         board = await get_board(client, f"/api/latest/boards/{board_id}")
@@ -138,7 +139,7 @@ async def test_removal_leaves_empty_and_private_boards_alone(make_client: Client
 
 
 @pytest.mark.parametrize("now", [CAP - TICK, CAP, REMOVAL])
-async def test_head_matches_get_in_each_phase(make_client: ClientFactory, now) -> None:
+async def test_head_matches_get_in_each_phase(make_client: ClientFactory, now: datetime) -> None:
     client = await make_client(scheduled(now))
     for path in ["/api/latest/boards/1", "/api/v1/spaces/1/boards/1"]:
         get = await client.get(path, headers=AUTH)
@@ -159,7 +160,7 @@ async def test_each_phase_has_its_own_etag(make_client: ClientFactory) -> None:
 
 
 @pytest.mark.parametrize(("now", "has_cards"), [(CAP, True), (REMOVAL, False)])
-async def test_gzip_path_carries_the_same_withdrawal(make_client: ClientFactory, now, has_cards: bool) -> None:
+async def test_gzip_path_carries_the_same_withdrawal(make_client: ClientFactory, now: datetime, has_cards: bool) -> None:
     client = await make_client(scheduled(now, gzip_boards=True))
     for path in ["/api/latest/boards/1", "/api/latest/spaces/1/boards/1"]:
         plain = await client.get(path, headers={**AUTH, "Accept-Encoding": "identity"})
@@ -198,7 +199,8 @@ async def test_card_list_is_unchanged_after_removal(make_client: ClientFactory) 
     ],
     ids=["no-dates", "cap-only", "removal-only-before", "removal-only-at", "removal-before-cap"],
 )
-async def test_either_date_alone(make_client: ClientFactory, cap, removal, now, expected: str) -> None:
+async def test_either_date_alone(make_client: ClientFactory, cap: datetime | None, removal: datetime | None,
+                                now: datetime, expected: str) -> None:
     client = await make_client(SandboxSettings(cards_cap_from=cap, cards_removal_from=removal, now=now))
     board = await get_board(client)
     counts = {"full": 250, "capped": 100, "removed": None}

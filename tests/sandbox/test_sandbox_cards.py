@@ -43,7 +43,7 @@ async def test_pages_cover_the_board_in_board_order(client: TestClient[Any, Any]
         ("limit=3&offset=248", [249, 250]),
     ],
 )
-async def test_limit_and_offset(client: TestClient[Any, Any], query: str, expected) -> None:
+async def test_limit_and_offset(client: TestClient[Any, Any], query: str, expected: list[int]) -> None:
     assert await ids(client, query) == expected
 
 

@@ -20,12 +20,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-async def test_cli_serves_and_exits_cleanly(signum) -> None:
+async def test_cli_serves_and_exits_cleanly(signum: signal.Signals) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "sandbox", "--host", "127.0.0.1", "--port", "0", "--token", "cli-token",
         "--log-level", "warning", "--gzip",
         cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
+    assert proc.stdout is not None and proc.stderr is not None  # both piped
     try:
         line = (await asyncio.wait_for(proc.stdout.readline(), timeout=10)).decode()
         match = re.fullmatch(r"sandbox listening on http://127\.0\.0\.1:(\d+)\n", line)
@@ -94,7 +95,8 @@ def test_now_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--extra-board", "ten"], None, "--extra-board"),
     ],
 )
-def test_bad_values_exit_with_usage_error(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv, env: str | None, complaint: str) -> None:
+def test_bad_values_exit_with_usage_error(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                          argv: list[str], env: str | None, complaint: str) -> None:
     if env is None:
         monkeypatch.delenv("SANDBOX_NOW", raising=False)
     else:
@@ -113,6 +115,7 @@ async def test_cli_schedule_and_extra_boards_end_to_end() -> None:
         cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "SANDBOX_NOW": "2026-10-31T23:59:59Z"},
     )
+    assert proc.stdout is not None and proc.stderr is not None  # both piped
     try:
         line = (await asyncio.wait_for(proc.stdout.readline(), timeout=10)).decode()
         match = re.fullmatch(r"sandbox listening on http://127\.0\.0\.1:(\d+)\n", line)

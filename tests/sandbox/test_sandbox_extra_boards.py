@@ -19,15 +19,16 @@ SIZES = (0, 1, 100, 101, 10000)
 SEED = SandboxSettings().seed
 
 
-async def page(client: TestClient[Any, Any], board_id: int, limit: int, offset: int, headers: dict[str, str] = AUTH) -> list[dict]:
+async def page(client: TestClient[Any, Any], board_id: int, limit: int, offset: int, headers: dict[str, str] = AUTH) -> list[dict[str, Any]]:
     resp = await client.get(f"/api/latest/cards?board_id={board_id}&limit={limit}&offset={offset}", headers=headers)
     assert resp.status == 200, await resp.text()
-    return await resp.json()
+    value: list[dict[str, Any]] = await resp.json()
+    return value
 
 
-async def read_all(client: TestClient[Any, Any], board_id: int, limit: int) -> tuple[list[dict], list[int]]:
+async def read_all(client: TestClient[Any, Any], board_id: int, limit: int) -> tuple[list[dict[str, Any]], list[int]]:
     """Every card by pages until an empty one; also each page's length."""
-    cards: list[dict] = []
+    cards: list[dict[str, Any]] = []
     lengths: list[int] = []
     while True:
         chunk = await page(client, board_id, limit, len(cards))
@@ -111,7 +112,7 @@ async def test_existing_boards_answer_the_same_bytes(make_client: ClientFactory)
         assert await a.read() == await b.read()
 
 
-def test_extra_boards_are_deterministic_per_seed():
+def test_extra_boards_are_deterministic_per_seed() -> None:
     def snapshot(seed: int) -> str:
         store = build_store(seed, (50, 7))
         return json.dumps([(c.id, c.uid, c.title, c.column_id, c.lane_id, c.size)

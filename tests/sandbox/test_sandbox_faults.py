@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import pytest
+from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 
 from .sandbox_testlib import AUTH
@@ -16,19 +17,21 @@ FAULTS = "/_sandbox/faults"
 INJECTED = {"message": "injected fault"}
 
 
-async def add_fault(client: TestClient[Any, Any], **fields: Any) -> dict:
+async def add_fault(client: TestClient[Any, Any], **fields: Any) -> dict[str, Any]:
     resp = await client.post(FAULTS, json=fields)
     assert resp.status == 201, await resp.text()
-    return await resp.json()
+    value: dict[str, Any] = await resp.json()
+    return value
 
 
-async def faults(client: TestClient[Any, Any]) -> list[dict]:
+async def faults(client: TestClient[Any, Any]) -> list[dict[str, Any]]:
     resp = await client.get(FAULTS)
     assert resp.status == 200
-    return await resp.json()
+    value: list[dict[str, Any]] = await resp.json()
+    return value
 
 
-async def get_cards(client: TestClient[Any, Any], query: str, prefix: str = "/api/latest"):
+async def get_cards(client: TestClient[Any, Any], query: str, prefix: str = "/api/latest") -> ClientResponse:
     return await client.get(f"{prefix}/cards?{query}", headers=AUTH)
 
 

@@ -6,6 +6,7 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -17,10 +18,11 @@ from sandbox.settings import SandboxSettings
 from .sandbox_testlib import AUTH, TOKEN, ClientFactory, raw_multipart
 
 
-async def journal(client: TestClient[Any, Any]) -> list[dict]:
+async def journal(client: TestClient[Any, Any]) -> list[dict[str, Any]]:
     resp = await client.get("/_sandbox/journal")
     assert resp.status == 200
-    return await resp.json()
+    value: list[dict[str, Any]] = await resp.json()
+    return value
 
 
 def sha(data: bytes) -> str:
@@ -53,11 +55,11 @@ async def test_journal_hashes_json_body_as_received(client: TestClient[Any, Any]
     assert entry["body_truncated"] is False
 
 
-async def test_journal_hashes_streamed_multipart_exactly(client: TestClient[Any, Any]):
+async def test_journal_hashes_streamed_multipart_exactly(client: TestClient[Any, Any]) -> None:
     data = os.urandom(3 * 1024 * 1024 + 17)
     body, headers = raw_multipart([("file", "random.bin", "application/octet-stream", data)])
 
-    async def chunks():  # chunked transfer, no Content-Length
+    async def chunks() -> AsyncIterator[bytes]:  # chunked transfer, no Content-Length
         for start in range(0, len(body), 100_003):
             yield body[start : start + 100_003]
 

@@ -21,7 +21,7 @@ def path_of(url: str) -> str:
     return URL(url).raw_path
 
 
-async def assert_public(client: TestClient[Any, Any], file_json: dict, content: bytes) -> None:
+async def assert_public(client: TestClient[Any, Any], file_json: dict[str, Any], content: bytes) -> None:
     """An unprotected file: type 1, numeric id, anyone with the link can open it."""
     assert file_json["type"] == 1
     assert isinstance(file_json["id"], int)
@@ -31,8 +31,9 @@ async def assert_public(client: TestClient[Any, Any], file_json: dict, content: 
     assert await resp.read() == content
 
 
-async def card(client: TestClient[Any, Any], card_id: int = 1) -> dict:
-    return await (await client.get(f"/api/v1/cards/{card_id}", headers=AUTH)).json()
+async def card(client: TestClient[Any, Any], card_id: int = 1) -> dict[str, Any]:
+    value: dict[str, Any] = await (await client.get(f"/api/v1/cards/{card_id}", headers=AUTH)).json()
+    return value
 
 
 @pytest.mark.parametrize("prefix", ["/api/v1", "/api/latest"])
@@ -70,7 +71,7 @@ async def test_put_upload_with_aiohttp_formdata_and_unicode_name(client: TestCli
     ],
     ids=["no-file-field", "not-multipart", "malformed"],
 )
-async def test_put_upload_rejects_bad_bodies(client: TestClient[Any, Any], body, content_type) -> None:
+async def test_put_upload_rejects_bad_bodies(client: TestClient[Any, Any], body: bytes, content_type: str) -> None:
     resp = await client.put("/api/v1/cards/2/files", data=body, headers={**AUTH, "Content-Type": content_type})
     assert resp.status == 400
     assert "message" in await resp.json()
@@ -155,7 +156,7 @@ async def test_rename_earlier_file_keeps_its_link(client: TestClient[Any, Any]) 
 
 
 @pytest.mark.parametrize("payload", [{}, {"name": ""}, {"name": 5}, {"card_cover": "yes"}])
-async def test_rename_validation(client: TestClient[Any, Any], payload) -> None:
+async def test_rename_validation(client: TestClient[Any, Any], payload: dict[str, object]) -> None:
     resp = await client.patch("/api/v1/cards/1/files/1", json=payload, headers=AUTH)
     assert resp.status == 400
 
@@ -177,7 +178,7 @@ async def test_attach_by_url_creates_earlier_record(client: TestClient[Any, Any]
 
 
 @pytest.mark.parametrize("payload", [{"name": "x"}, {"url": "ftp://x/y"}, {"url": "/relative"}, {"url": 3}])
-async def test_attach_by_url_validation(client: TestClient[Any, Any], payload) -> None:
+async def test_attach_by_url_validation(client: TestClient[Any, Any], payload: dict[str, object]) -> None:
     resp = await client.post("/api/v1/cards/2/files", json=payload, headers=AUTH)
     assert resp.status == 400
     assert (await resp.json())["message"]

@@ -18,8 +18,9 @@ UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0
 TIME_RE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
-async def card_one(client: TestClient[Any, Any]) -> dict:
-    return await (await client.get("/api/v1/cards/1", headers=AUTH)).json()
+async def card_one(client: TestClient[Any, Any]) -> dict[str, Any]:
+    value: dict[str, Any] = await (await client.get("/api/v1/cards/1", headers=AUTH)).json()
+    return value
 
 
 async def base_path(client: TestClient[Any, Any], kind: str, prefix: str = "/api/v1") -> str:
@@ -33,11 +34,12 @@ async def base_path(client: TestClient[Any, Any], kind: str, prefix: str = "/api
 
 
 async def upload(client: TestClient[Any, Any], base: str, name: str = "doc.pdf", data: bytes = b"%PDF-1.4 test",
-                 content_type: str | None = "application/pdf") -> dict:
+                 content_type: str | None = "application/pdf") -> dict[str, Any]:
     body, headers = raw_multipart([("file", name, content_type, data)])
     resp = await client.post(base, data=body, headers={**headers, **AUTH})
     assert resp.status == 200, await resp.text()
-    return await resp.json()
+    value: dict[str, Any] = await resp.json()
+    return value
 
 
 def local(url: str) -> str:
@@ -47,7 +49,7 @@ def local(url: str) -> str:
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("prefix", ["/api/v1", "/api/latest"])
-async def test_upload_returns_spec_metadata_and_signed_link(client: TestClient[Any, Any], kind, prefix: str) -> None:
+async def test_upload_returns_spec_metadata_and_signed_link(client: TestClient[Any, Any], kind: str, prefix: str) -> None:
     base = await base_path(client, kind, prefix)
     meta = await upload(client, base, data=b"%PDF-1.4 " + kind.encode())
     assert list(meta) == METADATA_FIELDS
@@ -70,7 +72,7 @@ async def test_upload_returns_spec_metadata_and_signed_link(client: TestClient[A
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_get_metadata(client: TestClient[Any, Any], kind) -> None:
+async def test_get_metadata(client: TestClient[Any, Any], kind: str) -> None:
     base = await base_path(client, kind)
     meta = await upload(client, base, name="photo.jpg", data=b"\xff\xd8jpeg", content_type="image/jpeg")
     resp = await client.get(f"{base}/{meta['id']}", headers=AUTH)
@@ -82,7 +84,7 @@ async def test_get_metadata(client: TestClient[Any, Any], kind) -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_update_name_and_cover(client: TestClient[Any, Any], kind) -> None:
+async def test_update_name_and_cover(client: TestClient[Any, Any], kind: str) -> None:
     base = await base_path(client, kind)
     meta = await upload(client, base)
     resp = await client.patch(f"{base}/{meta['id']}", json={"name": "renamed.pdf", "card_cover": True}, headers=AUTH)
@@ -106,7 +108,7 @@ async def test_one_cover_per_card(client: TestClient[Any, Any]) -> None:
 
 
 @pytest.mark.parametrize("payload", [{}, {"name": ""}, {"name": ["x"]}, {"card_cover": 1}])
-async def test_update_validation(client: TestClient[Any, Any], payload) -> None:
+async def test_update_validation(client: TestClient[Any, Any], payload: dict[str, object]) -> None:
     base = await base_path(client, "card")
     meta = await upload(client, base)
     resp = await client.patch(f"{base}/{meta['id']}", json=payload, headers=AUTH)
@@ -115,7 +117,7 @@ async def test_update_validation(client: TestClient[Any, Any], payload) -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_delete(client: TestClient[Any, Any], kind) -> None:
+async def test_delete(client: TestClient[Any, Any], kind: str) -> None:
     base = await base_path(client, kind)
     meta = await upload(client, base)
     resp = await client.delete(f"{base}/{meta['id']}", headers=AUTH)
@@ -138,7 +140,8 @@ async def test_delete(client: TestClient[Any, Any], kind) -> None:
     ],
     ids=["two-files", "wrong-name", "extra-field-first", "no-parts"],
 )
-async def test_upload_needs_exactly_one_file_part(client: TestClient[Any, Any], kind, parts) -> None:
+async def test_upload_needs_exactly_one_file_part(client: TestClient[Any, Any], kind: str,
+                                                 parts: list[tuple[str, str | None, str | None, bytes]]) -> None:
     base = await base_path(client, kind)
     before = len((await card_one(client))["files"])
     body, headers = raw_multipart(parts)

@@ -16,16 +16,17 @@ from sandbox.signing import link_signature, signed_path
 from .sandbox_testlib import AUTH, SECRET, ClientFactory
 
 
-async def seeded(client: TestClient[Any, Any], entity_type: str, name: str) -> dict:
+async def seeded(client: TestClient[Any, Any], entity_type: str, name: str) -> dict[str, Any]:
     card = await (await client.get("/api/v1/cards/1", headers=AUTH)).json()
     return next(f for f in card["files"] if f.get("entity_type") == entity_type and f["name"] == name)
 
 
-async def metadata(client: TestClient[Any, Any], file_id: str, query: str = "") -> dict:
+async def metadata(client: TestClient[Any, Any], file_id: str, query: str = "") -> dict[str, Any]:
     card_uid = (await (await client.get("/api/v1/cards/1", headers=AUTH)).json())["uid"]
     resp = await client.get(f"/api/v1/cards/{card_uid}/files/{file_id}{query}", headers=AUTH)
     assert resp.status == 200
-    return await resp.json()
+    value: dict[str, Any] = await resp.json()
+    return value
 
 
 @pytest.mark.parametrize(
