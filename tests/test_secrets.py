@@ -80,7 +80,9 @@ def test_check_config_shows_no_credential(tmp_path: Path) -> None:
     assert out.returncode == 2 and SECRET not in out.stdout + out.stderr and "${BAD_URL}" in out.stderr
 
 
-async def test_the_admin_config_shows_no_credential(start_gateway: GatewayFactory, start_admin: AdminFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_admin_config_shows_no_credential(
+    start_gateway: GatewayFactory, start_admin: AdminFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import aiohttp
 
     monkeypatch.setenv("UP_PASS", SECRET)
@@ -129,7 +131,9 @@ def test_the_gateways_log_redacts_tracebacks_too() -> None:
 ENDPOINT = "http://127.0.0.1:4318/v1/traces?api_key=K3y-0f-the-vendor&region=eu"
 
 
-async def test_the_admin_config_masks_the_query_values_of_every_url(start_gateway: GatewayFactory, start_admin: AdminFactory) -> None:
+async def test_the_admin_config_masks_the_query_values_of_every_url(
+    start_gateway: GatewayFactory, start_admin: AdminFactory
+) -> None:
     """A collector's endpoint may carry a vendor's key in its query, a database URL a password: /config showed
     them. Every URL's query values are masked (the names stay)."""
     import aiohttp

@@ -293,7 +293,8 @@ def body_override(rng: random.Random, wanted: str) -> tuple[bytes, str | None]:
     pairs = [f"{key}={value.replace(' ', '+')}", "note=hello", "file=%25PDF"]
     rng.shuffle(pairs)
     body = rng.choice(["&", ";"]).join(pairs).encode()
-    form_type = rng.choice(["application/x-www-form-urlencoded", "application/x-www-form-urlencoded; charset=UTF-8", None])
+    form_type = rng.choice(["application/x-www-form-urlencoded", "application/x-www-form-urlencoded; charset=UTF-8",
+                            None])
     return body, form_type
 
 

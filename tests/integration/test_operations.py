@@ -341,8 +341,9 @@ async def test_deprecations_endpoint_and_usage_command(upstream: RecordingUpstre
     assert "some_deprecation: 3 requests (allowed 3), 2 clients" in out.stdout and "old-sdk/1.2" in out.stdout
 
 
-async def test_admin_rollout_and_phase_gauge_follow_the_clock(upstream: RecordingUpstream, start_gateway: GatewayFactory,
-                                                              start_admin: AdminFactory) -> None:
+async def test_admin_rollout_and_phase_gauge_follow_the_clock(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, start_admin: AdminFactory
+) -> None:
     from gateway.rollout import FixedClock, parse_instant
     from tests.gateway_testlib import make_config
 

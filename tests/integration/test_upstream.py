@@ -96,7 +96,9 @@ def _headers(port: int) -> CIMultiDict[str]:
 
 
 @pytest.mark.parametrize("method", ["GET", "HEAD", "DELETE", "OPTIONS", "POST", "PATCH", "PROPFIND"])
-async def test_short_road_sends_what_client_session_sends(client: UpstreamClient, raw_upstream: RawUpstream, method: str) -> None:
+async def test_short_road_sends_what_client_session_sends(
+    client: UpstreamClient, raw_upstream: RawUpstream, method: str
+) -> None:
     url = URL(f"http://127.0.0.1:{raw_upstream.port}/a/b%2Fc?q=1&r", encoded=True)
     short = await client.request(method, url, _headers(raw_upstream.port), None)
     short_body = await _read(short)
@@ -112,7 +114,9 @@ async def test_short_road_sends_what_client_session_sends(client: UpstreamClient
     assert raw_upstream.connections == 1  # both went over the same pooled connection
 
 
-async def test_short_road_keeps_repeated_headers_that_differ_in_case(client: UpstreamClient, raw_upstream: RawUpstream) -> None:
+async def test_short_road_keeps_repeated_headers_that_differ_in_case(
+    client: UpstreamClient, raw_upstream: RawUpstream
+) -> None:
     # ClientSession.request keeps only the last of "X-Many: 1" and "x-many: 2" (its merge compares names with
     # their case); the short road forwards both lines, as the client sent them.
     headers = _headers(raw_upstream.port)
@@ -122,7 +126,9 @@ async def test_short_road_keeps_repeated_headers_that_differ_in_case(client: Ups
     assert raw_upstream.heads[0].endswith(b"X-Many: 1\r\nx-many: 2\r\n\r\n")
 
 
-async def test_an_idempotent_request_is_sent_again_once_when_its_connection_drops(client: UpstreamClient, raw_upstream: RawUpstream) -> None:
+async def test_an_idempotent_request_is_sent_again_once_when_its_connection_drops(
+    client: UpstreamClient, raw_upstream: RawUpstream
+) -> None:
     async def answer(connection: int, head: bytes) -> bytes | None:
         return None if connection == 1 else _ok()  # the first connection closes without answering
 
@@ -139,7 +145,9 @@ async def test_an_idempotent_request_is_sent_again_once_when_its_connection_drop
     # must not run twice); a second drop is final.
     [("POST", 1), ("PUT", 1), ("DELETE", 1), ("PATCH", 1), ("GET", 2), ("HEAD", 2), ("OPTIONS", 2)],
 )
-async def test_drops_before_the_head(client: UpstreamClient, raw_upstream: RawUpstream, method: str, heads: int) -> None:
+async def test_drops_before_the_head(
+    client: UpstreamClient, raw_upstream: RawUpstream, method: str, heads: int
+) -> None:
     async def answer(connection: int, head: bytes) -> bytes | None:
         return None
 
@@ -167,7 +175,9 @@ async def test_safe_methods_are_not_sent_again_when_the_config_says_so(raw_upstr
     assert len(raw_upstream.heads) == 1
 
 
-async def test_a_request_that_never_left_is_sent_again_whatever_its_method(client: UpstreamClient, raw_upstream: RawUpstream) -> None:
+async def test_a_request_that_never_left_is_sent_again_whatever_its_method(
+    client: UpstreamClient, raw_upstream: RawUpstream
+) -> None:
     """Writing the head to a pooled connection the upstream had already closed fails at once: nothing left the
     gateway, so even a POST is sent again (on a new connection), and the upstream sees it once."""
     url = URL(f"http://127.0.0.1:{raw_upstream.port}/x")
@@ -188,7 +198,9 @@ async def test_a_request_that_never_left_is_sent_again_whatever_its_method(clien
     assert [head.split(b" ")[0] for head in raw_upstream.heads] == [b"GET", b"POST"]
 
 
-async def test_a_request_whose_body_was_never_read_is_sent_again(client: UpstreamClient, raw_upstream: RawUpstream) -> None:
+async def test_a_request_whose_body_was_never_read_is_sent_again(
+    client: UpstreamClient, raw_upstream: RawUpstream
+) -> None:
     """A request with a body writes its head with its first body bytes: failing before the body was first read, it
     never left, and is sent again with its body whole."""
     attempts: list[int] = []

@@ -110,7 +110,9 @@ async def test_empty_board(client: TestClient[Any, Any]) -> None:
 
 @pytest.mark.parametrize("prefix", ["/api/v1", "/api/latest"])
 @pytest.mark.parametrize("board_id", [1, 2])
-async def test_nested_space_route_returns_the_same_board(client: TestClient[Any, Any], prefix: str, board_id: int) -> None:
+async def test_nested_space_route_returns_the_same_board(
+    client: TestClient[Any, Any], prefix: str, board_id: int
+) -> None:
     flat = await client.get(f"{prefix}/boards/{board_id}", headers=AUTH)
     nested = await client.get(f"{prefix}/spaces/1/boards/{board_id}", headers=AUTH)
     assert nested.status == 200

@@ -30,7 +30,9 @@ def scheduled(now: datetime | None, **extra: object) -> SandboxSettings:
                            **extra)  # type: ignore[arg-type]
 
 
-async def get_board(client: TestClient[Any, Any], path: str = "/api/latest/boards/1", headers: dict[str, str] | None = None) -> dict[str, Any]:
+async def get_board(
+    client: TestClient[Any, Any], path: str = "/api/latest/boards/1", headers: dict[str, str] | None = None
+) -> dict[str, Any]:
     resp = await client.get(path, headers=headers or AUTH)
     assert resp.status == 200, await resp.text()
     value: dict[str, Any] = await resp.json()
@@ -160,7 +162,9 @@ async def test_each_phase_has_its_own_etag(make_client: ClientFactory) -> None:
 
 
 @pytest.mark.parametrize(("now", "has_cards"), [(CAP, True), (REMOVAL, False)])
-async def test_gzip_path_carries_the_same_withdrawal(make_client: ClientFactory, now: datetime, has_cards: bool) -> None:
+async def test_gzip_path_carries_the_same_withdrawal(
+    make_client: ClientFactory, now: datetime, has_cards: bool
+) -> None:
     client = await make_client(scheduled(now, gzip_boards=True))
     for path in ["/api/latest/boards/1", "/api/latest/spaces/1/boards/1"]:
         plain = await client.get(path, headers={**AUTH, "Accept-Encoding": "identity"})
@@ -217,7 +221,9 @@ async def test_either_date_alone(make_client: ClientFactory, cap: datetime | Non
     ],
     ids=["cap-passed", "cap-ahead", "removal-passed"],
 )
-async def test_real_clock_by_default(make_client: ClientFactory, settings: SandboxSettings, expected: int | None) -> None:
+async def test_real_clock_by_default(
+    make_client: ClientFactory, settings: SandboxSettings, expected: int | None
+) -> None:
     board = await get_board(await make_client(settings))
     assert (len(board["cards"]) if "cards" in board else None) == expected
 

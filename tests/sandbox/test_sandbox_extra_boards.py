@@ -19,7 +19,9 @@ SIZES = (0, 1, 100, 101, 10000)
 SEED = SandboxSettings().seed
 
 
-async def page(client: TestClient[Any, Any], board_id: int, limit: int, offset: int, headers: dict[str, str] = AUTH) -> list[dict[str, Any]]:
+async def page(
+    client: TestClient[Any, Any], board_id: int, limit: int, offset: int, headers: dict[str, str] = AUTH
+) -> list[dict[str, Any]]:
     resp = await client.get(f"/api/latest/cards?board_id={board_id}&limit={limit}&offset={offset}", headers=headers)
     assert resp.status == 200, await resp.text()
     value: list[dict[str, Any]] = await resp.json()

@@ -113,7 +113,9 @@ async def test_journal_does_not_record_itself(client: TestClient[Any, Any]) -> N
     assert await journal(client) == []
 
 
-async def test_log_lines_omit_query_strings_and_tokens(client: TestClient[Any, Any], caplog: pytest.LogCaptureFixture) -> None:
+async def test_log_lines_omit_query_strings_and_tokens(
+    client: TestClient[Any, Any], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="sandbox")
     card = await (await client.get("/api/v1/cards/1", headers=AUTH)).json()
     file_id = next(f["id"] for f in card["files"] if f.get("entity_type") == "card")

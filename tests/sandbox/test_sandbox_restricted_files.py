@@ -49,7 +49,9 @@ def local(url: str) -> str:
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("prefix", ["/api/v1", "/api/latest"])
-async def test_upload_returns_spec_metadata_and_signed_link(client: TestClient[Any, Any], kind: str, prefix: str) -> None:
+async def test_upload_returns_spec_metadata_and_signed_link(
+    client: TestClient[Any, Any], kind: str, prefix: str
+) -> None:
     base = await base_path(client, kind, prefix)
     meta = await upload(client, base, data=b"%PDF-1.4 " + kind.encode())
     assert list(meta) == METADATA_FIELDS
@@ -191,7 +193,9 @@ async def test_file_is_only_reachable_under_its_own_parent(client: TestClient[An
         ("data.csv", "text/csv", "redirect=true", "attachment"),
     ],
 )
-async def test_redirect_to_signed_link(client: TestClient[Any, Any], name: str, content_type: str, query: str, expected: str) -> None:
+async def test_redirect_to_signed_link(
+    client: TestClient[Any, Any], name: str, content_type: str, query: str, expected: str
+) -> None:
     base = await base_path(client, "card")
     meta = await upload(client, base, name=name, data=b"payload", content_type=content_type)
     resp = await client.get(f"{base}/{meta['id']}?{query}", headers=AUTH, allow_redirects=False)
@@ -238,7 +242,9 @@ async def test_restricted_routes_accept_numeric_card_id(client: TestClient[Any, 
     assert (await resp.json())["entity_type"] == "card"
 
 
-async def test_a_multipart_post_naming_the_card_by_its_number_makes_an_earlier_file(client: TestClient[Any, Any]) -> None:
+async def test_a_multipart_post_naming_the_card_by_its_number_makes_an_earlier_file(
+    client: TestClient[Any, Any]
+) -> None:
     """As the service answers the clients that upload so (an MCP server): an ordinary attachment with a public link,
     not a restricted file."""
     meta = await upload(client, "/api/v1/cards/1/files")

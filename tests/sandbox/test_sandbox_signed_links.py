@@ -37,7 +37,9 @@ async def metadata(client: TestClient[Any, Any], file_id: str, query: str = "") 
         ("Отчёт ✓ 日本.txt", "", "attachment"),
     ],
 )
-async def test_signed_link_serves_content_with_disposition(client: TestClient[Any, Any], name: str, query: str, disposition: str) -> None:
+async def test_signed_link_serves_content_with_disposition(
+    client: TestClient[Any, Any], name: str, query: str, disposition: str
+) -> None:
     record = await seeded(client, "card", name)
     meta = await metadata(client, record["id"], query)
     resp = await client.get(URL(meta["url"]).raw_path_qs)
