@@ -731,7 +731,8 @@ def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: d
         out[name] = {
             "idle_p99_ms": statistics.median(r["p99_ms"] for r in runs["idle"]),
             "boards_p99_ms": statistics.median(r["p99_ms"] for r in runs["boards"]),
-            "p99_ratio": statistics.median(b["p99_ms"] / i["p99_ms"] for i, b in zip(runs["idle"], runs["boards"], strict=True)),
+            "p99_ratio": statistics.median(b["p99_ms"] / i["p99_ms"]
+                                           for i, b in zip(runs["idle"], runs["boards"], strict=True)),
             "idle_rps": statistics.median(r["rps"] for r in runs["idle"]),
             "boards_rps": statistics.median(r["rps"] for r in runs["boards"]),
             "boards_per_s": boards[name] / max(seconds[name], 1e-9),

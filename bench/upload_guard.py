@@ -247,7 +247,8 @@ def main() -> int:
                     seconds[name].append(targets[name]())
             report["allowed_mib"] = args.large_mib
             report["allowed_seconds"] = {name: sorted(v) for name, v in seconds.items()}
-            report["allowed_ratio"] = statistics.median(g / d for g, d in zip(seconds["gateway"], seconds["direct"], strict=True))
+            report["allowed_ratio"] = statistics.median(
+                g / d for g, d in zip(seconds["gateway"], seconds["direct"], strict=True))
             report["rss_peak_end"] = proc_status(gateway.pid, "VmHWM")
     print(render(report))
     if args.json:
