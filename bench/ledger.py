@@ -200,7 +200,7 @@ def instructions(tmp: Path, requests: int, postgres: Any) -> dict[str, tuple[flo
             port, admin = harness.pick_ports(18590, 2)
             config = {
                 "server": {"listen": f"{harness.HOST}:{port}", "admin_listen": f"{harness.HOST}:{admin}",
-                           "shutdown_timeout": 5},
+                           "shutdown_timeout": 5, "admin_open": ["/deprecations"]},
                 "tenants": [{"name": "bench", "hosts": [harness.HOST],
                              "upstream": f"http://{harness.HOST}:{upstream_port}", "created": "2025-01-01"}],
                 "routes": [{"name": "board", "methods": ["GET", "HEAD"], "paths": ["/boards/{board_id}"],

@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from .config import ConfigError, LoadedConfig, expand_references, parse_model, read_document
+from .config.ledger import ClientNames
 from .core.chain import fold
 from .core.exchange import Next
 from .core.ratelimit import RateLimits
@@ -26,7 +27,9 @@ from .ops.access_log import AccessLogWriter, LineSink, Recorder
 from .ops.admin import COOKIE as ADMIN_COOKIE
 from .ops.gc_pauses import freeze_built, let_go, paused, quick_handover
 from .ops.ledger import Ledger, LedgerFamilies
+from .ops.ledger.known import KnownClients, KnownFamilies, snapshot_path
 from .ops.metrics import Metrics
+from .ops.self_service import SelfService
 from .ops.tracing import Tracing
 from .ops.usage import UsageCounter
 from .policies import POLICIES, BuildContext, check_config
@@ -147,14 +150,24 @@ class Gateway:
         # Who uses deprecated behaviour: counted per request in memory, written to the ledger in the background.
         self.usage: UsageCounter | None = None
         self.ledger: Ledger | None = None
+        self.known: KnownClients | None = None  # a freeze's record of who was seen before its date
+        self.own: SelfService | None = None  # a client's own usage on the public listener
         ledger = model.usage.ledger
+        self.names = names = ClientNames(model.usage.clients)
         if ledger.enabled:
             self.usage = UsageCounter(max_clients=model.usage.max_clients, max_rows=ledger.max_pending_clients,
                                       behaviours=_behaviours_of_policies())
             self.ledger = Ledger(ledger, self.usage, redact=config.secrets.redact,
                                  families=self.metrics.families(LedgerFamilies))
+            known = self.metrics.families(KnownFamilies)
+            for behaviour in config.behaviours:  # every behaviour's count from 0, frozen or not (dashboards, alerts)
+                known.unplaced.labels(behaviour)
+            self.known = KnownClients(self.ledger, snapshot_path(ledger, model.spool.dir), families=known)
+            if model.usage.self_service.enabled:
+                self.own = SelfService(model.usage.self_service, model.usage.readiness, self.ledger,
+                                       lambda: self.state.rollout, self.clock, names)
         self.recorder = Recorder(self.metrics, self.usage, self.access_log if model.access_log.enabled else None,
-                                 observe=model.metrics.enabled)
+                                 observe=model.metrics.enabled, names=names)
         self.tracing = Tracing(model.tracing, self.metrics)
         self.in_flight = InFlight(self.metrics)
         # gateway_rollout_phase: the plan in force (swapped on reload) at the gateway's clock, at each scrape.
@@ -183,10 +196,19 @@ class Gateway:
         self._state = build_state(self._config, self.proxy, self.clock, self.metrics, self.spool, self.limits)
         self.tracing.start()
         self.edge = Edge(lambda: self.state, self.proxy, self.recorder, self.in_flight, send, self.tracing,
-                         self.clock)
+                         self.clock, known=self.known, own=self.own)
         if self.ledger is not None:
             await self.ledger.start()  # in the background: the gateway serves whether its database answers or not
+        if self.known is not None:
+            self._watch_freezes()
+            self.known.start()
         self.ready = True
+
+    def _watch_freezes(self) -> None:
+        """The freezes of the plan in force: their record is read, and this process's clients join it."""
+        assert self.known is not None and self.usage is not None
+        if self.known.watch(self.state.rollout):
+            self.usage.seen = self.known.own
 
     def make_server(self) -> web.Server:
         """The public listener, serving through the edge (``server.listener``)."""
@@ -227,6 +249,8 @@ class Gateway:
         old, self._config, self._state = self._config.model, state.config, state
         new = state.config.model
         self.metrics.companies.limit = new.metrics.max_companies
+        if self.known is not None:
+            self._watch_freezes()
         restart = ("server", "upstream", "access_log", "usage", "tracing")
         return [name for name in restart if _restart_part(old, name) != _restart_part(new, name)]
 
@@ -240,6 +264,8 @@ class Gateway:
         """After the requests in flight: the ledger's last write, the access log, the upstream pool, then the spans
         still queued for export (bounded in time)."""
         self.ready = False
+        if self.known is not None:
+            await self.known.close()
         if self.ledger is not None:
             await self.ledger.close()
         flush = getattr(self.access_log, "flush", None)

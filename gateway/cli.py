@@ -1,6 +1,6 @@
 """Command line: ``gateway serve``, ``gateway check-config``, ``gateway rollout``, ``gateway usage``,
-``gateway migrate``, ``gateway --version``: the arguments parsed, the config loaded (or its problems printed, exit
-status 2), the command run; ``serve``'s process lifecycle is ``gateway.lifecycle``'s."""
+``gateway outreach``, ``gateway migrate``, ``gateway --version``: the arguments parsed, the config loaded (or its
+problems printed, exit status 2), the command run; ``serve``'s process lifecycle is ``gateway.lifecycle``'s."""
 
 from __future__ import annotations
 
@@ -79,6 +79,22 @@ def _parser() -> argparse.ArgumentParser:
     output.add_argument("--json", action="store_true", help="the report as JSON (/deprecations' shape)")
     output.add_argument("--csv", action="store_true",
                         help="one line per client: the list of clients to contact")
+    outreach = sub.add_parser(
+        "outreach", help="the clients to contact: who still calls deprecated behaviour, most urgent first",
+        description="Reads the usage ledger's per-client state (the fleet's, with PostgreSQL) over "
+        "usage.readiness.window_days: each client that still calls (blocked: its calls are refused; overdue: it calls "
+        "after its company's date; calling: before it), most urgent first, with its name and contact (usage.clients) "
+        "or fingerprint and User-Agent, an example of its call and what changes for it next and when (the rollout at "
+        "the gateway's clock). Exit status 1 when the ledger cannot be read, 2 for a bad argument or configuration.")
+    outreach.add_argument("--config", default=DEFAULT_CONFIG, metavar="FILE", help=config_help)
+    outreach.add_argument("--tenant", help="only this company (a tenant name from the configuration)")
+    outreach.add_argument("--behaviour", help="only this dated behaviour (legacy_uploads, board_cards)")
+    outreach.add_argument("--all", action="store_true", help="the ready clients too (no deprecated call for "
+                          "usage.readiness.quiet_days)")
+    outreach.add_argument("--top", type=int, metavar="N", help="at most N clients (default: every one)")
+    reach = outreach.add_mutually_exclusive_group()
+    reach.add_argument("--json", action="store_true", help="as JSON (/deprecations' readiness)")
+    reach.add_argument("--csv", action="store_true", help="one line per client and behaviour")
     migrate = sub.add_parser(
         "migrate", help="create or upgrade the usage ledger's schema (gateway serve also does it at start)")
     migrate.add_argument("--config", default=DEFAULT_CONFIG, metavar="FILE", help=config_help)
@@ -195,6 +211,12 @@ def _outside_the_ledger(path: Sequence[int | str]) -> bool:
     return list(path[:2]) != ["usage", "ledger"]
 
 
+def _outside_the_ledger_and_rollout(path: Sequence[int | str]) -> bool:
+    """``outreach`` also works out each client's next change: the rollout's variables (its ramps' key) are needed."""
+    return _outside_the_ledger(path) and not (path[:1] == ["rollout"] or (path[:1] == ["tenants"] and
+                                                                             path[2:3] == ["rollout"]))
+
+
 def _admin_listen_from_env() -> ListenAddress | None:
     """GATEWAY_ADMIN_LISTEN, between --admin-listen and the file: the container image sets it, and its health check
     (``gateway.ops.probe``) reads it too, so that both follow the admin listener wherever it is moved."""
@@ -213,6 +235,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return ledger_commands.migrate(_load(args.config, _outside_the_ledger))
     if args.command == "usage":
         return _usage(args)
+    if args.command == "outreach":
+        return _outreach(args)
     if args.command == "check-config":
         if args.config and args.config_option and args.config != args.config_option:
             raise _Refused("gateway check-config: give the configuration file once (--config FILE or FILE)")
@@ -226,6 +250,13 @@ def _usage(args: argparse.Namespace) -> int:
     output: Literal["text", "json", "csv"] = "json" if args.json else "csv" if args.csv else "text"
     return ledger_commands.usage(config, since=args.since, until=args.until, tenant=args.tenant,
                                  behaviour=args.behaviour, top=args.top, order=args.order, output=output)
+
+
+def _outreach(args: argparse.Namespace) -> int:
+    config = _load(args.config, _outside_the_ledger_and_rollout)
+    output: Literal["text", "json", "csv"] = "json" if args.json else "csv" if args.csv else "text"
+    return ledger_commands.outreach(config, tenant=args.tenant, behaviour=args.behaviour, everyone=args.all,
+                                    top=args.top, output=output)
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -90,12 +90,83 @@ def test_file_settings_defaults_follow_the_spec(created: str | None, restricted:
         (_with(routes=[{"name": "r", "paths": ["/a"], "chain": ["request_id"]}]),
          "routes[0].chain[0]: policy 'request_id' is listed twice in this chain (it is in global_chain)"),
         (_with(rollout={"timezone": "Mars/Olympus"}), "rollout.timezone: unknown timezone 'Mars/Olympus'"),
+        # Named clients (usage.clients), readiness and the integrators' own view.
+        (_with(usage={"clients": [{"name": "app", "token_fingerprint": "3F9A1C0B2D4E"}]}),
+         "usage.clients[0].token_fingerprint: a token fingerprint is 12 lowercase hex digits (the access log's "
+         "client), got '3F9A1C0B2D4E'"),
+        (_with(usage={"clients": [{"name": "app", "token_fingerprint": "3f9a1c0b2d4"}]}),
+         "usage.clients[0].token_fingerprint: a token fingerprint is 12 lowercase hex digits"),
+        (_with(usage={"clients": [{"name": "app", "owner": "team"}]}),
+         "usage.clients[0]: a named client is matched by token_fingerprint, user_agent, or both"),
+        (_with(usage={"clients": [{"name": "app", "user_agent": {"prefix": "a", "value": "a"}}]}),
+         "usage.clients[0].user_agent: give exactly one of value or prefix"),
+        (_with(usage={"clients": [{"name": "app", "token_fingerprint": "3f9a1c0b2d4e"},
+                                  {"name": "app", "token_fingerprint": "9e8d7c6b5a41"}]}),
+         "usage.clients[1].name: the name 'app' is used twice (first at usage.clients[0])"),
+        (_with(usage={"clients": [{"name": "a", "token_fingerprint": "3f9a1c0b2d4e"},
+                                  {"name": "b", "token_fingerprint": "3f9a1c0b2d4e",
+                                   "user_agent": {"prefix": "sdk/"}}]}),
+         "usage.clients[1]: one client can match both 'b' (token fingerprint 3f9a1c0b2d4e and User-Agent starting "
+         "'sdk/') and 'a' at usage.clients[0] (token fingerprint 3f9a1c0b2d4e): make them exclusive"),
+        (_with(usage={"clients": [{"name": "a", "user_agent": {"prefix": "LegacySync/"}},
+                                  {"name": "b", "user_agent": {"value": "LegacySync/2.1"}}]}),
+         "usage.clients[1]: one client can match both 'b' (User-Agent = 'LegacySync/2.1') and 'a' at "
+         "usage.clients[0] (User-Agent starting 'LegacySync/')"),
+        (_with(usage={"readiness": {"quiet_days": 30, "window_days": 30}}),
+         "usage.readiness: window_days (30) must be more than quiet_days (30)"),
+        (_with(usage={"self_service": {"prefix": "/_gateway"}}), "usage.self_service.prefix: String should match"),
+        (_with(usage={"self_service": {"prefix": "/own/"}},
+               routes=[{"name": "r", "paths": ["/own/things"], "prefixes": []}]),
+         "routes[0].paths[0]: '/own/things' is under usage.self_service.prefix (/own/), which the gateway answers "
+         "itself"),
+        (_with(usage={"ledger": {"enabled": False}}, rollout={"freezes": [{"behaviour": "legacy_uploads",
+                                                                           "from": "2026-12-01"}]}),
+         "rollout.freezes[0]: a freeze needs the usage ledger (who was seen before its date), and "
+         "usage.ledger.enabled is false"),
+        (_with(usage={"ledger": {"enabled": False}},
+               tenants=[{**MINIMAL["tenants"][0], "rollout": {"freezes": [{"from": "2026-12-01"}]}}]),
+         "tenants[0].rollout.freezes[0]: a freeze needs the usage ledger"),
     ],
 )
 def test_config_errors_name_their_path(data: dict[str, Any], expected: str) -> None:
     with pytest.raises(ConfigError) as err:
         parse_config(data)
     assert any(expected in problem for problem in err.value.problems), err.value.problems
+
+
+def test_named_clients_that_overlap_are_errors_naming_their_lines(tmp_path: Path) -> None:
+    """Each problem of usage.clients names the line of the entry it is about; entries of different kinds (a token,
+    and a family of User-Agents) do not overlap: the token's entry wins for that token."""
+    path = tmp_path / "clients.yaml"
+    path.write_text(yaml.safe_dump(_with(usage={"clients": [
+        {"name": "mobile", "owner": "mobile@example.com", "token_fingerprint": "3f9a1c0b2d4e"},
+        {"name": "sync", "internal": True, "user_agent": {"prefix": "LegacySync/"}},
+        {"name": "sync-old", "user_agent": {"prefix": "LegacySync/1."}},
+        {"name": "mobile", "token_fingerprint": "9e8d7c6b5a41"},
+    ]}), sort_keys=False))
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    lines = path.read_text().splitlines()
+    problems = err.value.problems
+    assert len(problems) == 2, problems
+    at = {int(p.split(":")[0].removeprefix("line ")): p for p in problems}
+    assert {lines[n - 1].strip() for n in at} == {"- name: sync-old", "- name: mobile"}, problems
+    ok = load_config_text(tmp_path, _with(usage={"clients": [
+        {"name": "mobile", "token_fingerprint": "3f9a1c0b2d4e"},
+        {"name": "sync", "user_agent": {"prefix": "LegacySync/"}}]}))
+    from gateway.config.ledger import ClientNames
+
+    names = ClientNames(ok.model.usage.clients)
+    assert names.find("3f9a1c0b2d4e", "LegacySync/2.0").name == "mobile"  # type: ignore[union-attr]
+    assert names.find("0123456789ab", "LegacySync/2.0").name == "sync"  # type: ignore[union-attr]
+    assert names.find("0123456789ab", "legacysync/2.0") is None  # case-sensitive, as exemptions
+    assert names.find(None, None) is None
+
+
+def load_config_text(tmp_path: Path, data: dict[str, Any]) -> Any:
+    path = tmp_path / "ok.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_config(path)
 
 
 def test_every_problem_is_reported_at_once() -> None:

@@ -89,3 +89,43 @@ def test_the_page_says_when_the_ledger_is_off_or_cannot_be_read() -> None:
     page = render_page(failing)
     assert "failing" in page and "7 request(s) held in memory, retrying" in page
     assert "the usage ledger cannot be read: OperationalError: connection refused" in page
+
+
+def test_a_timeline_draws_shadows_hatched_ramps_as_their_share_and_a_freeze() -> None:
+    """Issue 35 on the status page: a shadow window (recorded, not applied) beside brownouts, a ramp's steps as the
+    share of clients each gives the later phase until its date, a freeze as a marker and an event."""
+    data = {
+        "tenants": [{"name": "staged", "hosts": ["staged.test"], "upstream": "http://127.0.0.1:1",
+                     "created": "2025-01-01", "restricted_file_access": True, "forbid_legacy_uploads": False,
+                     "rollout": {"forbid_legacy_uploads": "2027-01-01", "board_cards_cap": "2026-12-20",
+                                 "board_cards_removal": "2027-02-01"}}],
+        "rollout": {
+            "shadows": [{"behaviour": "legacy_uploads", "start": "2026-12-01T00:00:00Z",
+                         "end": "2026-12-15T00:00:00Z"}],
+            "ramps": [{"behaviour": "board_cards", "phase": "capped",
+                       "steps": [{"share": 10, "from": "2026-12-01"}, {"share": 50, "from": "2026-12-10"}]}],
+            "ramp_key": "k1",
+            "freezes": [{"behaviour": "board_cards", "from": "2026-12-05"}],
+        },
+        "usage": {"ledger": {"url": "sqlite:////tmp/never-opened.db"}},
+    }
+    config = parse_config({**make_config("http://127.0.0.1:1"), **data})
+    status = status_data(config=config, plan=config.rollout_plan(), history=ConfigHistory(), usage=None,
+                         clock=FixedClock(parse_instant("2026-12-08T12:00:00Z")))
+    (staged,) = status["tenants"]
+    uploads, board = (next(b for b in staged["behaviours"] if b["name"] == name)
+                      for name in ("legacy_uploads", "board_cards"))
+    (shadow,) = uploads["shadows"]
+    assert (shadow["phase"], shadow["state"]) == ("forbidden", "now") and "not applied" in shadow["label"]
+    assert 0 < shadow["from_pct"] < shadow["to_pct"] < 100 and uploads["ramps"] == [] and board["shadows"] == []
+    # The ramp's two steps: 10% until the second, 50% until the cap's date (2026-12-20), when everyone is capped.
+    ramps = board["ramps"]
+    assert [(r["share"], r["state"], r["phase"]) for r in ramps] == [(10, "now", "capped"), (50, "ahead", "capped")]
+    assert ramps[0]["to_pct"] == ramps[1]["from_pct"] and "until 2026-12-20" in ramps[1]["label"]
+    assert [m["kind"] for m in board["markers"]].count("freeze") == 1
+    assert any(e["kind"] == "freeze" and e["phase"] == "removed" and e["state"] == "past" for e in board["events"])
+    assert [e["kind"] for e in uploads["events"]].count("shadow") == 1
+    page = render_page(status)
+    assert page.count('class="shadow s2 st-now"') == 1 and 'title="ramp: 50% of clients capped from' in page
+    assert 'class="ramp s1 st-now"' in page and "height:10%" in page and "height:50%" in page
+    assert 'class="marker freeze"' in page

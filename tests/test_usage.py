@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -23,6 +23,11 @@ from gateway.ops.ledger.query import Query, parse_when, window
 from gateway.ops.ledger.schema import metadata
 from gateway.ops.ledger.store import MIGRATIONS, Store
 from gateway.ops.usage import HOUR, UsageCounter
+from tests.ledger_testlib import at_revision_0001, write_old_rows
+
+if TYPE_CHECKING:
+    from gateway.core.decision import Decision
+    from gateway.core.route import Route
 
 GUARD = {"legacy_upload_guard": "legacy_uploads"}
 T0 = dt.datetime(2026, 11, 2, 10, 0, tzinfo=dt.UTC).timestamp()
@@ -186,7 +191,7 @@ def test_a_bad_url_is_refused_without_being_echoed(url: str, message: str) -> No
 def test_the_migrations_create_the_schema_the_code_uses(store: Store) -> None:
     with store.engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
-    assert store.migrate() == ("0001", "0001")  # again: nothing to do
+    assert store.migrate() == ("0002", "0002")  # again: nothing to do
     # The head the gateway compares with at start (without importing Alembic) is Alembic's own.
     assert ScriptDirectory(str(MIGRATIONS)).get_current_head() == HEAD == store.revision()
 
@@ -277,7 +282,8 @@ def test_retention_deletes_whole_hours_before_the_cut(store: Store) -> None:
     counter.record({"legacy_upload_guard": "blocked"}, "new", None, "acme")
     _write(store, counter)
     cut = int(T0 - 30 * 86400) // HOUR * HOUR
-    assert store.prune(cut, T0 - 7 * 86400) == 2  # the old hour's total and client row
+    # The old hour's total and client row, and the old client's day and state (the rollups keep the retention too).
+    assert store.prune(cut, T0 - 7 * 86400) == 4
     report = store.report(Query(*window(T0 - 50 * 86400, T0 + 3600)))["behaviours"]["legacy_uploads"]
     assert report["requests"] == 1 and [r["client"] for r in report["top_clients"]] == ["new"]
 
@@ -323,12 +329,16 @@ def test_a_held_client_row_costs_what_the_docs_say() -> None:
     in the hour (so also in the hour's set of clients), a User-Agent string of its own, two requests each, and just
     past a growth of the dictionaries (the most a row costs). docs/operations.md says the most a row costs and what
     the default bound (usage.ledger.max_pending_clients) costs: both must hold, and the first not overstate by much.
-    (Before, the docs said 410 bytes and 80 MiB for a default of 200,000 rows: a row cost 590 to 770 bytes.)"""
+    (Before, the docs said 410 bytes and 80 MiB for a default of 200,000 rows: a row cost 590 to 770 bytes.) Each
+    request is recorded as the gateway records it, with its call (issue 36: an example call and the rule that decided
+    it are kept per client)."""
     import re
     import tracemalloc
     from pathlib import Path
 
     from gateway.config.ledger import LedgerConfig
+    from gateway.core.decision import Decision, Kind
+    from gateway.core.route import Route
 
     docs = " ".join((Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text().split())
     stated = re.search(r"A client row held costs up to ([\d,]+) bytes \(with a User-Agent of 200 characters; "
@@ -339,9 +349,13 @@ def test_a_held_client_row_costs_what_the_docs_say() -> None:
     rows, mib = int(bound.group(1).replace(",", "")), int(bound.group(2))
     assert rows == LedgerConfig().max_pending_clients
 
+    uploads = Route.build("legacy_card_file_upload", ["PUT"], ["/cards/{card_id}/files"], ["/api/v1"])
+    forbidden = Decision("legacy_uploads", 1, "forbidden", Kind.SETTING)
+
     def per_row(agent_length: int, clients: int = 22_000) -> float:
         clock = FakeTime()
         counter = UsageCounter(max_clients=clients, max_rows=clients, behaviours=GUARD, clock=clock)
+        calls = [Call("PUT", f"/api/v1/cards/{i}/files", uploads, forbidden) for i in range(clients)]
         tracemalloc.start()
         try:
             before = tracemalloc.get_traced_memory()[0]
@@ -350,7 +364,7 @@ def test_a_held_client_row_costs_what_the_docs_say() -> None:
                     clock.now += 0.001
                     # Strings of their own, as each request's fingerprint and header are.
                     client, agent = f"{i:012x}", f"{i:0{agent_length}d}"
-                    counter.record({"legacy_upload_guard": "blocked"}, client, agent, "acme")
+                    counter.record({"legacy_upload_guard": "blocked"}, client, agent, "acme", calls[i])
             return (tracemalloc.get_traced_memory()[0] - before) / clients
         finally:
             tracemalloc.stop()
@@ -400,3 +414,204 @@ def test_rows_the_database_refuses_are_left_out_and_the_rest_is_written(store: S
     assert batch is not None and store.write(batch, T0) is True
     assert batch.refused == 1 and "a name longer than the ledger's columns (64)" in (batch.refused_why or "")
     assert store.report(Query(*window(T0 - 60, T0 + 60)))["behaviours"]["legacy_uploads"]["requests"] == 43
+
+
+# --- each client's rollups, and the migration that made them (revision 0002) ------------------------------------
+
+
+class Call:
+    """A request's call as the counter reads it (``usage.Call``): its method, path, route and rollout."""
+
+    def __init__(self, method: str, path: str, route: Route, decision: Decision | None = None) -> None:
+        self.method, self.path, self.route = method, path, route
+        self.rollout = None if decision is None else Decided(decision)
+
+
+class Decided:
+    """A rollout that decides every behaviour alike (``core.decision.Decider``)."""
+
+    now = 0.0  # not read by the counter
+
+    def __init__(self, decision: Decision) -> None:
+        self.decision = decision
+
+    def decide(self, behaviour: str) -> Decision:
+        return self.decision
+
+    def previews(self) -> list[str]:
+        return []
+
+
+def _state(store: Store) -> dict[tuple[str, str, str], tuple[Any, ...]]:
+    rows, _ = store.readiness(0, 0)
+    return {(r[0], r[1], r[2]): tuple(r[3:]) for r in rows}
+
+
+def _days(store: Store) -> dict[tuple[str, str, str, int], tuple[int, int]]:
+    with store.engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT tenant, client, behaviour, day, requests, refused FROM usage_client_days")
+        return {(r[0], r[1], r[2], int(r[3])): (int(r[4]), int(r[5])) for r in rows}
+
+
+def test_each_batch_rolls_up_its_clients_in_the_same_transaction(store: Store) -> None:
+    """Per company, client and behaviour: first and last seen, requests, the latest decision and User-Agent, an
+    example call (method and route template, never the path's ids or query), the rule that decided it, when it was
+    last refused; per UTC day its requests and refusals. Two processes' batches add up; a batch sent again adds
+    nothing; the upload guard's "passed" (nothing uploaded) is no deprecated call."""
+    from gateway.core.decision import Decision, Kind
+    from gateway.core.route import Route
+
+    uploads = Route.build("legacy_card_file_upload", ["PUT"], ["/cards/{card_id}/files"], ["/api/v1"])
+    exempt = Decision("legacy_uploads", 0, "allowed", Kind.EXEMPTION, exemption="old-app")
+    dated = Decision("legacy_uploads", 1, "forbidden", Kind.SETTING)
+    clock = FakeTime()
+    a = UsageCounter(behaviours=GUARD, clock=clock)
+    b = UsageCounter(behaviours=GUARD, clock=clock)
+    a.record({"legacy_upload_guard": "allowed"}, "c1", "sdk/1", "acme",
+             Call("PUT", "/api/v1/cards/4711/files", uploads, exempt))
+    a.record({"legacy_upload_guard": "passed"}, "c2", "sdk/1", "acme", Call("PUT", "/api/v1/cards/9/files", uploads))
+    clock.now += 86400  # the next day
+    b.record({"legacy_upload_guard": "blocked"}, "c1", "sdk/2", "acme",
+             Call("PUT", "/api/v1/cards/12/files", uploads, dated))
+    b.record({"legacy_upload_guard": "blocked"}, "c1", "sdk/2", "acme")
+    batch = b.take()
+    assert batch is not None and store.write(batch, T0) and not store.write(batch, T0)  # again: nothing added
+    _write(store, a)
+    assert _state(store) == {("acme", "c1", "legacy_uploads"): (
+        T0, T0 + 86400, 3, "blocked", "sdk/2", "PUT /api/v1/cards/{card_id}/files", "setting", T0 + 86400)}
+    day = int(T0) // 86400 * 86400
+    assert _days(store) == {("acme", "c1", "legacy_uploads", day): (1, 0),
+                            ("acme", "c1", "legacy_uploads", day + 86400): (2, 2)}
+    # An older batch arriving late changes the counts, not what the latest request said.
+    late = UsageCounter(behaviours=GUARD, clock=FakeTime(T0 - 3600))
+    late.record({"legacy_upload_guard": "allowed"}, "c1", "sdk/0", "acme", Call("PUT", "/x", uploads, exempt))
+    _write(store, late)
+    assert _state(store)[("acme", "c1", "legacy_uploads")] == (
+        T0 - 3600, T0 + 86400, 4, "blocked", "sdk/2", "PUT /api/v1/cards/{card_id}/files", "setting", T0 + 86400)
+
+
+def test_the_bridge_and_exemptions_are_the_rule_that_decided(store: Store) -> None:
+    from gateway.core.decision import Decision, Kind
+    from gateway.core.route import Route
+
+    board = Route.build("board", ["GET"], ["/boards/{board_id}"], ["/api/latest"])
+    call = Call("GET", "/api/latest/boards/7", board, Decision("board_cards", 2, "removed", Kind.DATE, bridge=True))
+    counter = UsageCounter(behaviours={"board_cards": "board_cards"}, clock=FakeTime())
+    counter.record({"board_cards": "removed:backfilled"}, "bridged", "app/1", "acme", call)
+    counter.record({"board_cards": "capped(brownout):capped"}, "browned", "app/1", "acme",
+                   Call("GET", "/api/latest/boards/8", board, Decision("board_cards", 1, "capped", Kind.BROWNOUT)))
+    counter.record({"board_cards": "capped:capped"}, "shadowed", "app/1", "acme",
+                   Call("GET", "/api/latest/boards/9", board, Decision("board_cards", 1, "capped", Kind.DATE, shadow=2)))
+    _write(store, counter)
+    state = _state(store)
+    assert {client: (row[5], row[6]) for (_, client, _), row in state.items()} == {
+        "bridged": ("GET /api/latest/boards/{board_id}", "bridge"),
+        "browned": ("GET /api/latest/boards/{board_id}", "brownout"),
+        "shadowed": ("GET /api/latest/boards/{board_id}", "shadow")}
+    # Removed by its date, but its cards came back through the bridge: not refused.
+    assert state[("acme", "bridged", "board_cards")][7] == 0.0
+
+
+def test_a_ledger_written_before_the_rollups_is_upgraded_and_its_rows_kept(ledger_url: str, tmp_path: Any) -> None:
+    """A database of revision 0001 with rows written as the store before 0002 wrote them (its upserts of hourly rows
+    and totals, the only tables it had): `gateway migrate` upgrades it, the hourly rows are kept as they were, and
+    each client's rollups are filled from them (SQLite and PostgreSQL)."""
+    import contextlib
+    import io
+
+    import yaml
+
+    from gateway import cli
+
+    url = expanded(ledger_url)
+    old = at_revision_0001(url)
+    assert old.revision() == "0001"
+    hour = int(T0) // 3600 * 3600
+    rows = [  # (bucket, behaviour, tenant, client, user agent, decision, requests, first seen, last seen)
+        (hour, "board_cards", "acme", "c1", "sdk/1", "capped:untouched", 2, T0 + 1, T0 + 100),
+        (hour + 86400, "board_cards", "acme", "c1", "sdk/2", "removed:removed", 3, T0 + 86401, T0 + 86500),
+        (hour + 86400, "board_cards", "acme", "c1", "sdk/1", "full(exemption):untouched", 1, T0 + 86402, T0 + 86450),
+        (hour, "legacy_uploads", "oldco", "", "", "allowed", 4, T0 + 5, T0 + 50),
+        (hour, "legacy_uploads", "oldco", "c3", "sdk/1", "passed", 9, T0 + 5, T0 + 50),
+        (hour, "board_cards", "acme", "c4", "app/3", "removed:backfilled", 2, T0 + 7, T0 + 70),
+    ]
+    write_old_rows(old, rows)
+    before = {}
+    with old.engine.connect() as conn:
+        for table in ("usage_clients", "usage_totals"):
+            before[table] = sorted(tuple(r) for r in conn.exec_driver_sql(f"SELECT * FROM {table}"))
+    old.close()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(yaml.safe_dump({"tenants": [{"name": "acme", "hosts": ["a.test"], "upstream": "http://127.0.0.1:1"}],
+                                      "usage": {"ledger": {"url": ledger_url}}}))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["migrate", "--config", str(config)]) == 0
+    assert out.getvalue().rstrip().endswith("schema 0002 (was 0001)")
+    store = Store(url)
+    try:
+        assert store.revision() == "0002"
+        with store.engine.connect() as conn:
+            for table, rows_before in before.items():
+                assert sorted(tuple(r) for r in conn.exec_driver_sql(f"SELECT * FROM {table}")) == rows_before
+            assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+        day = int(T0) // 86400 * 86400
+        assert _state(store) == {
+            # Its latest row decides the decision and User-Agent; its removal the last refusal; no example nor rule
+            # was kept before 0002.
+            ("acme", "c1", "board_cards"): (T0 + 1, T0 + 86500, 6, "removed:removed", "sdk/2", "", "", T0 + 86500),
+            ("oldco", "", "legacy_uploads"): (T0 + 5, T0 + 50, 4, "allowed", "", "", "", 0.0),
+            # Its cards rebuilt by the bridge: not refused.
+            ("acme", "c4", "board_cards"): (T0 + 7, T0 + 70, 2, "removed:backfilled", "app/3", "", "", 0.0)}
+        assert _days(store) == {("acme", "c1", "board_cards", day): (2, 0),
+                                ("acme", "c1", "board_cards", day + 86400): (4, 3),
+                                ("oldco", "", "legacy_uploads", day): (4, 0),
+                                ("acme", "c4", "board_cards", day): (2, 0)}
+        # The next batch adds to what was filled, and brings the example and the rule.
+        from gateway.core.decision import Decision, Kind
+        from gateway.core.route import Route
+
+        board = Route.build("board", ["GET"], ["/boards/{board_id}"], ["/api/latest"])
+        counter = UsageCounter(behaviours={"board_cards": "board_cards"}, clock=FakeTime(T0 + 2 * 86400))
+        counter.record({"board_cards": "removed:removed"}, "c1", "sdk/2", "acme",
+                       Call("GET", "/api/latest/boards/3", board, Decision("board_cards", 2, "removed", Kind.DATE)))
+        _write(store, counter, T0 + 2 * 86400)
+        assert _state(store)[("acme", "c1", "board_cards")] == (
+            T0 + 1, T0 + 2 * 86400, 7, "removed:removed", "sdk/2", "GET /api/latest/boards/{board_id}", "date",
+            T0 + 2 * 86400)
+    finally:
+        store.close()
+
+
+def test_readiness_reads_each_client_once_with_its_trend_summed_by_the_database(store: Store) -> None:
+    """A client's requests in the last 7 UTC days (today included) and the 7 before, and its refusals in the last 7:
+    one row per client, whatever days it called on."""
+    from gateway.ops.ledger.readiness import days_from
+
+    clock = FakeTime()
+    counter = UsageCounter(behaviours=GUARD, clock=clock)
+    for days_ago, decision, n in ((13, "allowed", 4), (8, "allowed", 2), (7, "blocked", 1), (6, "blocked", 3),
+                                  (0, "allowed", 5), (20, "allowed", 100)):
+        clock.now = T0 - days_ago * 86400
+        for _ in range(n):
+            counter.record({"legacy_upload_guard": decision}, "c1", "sdk", "acme")
+    _write(store, counter)
+    state, trend = store.readiness(T0 - 30 * 86400, days_from(T0))
+    assert [row[:3] for row in state] == [("acme", "c1", "legacy_uploads")]
+    assert trend == [("acme", "c1", "legacy_uploads", 8, 7, 3)]  # 3 + 5; 4 + 2 + 1; the 3 blocked six days ago
+    assert store.readiness(T0 - 30 * 86400, days_from(T0), tenant="oldco") == ([], [])
+
+
+def test_a_freeze_reads_who_was_first_seen_before_its_instant(store: Store) -> None:
+    clock = FakeTime()
+    counter = UsageCounter(behaviours=GUARD, clock=clock)
+    counter.record({"legacy_upload_guard": "allowed"}, "early", None, "acme")
+    counter.record({"legacy_upload_guard": "allowed"}, "early", None, "oldco")
+    clock.now += 86400
+    counter.record({"legacy_upload_guard": "allowed"}, "late", None, "acme")
+    counter.record({"legacy_upload_guard": "allowed"}, "early", None, "acme")  # again: first seen stays
+    counter.record({"board_cards": "full:untouched"}, "late", None, "acme")
+    _write(store, counter)
+    found = store.seen_before([("legacy_uploads", T0 + 3600), ("board_cards", T0 + 3600)])
+    assert sorted(found[("legacy_uploads", T0 + 3600)]) == [("acme", "early"), ("oldco", "early")]
+    assert found[("board_cards", T0 + 3600)] == []

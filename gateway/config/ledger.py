@@ -1,4 +1,6 @@
-"""The usage ledger's options: the ``usage.ledger`` section of the config (schema only; read by ``ops.ledger``).
+"""The usage ledger's options: the ``usage.ledger`` section of the config (schema only; read by ``ops.ledger``), and
+the clients the operator names (``usage.clients``: ``ClientNames`` finds a request's), what readiness means
+(``usage.readiness``) and the integrators' own view on the public listener (``usage.self_service``).
 
 The URL is checked here for what it must be (a SQLite file, or a PostgreSQL database reached with psycopg) without
 being echoed: it may hold a password (usually as ``${NAME}``, already expanded when this runs), and a problem is
@@ -7,10 +9,14 @@ printed where anyone can read it.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+import re
+from collections.abc import Iterable, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from yarl import URL
 
-__all__ = ("AGENT_WIDTH", "DEFAULT_URL", "NAME_WIDTH", "LedgerConfig", "database_url")
+__all__ = ("AGENT_WIDTH", "DEFAULT_URL", "NAME_WIDTH", "AgentMatch", "ClientNames", "LedgerConfig", "NamedClient",
+           "ReadinessConfig", "SelfServiceConfig", "client_problems", "database_url")
 
 # The widths of the ledger's key columns (``ops.ledger.schema``), in characters: every value that goes into one is
 # bounded before it gets there (PostgreSQL refuses a longer one; SQLite would keep it, to fail after a move). Names
@@ -69,12 +75,184 @@ class LedgerConfig(BaseModel):
     # Hours older than this many days are deleted.
     retention_days: int = Field(default=400, ge=1, le=36500)
     # Most client rows held in memory while the database cannot be written; over it, requests still count in the
-    # totals (as untracked clients), never in a client's row. A row costs up to 800 bytes (a User-Agent of 200
-    # characters, tests/test_usage.py measures it): the default bound, at most about 80 MiB.
+    # totals (as untracked clients), never in a client's row. A row costs up to 1,000 bytes (a User-Agent of 200
+    # characters, each row a new client; tests/test_usage.py measures it): the default bound, about 100 MiB at most.
     max_pending_clients: int = Field(default=100_000, ge=100, le=10_000_000)
+    # A freeze's record of who was seen before its date: read from the database this often (a replica learns of the
+    # clients another one saw within its flush_interval and this), and kept in this file across restarts and
+    # outages (default: beside a SQLite file; with PostgreSQL, in spool.dir or the system's temporary directory).
+    sync_interval: float = Field(default=30.0, ge=0.1, le=300)
+    known_clients_file: str | None = Field(default=None, min_length=1, max_length=4096)
 
     @field_validator("url")
     @classmethod
     def _valid_url(cls, url: str) -> str:
         database_url(url)
         return url
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+_FINGERPRINT = re.compile(r"[0-9a-f]{12}")
+
+
+class AgentMatch(_Model):
+    """A User-Agent, matched as an exemption's header is: ``value`` the whole of it, ``prefix`` its beginning; both
+    case-sensitive (docs/rollout.md, "How a header matches")."""
+
+    value: str | None = Field(default=None, max_length=AGENT_WIDTH)
+    prefix: str | None = Field(default=None, min_length=1, max_length=AGENT_WIDTH)
+
+    @model_validator(mode="after")
+    def _one(self) -> AgentMatch:
+        if (self.value is None) == (self.prefix is None):
+            raise ValueError("give exactly one of value or prefix")
+        return self
+
+    def matches(self, agent: str | None) -> bool:
+        if agent is None:
+            return False
+        return agent == self.value if self.prefix is None else agent.startswith(self.prefix)
+
+    def meets(self, other: AgentMatch) -> bool:
+        """Whether some User-Agent matches both."""
+        mine, theirs = self.prefix or self.value or "", other.prefix or other.value or ""
+        if self.prefix is None and other.prefix is None:
+            return mine == theirs
+        if self.prefix is None:
+            return mine.startswith(theirs)
+        if other.prefix is None:
+            return theirs.startswith(mine)
+        return mine.startswith(theirs) or theirs.startswith(mine)
+
+    def __str__(self) -> str:
+        return f"User-Agent = {self.value!r}" if self.prefix is None else f"User-Agent starting {self.prefix!r}"
+
+
+class NamedClient(_Model):
+    """A client the operator names: reports, the status page, the command line and the access log show the name
+    beside its fingerprint. An internal one (the platform's own caller) is counted, but left out of readiness
+    totals."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$", max_length=NAME_WIDTH)
+    owner: str = Field(default="", max_length=200)  # free text: a mail address, a team
+    internal: bool = False
+    token_fingerprint: str | None = None
+    user_agent: AgentMatch | None = None
+
+    @field_validator("token_fingerprint")
+    @classmethod
+    def _fingerprint(cls, value: str | None) -> str | None:
+        if value is not None and not _FINGERPRINT.fullmatch(value):
+            raise ValueError(f"a token fingerprint is 12 lowercase hex digits (the access log's client), got "
+                             f"{value[:40]!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _named_by_something(self) -> NamedClient:
+        if self.token_fingerprint is None and self.user_agent is None:
+            raise ValueError("a named client is matched by token_fingerprint, user_agent, or both")
+        return self
+
+    def matches(self, fingerprint: str | None, agent: str | None) -> bool:
+        if self.token_fingerprint is not None and fingerprint != self.token_fingerprint:
+            return False
+        return self.user_agent is None or self.user_agent.matches(agent)
+
+    def meets(self, other: NamedClient) -> bool:
+        """Whether one client could match both entries."""
+        if None not in (self.token_fingerprint, other.token_fingerprint) and \
+                self.token_fingerprint != other.token_fingerprint:
+            return False
+        return self.user_agent is None or other.user_agent is None or self.user_agent.meets(other.user_agent)
+
+    @property
+    def match(self) -> str:
+        parts = [f"token fingerprint {self.token_fingerprint}"] if self.token_fingerprint is not None else []
+        if self.user_agent is not None:
+            parts.append(str(self.user_agent))
+        return " and ".join(parts)
+
+
+def client_problems(clients: Sequence[NamedClient], where: str = "usage.clients") -> list[str]:
+    """Names used twice, and entries one client could match both of, each problem at the later entry's path: two
+    with the same fingerprint (and User-Agents that can meet), two matched by their User-Agent alone whose
+    User-Agents can meet. An entry with a fingerprint wins over one by User-Agent alone (``ClientNames.find``): a
+    token named on its own is more precise than a family of User-Agents."""
+    problems: list[str] = []
+    first: dict[str, int] = {}
+    for i, client in enumerate(clients):
+        if client.name in first:
+            problems.append(f"{where}[{i}].name: the name {client.name!r} is used twice (first at {where}"
+                            f"[{first[client.name]}])")
+        first.setdefault(client.name, i)
+    by_token: dict[str, list[int]] = {}
+    anyone: list[int] = []
+    for i, client in enumerate(clients):
+        if client.token_fingerprint is None:
+            anyone.append(i)
+        else:
+            by_token.setdefault(client.token_fingerprint, []).append(i)
+    pairs: set[tuple[int, int]] = set()
+    for group in [*by_token.values(), anyone]:
+        pairs.update((a, b) for n, a in enumerate(group) for b in group[n + 1:])
+    for a, b in sorted(pairs, key=lambda pair: (pair[1], pair[0])):
+        if clients[a].meets(clients[b]):
+            problems.append(f"{where}[{b}]: one client can match both {clients[b].name!r} ({clients[b].match}) and "
+                            f"{clients[a].name!r} at {where}[{a}] ({clients[a].match}): make them exclusive")
+    return problems
+
+
+class ClientNames:
+    """The named clients, found by a request's (or a ledger row's) fingerprint and User-Agent: the entry of its
+    fingerprint that matches, else the entry by User-Agent alone that does (``client_problems`` refuses entries of
+    one kind that overlap, so there is at most one of each)."""
+
+    __slots__ = ("_by_token", "_by_agent", "entries")
+
+    def __init__(self, clients: Iterable[NamedClient]) -> None:
+        self.entries = tuple(clients)
+        self._by_token: dict[str, list[NamedClient]] = {}
+        self._by_agent: list[NamedClient] = []
+        for client in self.entries:
+            if client.token_fingerprint is None:
+                self._by_agent.append(client)
+            else:
+                self._by_token.setdefault(client.token_fingerprint, []).append(client)
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+    def find(self, fingerprint: str | None, agent: str | None) -> NamedClient | None:
+        for client in self._by_token.get(fingerprint or "", ()):
+            if client.user_agent is None or client.user_agent.matches(agent):
+                return client
+        for client in self._by_agent:
+            if client.user_agent is not None and client.user_agent.matches(agent):
+                return client
+        return None
+
+
+class ReadinessConfig(_Model):
+    """What readiness means: a client is ``ready`` once it has made no deprecated call for ``quiet_days``; the
+    clients read are those seen within ``window_days``."""
+
+    quiet_days: int = Field(default=14, ge=1, le=365)
+    window_days: int = Field(default=90, ge=2, le=36500)
+
+    @model_validator(mode="after")
+    def _window_covers_quiet(self) -> ReadinessConfig:
+        if self.window_days <= self.quiet_days:
+            raise ValueError(f"window_days ({self.window_days}) must be more than quiet_days ({self.quiet_days}): a "
+                             "client quiet for quiet_days must still be in the window to be seen as ready")
+        return self
+
+
+class SelfServiceConfig(_Model):
+    """A client's own usage, on the public listener under ``prefix`` (with its own token), and a ``Link`` to it on
+    the answers to its deprecated calls. A path the gateway answers itself: it must not be one of the service's."""
+
+    enabled: bool = True
+    prefix: str = Field(default="/_gateway/", pattern=r"^(/[A-Za-z0-9._~\-]+)+/$", max_length=200)

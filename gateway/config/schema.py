@@ -30,7 +30,7 @@ from ..core.spool import SpoolConfig
 from ..core.template import ROUTE_PARAM
 from ..core.tenants import Tenant, canonical_host
 from ..rollout.config import ConfigDate, RolloutConfig, TenantRollout
-from .ledger import NAME_WIDTH, LedgerConfig
+from .ledger import NAME_WIDTH, LedgerConfig, NamedClient, ReadinessConfig, SelfServiceConfig, client_problems
 from .problems import ConfigError, loc, pydantic_problems
 from .tracing import TracingConfig
 from .upstream import UpstreamConfig
@@ -218,6 +218,10 @@ class UsageConfig(_Model):
     # rows per behaviour and hour in each process, and the ledger that keeps them (docs/operations.md).
     max_clients: int = Field(default=1000, ge=10, le=100_000)
     ledger: LedgerConfig = LedgerConfig()
+    # Clients named by the operator (token fingerprint and/or User-Agent): shown beside their fingerprints.
+    clients: list[NamedClient] = Field(default=[], max_length=10_000)
+    readiness: ReadinessConfig = ReadinessConfig()
+    self_service: SelfServiceConfig = SelfServiceConfig()
 
 
 class TenantBridges(_Model):
@@ -383,6 +387,27 @@ class GatewayConfig(_Model):
             if route.name in seen_routes or route.name == "catch_all":
                 problems.append(f"{loc(['routes', i, 'name'])}: route name {route.name!r} is used twice or reserved")
             seen_routes.add(route.name)
+        return problems + client_problems(self.usage.clients) + self._usage_problems()
+
+    def _usage_problems(self) -> list[str]:
+        """A freeze without the ledger it reads; a route under the prefix the gateway answers itself."""
+        problems: list[str] = []
+        if not self.usage.ledger.enabled:
+            freezes: list[list[int | str]] = [["rollout", "freezes", j] for j in range(len(self.rollout.freezes))]
+            freezes += [["tenants", i, "rollout", "freezes", j] for i, t in enumerate(self.tenants)
+                        for j in range(len(t.rollout.freezes or ()))]
+            problems += [f"{loc(path)}: a freeze needs the usage ledger (who was seen before its date), and "
+                         "usage.ledger.enabled is false" for path in freezes]
+        own = self.usage.self_service
+        if own.enabled and self.usage.ledger.enabled:
+            for i, route in enumerate(self.routes):
+                for prefix in route.prefixes or [""]:
+                    for j, path in enumerate(route.paths):
+                        full = prefix.rstrip("/") + path
+                        if (full + "/").lower().startswith(own.prefix.lower()):
+                            problems.append(f"{loc(['routes', i, 'paths', j])}: {full!r} is under "
+                                            f"usage.self_service.prefix ({own.prefix}), which the gateway answers "
+                                            "itself: choose another prefix or turn usage.self_service off")
         return problems
 
 

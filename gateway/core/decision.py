@@ -46,6 +46,7 @@ class Decision:
     bridge: bool = False  # the behaviour's migration bridge applies to this request
     vary: tuple[str, ...] = ()  # the request headers this decision read
     unplaced: bool = False  # a freeze could not tell whether the client is new (the ledger unavailable)
+    exemption: str | None = None  # the exemption that decided it (kind EXEMPTION), by its name
 
     @property
     def label(self) -> str:

@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import hdrs, web
 from prometheus_client import Gauge
@@ -27,12 +27,22 @@ from .method import FormMethod
 from .route_table import RouteTable
 from .tenancy import TenantResolver
 
-__all__ = ("Edge", "GatewayState", "InFlight", "Write")
+__all__ = ("Edge", "GatewayState", "InFlight", "OwnView", "Write")
 
 log = logging.getLogger("gateway")
 
 # How a reply is written to the client (``server.writer.send``).
 Write = Callable[[web.BaseRequest, Reply, Delivery | None], Awaitable[web.StreamResponse]]
+
+
+class OwnView(Protocol):
+    """A client's own usage, answered by the gateway itself under a path prefix it reserves, before any route
+    (``ops.self_service``), and the link to it on the answers to deprecated calls."""
+
+    @property
+    def prefix(self) -> str: ...
+    async def answer(self, exchange: Exchange) -> Reply: ...
+    def signal(self, exchange: Exchange, reply: Reply) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,10 +138,11 @@ class Edge:
 
     def __init__(self, state: Callable[[], GatewayState], services: Services, recorder: Recorder,
                  in_flight: InFlight, write: Write, tracing: Tracing, clock: Clock,
-                 known: KnownClients | None = None) -> None:
+                 known: KnownClients | None = None, own: OwnView | None = None) -> None:
         self._state = state
         self._clock = clock
         self._known = known  # who the fleet has seen (a freeze's record): the usage ledger
+        self._own = own  # a client's own usage (usage.self_service), None when off
         self._services = services
         self.recorder = recorder
         self.in_flight = in_flight
@@ -179,7 +190,13 @@ class Edge:
                                               RequestClient(exchange, self._known, plan.preview))
             # Registered once classified (the head's classification does not wait: nothing can be cut before it).
             in_flight.serving(task, request, exchange)
-            reply = await self._run(exchange, form, state, task)
+            own = self._own
+            if own is not None and exchange.path.startswith(own.prefix):
+                reply = await own.answer(exchange)
+            else:
+                reply = await self._run(exchange, form, state, task)
+                if own is not None and exchange.decisions:
+                    own.signal(exchange, reply)
         if in_flight.cutting:
             reply = _cut(outcome.exchange)
         outcome.status = reply.status

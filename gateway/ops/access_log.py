@@ -22,6 +22,7 @@ import orjson
 from aiohttp import hdrs, web
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from ..config.ledger import ClientNames
 from ..core.exchange import BodyError, Exchange, SubRequest, UpstreamError
 from ..core.http import token_fingerprint
 from ..core.tracecontext import TraceContext
@@ -62,11 +63,13 @@ class LineSink(Protocol):
 class Recorder:
     """Turns a finished request into its metrics, its usage entry and its access-log line."""
 
-    def __init__(self, metrics: Metrics, usage: UsageCounter | None, sink: LineSink | None, *, observe: bool = True):
+    def __init__(self, metrics: Metrics, usage: UsageCounter | None, sink: LineSink | None, *, observe: bool = True,
+                 names: ClientNames | None = None):
         self.metrics = metrics
         self.usage = usage
         self.sink = sink  # None: no lines, metrics only
         self.observe = observe  # False: no per-request metric updates (config metrics.enabled)
+        self.names = names or None  # the clients the operator named (usage.clients): the line says the name
 
     def record(
         self,
@@ -101,7 +104,7 @@ class Recorder:
             if seen.subrequests:
                 self._subrequests(seen.subrequests)
             if exchange.decisions and self.usage is not None:
-                self.usage.record(exchange.decisions, client, request.headers.get(hdrs.USER_AGENT), tenant)
+                self.usage.record(exchange.decisions, client, request.headers.get(hdrs.USER_AGENT), tenant, exchange)
         if refused is not None:
             metrics.refused.labels(refused).inc()
         if self.observe:
@@ -126,6 +129,11 @@ class Recorder:
             "upstream_duration": None if upstream is None else round(upstream, 6),
             "client": client,
         }
+        names = self.names
+        if names is not None:
+            named = names.find(client, request.headers.get(hdrs.USER_AGENT))
+            if named is not None:
+                record["client_name"] = named.name
         if refused is not None:
             record["refused"] = refused
         if exchange is not None:

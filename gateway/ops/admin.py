@@ -23,21 +23,24 @@ from aiohttp import hdrs, web
 from multidict import CIMultiDict
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from ..config.ledger import ClientNames
 from ..core.tenants import canonical_host
 from ..rollout import Clock, RolloutPlan, report
 from .gc_pauses import paused, quick_handover
 from .ledger import DEFAULT_SINCE, Ledger, LedgerUnavailable, Query, check_name, parse_when, window
+from .ledger.readiness import build as build_readiness, days_from
 from .metrics import Metrics
 from .status import CompanyView, ConfigHistory, config_digest, select_companies, shown_config, status_data
 from .status_model import StatusData
-from .status_page import CONTENT_SECURITY_POLICY, render_page
+from .status_page import CONTENT_SECURITY_POLICY, render_main, render_page
+from .usage import DAY, HOUR
 
 if TYPE_CHECKING:
     from ..config import LoadedConfig
     from ..config.schema import ServerConfig
     from ..core.route import Route
 
-__all__ = ("COOKIE", "MAX_TOP", "Served", "known_host", "make_admin_app", "session_cookie", "usage_query",
+__all__ = ("COOKIE", "MAX_TOP", "Served", "known_host", "make_admin_app", "readiness", "session_cookie", "usage_query",
            "valid_session")
 
 
@@ -63,6 +66,7 @@ class Served(Protocol):
     metrics: Metrics
     clock: Clock
     ledger: Ledger | None  # None: usage.ledger.enabled is false
+    names: ClientNames  # the clients the operator named (usage.clients)
     ready: bool
 
     @property
@@ -87,8 +91,8 @@ _PAGE_FRESH = 10.0
 # --- the guard: Host, then the token ---------------------------------------------------------------------------
 
 _ALWAYS_OPEN = frozenset({"/livez", "/readyz"})
-# Paths opened (admin_open) under another path's name: the status page's data, its redirect and its icon.
-_OPENED_AS = {"/status.json": "/status", "/": "/status", "/favicon.ico": "/status"}
+# Paths opened (admin_open) under another path's name: the status page's data, its main part, redirect and icon.
+_OPENED_AS = {"/status.json": "/status", "/status.main": "/status", "/": "/status", "/favicon.ico": "/status"}
 COOKIE = "gateway_admin"
 _REALM = 'realm="gateway admin"'
 _SESSION = b"gateway admin session v1"
@@ -304,6 +308,45 @@ def _problem(status: int, code: str, message: str) -> web.Response:
 _LEDGER_OFF = "the usage ledger is off (usage.ledger.enabled: false): no usage is recorded"
 
 
+async def readiness(gateway: Served, *, tenant: str | None = None, behaviour: str | None = None,
+                    top: int | None = 20, ready: bool = True, keys: frozenset[tuple[str, str, str]] = frozenset(),
+                    fresh: float = 0.0, flush: bool = True) -> tuple[dict[str, Any], dict[tuple[str, str, str], str]]:
+    """Readiness over ``usage.readiness.window_days`` (``ledger.readiness``): its JSON (``top`` clients, the ready ones
+    too with ``ready``), and the state of each (tenant, client, behaviour) of ``keys``. Built in the reader thread:
+    only these come back. LedgerUnavailable when it cannot be read."""
+    assert gateway.ledger is not None
+    state = gateway.state
+    plan, names, options = state.rollout, gateway.names, state.config.model.usage.readiness
+    wall, now = time.time(), gateway.clock.now().timestamp()
+    since = float(int(wall - options.window_days * DAY) // HOUR * HOUR)
+
+    def fold(rows: list[tuple[Any, ...]], days: list[tuple[Any, ...]]
+             ) -> tuple[dict[str, Any], dict[tuple[str, str, str], str]]:
+        built = build_readiness(rows, days, plan=plan, names=names, wall=wall, now=now,
+                                quiet_days=options.quiet_days, window_days=options.window_days)
+        states: dict[tuple[str, str, str], str] = {
+            key: e.state for e in built.clients if (key := (e.tenant, e.client, e.behaviour)) in keys}
+        return built.to_json(top, ready=ready), states
+
+    return await gateway.ledger.readiness(fold, since=since, days_from=days_from(wall), tenant=tenant,
+                                          behaviour=behaviour, share=(id(plan), top, ready, keys), fresh=fresh,
+                                          flush=flush)
+
+
+def _named(report: dict[str, Any], names: ClientNames, states: dict[tuple[str, str, str], str]) -> dict[str, Any]:
+    """The report with each client row's name (the operator's, or None) and readiness state: a copy (identical
+    reads share the report)."""
+    behaviours = {}
+    for behaviour, data in report["behaviours"].items():
+        rows = []
+        for row in data["top_clients"]:
+            named = names.find(row["client"], row["user_agent"])
+            rows.append({**row, "name": named.name if named is not None else None,
+                         "state": states.get((row["tenant"], row["client"] or "", behaviour))})
+        behaviours[behaviour] = {**data, "top_clients": rows}
+    return {**report, "behaviours": behaviours}
+
+
 async def _deprecations(request: web.Request) -> web.Response:
     gateway = request.app[_GATEWAY]
     try:
@@ -313,9 +356,15 @@ async def _deprecations(request: web.Request) -> web.Response:
     if gateway.ledger is None:
         return _problem(404, "LEDGER_OFF", _LEDGER_OFF)
     try:
-        return web.json_response(await gateway.ledger.report(query))
+        report = await gateway.ledger.report(query)
+        keys = frozenset((row["tenant"], row["client"] or "", behaviour)
+                         for behaviour, data in report["behaviours"].items() for row in data["top_clients"])
+        # (The report's read wrote this process's counts: one answer, one snapshot of them.)
+        ready, states = await readiness(gateway, tenant=query.tenant, behaviour=query.behaviour, top=query.top,
+                                        keys=keys, flush=False)
     except LedgerUnavailable as err:
         return _problem(503, "LEDGER_UNAVAILABLE", str(err))
+    return web.json_response({**_named(report, gateway.names, states), "readiness": ready})
 
 
 def _page_query(request: web.Request, wall: float) -> tuple[CompanyView, Query]:
@@ -332,10 +381,13 @@ async def _status_data(request: web.Request, view: CompanyView, query: Query, wa
     state = gateway.state
     ledger = gateway.ledger
     usage: dict[str, Any] | None = None
+    ready: dict[str, Any] | None = None
     problem = _LEDGER_OFF if ledger is None else None
     if ledger is not None:
         try:
-            usage = await ledger.report(query, fresh=_PAGE_FRESH)
+            usage = _named(await ledger.report(query, fresh=_PAGE_FRESH), gateway.names, {})
+            # The clients to contact: the most urgent of those that still call.
+            ready, _ = await readiness(gateway, top=_PAGE_CLIENTS, ready=False, fresh=_PAGE_FRESH, flush=False)
         except LedgerUnavailable as err:
             problem = str(err)
     plan = state.rollout
@@ -352,7 +404,7 @@ async def _status_data(request: web.Request, view: CompanyView, query: Query, wa
     return await _off_loop(functools.partial(
         status_data, config=state.config, plan=plan, clock=gateway.clock, history=request.app[_HISTORY],
         usage=usage, daily=daily, ledger=ledger.status() if ledger is not None else None, usage_problem=problem,
-        wall=wall, selection=selection))
+        wall=wall, selection=selection, readiness=ready))
 
 
 async def _off_loop(work: Callable[[], T]) -> T:
@@ -382,6 +434,17 @@ async def _status(request: web.Request) -> web.Response:
         return _problem(400, "BAD_QUERY", str(err))
     page = await _off_loop(functools.partial(render_page, await _status_data(request, view, query, wall)))
     return web.Response(text=page, content_type="text/html", charset="utf-8", headers=_PAGE_HEADERS)
+
+
+async def _status_main(request: web.Request) -> web.Response:
+    """The page's main part, as the page's script puts it in place at each refresh (the same renderer)."""
+    wall = time.time()
+    try:
+        view, query = _page_query(request, wall)
+    except ValueError as err:
+        return _problem(400, "BAD_QUERY", str(err))
+    part = await _off_loop(functools.partial(render_main, await _status_data(request, view, query, wall)))
+    return web.Response(text=part, content_type="text/html", charset="utf-8", headers=_PAGE_HEADERS)
 
 
 async def _status_json(request: web.Request) -> web.Response:
@@ -420,6 +483,7 @@ def make_admin_app(gateway: Served, *, history: ConfigHistory | None = None) -> 
     app.router.add_get("/rollout", _rollout)
     app.router.add_get("/status", _status)
     app.router.add_get("/status.json", _status_json)
+    app.router.add_get("/status.main", _status_main)
     app.router.add_get("/", _root)
     app.router.add_get("/favicon.ico", _favicon)
     return app

@@ -1,7 +1,8 @@
 """The status page's data (admin ``/status.json``, and what ``/status`` renders; its shape: ``status_model``): a
 summary of every company (how many are in each phase, how many need attention), then a page of companies, those
 that need attention first, each dated behaviour's timeline and its requests per day from the usage ledger; per
-deprecated behaviour, the clients in the window; the config in force, the last reload, the ledger's state and the
+deprecated behaviour, the clients in the window; the clients to contact (readiness) and each company's count
+per state; the config in force, the last reload, the ledger's state and the
 build. Nothing that another admin endpoint does not already serve; times are laid out for people once, here, so the
 renderer only places them. Built in a thread: at 10,000 companies, the work is per distinct schedule and per
 company shown, a pass over the company names aside."""
@@ -30,7 +31,9 @@ from .status_model import (
     ClientRow,
     Company,
     CompanyPage,
+    CompanyStates,
     ConfigState,
+    ContactRow,
     Event,
     Exemption,
     LedgerState,
@@ -38,6 +41,8 @@ from .status_model import (
     NextChange,
     PhaseCount,
     PolicyUsage,
+    RampStep,
+    ReadinessSection,
     Segment,
     StatusData,
     Tick,
@@ -48,8 +53,8 @@ from .status_model import (
 if TYPE_CHECKING:
     from ..config import LoadedConfig
 
-__all__ = ("PAGE_COMPANIES", "CompanyView", "ConfigHistory", "Selection", "config_digest", "select_companies",
-           "shown_config", "status_data")
+__all__ = ("PAGE_COMPANIES", "CompanyView", "ConfigHistory", "Selection", "config_digest", "readiness_section",
+           "select_companies", "shown_config", "status_data")
 
 _DAY = 86400.0
 
@@ -198,10 +203,13 @@ class _Range:
 
 
 def _changes(schedule: Schedule) -> list[float]:
-    """What the rollout is: the dates that change a phase, and brownout windows."""
+    """What the rollout is: the dates that change a phase, brownout and shadow windows, ramps' steps, a freeze."""
     out: list[float] = [s.at for s in schedule.steps]
-    for w in schedule.windows:
+    for w in (*schedule.windows, *schedule.shadows):
         out += [w.start, w.end]
+    out += [at for ramp in schedule.ramps for at, _ in ramp.steps]
+    if schedule.freeze is not None:
+        out.append(schedule.freeze.at)
     return out
 
 
@@ -314,13 +322,17 @@ def _behaviour(schedule: Schedule, now: float, tz: dt.tzinfo, scale: _Range) -> 
     _dated(drawn)
     _signals(drawn)
     brownouts = _brownouts(drawn)
+    shadows = _shadows(drawn)
+    ramps = _ramps(drawn)
+    _freeze(drawn)
     exemptions = _exemptions(drawn)
     decision = schedule.decide(now)
     drawn.events.sort(key=lambda item: (item[0] is not None, item[0] or 0.0))
     return BehaviourTimeline(
         name=schedule.behaviour.name, phases=list(drawn.phases), phase=decision.phase,
         severity=drawn.severity(decision.index), kind=decision.kind, why=decision.why, next=_next(drawn),
-        segments=_segments(drawn), brownouts=brownouts, markers=drawn.markers, exemptions=exemptions,
+        segments=_segments(drawn), brownouts=brownouts, shadows=shadows, ramps=ramps, markers=drawn.markers,
+        exemptions=exemptions,
         events=[event for _, event in drawn.events], chart=None,
     )
 
@@ -381,6 +393,49 @@ def _brownouts(drawn: _Drawn) -> list[Window]:
                           severity=drawn.severity(window.index),
                           label=f"brownout {phase}: {_local(window.start, tz)} to {_local(window.end, tz)}"))
     return out
+
+
+def _shadows(drawn: _Drawn) -> list[Window]:
+    out = []
+    tz, scale = drawn.tz, drawn.scale
+    for window in drawn.schedule.shadows:
+        state = _state(window.start, window.end, drawn.now)
+        phase = drawn.phases[window.index]
+        drawn.event(window.start, _local(window.start, tz), "shadow", state, window.index,
+                    f"shadow: {phase} decided and recorded, not applied, until {_local(window.end, tz)}")
+        out.append(Window(from_pct=scale.pct(window.start), to_pct=scale.pct(window.end), state=state, phase=phase,
+                          severity=drawn.severity(window.index),
+                          label=f"shadow {phase} (recorded, not applied): {_local(window.start, tz)} to "
+                                f"{_local(window.end, tz)}"))
+    return out
+
+
+def _ramps(drawn: _Drawn) -> list[RampStep]:
+    """Each ramp's steps, each until the next, the last until the date that puts its phase in force for everyone."""
+    out = []
+    schedule, tz, scale = drawn.schedule, drawn.tz, drawn.scale
+    for ramp in schedule.ramps:
+        dated = next((step.at for step in schedule.steps if step.index >= ramp.index), None)
+        phase = drawn.phases[ramp.index]
+        ends = [at for at, _ in ramp.steps[1:]] + [dated]
+        for (at, share), end in zip(ramp.steps, ends, strict=True):
+            state = _state(at, end, drawn.now)
+            until = f" until {_local(end, tz)}" if end is not None else ""
+            drawn.event(at, _local(at, tz), "ramp", state, ramp.index, f"ramp: {share:g}% of clients {phase}{until}")
+            out.append(RampStep(from_pct=scale.pct(at), to_pct=scale.pct(end, 100.0), share=share, state=state,
+                                phase=phase, severity=drawn.severity(ramp.index),
+                                label=f"ramp: {share:g}% of clients {phase} from {_local(at, tz)}{until}"))
+    return out
+
+
+def _freeze(drawn: _Drawn) -> None:
+    freeze = drawn.schedule.freeze
+    if freeze is None:
+        return
+    tz, phase = drawn.tz, drawn.phases[freeze.index]
+    drawn.event(freeze.at, _local(freeze.at, tz), "freeze", _state(freeze.at, None, drawn.now), freeze.index,
+                f"freeze: a client first seen from here gets {phase} at once")
+    drawn.marker(freeze.at, "freeze", "freeze", f"freeze: new clients {phase} from {_local(freeze.at, tz)}")
 
 
 def _exemptions(drawn: _Drawn) -> list[Exemption]:
@@ -579,6 +634,59 @@ def _census(plan: RolloutPlan, now: float, wanted: str) -> tuple[list[BehaviourC
     return census, chosen
 
 
+# --- readiness: the clients to contact -------------------------------------------------------------------------
+
+
+
+
+def _stamp(iso: str) -> float:
+    return dt.datetime.fromisoformat(iso).timestamp()
+
+
+def _next_text(upcoming: Mapping[str, Any] | None, now: float) -> str:
+    if upcoming is None:
+        return "no change scheduled"
+    at = _stamp(upcoming["at"])
+    return (f"{upcoming['phase']} at {_local(at, dt.UTC)}, in {_duration_label(at - now)}: {upcoming['why']}"
+            + ("; its bridge applies" if upcoming["bridge"] else ""))
+
+
+def _notes(row: Mapping[str, Any]) -> str:
+    notes = []
+    if row["previewing"]:
+        notes.append("previews a later phase (testing its migration)")
+    if row["shadowed"]:
+        notes.append("a shadow window records what the next phase would do to it")
+    if row["refused_7_days"] and row["state"] != "blocked":
+        notes.append(f"{row['refused_7_days']} of its calls refused in the last 7 days")
+    return "; ".join(notes)
+
+
+def readiness_section(ready: Mapping[str, Any] | None, problem: str | None, wall: float, now: float
+                      ) -> ReadinessSection:
+    """The page's readiness, from ``readiness.Readiness.to_json`` (without its ready clients); ``problem`` when it
+    could not be read."""
+    if ready is None:
+        return ReadinessSection(problem=problem or "not read", quiet_days=0, window_days=0, still_calling=0,
+                                internal_clients=0, companies=[], contacts=[], more=0)
+    companies = [CompanyStates(tenant=tenant, behaviour=behaviour, blocked=counts["blocked"],
+                               overdue=counts["overdue"], calling=counts["calling"], ready=counts["ready"])
+                 for tenant, per in ready["totals"].items() for behaviour, counts in per.items()]
+    contacts = []
+    for row in ready["clients"]:
+        last = _stamp(row["last_call"])
+        contacts.append(ContactRow(
+            tenant=row["tenant"], behaviour=row["behaviour"], client=row["client"], name=row["name"],
+            owner=row["owner"], internal=row["internal"], user_agent=row["user_agent"], state=row["state"],
+            example=row["example"], rule=row["rule"], last_call=_local(last, dt.UTC), last_call_ago=_ago(wall - last),
+            trend=row["trend"],
+            recent=f"{row['last_7_days']} in the last 7 days, {row['previous_7_days']} the 7 before",
+            next=_next_text(row["next"], now), notes=_notes(row)))
+    return ReadinessSection(problem=None, quiet_days=ready["quiet_days"], window_days=ready["window_days"],
+                            still_calling=ready["still_calling"], internal_clients=ready["internal_clients"],
+                            companies=companies, contacts=contacts, more=ready["to_contact"] - len(contacts))
+
+
 # --- the page's data --------------------------------------------------------------------------------------------
 
 _STOPPED = _DAY  # a client not seen for longer is shown as "not seen since"
@@ -596,11 +704,13 @@ def status_data(
     usage_problem: str | None = None,
     wall: float | None = None,
     selection: Selection | None = None,
+    readiness: Mapping[str, Any] | None = None,
 ) -> StatusData:
     """``usage``: the ledger's report over the page's window (``Store.report``'s shape, most recently seen first),
     None when it could not be read (``usage_problem`` says why); ``daily``: (tenant, behaviour, day, requests)
     rows for the charts of the companies shown; ``ledger``: ``Ledger.status()`` (None when the ledger is off);
-    ``selection``: the companies shown (``select_companies``; by default the first page)."""
+    ``selection``: the companies shown (``select_companies``; by default the first page); ``readiness``: the clients
+    to contact (``Readiness.to_json``, without the ready ones)."""
     wall = time.time() if wall is None else wall
     moment = clock.now()
     now = moment.timestamp()
@@ -620,6 +730,7 @@ def status_data(
         tenants=_companies(plan, now, scale, usage, daily, selection),
         usage={"window": _window_label(usage, wall) if usage is not None else "", "problem": usage_problem,
                "policies": _policies(usage, wall)},
+        readiness=readiness_section(readiness, usage_problem, wall, now),
     )
 
 
@@ -669,7 +780,8 @@ def _client(row: Mapping[str, Any], wall: float) -> ClientRow:
     seen = float(row["last_seen"])
     stopped = wall - seen > _STOPPED
     return ClientRow(
-        client=row["client"], tenant=row["tenant"], user_agent=row["user_agent"], requests=row["requests"],
+        client=row["client"], name=row.get("name"), tenant=row["tenant"], user_agent=row["user_agent"],
+        requests=row["requests"],
         decisions=", ".join(f"{d} {n}" for d, n in _most_first(row["decisions"])),
         first_seen=_local(float(row["first_seen"]), dt.UTC),
         last_seen=("not seen since " if stopped else "") + _local(seen, dt.UTC), last_seen_ago=_ago(wall - seen),

@@ -3,8 +3,8 @@
 every time is already a label for people, every position a percentage of the page's one axis.
 
 A timeline's parts are kept apart by what they draw: phases by date (``segments``), windows over them
-(``brownouts``), instants (``markers``), per-client bars (``exemptions``); another kind of window or a share over
-time is another list beside them."""
+(``brownouts``, and ``shadows`` that are only recorded), a share of clients over time (``ramps``), instants
+(``markers``: dates, signals, a freeze), per-client bars (``exemptions``)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from typing import TypedDict
 
 __all__ = (
     "Axis", "Bar", "BehaviourCensus", "BehaviourTimeline", "Chart", "ClientRow", "Company", "CompanyPage",
-    "ConfigState", "Event", "Exemption", "LastReload", "LedgerState", "Marker", "NextChange", "NowState",
-    "PhaseCount", "PolicyUsage", "Reloads", "Segment", "StatusData", "Tick", "UsageLine", "UsageSection", "Window",
+    "CompanyStates", "ContactRow", "ConfigState", "Event", "Exemption", "LastReload", "LedgerState", "Marker",
+    "NextChange", "NowState", "PhaseCount", "PolicyUsage", "RampStep", "ReadinessSection", "Reloads", "Segment",
+    "StatusData", "Tick", "UsageLine", "UsageSection", "Window",
 )
 
 
@@ -41,10 +42,22 @@ class Segment(TypedDict):
 
 
 class Window(TypedDict):
-    """A window in a later phase (a brownout)."""
+    """A window in a later phase: a brownout (applied), or a shadow (decided and recorded, not applied)."""
 
     from_pct: float
     to_pct: float
+    state: str  # past | now | ahead
+    phase: str
+    severity: int
+    label: str
+
+
+class RampStep(TypedDict):
+    """A share of clients in a later phase before its date, from one step of a ramp to the next (or the date)."""
+
+    from_pct: float
+    to_pct: float
+    share: float  # percent of clients
     state: str  # past | now | ahead
     phase: str
     severity: int
@@ -55,7 +68,7 @@ class Marker(TypedDict):
     """A dated instant on the axis; ``far``: before or after it, drawn at its edge."""
 
     pct: float
-    kind: str  # signal | date
+    kind: str  # signal | date | freeze
     far: str | None
     date: str
     name: str
@@ -118,6 +131,8 @@ class BehaviourTimeline(TypedDict):
     next: NextChange | None
     segments: list[Segment]
     brownouts: list[Window]
+    shadows: list[Window]  # report-only windows: the phase decided beside the one applied, recorded, never applied
+    ramps: list[RampStep]
     markers: list[Marker]
     exemptions: list[Exemption]
     events: list[Event]
@@ -210,6 +225,7 @@ class LedgerState(TypedDict):
 
 class ClientRow(TypedDict):
     client: str | None
+    name: str | None  # the operator's name for the client (usage.clients)
     tenant: str | None
     user_agent: str | None
     requests: int
@@ -236,6 +252,49 @@ class UsageSection(TypedDict):
     policies: list[PolicyUsage]
 
 
+class ContactRow(TypedDict):
+    """A client that still calls, as the page lists it (most urgent first)."""
+
+    tenant: str
+    behaviour: str
+    client: str | None  # its token fingerprint
+    name: str | None  # the operator's name for it (usage.clients)
+    owner: str | None
+    internal: bool
+    user_agent: str | None
+    state: str  # blocked | overdue | calling
+    example: str | None  # method and route template
+    rule: str | None
+    last_call: str
+    last_call_ago: str
+    trend: str
+    recent: str  # its requests in the last 7 days and the 7 before
+    next: str  # what changes for it next, and when
+    notes: str  # previewing (migrating), or shadowed
+
+
+class CompanyStates(TypedDict):
+    """External clients of one company on one behaviour, per state."""
+
+    tenant: str
+    behaviour: str
+    blocked: int
+    overdue: int
+    calling: int
+    ready: int
+
+
+class ReadinessSection(TypedDict):
+    problem: str | None
+    quiet_days: int
+    window_days: int
+    still_calling: int  # external clients (each token of each company once) not ready
+    internal_clients: int
+    companies: list[CompanyStates]
+    contacts: list[ContactRow]
+    more: int  # clients to contact that are not listed
+
+
 class Build(TypedDict):
     version: str
 
@@ -251,3 +310,4 @@ class StatusData(TypedDict):
     companies: CompanyPage
     tenants: list[Company]  # the companies of this page, in order
     usage: UsageSection
+    readiness: ReadinessSection  # the clients to contact

@@ -1,7 +1,7 @@
-"""The status page's HTML, rendered here from ``status.status_data`` (readable without JavaScript) and refreshed in
-place by a small inline script that builds the same elements from ``status.json`` every 10 seconds: no build step,
-no external asset. The two renderers are kept function for function alike (see ``_SCRIPT``); every value is text to
-both, never HTML."""
+"""The status page's HTML, rendered here and only here from ``status.status_data`` (readable without JavaScript), and
+refreshed in place every 10 seconds by a small inline script that fetches this renderer's main part (``render_main``,
+served at ``status.main``): no build step, no external asset, no second renderer. Every value is escaped text, never
+HTML."""
 
 from __future__ import annotations
 
@@ -11,7 +11,18 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
-__all__ = ("CONTENT_SECURITY_POLICY", "REFRESH_SECONDS", "render_page")
+from .status_model import (
+    BehaviourTimeline,
+    Chart,
+    Company,
+    ContactRow,
+    LedgerState,
+    PolicyUsage,
+    StatusData,
+    Tick,
+)
+
+__all__ = ("CONTENT_SECURITY_POLICY", "REFRESH_SECONDS", "render_main", "render_page")
 
 REFRESH_SECONDS = 10
 
@@ -63,10 +74,10 @@ def _phase(name: str, severity: int | None, extra: str = "") -> _Html:
     return _h("span", {"class": f"phase s{severity}{extra}"}, name)
 
 
-# --- the renderers: each mirrors the script's function of the same name ------------------------------------------
+# --- the renderer: one function per part of the page, from the typed data (status_model) ---------------------
 
 
-def _overview(data: Mapping[str, Any]) -> _Html:
+def _overview(data: StatusData) -> _Html:
     config = data["config"]
     now = data["now"]
     last = config["last_reload"]
@@ -101,7 +112,7 @@ def _overview(data: Mapping[str, Any]) -> _Html:
     return _h("section", {"id": "overview"}, _h("h2", None, "Gateway"), _h("dl", None, rows))
 
 
-def _ledger(ledger: Mapping[str, Any] | None) -> list[Any]:
+def _ledger(ledger: LedgerState | None) -> list[Any]:
     if ledger is None:
         return ["off (usage.ledger.enabled: false): no usage is recorded"]
     out: list[Any] = []
@@ -124,7 +135,7 @@ def _ledger(ledger: Mapping[str, Any] | None) -> list[Any]:
     return out
 
 
-def _tick(tick: Mapping[str, Any], i: int) -> _Html:
+def _tick(tick: Tick, i: int) -> _Html:
     # Shifted by its own position: a label at the axis' start begins there, one at its end ends there, so that no
     # label leaves the axis; ticks are far enough apart that labels never overlap (status._ticks).
     return _h("span", {"class": "tick" + (" minor" if i % 2 else ""),
@@ -132,8 +143,7 @@ def _tick(tick: Mapping[str, Any], i: int) -> _Html:
               tick["label"])
 
 
-def _chart(chart: Mapping[str, Any] | None, behaviour: Mapping[str, Any], now_pct: float,
-           ticks: list[Mapping[str, Any]]) -> list[_Html]:
+def _chart(chart: Chart | None, behaviour: BehaviourTimeline, now_pct: float, ticks: list[Tick]) -> list[_Html]:
     if chart is None:
         return [_h("p", {"class": "chartnote"}, "No recorded use in the usage ledger.")]
     grid = [_h("div", {"class": "grid", "style": {"left": _pct(t["pct"])}}) for t in ticks]
@@ -150,7 +160,7 @@ def _chart(chart: Mapping[str, Any] | None, behaviour: Mapping[str, Any], now_pc
                f"from {chart['first']} to {chart['last']}. The lines are the dated changes above.")]
 
 
-def _timeline(behaviour: Mapping[str, Any], now_pct: float, ticks: list[Mapping[str, Any]]) -> _Html:
+def _timeline(behaviour: BehaviourTimeline, now_pct: float, ticks: list[Tick]) -> _Html:
     track = [
         _h("div", {"class": f"seg s{s['severity']}", "title": s["phase"],
                    "style": {"left": _pct(s["from_pct"]), "width": _pct(s["to_pct"] - s["from_pct"])}})
@@ -160,6 +170,18 @@ def _timeline(behaviour: Mapping[str, Any], now_pct: float, ticks: list[Mapping[
         _h("div", {"class": f"brownout s{b['severity']} st-{b['state']}", "title": b["label"],
                    "style": {"left": _pct(b["from_pct"]), "width": _pct(b["to_pct"] - b["from_pct"])}})
         for b in behaviour["brownouts"]
+    ]
+    # A shadow is drawn hatched and light (nothing applied); a ramp as its share of the track's height.
+    track += [
+        _h("div", {"class": f"shadow s{w['severity']} st-{w['state']}", "title": w["label"],
+                   "style": {"left": _pct(w["from_pct"]), "width": _pct(w["to_pct"] - w["from_pct"])}})
+        for w in behaviour["shadows"]
+    ]
+    track += [
+        _h("div", {"class": f"ramp s{r['severity']} st-{r['state']}", "title": r["label"],
+                   "style": {"left": _pct(r["from_pct"]), "width": _pct(r["to_pct"] - r["from_pct"]),
+                             "height": _pct(r["share"])}})
+        for r in behaviour["ramps"]
     ]
     track += [_h("div", {"class": f"marker {m['kind']}" + (f" far {m['far']}" if m["far"] else ""),
                          "title": m["label"], "style": {"left": _pct(m["pct"])}})
@@ -195,7 +217,7 @@ def _timeline(behaviour: Mapping[str, Any], now_pct: float, ticks: list[Mapping[
 _STATE_TEXT = {"past": "done", "now": "in force", "ahead": "ahead"}
 
 
-def _behaviour(behaviour: Mapping[str, Any], now_pct: float, ticks: list[Mapping[str, Any]]) -> _Html:
+def _behaviour(behaviour: BehaviourTimeline, now_pct: float, ticks: list[Tick]) -> _Html:
     upcoming = behaviour["next"]
     if upcoming is None:
         next_line = _h("p", {"class": "next"}, "No change scheduled.")
@@ -219,7 +241,7 @@ def _behaviour(behaviour: Mapping[str, Any], now_pct: float, ticks: list[Mapping
               events)
 
 
-def _tenant(tenant: Mapping[str, Any], data: Mapping[str, Any]) -> _Html:
+def _tenant(tenant: Company, data: StatusData) -> _Html:
     timeline = data["timeline"]
     figures = None
     if tenant["usage"]:
@@ -232,7 +254,7 @@ def _tenant(tenant: Mapping[str, Any], data: Mapping[str, Any]) -> _Html:
               [_behaviour(b, timeline["now_pct"], timeline["ticks"]) for b in tenant["behaviours"]])
 
 
-def _companies(data: Mapping[str, Any]) -> _Html:
+def _companies(data: StatusData) -> _Html:
     timeline = data["timeline"]
     return _h("section", {"id": "companies"},
               _h("h2", None, "Companies"),
@@ -242,7 +264,7 @@ def _companies(data: Mapping[str, Any]) -> _Html:
               [_tenant(t, data) for t in data["tenants"]])
 
 
-def _policy(policy: Mapping[str, Any]) -> _Html:
+def _policy(policy: PolicyUsage) -> _Html:
     summary = f"{policy['requests']} request{'' if policy['requests'] == 1 else 's'}: " + ", ".join(f"{d} {n}" for d, n in policy["by_decision"])
     summary += f"; {policy['clients']} client{'' if policy['clients'] == 1 else 's'}"
     if policy["variants"] != policy["clients"]:
@@ -254,7 +276,7 @@ def _policy(policy: Mapping[str, Any]) -> _Html:
     rows = [
         _h("tr", {"data-client": r["client"] or "", "class": "stopped" if r["stopped"] else None},
            _h("td", {"class": "num"}, str(r["requests"])),
-           _h("td", None, _h("code", None, r["client"] or "-")),
+           _h("td", None, _h("code", None, r["client"] or "-"), [" ", _h("b", None, r["name"])] if r["name"] else None),
            _h("td", None, r["tenant"] or "-"),
            _h("td", {"class": "ua"}, r["user_agent"] or "-"),
            _h("td", None, r["decisions"]),
@@ -272,7 +294,7 @@ def _policy(policy: Mapping[str, Any]) -> _Html:
                                                _h("tbody", None, rows))))
 
 
-def _usage(data: Mapping[str, Any]) -> _Html:
+def _usage(data: StatusData) -> _Html:
     usage = data["usage"]
     body: Any = [_policy(p) for p in usage["policies"]] or _h(
         "p", None, "No request used deprecated behaviour in the window.")
@@ -283,8 +305,58 @@ def _usage(data: Mapping[str, Any]) -> _Html:
               body)
 
 
-def _main(data: Mapping[str, Any]) -> list[_Html]:
-    return [_overview(data), _companies(data), _usage(data)]
+def _who(c: ContactRow) -> list[Any]:
+    """A client to contact: the operator's name beside its fingerprint, its User-Agent, its contact."""
+    out: list[Any] = [_h("b", None, c["name"]), " "] if c["name"] else []
+    out.append(_h("code", None, c["client"] or "-"))
+    if c["internal"]:
+        out.append(" (internal)")
+    if c["user_agent"]:
+        out += [_h("br"), _h("small", {"class": "ua"}, c["user_agent"])]
+    out += [_h("br"), "contact: ", c["owner"] or "-"]
+    return out
+
+
+def _readiness(data: StatusData) -> _Html:
+    r = data["readiness"]
+    if r["problem"]:
+        return _h("section", {"id": "readiness"}, _h("h2", None, "Clients to contact"), _h("p", {"class": "bad"}, r["problem"]))
+    n, m = r["still_calling"], r["internal_clients"]
+    summary = (f"{n} external client{'' if n == 1 else 's'} still call{'s' if n == 1 else ''} deprecated behaviour"
+               + (f"; {m} internal client{'' if m == 1 else 's'} not counted" if m else "")
+               + f". Ready: no deprecated call for {r['quiet_days']} days; read over the last {r['window_days']} days.")
+    counts = _h("table", {"class": "counts"},
+                _h("thead", None, _h("tr", None, [_h("th", None, t) for t in ("Company", "Behaviour", "Blocked",
+                                                                                "Overdue", "Calling", "Ready")])),
+                _h("tbody", None, [
+                    _h("tr", {"data-tenant": c["tenant"], "data-behaviour": c["behaviour"]},
+                       _h("td", None, c["tenant"]), _h("td", None, c["behaviour"]),
+                       [_h("td", {"class": "num"}, str(c[k])) for k in ("blocked", "overdue", "calling", "ready")])
+                    for c in r["companies"]]))
+    rows = [
+        _h("tr", {"class": f"state-{c['state']}", "data-client": c["client"] or "", "data-tenant": c["tenant"],
+                  "data-behaviour": c["behaviour"]},
+           _h("td", None, _h("span", {"class": f"state {c['state']}"}, c["state"])),
+           _h("td", {"class": "who"}, _who(c)),
+           _h("td", None, c["tenant"], _h("br"), c["behaviour"]),
+           _h("td", None, _h("code", None, c["example"] or "-")),
+           _h("td", None, c["next"], [_h("br"), _h("small", None, c["notes"])] if c["notes"] else None),
+           _h("td", None, c["last_call"], " ", _h("span", {"class": "vol"}, f"({c['last_call_ago']})"), _h("br"),
+              _h("small", None, f"{c['recent']} ({c['trend']})")))
+        for c in r["contacts"]
+    ]
+    head = _h("tr", None, [_h("th", None, t) for t in ("State", "Client", "Company", "Example call",
+                                                       "What changes next", "Last call (UTC)")])
+    table: Any = _h("div", {"class": "scroll"}, _h("table", {"class": "contacts"}, _h("thead", None, head),
+                                                   _h("tbody", None, rows))) if rows else _h(
+        "p", None, "No client calls deprecated behaviour any more.")
+    more = _h("p", None, f"... {r['more']} more: gateway outreach lists every one.") if r["more"] else None
+    return _h("section", {"id": "readiness"}, _h("h2", None, "Clients to contact"), _h("p", None, summary),
+              _h("div", {"class": "scroll"}, counts), table, more)
+
+
+def _main(data: StatusData) -> list[_Html]:
+    return [_overview(data), _readiness(data), _companies(data), _usage(data)]
 
 
 # --- the page ---------------------------------------------------------------------------------------------------
@@ -316,6 +388,10 @@ code{font-size:.9em;overflow-wrap:anywhere}
 .brownout{position:absolute;top:0;bottom:0;min-width:4px;opacity:1;
 background-image:repeating-linear-gradient(45deg,rgba(0,0,0,.45) 0 3px,transparent 3px 6px)}
 .marker{position:absolute;top:0;bottom:0;width:2px;margin-left:-1px;background:var(--fg);opacity:.55}
+.shadow{position:absolute;top:0;bottom:0;min-width:4px;opacity:.5;border:1px dashed var(--fg);box-sizing:border-box;
+background-image:repeating-linear-gradient(-45deg,rgba(255,255,255,.7) 0 3px,transparent 3px 6px)}
+.ramp{position:absolute;bottom:0;min-width:2px;opacity:.9;border-top:1px solid var(--fg)}
+.marker.freeze{width:3px;background:var(--s2);opacity:.9}
 .now{position:absolute;top:0;bottom:0;width:3px;margin-left:-1px;background:var(--now)}
 .lane{position:relative;height:10px;margin-top:2px}
 .bw{position:absolute;top:0;width:8px;height:10px;margin-left:-4px;border-radius:2px;
@@ -337,6 +413,11 @@ background-image:repeating-linear-gradient(45deg,rgba(0,0,0,.45) 0 2px,transpare
 .cmark{position:absolute;top:0;bottom:0;width:0;border-left:2px dashed var(--fg);opacity:.45}
 .chartnote{font-size:12px;color:var(--muted);margin:2px 0 0}
 tr.stopped td{color:var(--muted)}
+.state{display:inline-block;padding:0 6px;border-radius:8px;font-weight:600;font-size:.85em;color:#fff}
+.state.blocked{background:var(--s2)}.state.overdue{background:var(--s1)}.state.calling{background:var(--now)}
+.state.ready{background:var(--s0)}
+table.counts{width:auto}table.counts td.num,table.counts th{padding:2px 10px}
+table.contacts code{overflow-wrap:normal;word-break:normal}td.who{min-width:14em}td.who code{white-space:nowrap}
 table{border-collapse:collapse;width:100%;font-size:.9em;margin-top:6px}
 th,td{text-align:left;padding:3px 6px;border-bottom:1px solid var(--line);vertical-align:top}
 tr.st-now td{font-weight:600}tr.st-past td{color:var(--muted)}
@@ -347,198 +428,24 @@ button{font:inherit;padding:2px 10px}
 dd{margin-bottom:6px}td.when{white-space:normal}}
 """
 
-# The script renders what the Python above renders, from /status.json, function for function (``_overview`` and
-# ``overview``, ``_tenant`` and ``tenant``, ...): change one, change the other (the browser tests compare the two).
-# Every value is text: escaped in Python, set with textContent/setAttribute here, never parsed as HTML (User-Agent
-# strings come from clients). The Content-Security-Policy allows only this script (by its hash) and requests to the
-# page's own origin.
+# The one renderer is the Python above: the script only fetches the server's rendering of the page's main part
+# (``render_main``, from the same data as /status.json) and puts it in place, keeping the page's query (?since=7d ...).
+# Every value in that markup was escaped by ``_h``: User-Agent strings and contacts come from clients and stay text.
+# The Content-Security-Policy allows only this script (by its hash) and requests to the page's own origin.
 _SCRIPT = """
 "use strict";
 (() => {
   const main = document.getElementById("status");
   const note = document.getElementById("note");
   const button = document.getElementById("refresh");
-  const h = (tag, attrs, ...kids) => {
-    const el = document.createElement(tag);
-    for (const [name, value] of Object.entries(attrs || {})) {
-      if (value === null || value === undefined || value === false) continue;
-      if (name === "style") Object.assign(el.style, value);
-      else el.setAttribute(name, value === true ? "" : String(value));
-    }
-    for (const kid of kids.flat(Infinity)) {
-      if (kid === null || kid === undefined || kid === false) continue;
-      el.append(kid instanceof Node ? kid : String(kid));
-    }
-    return el;
-  };
-  const pct = (v) => `${+v.toPrecision(6)}%`;
-  const phase = (name, severity, extra = "") => h("span", {class: `phase s${severity}${extra}`}, name);
-  const STATE = {past: "done", now: "in force", ahead: "ahead"};
-
-  function overview(data) {
-    const config = data.config, now = data.now, last = config.last_reload, reloads = config.reloads;
-    let reloadText;
-    if (last === null) reloadText = ["none since start"];
-    else if (last.result === "success") reloadText = [h("span", {class: "ok"}, "succeeded"), ` at ${last.at} `,
-      h("span", {class: "vol"}, `(${last.ago})`)];
-    else reloadText = [h("span", {class: "bad"}, "refused"), ` at ${last.at} `, h("span", {class: "vol"}, `(${last.ago})`),
-      `; ${last.problems} problem(s), listed in the gateway's log; the previous configuration stays in force`];
-    if (reloads.success || reloads.failure)
-      reloadText.push(` · since start: ${reloads.success} succeeded, ${reloads.failure} refused`);
-    const rows = [
-      h("dt", null, "Rollout clock"),
-      h("dd", null, h("b", {id: "now"}, now.label), now.fixed ? " (fixed: rollout.now or GATEWAY_NOW)" : " (system clock)"),
-      h("dt", null, "Configuration"),
-      h("dd", null, h("code", {title: config.digest}, config.digest.slice(0, 19)), " from ", h("code", null, config.source),
-        `, loaded ${config.loaded} `, h("span", {class: "vol"}, `(${config.loaded_ago})`)),
-      h("dt", null, "Last reload"),
-      h("dd", {id: "reload"}, reloadText),
-      h("dt", null, "Build"),
-      h("dd", null, `gateway ${data.build.version}`),
-    ];
-    rows.push(h("dt", null, "Usage ledger"), h("dd", {id: "ledger"}, ledgerText(data.ledger)));
-    rows.push(h("dt", null, "Page data"), h("dd", {class: "vol"}, `at ${data.generated}`));
-    return h("section", {id: "overview"}, h("h2", null, "Gateway"), h("dl", null, rows));
-  }
-
-  function ledgerText(ledger) {
-    if (ledger === null) return ["off (usage.ledger.enabled: false): no usage is recorded"];
-    const out = [];
-    if (ledger.state === "failing") {
-      out.push(h("span", {class: "bad"}, "failing"), ` since ${ledger.since} `, h("span", {class: "vol"}, `(${ledger.since_ago})`),
-        `: ${ledger.error}; ${ledger.pending} request(s) held in memory, retrying`);
-    } else {
-      out.push(ledger.state === "ok" ? h("span", {class: "ok"}, "writing") : ledger.state, ` every ${ledger.flush_interval}`);
-      if (ledger.written) out.push(", last ", h("span", {class: "vol"}, ledger.written));
-    }
-    out.push(" to ", h("code", null, ledger.database), `; kept ${ledger.retention_days} days`);
-    if (ledger.dropped) out.push(h("span", {class: "bad"}, `; ${ledger.dropped} request(s) could not be kept`));
-    if (ledger.refused) out.push(h("span", {class: "bad"}, `; ${ledger.refused}`));
-    if (ledger.notice) out.push(h("span", {class: "bad"}, `; ${ledger.notice}`));
-    return out;
-  }
-
-  function tick(t, i) {
-    return h("span", {class: "tick" + (i % 2 ? " minor" : ""), style: {left: pct(t.pct), transform: `translateX(-${pct(t.pct)})`}},
-      t.label);
-  }
-
-  function chart(c, behaviour, nowPct, ticks) {
-    if (c === null) return [h("p", {class: "chartnote"}, "No recorded use in the usage ledger.")];
-    const grid = ticks.map((t) => h("div", {class: "grid", style: {left: pct(t.pct)}}));
-    const bars = c.bars.map((b) => h("div", {class: "bar", title: b.label,
-      style: {left: pct(b.from_pct), width: pct(b.to_pct - b.from_pct), height: pct(b.height_pct)}}));
-    const marks = behaviour.markers.filter((m) => !m.far).map((m) => h("div", {class: `cmark ${m.kind}`, title: m.label,
-      style: {left: pct(m.pct)}}));
-    return [h("div", {class: "chart", "aria-hidden": "true"}, grid, bars, marks,
-      h("div", {class: "now", title: "now", style: {left: pct(nowPct)}})),
-      h("p", {class: "chartnote"}, `Requests per ${c.unit} (UTC) from the usage ledger, ${c.total} in all, at most ` +
-        `${c.peak} in one ${c.unit}; from ${c.first} to ${c.last}. The lines are the dated changes above.`)];
-  }
-
-  function timeline(behaviour, nowPct, ticks) {
-    const track = behaviour.segments.map((s) => h("div", {class: `seg s${s.severity}`, title: s.phase,
-      style: {left: pct(s.from_pct), width: pct(s.to_pct - s.from_pct)}}));
-    for (const b of behaviour.brownouts) track.push(h("div", {class: `brownout s${b.severity} st-${b.state}`, title: b.label,
-      style: {left: pct(b.from_pct), width: pct(b.to_pct - b.from_pct)}}));
-    for (const m of behaviour.markers) track.push(h("div", {class: `marker ${m.kind}` + (m.far ? ` far ${m.far}` : ""),
-      title: m.label, style: {left: pct(m.pct)}}));
-    track.push(h("div", {class: "now", title: "now", style: {left: pct(nowPct)}}));
-    const far = behaviour.markers.filter((m) => m.far);
-    const edges = far.length ? h("div", {class: "edges"},
-      h("span", {class: "edge before"}, far.filter((m) => m.far === "before").map((m) => `◀ ${m.name} ${m.date}`).join("; ")),
-      h("span", {class: "edge after"}, far.filter((m) => m.far === "after").map((m) => `${m.name} ${m.date} ▶`).join("; ")))
-      : null;
-    const exemptions = behaviour.exemptions.map((e) => h("div", {class: `exrow st-${e.state}`},
-      h("div", {class: "extrack"}, h("span", {class: "exbar" + (e.far ? " far" : ""), style: {width: pct(e.to_pct)}})),
-      h("span", {class: "exlabel"}, `exemption ${e.name} until ${e.until}` + (e.far === "after" ? " ▶" : ""))));
-    const lane = behaviour.brownouts.length ? h("div", {class: "lane"}, behaviour.brownouts.map((b) =>
-      h("div", {class: `bw s${b.severity} st-${b.state}`, title: b.label, style: {left: pct(b.from_pct)}}))) : null;
-    const tickMarks = ticks.map(tick);
-    return h("div", {class: "timeline"}, h("div", {class: "ticks", "aria-hidden": "true"}, tickMarks),
-      h("div", {class: "track", "aria-hidden": "true"}, track), lane, edges, exemptions,
-      chart(behaviour.chart, behaviour, nowPct, ticks));
-  }
-
-  function behaviourBlock(behaviour, nowPct, ticks) {
-    const upcoming = behaviour.next;
-    const nextLine = upcoming === null ? h("p", {class: "next"}, "No change scheduled.")
-      : h("p", {class: "next"}, "Next: ", phase(upcoming.phase, upcoming.severity), ` at ${upcoming.when}, in ${upcoming.in}`);
-    const events = h("table", {class: "events"},
-      h("thead", null, h("tr", null, h("th", null, "When"), h("th", null, "What"), h("th", null, "State"))),
-      h("tbody", null, behaviour.events.map((e) => h("tr", {class: `st-${e.state}`}, h("td", {class: "when"}, e.when),
-        h("td", null, e.text), h("td", null, STATE[e.state])))));
-    return h("div", {class: "behaviour", "data-behaviour": behaviour.name},
-      h("h4", null, behaviour.name, " ", phase(behaviour.phase, behaviour.severity, " current"), " ",
-        h("span", {class: "kind"}, behaviour.kind)),
-      h("p", {class: "why"}, behaviour.why),
-      nextLine,
-      timeline(behaviour, nowPct, ticks),
-      events);
-  }
-
-  function tenant(t, data) {
-    const tl = data.timeline;
-    let figures = null;
-    if (t.usage.length) figures = h("p", {class: "figures"}, `Requests ${data.usage.window}: `, t.usage.map((u) =>
-      `${u.behaviour}: ` + u.decisions.map(([d, n]) => `${d} ${n}`).join(", ")).join("; "));
-    return h("article", {class: "tenant", "data-tenant": t.name},
-      h("h3", null, t.name, " ", h("small", null, `${t.timezone} · local time ${t.local_now}`)),
-      figures,
-      t.behaviours.map((b) => behaviourBlock(b, tl.now_pct, tl.ticks)));
-  }
-
-  function companies(data) {
-    const tl = data.timeline;
-    return h("section", {id: "companies"},
-      h("h2", null, "Companies"),
-      h("p", {class: "legend"}, `Timelines from ${tl.start} to ${tl.end} (events further away at the edges, with their ` +
-        "dates); the blue line is now; hatched: brownout windows; grey bars: exemptions; bars below: requests recorded " +
-        "in the usage ledger."),
-      data.tenants.map((t) => tenant(t, data)));
-  }
-
-  function policy(p) {
-    let summary = `${p.requests} request${p.requests === 1 ? "" : "s"}: ` + p.by_decision.map(([d, n]) => `${d} ${n}`).join(", ");
-    summary += `; ${p.clients} client${p.clients === 1 ? "" : "s"}`;
-    if (p.variants !== p.clients) summary += `, ${p.variants} User-Agent variant${p.variants === 1 ? "" : "s"}`;
-    if (p.untracked) summary += `; ${p.untracked} requests from clients over usage.max_clients (not listed)`;
-    if (p.rows.length < p.variants)
-      summary += `; the ${p.rows.length} most recently seen are listed (gateway usage --csv lists every one)`;
-    const rows = p.rows.map((r) => h("tr", {"data-client": r.client || "", class: r.stopped ? "stopped" : null},
-      h("td", {class: "num"}, String(r.requests)),
-      h("td", null, h("code", null, r.client || "-")),
-      h("td", null, r.tenant || "-"),
-      h("td", {class: "ua"}, r.user_agent || "-"),
-      h("td", null, r.decisions),
-      h("td", {class: "when"}, r.first_seen),
-      h("td", {class: "seen"}, r.last_seen, " ", h("span", {class: "vol"}, `(${r.last_seen_ago})`))));
-    const head = h("tr", null, ["Requests", "Client (token fingerprint)", "Tenant", "User-Agent", "Decisions",
-      "First seen (UTC)", "Last seen (UTC)"].map((t) => h("th", null, t)));
-    return h("article", {class: "policy", "data-policy": p.name},
-      h("h3", null, p.name),
-      h("p", null, summary),
-      h("div", {class: "scroll"}, h("table", {class: "clients"}, h("thead", null, head), h("tbody", null, rows))));
-  }
-
-  function usage(data) {
-    const u = data.usage;
-    let body = u.policies.length ? u.policies.map(policy) : h("p", null, "No request used deprecated behaviour in the window.");
-    if (u.problem) body = h("p", {class: "bad"}, u.problem);
-    return h("section", {id: "usage"}, h("h2", null, "Deprecated behaviour in use ", h("small", null, u.window)),
-      body);
-  }
-
   let busy = false;
   async function refresh() {
     if (busy) return;
     busy = true;
     try {
-      // The page's own query (?since=7d ...) chooses the same window for the data.
-      const resp = await fetch("status.json" + location.search, {cache: "no-store", headers: {Accept: "application/json"}});
+      const resp = await fetch("status.main" + location.search, {cache: "no-store", headers: {Accept: "text/html"}});
       if (!resp.ok) throw new Error(`${resp.status} ${resp.statusText}`);
-      const data = await resp.json();
-      main.replaceChildren(overview(data), companies(data), usage(data));
+      main.innerHTML = await resp.text();
       main.dataset.refreshed = String((+main.dataset.refreshed || 0) + 1);
       note.textContent = "";
     } catch (err) {
@@ -566,7 +473,12 @@ CONTENT_SECURITY_POLICY = (
 )
 
 
-def render_page(data: Mapping[str, Any]) -> str:
+def render_main(data: StatusData) -> str:
+    """The page's main part alone (what the script puts in place at each refresh), from ``status_data``'s dict."""
+    return "".join(_main(data))
+
+
+def render_page(data: StatusData) -> str:
     """The whole page, server-rendered from ``status_data``'s dict."""
     return "".join([
         "<!doctype html>\n",
@@ -584,7 +496,7 @@ def render_page(data: Mapping[str, Any]) -> str:
                  _h("span", {"id": "note", "role": "status"})),
               _h("main", {"id": "status"}, _main(data)),
               _h("footer", None, _h("p", None,
-                 f"With JavaScript this page refreshes every {REFRESH_SECONDS} s from status.json; without it, "
+                 f"With JavaScript this page refreshes every {REFRESH_SECONDS} s in place; without it, "
                  "reload it. It shows what the admin endpoints /config, /rollout, /deprecations and /metrics serve.")),
               _h("script", None, _Html(_SCRIPT)))),
         "\n",

@@ -1,7 +1,8 @@
 """Who still uses deprecated behaviour: the counts of one process (per behaviour and hour: totals by tenant and
-decision, client rows by token fingerprint and User-Agent), updated on the request's path with a few dictionary
-updates and held in bounded memory until the usage ledger (``ops.ledger``) takes them. The bounds
-(``usage.max_clients``, ``ledger.max_pending_clients``): docs/operations.md and docs/configuration.md."""
+decision, client rows by token fingerprint and User-Agent; per client, an example of its call and the rule that
+decided it, at its first request in the batch), updated on the request's path with a few dictionary updates and
+held in bounded memory until the usage ledger (``ops.ledger``) takes them. The bounds (``usage.max_clients``,
+``ledger.max_pending_clients``): docs/operations.md and docs/configuration.md."""
 
 from __future__ import annotations
 
@@ -9,18 +10,76 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from ..config.ledger import AGENT_WIDTH
+from ..core.decision import Decider, Decision, Kind
 from .metrics import NO_TENANT
 
-__all__ = ("HOUR", "Batch", "ClientKey", "TotalKey", "UsageCounter")
+if TYPE_CHECKING:
+    from ..core.route import Route
+
+__all__ = ("DAY", "HOUR", "Batch", "Call", "ClientKey", "Seen", "TotalKey", "UsageCounter", "WhoKey", "counted",
+           "refused", "rule_of")
 
 HOUR = 3600
+DAY = 86400
 
 # (hour, behaviour, tenant, decision): a total's key
 TotalKey = tuple[int, str, str, str]
 # (hour, behaviour, tenant, client, user agent, decision): a client row's key
 ClientKey = tuple[int, str, str, str, str, str]
+# (behaviour, tenant, client): a client of one company on one behaviour
+WhoKey = tuple[str, str, str]
+# Told of each client row new in a batch: (behaviour, tenant, client, when) (``ledger.known``: a freeze's record)
+Seen = Callable[[str, str, str, float], None]
+
+
+def refused(decision: str) -> bool:
+    """Whether a request so decided was refused, breaking its client: the upload guard's ``blocked`` and ``refused``,
+    a board answered without its cards (its action ``removed``, or ``backfill_failed``: ``phase:action``); never
+    a phase the client asked for itself (a preview). The same rule as SQL: the ledger's migration 0002."""
+    if decision == "blocked" or decision == "refused":
+        return True
+    return decision.endswith((":removed", ":backfill_failed")) and "(preview)" not in decision
+
+
+def counted(decision: str) -> bool:
+    """Whether a request so decided is a deprecated call for readiness: every decision but the upload guard's
+    ``passed`` (a request on its routes that uploads nothing)."""
+    return decision != "passed"
+
+
+_CALENDAR = frozenset({Kind.DEFAULT, Kind.SETTING, Kind.DATE, Kind.OVERRIDE})
+
+
+def rule_of(decision: Decision) -> str:
+    """The rule that decided a request's phase, as the ledger keeps it: ``exemption:NAME``, ``brownout``, ``ramp``,
+    ``freeze``, ``preview``, ``shadow`` (a shadow window decided a later phase, not applied), or the calendar's
+    kind (``date``, ``override``, ``setting``, ``default``; the ledger writes ``bridge`` when the decision shows
+    the bridge acted)."""
+    if decision.exemption is not None:
+        return "exemption:" + decision.exemption
+    kind = decision.kind
+    if kind in _CALENDAR and decision.shadow is not None:
+        return "shadow"
+    return kind.value
+
+
+class Call(Protocol):
+    """What the counter reads of a request's call for its client's rollup (``core.exchange.Exchange``)."""
+
+    @property
+    def method(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def route(self) -> Route: ...
+    @property
+    def rollout(self) -> Decider | None: ...
+
+
+_EXAMPLES_KEPT = 1000  # method and template pairs whose text is kept to be shared (the routes' are a few dozen)
 
 
 @dataclass(slots=True)
@@ -38,6 +97,9 @@ class Batch:
     last_seen: dict[ClientKey, float]
     untracked: dict[TotalKey, int]  # the requests of clients without a row
     count: int  # requests in the batch
+    # Per client: an example of its call and the rule that decided it, of its first request in the batch.
+    examples: dict[WhoKey, str] = field(default_factory=dict)
+    rules: dict[WhoKey, str] = field(default_factory=dict)
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     # Set by the write that stored it: the requests of rows the database refused (``Store.write``), and why.
     refused: int = 0
@@ -78,16 +140,20 @@ class UsageCounter:
         self._tracked: dict[str, set[tuple[str, str, str]]] = {}
         self.dropped = 0  # requests not kept at all (memory bound reached during a long outage)
         self._taken = 0  # batches taken so far: with the current batch's count, the ``mark``
+        self.seen: Seen | None = None  # told of each client row new in a batch (a freeze's record of who was seen)
+        self._examples: dict[tuple[str, str], str] = {}  # (method, template) -> their text, one string for all
 
     @staticmethod
     def _empty() -> Batch:
         return Batch({}, {}, {}, {}, 0)
 
     def record(
-        self, decisions: Mapping[str, str], client: str | None, user_agent: str | None, tenant: str | None = None
+        self, decisions: Mapping[str, str], client: str | None, user_agent: str | None, tenant: str | None = None,
+        call: Call | None = None,
     ) -> None:
         """On the request's path: a few dictionary updates (the common case, a client already counted this hour,
-        takes no other step)."""
+        takes no other step). ``call``: the request, for its client's example call (once a batch) and the rule that
+        decided it (its rollout's decision, made once per request)."""
         if not decisions:
             return
         now = self._clock()
@@ -106,6 +172,8 @@ class UsageCounter:
             key = (hour, behaviour, tenant, client, agent, decision)
             seen = requests.get(key)
             if seen is None:
+                if self.seen is not None:  # (a client over max_clients too: this process saw it)
+                    self.seen(behaviour, tenant, client, now)
                 if not self._new_row(batch, hour, behaviour, tenant, decision, (tenant, client, agent)):
                     continue
                 seen = 0
@@ -113,6 +181,33 @@ class UsageCounter:
             requests[key] = seen + 1
             batch.last_seen[key] = now
             batch.count += 1
+            if call is not None and seen == 0:
+                who = (behaviour, tenant, client)
+                if who not in batch.examples:
+                    self._detail(batch, call, who)
+
+    def _detail(self, batch: Batch, call: Call, who: WhoKey) -> None:
+        """A client's first call in the batch: its example and the rule that decided it (once a batch, every
+        flush_interval: a request of a client already in the batch takes no step here)."""
+        batch.examples[who] = self._example(call)
+        rollout = call.rollout
+        if rollout is not None:
+            try:
+                batch.rules[who] = rule_of(rollout.decide(who[0]))
+            except KeyError:  # a behaviour the plan does not know (a policy counted under its own name)
+                pass
+
+    def _example(self, call: Call) -> str:
+        """The call as method and route template (``PUT /api/v1/cards/{card_id}/files``): never a path's ids, never a
+        query; one string for every client that calls it (a client held costs no text of its own)."""
+        route = call.route
+        key = (call.method, route.template(call.path) or f"(route {route.name})")
+        text = self._examples.get(key)
+        if text is None:
+            text = f"{key[0]} {key[1]}"
+            if len(self._examples) < _EXAMPLES_KEPT:
+                self._examples[key] = text
+        return text
 
     def _new_row(self, batch: Batch, hour: int, behaviour: str, tenant: str, decision: str,
                  who: tuple[str, str, str]) -> bool:

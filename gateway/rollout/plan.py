@@ -246,7 +246,8 @@ class Schedule:
         """The phase for one client (the per-request path: no explanation is built)."""
         r = self._resolve(now, client, tenant)
         return Decision(self.behaviour.name, r.phase, self.behaviour.phases[r.phase], r.kind, r.shadow,
-                        self._bridge_for(now, client), self.vary, r.unplaced)
+                        self._bridge_for(now, client), self.vary, r.unplaced,
+                        r.cause.name if isinstance(r.cause, _Exempt) else None)
 
     def bridge(self, now: float, headers: Mapping[str, str]) -> bool:
         """Whether this request gets the behaviour's migration bridge: the first exemption in force that matches the

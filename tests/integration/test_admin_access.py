@@ -40,7 +40,7 @@ from tests.gateway_testlib import (
 from tests.process_testlib import ROOT, Proc, start, wait_for, write_config
 
 COOKIE = "gateway_admin"  # the admin cookie's name (docs/operations.md)
-PROTECTED = ["/metrics", "/config", "/rollout", "/deprecations", "/status", "/status.json", "/"]
+PROTECTED = ["/metrics", "/config", "/rollout", "/deprecations", "/status", "/status.json", "/status.main", "/"]
 BEARER = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 Admin = Callable[..., Awaitable[tuple[Any, int]]]
@@ -111,8 +111,8 @@ async def test_a_browser_gives_the_token_once_and_keeps_a_cookie(admin: Admin) -
             assert ADMIN_TOKEN not in resp.headers["Set-Cookie"]
         async with client.get(f"http://127.0.0.1:{port}/?token={ADMIN_TOKEN}") as resp:  # -> ./ -> status
             assert resp.status == 200 and resp.url.path == "/status" and "text/html" in resp.headers["Content-Type"]
-        async with client.get(f"http://127.0.0.1:{port}/status.json") as resp:  # what the page's script fetches
-            assert resp.status == 200
+        async with client.get(f"http://127.0.0.1:{port}/status.main") as resp:  # what the page's script fetches
+            assert resp.status == 200 and "text/html" in resp.headers["Content-Type"]
 
 
 @pytest.mark.parametrize("credential", [

@@ -92,7 +92,10 @@ async def test_after_the_removal_date_there_is_no_sunset_but_still_a_deprecation
             assert "cards" not in await resp.json()
             assert _deprecation(resp.headers["Deprecation"]) == CAP
             assert "Sunset" not in resp.headers
-            assert resp.links.get("deprecation") is None  # none configured: no documentation link is made up
+            # None configured: no documentation link is made up. The one deprecation link is the client's own view
+            # of its usage (issue 36: on every answer to a deprecated call of a client with a token).
+            assert [str(link["url"]) for link in resp.links.getall("deprecation")] == [
+                f"{gw.url}/_gateway/deprecations"]
             successor = resp.links.get("successor-version")
             assert successor is not None
             target = resp.url.join(_url(successor["url"]))

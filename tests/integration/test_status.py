@@ -64,15 +64,23 @@ async def test_the_page_escapes_what_clients_send_and_is_locked_down(
             async with client.get(admin + "/status.json") as resp:
                 data = await resp.json()
                 raw_json = await resp.text()
+            async with client.get(admin + "/status.main") as resp:  # what the page's script puts in place
+                assert resp.content_type == "text/html" and resp.headers["Content-Security-Policy"] == headers[
+                    "Content-Security-Policy"]
+                part = await resp.text()
             async with client.get(admin + "/config") as resp:
                 config = await resp.json()
-            for path in ("/status?since=yesterday", "/status.json?until=soon"):  # the page's window: /deprecations'
+            for path in ("/status?since=yesterday", "/status.json?until=soon", "/status.main?page=0"):  # the page's window: /deprecations'
                 async with client.get(admin + path) as resp:
                     assert resp.status == 400 and (await resp.json())["code"] == "BAD_QUERY", path
             async with client.get(admin + "/status.json?since=2h&until=1h") as resp:
                 assert resp.status == 200 and (await resp.json())["usage"]["policies"] == []  # before the request
     finally:
         await runner.cleanup()
+    # The page's main part, refreshed, is the page's own rendering (one renderer): the same markup, no script.
+    main = re.search(r'<main id="status">(.*)</main>', page, re.DOTALL)
+    assert main is not None and "<script" not in part
+    assert re.sub(r"\d\d:\d\d", "hh:mm", part) == re.sub(r"\d\d:\d\d", "hh:mm", main.group(1))  # (read a moment apart)
     # The client's text is text: escaped, never markup.
     assert "<script>window.pwned" not in page and "<img src=x" not in page
     assert "&lt;script&gt;window.pwned=1&lt;/script&gt;\"&gt;&lt;img src=x onerror=alert(1)&gt;" in page

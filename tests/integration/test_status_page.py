@@ -171,6 +171,58 @@ async def test_a_client_that_made_legacy_uploads_appears_without_a_reload(
     assert problems == []
 
 
+async def test_the_clients_to_contact_are_listed_most_urgent_first_with_hostile_text_kept_as_text(
+        browser: Browser, upstream: RecordingUpstream, tmp_path: Path) -> None:
+    """Named and unnamed clients, internal and external: the table of clients to contact (blocked first), each
+    company's external clients per state, names and contacts beside fingerprints. A contact and a User-Agent that
+    are markup stay text, in the page and in its refresh (the same renderer), which say the same."""
+    owner = 'partners@example.com <img src=x onerror="window.pwned=3">'
+    config = _config(upstream.url)
+    config["usage"] = {"clients": [
+        {"name": "partner-app", "owner": owner, "token_fingerprint": token_fingerprint("Bearer partner")},
+        {"name": "nightly-sync", "owner": "data platform", "internal": True, "user_agent": {"prefix": "LegacySync/"}}]}
+    proc = await start(config, tmp_path, env={**os.environ, "GATEWAY_NOW": "2026-11-05T12:00:00Z"})
+    try:
+        async with aiohttp.ClientSession() as client:
+            for token, host, agent, status in (("Bearer partner", "127.0.0.1", "PartnerSDK/1.0", 403),
+                                               ("Bearer stranger", "old.test", XSS, 200),
+                                               ("Bearer sync", "127.0.0.1", "LegacySync/2.1", 403)):
+                async with client.put(f"{proc.url}/api/v1/cards/1/files", data=b"file bytes",
+                                      headers={"Authorization": token, "User-Agent": agent, "Host": host}) as resp:
+                    assert resp.status == status
+        page, problems = await _open(browser, proc, viewport={"width": 1280, "height": 900})
+        try:
+            section = page.locator("#readiness")
+            server_text = await section.evaluate(_TEXT_WITHOUT_TIMES)
+            rows = section.locator("table.contacts tbody tr")
+            cells = [await row.locator("td").all_inner_texts() for row in await rows.all()]
+            assert [(c[0], c[2]) for c in cells] == [("blocked", "acme\nlegacy_uploads"),
+                                                     ("blocked", "acme\nlegacy_uploads"),
+                                                     ("calling", "oldco\nlegacy_uploads")]
+            partner = token_fingerprint("Bearer partner")
+            assert cells[0][1] == f"partner-app {partner}\nPartnerSDK/1.0\ncontact: {owner}"
+            assert cells[1][1].startswith("nightly-sync ") and "(internal)" in cells[1][1]
+            assert cells[2][1] == f"{token_fingerprint('Bearer stranger')}\n{XSS}\ncontact: -"
+            assert cells[0][3] == "PUT /api/v1/cards/{card_id}/files"
+            assert cells[0][4] == "no change scheduled"  # acme forbids legacy uploads by its setting
+            assert cells[2][4].startswith("forbidden at 2027-01-15 00:00 UTC, in 70 d 12 h: forbid_legacy_uploads")
+            assert "2 external clients still call deprecated behaviour; 1 internal client not counted" in server_text
+            counts = await section.locator("table.counts tbody tr").evaluate_all(
+                "rows => rows.map(r => [...r.cells].map(c => c.innerText))")
+            assert counts == [["acme", "legacy_uploads", "1", "0", "0", "0"],
+                              ["oldco", "legacy_uploads", "0", "0", "1", "0"]]
+            await page.locator("#refresh").click()
+            await page.locator("#status[data-refreshed='1']").wait_for(state="attached")
+            assert await page.locator("#readiness").evaluate(_TEXT_WITHOUT_TIMES) == server_text
+            assert await page.evaluate("window.pwned") is None
+            await page.screenshot(path=tmp_path / "status-readiness.png", full_page=True)
+        finally:
+            await page.close()
+        assert problems == []
+    finally:
+        proc.stop()
+
+
 _TEXT_WITHOUT_TIMES = """main => {
   const copy = main.cloneNode(true);
   copy.querySelectorAll(".vol").forEach(e => e.remove());
@@ -191,7 +243,8 @@ async def test_the_page_reads_the_same_without_javascript_and_on_a_phone(
     assert await plain.locator("#refresh").is_hidden()
     await plain.screenshot(path=tmp_path / "status-no-js.png", full_page=True)
     await plain.close()
-    # With it, on a phone: the script's rendering of status.json says the same, and nothing overflows the width.
+    # With it, on a phone: the page refreshed in place (the server's main part, fetched) says the same, and nothing
+    # overflows the width.
     phone, phone_problems = await _open(browser, proc, viewport={"width": 390, "height": 844}, is_mobile=True,
                                         has_touch=True, device_scale_factor=2)
     try:

@@ -314,7 +314,7 @@ async def test_the_command_line_says_what_is_wrong(upstream: RecordingUpstream, 
     (tmp_path / "nowhere").mkdir()
     for expected in ("(was empty)", "(already)"):
         migrate = _main("migrate", "--config", str(config))
-        assert migrate.returncode == 0 and f"schema 0001 {expected}" in migrate.stdout, migrate.stderr
+        assert migrate.returncode == 0 and f"schema 0002 {expected}" in migrate.stdout, migrate.stderr
     out = await loop.run_in_executor(None, lambda: _usage(config))
     assert out.returncode == 0 and "no deprecated behaviour used in the window" in out.stdout
     # A password in the URL: never printed, neither by check-config nor in an error.
@@ -347,7 +347,7 @@ def test_usage_and_migrate_need_only_the_ledger_s_variables(tmp_path: Path, monk
         assert "UNSET_" not in out.stderr and "Traceback" not in out.stderr
     monkeypatch.setenv("GW_TEST_LEDGER_URL", f"sqlite:///{tmp_path}/usage.sqlite3")
     migrate = _main("migrate", "--config", str(config))
-    assert migrate.returncode == 0 and "schema 0001 (was empty)" in migrate.stdout, migrate.stderr
+    assert migrate.returncode == 0 and "schema 0002 (was empty)" in migrate.stdout, migrate.stderr
     out = _usage(config, "--since", "1h")
     assert out.returncode == 0 and "no deprecated behaviour used in the window" in out.stdout, out.stderr
     check = _main("check-config", str(config))

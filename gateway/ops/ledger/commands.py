@@ -1,5 +1,5 @@
-"""What ``gateway usage`` and ``gateway migrate`` do and print (``gateway.cli`` parses their arguments and loads the
-config), and the ledger's line in ``gateway check-config``.
+"""What ``gateway usage``, ``gateway outreach`` and ``gateway migrate`` do and print (``gateway.cli`` parses their
+arguments and loads the config), and the ledger's line in ``gateway check-config``.
 
 They open the ledger's database directly (``store.Store``): any replica, or an operator's machine with the config
 and access to the database, reads the fleet's whole history. Exit status: 0, 1 when the ledger cannot be read or
@@ -16,13 +16,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from ...config.ledger import ClientNames
 from .query import DEFAULT_SINCE, Query, check_name, parse_when, window
 
 if TYPE_CHECKING:
     from ...config import LoadedConfig
     from .store import Store
 
-__all__ = ("DEFAULT_SINCE", "describe", "migrate", "usage")
+__all__ = ("DEFAULT_SINCE", "describe", "migrate", "outreach", "usage")
 
 
 def describe(config: LoadedConfig) -> str:
@@ -111,6 +112,11 @@ def usage(config: LoadedConfig, *, since: str, until: str | None, tenant: str | 
         return _failed(config, "read", err)
     finally:
         store.close()
+    names = ClientNames(config.model.usage.clients)
+    for data in report["behaviours"].values():
+        for row in data["top_clients"]:
+            named = names.find(row["client"], row["user_agent"])
+            row["name"] = named.name if named is not None else None
     if output == "json":
         print(json.dumps(report, indent=2))
     elif output == "csv":
@@ -118,6 +124,109 @@ def usage(config: LoadedConfig, *, since: str, until: str | None, tenant: str | 
     else:
         _text(report, config.secrets.redact(config.model.usage.ledger.url), now)
     return 0
+
+
+def outreach(config: LoadedConfig, *, tenant: str | None, behaviour: str | None, everyone: bool, top: int | None,
+             output: Literal["text", "json", "csv"]) -> int:
+    """The clients to contact, most urgent first: blocked, overdue, then calling (the soonest change first), each
+    with its name and contact (or fingerprint and User-Agent), state, example call and what changes for it next;
+    ``everyone``: the ready ones too."""
+    from ...rollout import clock_from_config
+    from .readiness import build, days_from
+
+    try:
+        tenant = tenant and check_name(tenant, "--tenant")
+        behaviour = behaviour and check_name(behaviour, "--behaviour")
+        now = clock_from_config(config.model.rollout).now().timestamp()
+    except ValueError as err:
+        print(f"gateway: {err}", file=sys.stderr)
+        return 2
+    if top is not None and top < 1:
+        print("gateway: --top must be 1 or more", file=sys.stderr)
+        return 2
+    store = _open(config, create=False)
+    if isinstance(store, str):
+        print(f"gateway: {store}", file=sys.stderr)
+        return 1 if config.model.usage.ledger.enabled else 2
+    options = config.model.usage.readiness
+    wall = time.time()
+    try:
+        rows: tuple[list[Any], list[Any]] = ([], [])
+        if store.revision() is not None:
+            rows = store.readiness(wall - options.window_days * 86400, days_from(wall), tenant, behaviour)
+    except Exception as err:  # noqa: BLE001 - any driver error: said in one line, exit 1
+        return _failed(config, "read", err)
+    finally:
+        store.close()
+    ready = build(*rows, plan=config.rollout_plan(), names=ClientNames(config.model.usage.clients), wall=wall,
+                  now=now, quiet_days=options.quiet_days, window_days=options.window_days)
+    data = ready.to_json(top, ready=everyone)
+    if output == "json":
+        print(json.dumps(data, indent=2))
+    elif output == "csv":
+        _outreach_csv(data)
+    else:
+        _outreach_text(data, config.secrets.redact(config.model.usage.ledger.url), wall, everyone)
+    return 0
+
+
+_OUTREACH_COLUMNS = ("state", "tenant", "behaviour", "client", "name", "owner", "internal", "user_agent", "example",
+                     "rule", "last_decision", "phase", "next_phase", "next_at", "next_why", "first_call", "last_call",
+                     "requests", "last_7_days", "previous_7_days", "trend", "refused_7_days", "last_refused",
+                     "previewing")
+
+
+def _outreach_csv(data: dict[str, Any]) -> None:
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(_OUTREACH_COLUMNS)
+    for row in data["clients"]:
+        upcoming = row["next"] or {}
+        values = {**row, "next_phase": upcoming.get("phase"), "next_at": upcoming.get("at"),
+                  "next_why": upcoming.get("why")}
+        writer.writerow([_csv_value(values[key]) for key in _OUTREACH_COLUMNS])
+
+
+def _csv_value(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return _cell(value) if isinstance(value, str) else value
+
+
+def _outreach_text(data: dict[str, Any], shown: str, wall: float, everyone: bool) -> None:
+    n, m = data["still_calling"], data["internal_clients"]
+    print(f"usage ledger {shown}: readiness at {data['at']} over the last {data['window_days']} days (ready: no "
+          f"deprecated call for {data['quiet_days']} days)")
+    print(f"{n} external client{'' if n == 1 else 's'} still call{'s' if n == 1 else ''} deprecated behaviour"
+          + (f" ({m} internal client{'' if m == 1 else 's'} not counted)" if m else ""))
+    for tenant, per in data["totals"].items():
+        for behaviour, counts in per.items():
+            print(f"  {tenant} {behaviour}: " + ", ".join(f"{state} {count}" for state, count in counts.items()))
+    clients = data["clients"]
+    if not clients:
+        print("no client to contact")
+        return
+    for row in clients:
+        who = row["name"] or row["client"] or "(no token)"
+        if row["name"]:
+            who += f" ({row['client'] or 'no token'})"
+        if row["internal"]:
+            who += " [internal]"
+        contact = row["owner"] or (_printable(row["user_agent"]) if row["user_agent"] else "-")
+        print(f"{row['state']:<8} {row['tenant']} {row['behaviour']}: {who}, {contact}")
+        last = dt.datetime.fromisoformat(row["last_call"]).timestamp()
+        print(f"         calls {row['example'] or '(no example yet)'}; last {_when(last)} ({_ago(wall - last)}), "
+              f"{row['last_7_days']} in the last 7 days, {row['previous_7_days']} the 7 before ({row['trend']})"
+              + (f"; rule {row['rule']}" if row["rule"] else ""))
+        upcoming = row["next"]
+        if upcoming is None:
+            print(f"         now {row['phase']}; no change scheduled")
+        else:
+            print(f"         now {row['phase']}; next {upcoming['phase']} at {upcoming['at']}: {upcoming['why']}")
+    more = (data["clients_in_window"] if everyone else data["to_contact"]) - len(clients)
+    if more > 0:
+        print(f"... {more} more: --top to list more")
 
 
 def _when(ts: float) -> str:
@@ -158,9 +267,10 @@ def _text(report: dict[str, Any], shown: str, now: float) -> None:
                   f"{'':<10}  user agent")
         for row in rows:
             agent = _printable(row["user_agent"]) if row["user_agent"] else "-"
+            named = f" ({row['name']})" if row.get("name") else ""
             print(f"  {row['requests']:>10}  {row['client'] or '-':<12}  {row['tenant'] or '-':<12}  "
                   f"{_when(row['first_seen']):<16}  {_when(row['last_seen']):<16}  {_ago(now - row['last_seen']):<10}  "
-                  f"{agent}")
+                  f"{agent}{named}")
         if len(rows) < data["variants"]:
             print(f"  ... {data['variants'] - len(rows)} more: --top 0 lists every one")
 
@@ -177,7 +287,7 @@ def _clients(clients: int, variants: int) -> str:
 def _csv(report: dict[str, Any]) -> None:
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow(["behaviour", "tenant", "client", "user_agent", "requests", "decisions", "first_seen",
-                     "last_seen"])
+                     "last_seen", "name"])
     for name, data in report["behaviours"].items():
         for row in data["top_clients"]:
             writer.writerow([
@@ -185,6 +295,7 @@ def _csv(report: dict[str, Any]) -> None:
                 ";".join(f"{d}={n}" for d, n in row["decisions"].items()),
                 dt.datetime.fromtimestamp(row["first_seen"], dt.UTC).isoformat(timespec="seconds"),
                 dt.datetime.fromtimestamp(row["last_seen"], dt.UTC).isoformat(timespec="seconds"),
+                row.get("name") or "",
             ])
 
 

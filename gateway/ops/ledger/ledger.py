@@ -13,7 +13,7 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -461,7 +461,27 @@ class Ledger:
         return await self._shared(("daily", since, until, tenants), lambda store: store.daily(since, until, tenants),
                                   fresh)
 
-    async def _shared(self, key: tuple[Any, ...], read: Callable[[Store], T], fresh: float) -> T:
+    async def readiness(self, fold: Callable[[list[tuple[Any, ...]], list[tuple[Any, ...]]], T], *, since: float,
+                        days_from: int, tenant: str | None = None, behaviour: str | None = None,
+                        client: str | None = None, share: tuple[Any, ...] = (), fresh: float = 0.0,
+                        flush: bool = True) -> T:
+        """The clients' rollups since ``since`` (and their days from ``days_from``), handed to ``fold`` in the
+        reader thread (``readiness.build`` and what it cuts: the answer, never the rows, comes back to the loop).
+        Reads with the same window, filters and ``share`` (what tells the callers' folds apart) share one query.
+        ``flush``: this process's counts written first (not when a read of the same answer just wrote them)."""
+        key = ("readiness", since, days_from, tenant, behaviour, client, *share)
+        return await self._shared(
+            key, lambda store: fold(*store.readiness(since, days_from, tenant, behaviour, client)), fresh, flush=flush)
+
+    async def seen_before(self,
+                          instants: Sequence[tuple[str, float]]) -> dict[tuple[str, float], list[tuple[str, str]]]:
+        """A freeze's record: per (behaviour, instant), the (tenant, client) first seen before it, fleet-wide (what
+        this process counted is not written first: the record learns it as it counts it)."""
+        return await self._shared(("seen_before", tuple(instants)), lambda store: store.seen_before(instants), 0.0,
+                                  flush=False)
+
+    async def _shared(self, key: tuple[Any, ...], read: Callable[[Store], T], fresh: float, *,
+                      flush: bool = True) -> T:
         """Identical reads share one query: a read that arrives while another is running waits for its answer, and
         one within ``fresh`` seconds of an answer gets it again as long as this process has counted nothing since
         (so a read right after a request still sees it). Three status pages cost one query, not three."""
@@ -474,14 +494,14 @@ class Ledger:
             for old in [k for k, r in self._reads.items() if r.task.done()]:
                 del self._reads[old]
         entry = _Read(self.counter.mark)
-        entry.task = asyncio.create_task(self._read(read, entry), name="usage-ledger-read")
+        entry.task = asyncio.create_task(self._read(read, entry, flush), name="usage-ledger-read")
         if len(self._reads) < _READS_KEPT:
             self._reads[key] = entry
         entry.task.add_done_callback(functools.partial(self._read_done, key))
         return await asyncio.shield(entry.task)
 
-    async def _read(self, read: Callable[[Store], T], entry: _Read) -> T:
-        store = await self._ready_for_reading()
+    async def _read(self, read: Callable[[Store], T], entry: _Read, flush: bool = True) -> T:
+        store = await self._ready_for_reading(flush)
         entry.mark = self.counter.mark  # what was counted before it is now written: the answer includes it
         try:
             return await self._call(functools.partial(read, store), _READ_TIMEOUT, read=True)
@@ -495,10 +515,10 @@ class Ledger:
             if self._reads.get(key) is not None and self._reads[key].task is task:
                 del self._reads[key]
 
-    async def _ready_for_reading(self) -> Store:
+    async def _ready_for_reading(self, flush: bool = True) -> Store:
         if self._task is None or self._closing:
             raise LedgerUnavailable("the usage ledger is not running")
-        if self.state != "failing":
+        if (flush or self._schema is None) and self.state != "failing":
             try:
                 await asyncio.wait_for(self.flush(), self.options.flush_timeout + 1)
             except TimeoutError:

@@ -1,6 +1,7 @@
 """The usage ledger's database side (SQLAlchemy Core, synchronous; sqlite3 or psycopg 3): the schema and its upgrades
-(Alembic), batches written as upserts that add up (several processes may write the same rows: ``Store.write``),
-reports, retention. Blocking by nature: the gateway calls it from the ledger's own thread, the command line directly."""
+(Alembic), batches written as upserts that add up (several processes may write the same rows: ``Store.write``), with
+each client's rollups in the same transaction; reports, readiness reads, a freeze's record of who was seen,
+retention. Blocking by nature: the gateway calls it from the ledger's own threads, the command line directly."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from sqlalchemy import (
     func,
     inspect,
     literal_column,
+    or_,
     select,
     text,
 )
@@ -34,10 +36,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.sql.elements import ColumnElement
 
 from ...config.ledger import NAME_WIDTH, database_url
-from ..usage import Batch, TotalKey
+from ..usage import Batch, ClientKey, TotalKey, counted, refused
 from .migrations import HEAD
 from .query import DAY, Query, iso
-from .schema import batches, clients, totals
+from .schema import EXAMPLE_WIDTH, RULE_WIDTH, batches, client_days, client_state, clients, totals
 
 __all__ = ("Store", "describe_error", "sqlite_path")
 
@@ -129,6 +131,32 @@ class Store:
         # loop for the interpreter), and the chunks bound what is allocated at once.
         self._totals_sql = _positional(self._upsert_totals, self.engine, _TOTAL_COLUMNS)
         self._clients_sql = _positional(self._upsert_clients, self.engine, _CLIENT_COLUMNS)
+        st, new = client_state.c, insert(client_state)
+        later = new.excluded.last_seen >= st.last_seen
+
+        def latest(column: str) -> Any:
+            return case((later, new.excluded[column]), else_=st[column])
+
+        def known(column: str) -> Any:  # an example or a rule: the latest one known (rows before 0002 had none)
+            empty: Any = literal_column("''")
+            return case((and_(new.excluded[column] != empty, or_(later, st[column] == empty)), new.excluded[column]),
+                        else_=st[column])
+
+        self._state_sql = _positional(new.on_conflict_do_update(
+            index_elements=list(client_state.primary_key.columns),
+            set_={"first_seen": case((new.excluded.first_seen < st.first_seen, new.excluded.first_seen),
+                                     else_=st.first_seen),
+                  "last_seen": case((later, new.excluded.last_seen), else_=st.last_seen),
+                  "requests": st.requests + new.excluded.requests,
+                  "last_decision": latest("last_decision"), "user_agent": latest("user_agent"),
+                  "example": known("example"), "rule": known("rule"),
+                  "last_refused": case((new.excluded.last_refused > st.last_refused, new.excluded.last_refused),
+                                       else_=st.last_refused)}), self.engine, _STATE_COLUMNS)
+        day = insert(client_days)
+        self._days_sql = _positional(day.on_conflict_do_update(
+            index_elements=list(client_days.primary_key.columns),
+            set_={"requests": client_days.c.requests + day.excluded.requests,
+                  "refused": client_days.c.refused + day.excluded.refused}), self.engine, _DAY_COLUMNS)
         claim = insert(batches).on_conflict_do_nothing(index_elements=[batches.c.id])
         self._claim_batch = claim.returning(batches.c.id)  # a row back: claimed now; none: written before
 
@@ -245,12 +273,21 @@ class Store:
             if forget is not None:
                 conn.execute(delete(batches).where(batches.c.id == forget))
             requests, first, last = batch.requests, batch.first_seen, batch.last_seen
+            left_out: set[ClientKey] = set()
             for keys in _chunks(sorted(requests)):
                 rows = [(*k, requests[k], first[k], last[k]) for k in keys if (k[0], k[1], k[2], k[5]) not in too_long]
                 for row, why in self._insert(conn, self._clients_sql, rows, careful):
                     total = (row[0], row[1], row[2], row[5])
                     moved[total] = moved.get(total, 0) + row[6]
+                    left_out.add(row[:6])
                     _refuse(batch, row[6], why)
+            state, days = _rollups(batch, too_long, left_out)
+            # A rollup row the database refuses is left out without a word more: its requests are in the hourly
+            # rows written above (and refused with them there, counted).
+            for sql, rollup in ((self._state_sql, state), (self._days_sql, days)):
+                for keys in _chunks(sorted(rollup)):
+                    for _ in self._insert(conn, sql, [(*k, *rollup[k]) for k in keys], careful):
+                        pass
             for key in too_long:
                 names = ", ".join(repr(name[:80]) for name in key[1:] if len(name) > NAME_WIDTH)
                 _refuse(batch, totals_of[key][0], f"a name longer than the ledger's columns ({NAME_WIDTH}): {names}")
@@ -288,6 +325,8 @@ class Store:
         with self._transaction(write=True, timeout=max(self.timeout, 60.0)) as conn:
             deleted = conn.execute(delete(clients).where(clients.c.bucket < before)).rowcount
             deleted += conn.execute(delete(totals).where(totals.c.bucket < before)).rowcount
+            deleted += conn.execute(delete(client_days).where(client_days.c.day <= before - DAY)).rowcount
+            deleted += conn.execute(delete(client_state).where(client_state.c.last_seen < before)).rowcount
             conn.execute(delete(batches).where(batches.c.written_at < batches_before))
         return int(deleted)
 
@@ -353,9 +392,102 @@ class Store:
         return [(str(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in rows]
 
 
+    def readiness(self, since: float, days_from: int, tenant: str | None = None, behaviour: str | None = None,
+                  client: str | None = None) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """Each client (per company and behaviour) seen since ``since``: its state row (tenant, client, behaviour,
+        first and last seen, requests, last decision, User-Agent, example, rule, last refused); and its trend from
+        the UTC day ``days_from`` (tenant, client, behaviour, requests in the 7 days from ``days_from + 7 days``,
+        in the 7 before, refusals in the 7 last), summed by the database. A row per client each: tens of thousands
+        for a fleet's 10,000 clients, never its hourly rows nor its days."""
+        st, cd = client_state.c, client_days.c
+        split: Any = literal_column(str(int(days_from) + 7 * DAY))
+        state_where = [st.last_seen >= since]
+        days_where = [cd.day >= days_from]
+        for value, columns in ((tenant, (st.tenant, cd.tenant)), (behaviour, (st.behaviour, cd.behaviour)),
+                               (client, (st.client, cd.client))):
+            if value is not None:
+                state_where.append(columns[0] == value)
+                days_where.append(columns[1] == value)
+        with self._transaction(write=False, timeout=self.read_timeout) as conn:
+            state = conn.execute(
+                select(st.tenant, st.client, st.behaviour, st.first_seen, st.last_seen, st.requests, st.last_decision,
+                       st.user_agent, st.example, st.rule, st.last_refused).where(*state_where)).all()
+            recent = cd.day >= split
+            days = conn.execute(
+                select(cd.tenant, cd.client, cd.behaviour, func.sum(case((recent, cd.requests), else_=0)),
+                       func.sum(case((recent, literal_column("0")), else_=cd.requests)),
+                       func.sum(case((recent, cd.refused), else_=0)))
+                .where(*days_where).group_by(cd.tenant, cd.client, cd.behaviour)).all()
+        return [tuple(row) for row in state], [tuple(row) for row in days]
+
+    def seen_before(self, instants: Sequence[tuple[str, float]]) -> dict[tuple[str, float], list[tuple[str, str]]]:
+        """For each (behaviour, instant): the (tenant, client) first seen on it before the instant (a freeze's
+        record of who is not new)."""
+        st = client_state.c
+        found: dict[tuple[str, float], list[tuple[str, str]]] = {}
+        with self._transaction(write=False, timeout=self.read_timeout) as conn:
+            for behaviour, at in instants:
+                rows = conn.execute(select(st.tenant, st.client)
+                                    .where(st.behaviour == behaviour, st.first_seen < at)).all()
+                found[(behaviour, at)] = [(str(tenant), str(client)) for tenant, client in rows]
+        return found
+
+
+# Kinds of the calendar, which the bridge's own decision overrides as the rule (``usage.rule_of``).
+_CALENDAR_RULES = frozenset({"default", "setting", "date", "override"})
+
+
+def _bridged(decision: str) -> bool:
+    """Whether a decision shows the behaviour's bridge acted: the upload upgrade's outcomes, the card backfill's."""
+    return decision.startswith("upgrade") or decision.endswith((":backfilled", ":backfill_failed"))
+
+
+def _rollups(batch: Batch, too_long: set[TotalKey], left_out: set[ClientKey]
+             ) -> tuple[dict[tuple[str, str, str], tuple[Any, ...]], dict[tuple[int, str, str, str], tuple[int, int]]]:
+    """The batch's client rows written, rolled up: per company, client and behaviour its state (first and last seen,
+    requests, the latest decision and User-Agent, its example call and rule, when it was last refused); and per UTC
+    day its requests and refusals. A decision that is no deprecated call (``usage.counted``) is left out of both."""
+    state: dict[tuple[str, str, str], list[Any]] = {}
+    days: dict[tuple[int, str, str, str], list[int]] = {}
+    first, last = batch.first_seen, batch.last_seen
+    for key, n in batch.requests.items():
+        hour, behaviour, tenant, client, agent, decision = key
+        if not counted(decision) or (hour, behaviour, tenant, decision) in too_long or key in left_out:
+            continue
+        no = refused(decision)
+        seen = last[key]
+        who = (tenant, client, behaviour)
+        row = state.get(who)
+        if row is None:
+            state[who] = [first[key], seen, n, decision, agent, seen if no else 0.0]
+        else:
+            row[0] = min(row[0], first[key])
+            row[2] += n
+            if seen > row[1]:
+                row[1], row[3], row[4] = seen, decision, agent
+            if no and seen > row[5]:
+                row[5] = seen
+        day = days.setdefault((hour - hour % DAY, tenant, client, behaviour), [0, 0])
+        day[0] += n
+        if no:
+            day[1] += n
+    out: dict[tuple[str, str, str], tuple[Any, ...]] = {}
+    for (tenant, client, behaviour), (first_seen, last_seen, n, decision, agent, last_refused) in state.items():
+        rule = batch.rules.get((behaviour, tenant, client), "")
+        if rule in _CALENDAR_RULES and _bridged(decision):
+            rule = "bridge"
+        example = batch.examples.get((behaviour, tenant, client), "")
+        out[(tenant, client, behaviour)] = (first_seen, last_seen, n, decision, agent, example[:EXAMPLE_WIDTH],
+                                            rule[:RULE_WIDTH], last_refused)
+    return out, {key: (n, no) for key, (n, no) in days.items()}
+
+
 _TOTAL_COLUMNS = ("bucket", "behaviour", "tenant", "decision", "requests", "untracked")
 _CLIENT_COLUMNS = ("bucket", "behaviour", "tenant", "client", "user_agent", "decision", "requests", "first_seen",
                    "last_seen")
+_STATE_COLUMNS = ("tenant", "client", "behaviour", "first_seen", "last_seen", "requests", "last_decision",
+                  "user_agent", "example", "rule", "last_refused")
+_DAY_COLUMNS = ("day", "tenant", "client", "behaviour", "requests", "refused")
 _CHUNK = 5000
 
 

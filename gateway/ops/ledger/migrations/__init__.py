@@ -2,4 +2,4 @@
 
 # The newest revision in versions/ (tests/test_usage.py checks it against Alembic's own reading): the gateway
 # compares it with the database's at start without importing Alembic.
-HEAD = "0001"
+HEAD = "0002"
