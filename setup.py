@@ -10,7 +10,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "gateway.policies.board_cards._jsonscan", sources=["gateway/policies/board_cards/_jsonscan.c"], optional=True
+            "gateway.policies.board_cards._jsonscan", sources=["gateway/policies/board_cards/_jsonscan.c"],
+            optional=True,
         )
     ]
 )

@@ -65,9 +65,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchlib import cpu_seconds, free_port, percentile, tool, wait_port
+
 from gateway.policies.board_cards import json_splice  # noqa: E402
 from tests.board_fixtures import board_bytes  # noqa: E402
-from benchlib import cpu_seconds, free_port, percentile, tool, wait_port
 
 PYTHON = sys.executable
 # --pin: the gateways on the first CPU, the load (the upstream, wrk, this process's board client) on the second.
@@ -466,7 +467,7 @@ def throughput(args: argparse.Namespace, work: Path, upstream_port: int, results
         suffix = " [baseline]" if name.endswith(" [baseline]") else ""
         base = samples["pass-through" + suffix]
         row["vs_pass_through"] = statistics.median(
-            r["rps"] / b["rps"] for r, b in zip(samples[name], base))
+            r["rps"] / b["rps"] for r, b in zip(samples[name], base, strict=True))
         row["cpu_vs_pass_through"] = row["gateway_cpu_ms_per_request"] / rows_out["pass-through" + suffix][
             "gateway_cpu_ms_per_request"]
     results["rows"] = rows_out
@@ -484,7 +485,7 @@ def throughput(args: argparse.Namespace, work: Path, upstream_port: int, results
         print("|---|---:|---:|")
         for name, _, _ in ROWS:
             mine, theirs = samples[name], samples[name + " [baseline]"]
-            ratio = statistics.median(a["rps"] / b["rps"] for a, b in zip(mine, theirs))
+            ratio = statistics.median(a["rps"] / b["rps"] for a, b in zip(mine, theirs, strict=True))
             cpu = rows_out[name]["gateway_cpu_ms_per_request"] / rows_out[name + " [baseline]"][
                 "gateway_cpu_ms_per_request"]
             print(f"| {name} | {ratio:.2f}x | {cpu:.2f}x |")
@@ -627,7 +628,7 @@ def _cpu_times(cpu: str) -> list[int]:
 
 def _cpu_share(before: list[int], after: list[int]) -> tuple[float, float]:
     """Between two readings: the busy share of the CPU, and the share spent in softirq (the kernel's network work)."""
-    delta = [b - a for a, b in zip(before, after)]
+    delta = [b - a for a, b in zip(before, after, strict=True)]
     total = sum(delta)
     if total <= 0:
         return 0.0, 0.0
@@ -730,7 +731,8 @@ def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: d
         out[name] = {
             "idle_p99_ms": statistics.median(r["p99_ms"] for r in runs["idle"]),
             "boards_p99_ms": statistics.median(r["p99_ms"] for r in runs["boards"]),
-            "p99_ratio": statistics.median(b["p99_ms"] / i["p99_ms"] for i, b in zip(runs["idle"], runs["boards"])),
+            "p99_ratio": statistics.median(b["p99_ms"] / i["p99_ms"]
+                                           for i, b in zip(runs["idle"], runs["boards"], strict=True)),
             "idle_rps": statistics.median(r["rps"] for r in runs["idle"]),
             "boards_rps": statistics.median(r["rps"] for r in runs["boards"]),
             "boards_per_s": boards[name] / max(seconds[name], 1e-9),
@@ -740,7 +742,7 @@ def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: d
             loaded = [sample[at] for sample in inside[name]["boards"]]
             out[name][f"{key}_idle_p99_ms"] = statistics.median(idle)
             out[name][f"{key}_boards_p99_ms"] = statistics.median(loaded)
-            out[name][f"{key}_p99_ratio"] = statistics.median(b / i for i, b in zip(idle, loaded))
+            out[name][f"{key}_p99_ratio"] = statistics.median(b / i for i, b in zip(idle, loaded, strict=True))
         for key, at in (("busy", 0), ("softirq", 1)):
             for phase in ("idle", "boards"):
                 out[name][f"cpu_{key}_{phase}"] = statistics.median(sample[at] for sample in cpu[name][phase])

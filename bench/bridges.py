@@ -51,6 +51,7 @@ from benchlib import free_port, percentile, proc_status
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from tests.process_testlib import LivezProbe  # noqa: E402 - the /livez probe the bounds tests use too
+
 PYTHON = str(ROOT / ".venv/bin/python") if (ROOT / ".venv/bin/python").exists() else sys.executable
 MiB = 1 << 20
 TOKEN = {"Authorization": "Bearer sandbox-token"}

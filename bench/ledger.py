@@ -44,8 +44,8 @@ sys.path.insert(0, str(ROOT))
 import run as harness  # noqa: E402 - the main harness's process and nginx helpers
 from benchlib import cpu_seconds, tool  # noqa: E402
 
-from gateway.ops.ledger import Ledger, Query, window  # noqa: E402
 from gateway.config.ledger import LedgerConfig  # noqa: E402
+from gateway.ops.ledger import Ledger, Query, window  # noqa: E402
 from gateway.ops.ledger.store import Store  # noqa: E402
 from gateway.ops.usage import UsageCounter  # noqa: E402
 
@@ -97,7 +97,7 @@ def throughput(tmp: Path, rounds: int, duration: float, postgres: Any) -> tuple[
     results: dict[str, list[float]] = {name: [] for name in variants}
     cpu: dict[str, list[float]] = {name: [] for name in variants}
     pids: dict[str, int] = {}
-    totals: dict[str, int] = {name: 0 for name in variants}
+    totals: dict[str, int] = dict.fromkeys(variants, 0)
     script = tmp / "clients.lua"
     script.write_text(WRK_SCRIPT)
     with harness.Stack() as stack:
@@ -309,7 +309,7 @@ def flush_cost(tmp: Path, clients: int, postgres: Any) -> list[str]:
         store = Store(url, timeout=120)
         store.migrate()
         times = []
-        for attempt in range(2):  # new rows, then the same keys again (ON CONFLICT DO UPDATE)
+        for _attempt in range(2):  # new rows, then the same keys again (ON CONFLICT DO UPDATE)
             batch = _batch(clients, at).take()
             assert batch is not None
             started = time.perf_counter()
@@ -399,6 +399,7 @@ def reads(tmp: Path, clients: int, postgres: Any, duration: float, pages: int, i
     recorded, so each page's read finds new counts and queries the database (the worst case: pages refreshed with
     no new usage share one answer)."""
     from benchlib import percentile, proc_status
+
     from tests.process_testlib import LivezProbe
 
     nginx = tool("nginx")

@@ -84,7 +84,7 @@ def main() -> int:
     base = results["1 worker"]
     print("\n| variant | req/s (median) | vs 1 worker (median of per-round ratios) |\n|---|---|---|")
     for name, values in results.items():
-        ratio = statistics.median(v / b for v, b in zip(values, base))
+        ratio = statistics.median(v / b for v, b in zip(values, base, strict=True))
         print(f"| {name} | {statistics.median(values):,.0f} | {ratio:.2f}x |")
     return 0
 

@@ -28,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
 from benchlib import free_port, tool, wait_port
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -195,6 +195,7 @@ def measure(name: str, url: str, rows: list[Row], clients: int, own: int, tmp: P
 
 def _through_a_gateway(name: str, url: str, clients: int, own: int, tmp: Path) -> list[str]:
     from benchlib import percentile
+
     from tests.process_testlib import LivezProbe
 
     port, admin = harness.pick_ports(18790, 2)

@@ -57,17 +57,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
-import threading
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.client import HTTPConnection
 from pathlib import Path
-from benchlib import cpu_seconds as proc_cpu
-from benchlib import proc_status
-from benchlib import tool as _find_tool
+
+from benchlib import cpu_seconds as proc_cpu, proc_status, tool as _find_tool
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent

@@ -51,10 +51,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import run as harness  # noqa: E402 - the main harness's nginx config and wrk output reader
 import yaml
 from benchlib import HOST, cpu_seconds, free_port, proc_status, tool, wait_port
-
-import run as harness  # noqa: E402 - the main harness's nginx config and wrk output reader
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
 from benchlib import HOST, free_port, proc_status, wait_port
 
 BENCH = Path(__file__).resolve().parent
@@ -246,7 +247,8 @@ def main() -> int:
                     seconds[name].append(targets[name]())
             report["allowed_mib"] = args.large_mib
             report["allowed_seconds"] = {name: sorted(v) for name, v in seconds.items()}
-            report["allowed_ratio"] = statistics.median(g / d for g, d in zip(seconds["gateway"], seconds["direct"]))
+            report["allowed_ratio"] = statistics.median(
+                g / d for g, d in zip(seconds["gateway"], seconds["direct"], strict=True))
             report["rss_peak_end"] = proc_status(gateway.pid, "VmHWM")
     print(render(report))
     if args.json:

@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from .config import ConfigError, LoadedConfig, expand_references, parse_model, read_document
+from .config.ledger import ClientNames
 from .core.chain import fold
 from .core.exchange import Next
 from .core.ratelimit import RateLimits
@@ -24,7 +25,6 @@ from .edge.serve import Edge, GatewayState, InFlight
 from .edge.tenancy import TenantResolver
 from .ops.access_log import AccessLogWriter, LineSink, Recorder
 from .ops.admin import COOKIE as ADMIN_COOKIE
-from .config.ledger import ClientNames
 from .ops.gc_pauses import freeze_built, let_go, paused, quick_handover
 from .ops.ledger import Ledger, LedgerFamilies
 from .ops.ledger.known import KnownClients, KnownFamilies, snapshot_path

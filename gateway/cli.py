@@ -1,6 +1,6 @@
 """Command line: ``gateway serve``, ``gateway check-config``, ``gateway rollout``, ``gateway usage``,
-``gateway outreach``, ``gateway migrate``, ``gateway --version``: the arguments parsed, the config loaded (or its problems printed, exit
-status 2), the command run; ``serve``'s process lifecycle is ``gateway.lifecycle``'s."""
+``gateway outreach``, ``gateway migrate``, ``gateway --version``: the arguments parsed, the config loaded (or its
+problems printed, exit status 2), the command run; ``serve``'s process lifecycle is ``gateway.lifecycle``'s."""
 
 from __future__ import annotations
 

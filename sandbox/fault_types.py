@@ -56,7 +56,7 @@ def _path_matches(pattern: str, path: str) -> bool:
     if "*" not in pattern:
         return False
     wanted, got = pattern.split("/"), path.split("/")
-    return len(wanted) == len(got) and all(w in ("*", g) for w, g in zip(wanted, got))
+    return len(wanted) == len(got) and all(w in ("*", g) for w, g in zip(wanted, got, strict=True))
 
 
 class FaultTable:

@@ -80,30 +80,30 @@ def _board(store: Store, board_id: int, title: str, *, private: bool = False, rn
            **overrides: object) -> Board:
     rng = rng if rng is not None else store.rng()
     created = _BASE_TIME - timedelta(days=30 - board_id)
-    values: dict[str, object] = dict(
-        id=board_id,
-        uid=store.new_uid(rng),
-        space_id=SPACE_ID,
-        title=title,
-        created=created,
-        updated=created + timedelta(days=3),
-        description=None,
-        external_id=None,
-        email_key=f"board{board_id}-{rng.getrandbits(40):010x}",
-        default_card_type_id=1,
-        default_tags=None,
-        cell_wip_limits=None,
-        move_parents_to_done=False,
-        first_image_is_cover=True,
-        reset_lane_spent_time=False,
-        backward_moves_enabled=False,
-        hide_done_policies=False,
-        hide_done_policies_in_done_column=True,
-        automove_cards=False,
-        auto_assign_enabled=True,
-        card_property_ids=[1],
-        private=private,
-    )
+    values: dict[str, object] = {
+        "id": board_id,
+        "uid": store.new_uid(rng),
+        "space_id": SPACE_ID,
+        "title": title,
+        "created": created,
+        "updated": created + timedelta(days=3),
+        "description": None,
+        "external_id": None,
+        "email_key": f"board{board_id}-{rng.getrandbits(40):010x}",
+        "default_card_type_id": 1,
+        "default_tags": None,
+        "cell_wip_limits": None,
+        "move_parents_to_done": False,
+        "first_image_is_cover": True,
+        "reset_lane_spent_time": False,
+        "backward_moves_enabled": False,
+        "hide_done_policies": False,
+        "hide_done_policies_in_done_column": True,
+        "automove_cards": False,
+        "auto_assign_enabled": True,
+        "card_property_ids": [1],
+        "private": private,
+    }
     values.update(overrides)
     return Board(**values)  # type: ignore[arg-type]
 

@@ -53,13 +53,14 @@ def _native(body: bytes, keep: int, pieces: list[bytes]) -> tuple[Any, bool]:
         return out
 
     json_splice._native_layout = spy  # type: ignore[assignment]
+    got: Any
     try:
         try:
             got = layout_fields(reader.layout(body))
         except json_splice.NotJSON:
             got = "NotJSON"
     finally:
-        json_splice._native_layout = original  # type: ignore[assignment]
+        json_splice._native_layout = original
     return got, any(vouched)
 
 
@@ -71,7 +72,7 @@ def _cut(rng: random.Random, body: bytes) -> list[bytes]:
         size = rng.choice([1, 2, 3, 7, 63, 64, 65, 100])
         return [body[i : i + size] for i in range(0, len(body), size)]
     points = sorted(rng.sample(range(len(body) + 1), min(len(body) + 1, rng.randrange(1, 12))))
-    return [body[a:b] for a, b in zip([0, *points], [*points, len(body)])]
+    return [body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True)]
 
 
 def _damage(rng: random.Random, body: bytes) -> bytes:

@@ -17,7 +17,6 @@ from aiohttp import web
 from gateway.app import Gateway
 from gateway.ops.metrics import Metrics
 
-
 # The admin token of the tests' gateways. Admin URLs handed to tests carry it as HTTP Basic credentials
 # (``admin_url``), which aiohttp's client sends by itself.
 ADMIN_TOKEN = "test-admin-token-0123456789abcdef"
@@ -161,7 +160,7 @@ async def read_answer(reader: asyncio.StreamReader, timeout: float, *, read_unti
     while (remaining := deadline - loop.time()) > 0:
         try:
             chunk = await asyncio.wait_for(reader.read(65536), remaining)
-        except (asyncio.TimeoutError, ConnectionResetError):
+        except (TimeoutError, ConnectionResetError):
             break
         if not chunk:
             break

@@ -38,7 +38,7 @@ def _expected(case: Case, status: int, taken: float, now: float) -> str:
     """The record as the access log documents it, encoded by json.dumps."""
     request, ex = case.request, case.exchange
     upstream = ex.record.upstream_seconds if ex else None
-    record = {
+    record: dict[str, object] = {
         "time": round(now, 3),
         "request_id": ex.request_id if ex else case.request_id,
         "trace_id": case.trace.trace_id if case.trace else None,

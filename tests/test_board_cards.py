@@ -12,8 +12,7 @@ from multidict import CIMultiDict
 from gateway.app import ConfigError, parse_config
 from gateway.core.exchange import Exchange, Policy, Reply
 from gateway.ops.metrics import Metrics
-from gateway.policies.board_cards import json_splice
-from gateway.policies.board_cards import policy as board_cards
+from gateway.policies.board_cards import json_splice, policy as board_cards
 from tests.gateway_testlib import BASE_CONFIG
 from tests.policy_testlib import Terminal, build_policy, exchange_for, mocked_request
 

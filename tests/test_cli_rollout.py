@@ -10,7 +10,7 @@ import yaml
 
 from gateway.cli import main
 
-CONFIG = {
+CONFIG: dict[str, Any] = {
     "rollout": {
         "timezone": "Europe/Berlin",
         "brownouts": [{"start": "2026-10-20T10:00:00", "end": "2026-10-20T12:00:00"}],
@@ -38,7 +38,9 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_every_tenant_and_behaviour_with_why_and_next_change(config_file: Path, capsys) -> None:
+def test_every_tenant_and_behaviour_with_why_and_next_change(
+    config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, _ = run(capsys, "--config", str(config_file), "--at", "2026-09-30T23:59:59")
     assert code == 0
     assert out.startswith("rollout at 2026-09-30T23:59:59+02:00")
@@ -52,7 +54,9 @@ def test_every_tenant_and_behaviour_with_why_and_next_change(config_file: Path, 
     assert "    next change: forbidden at 2026-12-01T00:00:00+00:00 (forbid_legacy_uploads 2026-12-01" in out
 
 
-def test_host_selects_one_tenant_and_brownouts_are_explained(config_file: Path, capsys) -> None:
+def test_host_selects_one_tenant_and_brownouts_are_explained(
+    config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, _ = run(capsys, "--config", str(config_file), "--at", "2026-10-20T11:00:00", "--host", "x.early.test")
     assert code == 0
     assert "tenant acme" not in out
@@ -60,7 +64,9 @@ def test_host_selects_one_tenant_and_brownouts_are_explained(config_file: Path, 
     assert "brownout (now): removed" in out
 
 
-def test_default_instant_comes_from_the_gateway_clock(config_file: Path, capsys, monkeypatch) -> None:
+def test_default_instant_comes_from_the_gateway_clock(
+    config_file: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GATEWAY_NOW", "2026-11-01T00:00:01+01:00")
     code, out, _ = run(capsys, "--config", str(config_file), "--host", "acme.test")
     assert code == 0
@@ -74,13 +80,13 @@ def test_default_instant_comes_from_the_gateway_clock(config_file: Path, capsys,
         (["--host", "nobody.test", "--at", "2026-10-01"], "no tenant serves the host 'nobody.test'"),
     ],
 )
-def test_errors(config_file: Path, capsys, argv: list[str], message: str) -> None:
+def test_errors(config_file: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     code, _, err = run(capsys, "--config", str(config_file), *argv)
     assert code == 2
     assert message in err
 
 
-def test_invalid_config_lists_problems_with_paths(tmp_path: Path, capsys) -> None:
+def test_invalid_config_lists_problems_with_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = {**CONFIG, "tenants": [{**CONFIG["tenants"][0], "rollout": {"board_cards_removal": "2026-09-01"}}]}
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(bad))
@@ -89,7 +95,7 @@ def test_invalid_config_lists_problems_with_paths(tmp_path: Path, capsys) -> Non
     assert "tenants[0].rollout.board_cards_removal: 2026-09-01 must be after board_cards_cap" in err
 
 
-def test_host_says_when_the_companys_bridges_apply(tmp_path: Path, capsys) -> None:
+def test_host_says_when_the_companys_bridges_apply(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = {
         "rollout": {"exemptions": [
             {"name": "old-mobile", "phase": "full", "until": "2027-01-01", "token_fingerprint": "0123456789ab",
@@ -119,9 +125,12 @@ def test_host_says_when_the_companys_bridges_apply(tmp_path: Path, capsys) -> No
     assert "    bridge card_backfill: off for the company" in out
 
 
-def test_a_bridge_exemption_may_name_the_last_phase_but_a_plain_one_may_not(tmp_path: Path, capsys) -> None:
+def test_a_bridge_exemption_may_name_the_last_phase_but_a_plain_one_may_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     for bridge, ok in ((None, False), (True, True)):
-        exemption = {"name": "x", "phase": "removed", "until": "2027-01-01", "token_fingerprint": "0123456789ab"}
+        exemption: dict[str, object] = {"name": "x", "phase": "removed", "until": "2027-01-01",
+                                        "token_fingerprint": "0123456789ab"}
         if bridge is not None:
             exemption["bridge"] = bridge
         config = {"rollout": {"exemptions": [exemption]}, "tenants": [

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import copy
-import re
 import datetime as dt
+import re
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,8 @@ def test_default_config_file_is_valid_and_names_the_spec_routes() -> None:
         ("2025-01-01", True, True, (True, True)),
     ],
 )
-def test_file_settings_defaults_follow_the_spec(created, restricted, forbid, expected) -> None:
+def test_file_settings_defaults_follow_the_spec(created: str | None, restricted: bool | None, forbid: bool | None,
+                                                expected: tuple[bool, bool]) -> None:
     fields = {k: v for k, v in {"created": created, "restricted_file_access": restricted,
                                  "forbid_legacy_uploads": forbid}.items() if v is not None}
     (tenant,) = parse_config(_tenant(**fields)).tenants()

@@ -10,7 +10,6 @@ its listening socket. A few real `gateway` processes run the same commands on ha
 from __future__ import annotations
 
 import contextlib
-import copy
 import datetime as dt
 import io
 import os
@@ -22,8 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from gateway import cli, lifecycle
 
@@ -161,7 +159,7 @@ def check(code: int, out: str, err: str, what: str) -> None:
         assert err.strip(), f"{what}: exit 2 without a message"
 
 
-@settings.get_profile(PROFILE)  # type: ignore[misc]
+@settings.get_profile(PROFILE)
 @given(data=mutations())
 def test_mutated_shipped_config_exits_0_or_2(data: dict[str, Any], workdir: Path, no_clock_override: None) -> None:
     path = workdir / "mutated.yaml"
@@ -178,9 +176,9 @@ def test_mutated_shipped_config_exits_0_or_2(data: dict[str, Any], workdir: Path
             # Every problem of a file names where it is: a line and a path; only a top-level key the file lacks
             # (or the file's whole shape) has no line to name.
             for line in err.rstrip("\n").split("\n")[1:]:
-                path = line.strip().partition(": ")[0]
-                assert line.startswith("  line ") or path == "(top level)" or (
-                    path.isidentifier() and path not in data), err
+                where = line.strip().partition(": ")[0]
+                assert line.startswith("  line ") or where == "(top level)" or (
+                    where.isidentifier() and where not in data), err
 
 
 # --- the same, as real processes ---------------------------------------------------------------------------------

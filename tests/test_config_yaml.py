@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway.config import document
+from gateway.config import ConfigError, document
 from gateway.config.document import read_document
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,7 +61,7 @@ def test_a_file_with_a_problem_is_left_to_the_python_reader(text: str, tmp_path:
     with pytest.raises(Exception) as python:
         _python(text)
     assert isinstance(python.value, yaml.YAMLError)
-    with pytest.raises(document.ConfigError, match="invalid YAML"):
+    with pytest.raises(ConfigError, match="invalid YAML"):
         read_document(path)
 
 
@@ -76,7 +76,7 @@ def test_a_deep_file_never_reaches_libyamls_composer() -> None:
 def test_a_deep_file_is_a_problem_not_a_crash(tmp_path: Path) -> None:
     path = tmp_path / "deep.yaml"
     path.write_text("a: " + "[" * 100_000 + "]" * 100_000 + "\n")
-    with pytest.raises(document.ConfigError, match="nested too deeply"):
+    with pytest.raises(ConfigError, match="nested too deeply"):
         read_document(path)
 
 

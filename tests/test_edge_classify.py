@@ -75,8 +75,8 @@ def test_a_request_is_classified_by_tenant_canonical_path_effective_method_and_r
 async def test_a_header_value_that_is_not_utf8_is_refused_not_altered() -> None:
     """aiohttp reads obs-text into a string it can only write back changed: such a request is refused."""
     request = mocked_request("GET", "/api/v1/boards/1", [("Host", "127.0.0.1"), ("X-Name", "cafe")])
-    message = request._message  # type: ignore[attr-defined]
-    request._message = message._replace(raw_headers=((b"Host", b"127.0.0.1"), (b"X-Name", b"caf\xe9")))  # type: ignore[attr-defined]
+    message = request._message
+    request._message = message._replace(raw_headers=((b"Host", b"127.0.0.1"), (b"X-Name", b"caf\xe9")))
     found = _exchange(classify(request, 0.0, _State(), services=object()))  # type: ignore[arg-type]
     assert isinstance(found, EdgeRefusal) and (found.reply.status, found.code) == (400, "BAD_HEADER")
 

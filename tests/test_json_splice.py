@@ -127,7 +127,7 @@ def _pieces(body: bytes, keep: int) -> list[list[bytes]]:
     rng = random.Random(len(body) * 131 + keep)
     out = [[body[i : i + size] for i in range(0, len(body), size)] for size in (63, 64, 65, 1 + rng.randrange(300))]
     points = sorted(rng.sample(range(len(body) + 1), min(len(body) + 1, rng.randrange(1, 8))))
-    out.append([body[a:b] for a, b in zip([0, *points], [*points, len(body)])])
+    out.append([body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True)])
     if len(body) <= 400:
         out.append([body[i : i + 1] for i in range(len(body))])
     return out
@@ -395,6 +395,7 @@ def test_native_path_reads_a_large_board_faithfully(monkeypatch: pytest.MonkeyPa
     capped = truncate(body, layout, 100, MESSAGE)
     assert cards_of(pairs(capped)) == cards_of(original)[:100]
     assert capped.startswith(body[: layout.element_ends[99]])  # the upstream's bytes, up to the cut
+    assert layout.target is not None
     assert capped.endswith(body[layout.members[layout.target].end :])
     assert body[layout.last_element_end : layout.members[layout.target].end] == b"]"
     assert b'"big":1' + b"0" * 40 + b',"f":1.500e-3,' in capped
@@ -410,7 +411,7 @@ def test_pieces_read_like_the_joined_body(seed: int) -> None:
     rng = random.Random(8000 + seed)
     body = _large_board(rng.choice([1, 3, 20]))
     points = sorted(rng.sample(range(1, len(body)), rng.randrange(0, 30)))
-    pieces = json_splice.Pieces([body[a:b] for a, b in zip([0, *points], [*points, len(body)])])
+    pieces = json_splice.Pieces([body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True)])
     assert len(pieces) == len(body)
     for _ in range(50):
         a = rng.randrange(0, len(body) + 10)

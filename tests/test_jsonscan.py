@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 
 try:
-    from gateway.policies.board_cards import _jsonscan  # CI builds it (scripts/bootstrap.sh): a missing build fails here, on purpose
+    from gateway.policies.board_cards import (
+        _jsonscan,  # CI builds it (scripts/bootstrap.sh): a missing build fails here, on purpose
+    )
 except ImportError as missing:
     raise ImportError(
         "gateway.policies.board_cards._jsonscan, the C JSON scanner, is not built: install a C compiler (gcc) and run scripts/bootstrap.sh"
@@ -71,7 +73,7 @@ def cuts(text: bytes, rng: random.Random, every_byte: bool = False) -> Iterator[
     for size in (63, 64, 65, 1 + rng.randrange(200)):
         yield [text[i : i + size] for i in range(0, len(text), size)]
     points = sorted(rng.sample(range(len(text) + 1), min(len(text) + 1, rng.randrange(1, 6))))
-    yield [text[a:b] for a, b in zip([0, *points], [*points, len(text)])]
+    yield [text[a:b] for a, b in zip([0, *points], [*points, len(text)], strict=True)]
 
 
 def check(text: bytes, keep: int = 0, *, every_byte: bool = False) -> Any:
@@ -197,7 +199,7 @@ SPECIALS = [
 ]
 
 
-@pytest.mark.parametrize("length", [*range(0, 70), *range(118, 134)])
+@pytest.mark.parametrize("length", [*range(70), *range(118, 134)])
 def test_strings_around_the_64_byte_blocks(simd: str, length: int) -> None:
     """Special bytes at every offset of a string around the blocks' edges (escapes, runs of backslashes before a
     quote, multi-byte UTF-8, control characters), in a string element and in a string nested in an object; cut into
@@ -288,7 +290,7 @@ def test_pieces_split_utf8_numbers_and_the_end() -> None:
     assert scan([text, b""], 10) == got and scan([b"", text], 10) == got
     for _ in range(200):
         points = sorted({rng.randrange(len(text)) for _ in range(rng.randrange(1, 40))})
-        assert scan([text[a:b] for a, b in zip([0, *points], [*points, len(text)])], 10) == got
+        assert scan([text[a:b] for a, b in zip([0, *points], [*points, len(text)], strict=True)], 10) == got
 
 
 def test_nesting_limit(simd: str) -> None:

@@ -18,8 +18,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gateway.config import Secrets
-from gateway.ops.ledger import Ledger, LedgerFamilies, LedgerUnavailable, Query, window
 from gateway.config.ledger import LedgerConfig
+from gateway.ops.ledger import Ledger, LedgerFamilies, LedgerUnavailable, Query, window
 from gateway.ops.ledger.store import Store
 from gateway.ops.usage import UsageCounter
 from tests.gateway_testlib import free_port

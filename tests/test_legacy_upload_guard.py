@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from gateway.app import ConfigError, parse_config
-from gateway.core.multipart import Ambiguous, Boundary, MalformedValue, form_data_boundary, parse_media_type
-from gateway.policies.legacy_upload_guard.multipart_sniffer import MultipartSniffer, Verdict
 from gateway.core.exchange import Exchange
+from gateway.core.multipart import Ambiguous, Boundary, MalformedValue, form_data_boundary, parse_media_type
 from gateway.ops.metrics import Metrics
 from gateway.policies import POLICIES
 from gateway.policies.legacy_upload_guard import DISABLED_CODE, NAME, Options
+from gateway.policies.legacy_upload_guard.multipart_sniffer import MultipartSniffer, Verdict
 from tests.gateway_testlib import make_config, multipart_body
 from tests.multipart_testlib import FILE, SNIFF_CASES, TEXT, B, part, sniff
 from tests.policy_testlib import Terminal, build_policy, config_of, exchange_for, mocked_request

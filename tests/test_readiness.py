@@ -15,7 +15,7 @@ from gateway.ops.ledger.readiness import LedgerClient, build, days_from, plan_ch
 DAY = 86400
 NOW = dt.datetime(2026, 11, 20, 12, 0, tzinfo=dt.UTC).timestamp()
 TODAY = int(NOW) // DAY * DAY
-MOBILE = token_fingerprint("Bearer mobile-token")
+MOBILE = token_fingerprint("Bearer mobile-token") or ""  # a credential always has a fingerprint
 CONFIG: dict[str, Any] = {
     "tenants": [
         # acme: the default dates (capped from 2026-10-01, removed from 2026-11-01), uploads forbidden by setting.

@@ -137,7 +137,7 @@ async def test_coding_gzips_for_a_client_that_takes_it_from_its_threshold() -> N
         assert len(big) > 1 << 20
         assert await coding.encoded(big, True) == coding.encode(big, True)
         assert await coding.encoded(big, False) == (big, False)
-        pieces = [BODY[:10], memoryview(big), BODY[10:]]
+        pieces: list[bytes | memoryview] = [BODY[:10], memoryview(big), BODY[10:]]
         joined = b"".join(pieces)
         gzipped_pieces = coding.encode_pieces(pieces, len(joined), True)
         assert gzipped_pieces is not None and gzip.decompress(gzipped_pieces) == joined

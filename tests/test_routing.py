@@ -87,7 +87,7 @@ def test_effective_method(method: str, headers: tuple[tuple[str, str], ...], que
         ((("X-HTTP-Method-Override", "PU T"),), ""),
     ],
 )
-def test_conflicting_or_invalid_overrides_are_refused(headers, query: str) -> None:
+def test_conflicting_or_invalid_overrides_are_refused(headers: tuple[tuple[str, str], ...], query: str) -> None:
     with pytest.raises(BadRequestTarget) as err:
         effective_method("POST", _headers(*headers), query)
     assert err.value.code == "AMBIGUOUS_METHOD"

@@ -9,18 +9,19 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from gateway.app import ConfigError, parse_config
-from tests.gateway_testlib import make_config
+from tests.gateway_testlib import AdminFactory, GatewayFactory, make_config
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "s3cr3t-Pa55word"
 
 
-def _with_upstream(upstream: str) -> dict:
+def _with_upstream(upstream: str) -> dict[str, Any]:
     config = make_config("http://127.0.0.1:1")
     config["tenants"][0]["upstream"] = upstream
     return config
@@ -79,7 +80,9 @@ def test_check_config_shows_no_credential(tmp_path: Path) -> None:
     assert out.returncode == 2 and SECRET not in out.stdout + out.stderr and "${BAD_URL}" in out.stderr
 
 
-async def test_the_admin_config_shows_no_credential(start_gateway, start_admin, monkeypatch) -> None:
+async def test_the_admin_config_shows_no_credential(
+    start_gateway: GatewayFactory, start_admin: AdminFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import aiohttp
 
     monkeypatch.setenv("UP_PASS", SECRET)
@@ -128,7 +131,9 @@ def test_the_gateways_log_redacts_tracebacks_too() -> None:
 ENDPOINT = "http://127.0.0.1:4318/v1/traces?api_key=K3y-0f-the-vendor&region=eu"
 
 
-async def test_the_admin_config_masks_the_query_values_of_every_url(start_gateway, start_admin) -> None:
+async def test_the_admin_config_masks_the_query_values_of_every_url(
+    start_gateway: GatewayFactory, start_admin: AdminFactory
+) -> None:
     """A collector's endpoint may carry a vendor's key in its query, a database URL a password: /config showed
     them. Every URL's query values are masked (the names stay)."""
     import aiohttp

@@ -8,7 +8,8 @@ import datetime as dt
 import pytest
 
 from gateway.app import parse_config
-from gateway.ops.status import ConfigHistory, _chart, _range, _Range, _ticks, status_data
+from gateway.config import LoadedConfig
+from gateway.ops.status import ConfigHistory, _chart, _Range, _range, _ticks, status_data
 from gateway.ops.status_page import render_page
 from gateway.rollout import FixedClock, parse_instant
 from tests.gateway_testlib import make_config
@@ -28,14 +29,14 @@ def test_at_most_eight_round_ticks_at_any_span(days: int) -> None:
     assert 1 <= len(ticks) <= 8 or days < 2
     assert positions == sorted(positions) and all(0 <= p <= 100 for p in positions)
     # Evenly enough spaced that labels a ninth of the axis wide never meet (months are 28 to 31 days long).
-    gaps = [b - a for a, b in zip(positions, positions[1:])]
+    gaps = [b - a for a, b in zip(positions, positions[1:], strict=False)]
     assert all(gap >= 100 / 9 * 28 / 31 for gap in gaps), (days, gaps)
     labels = [t["label"] for t in ticks]
     assert len(set(labels)) == len(labels)
     assert all(len(label) <= 10 for label in labels)
 
 
-def _config(**rollout: object) -> object:
+def _config(**rollout: object) -> LoadedConfig:
     return parse_config(make_config("http://127.0.0.1:1", rollout=rollout))
 
 

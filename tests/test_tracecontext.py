@@ -10,6 +10,7 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 from multidict import CIMultiDict
 
+from gateway.config.tracing import TracingConfig
 from gateway.core.tracecontext import (
     MAX_TRACESTATE,
     TraceContext,
@@ -22,7 +23,6 @@ from gateway.core.tracecontext import (
 )
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing, ratio_bound
-from gateway.config.tracing import TracingConfig
 
 TID = "12345678901234567890123456789012"
 PID = "1234567890123456"

@@ -13,12 +13,15 @@ import yaml
 
 from gateway.app import ConfigError, parse_config
 from gateway.cli import main
-from gateway.policies.legacy_upload_guard import LEGACY_UPLOADS
 from gateway.core.multipart import Ambiguous, Boundary
+from gateway.policies.legacy_upload_guard import LEGACY_UPLOADS
 from gateway.policies.legacy_upload_guard.multipart_sniffer import Verdict
 from gateway.policies.legacy_upload_guard.multipart_splitter import PART_END, Event, MultipartSplitter, PartHead
-from gateway.policies.legacy_upload_guard.upgrade import UpgradeOptions
-from gateway.policies.legacy_upload_guard.upgrade import form_head as _form_head, legacy_file as _legacy_file
+from gateway.policies.legacy_upload_guard.upgrade import (
+    UpgradeOptions,
+    form_head as _form_head,
+    legacy_file as _legacy_file,
+)
 from sandbox.fault_types import FaultTable
 from tests.gateway_testlib import guarded_routes, make_config, multipart_body
 from tests.multipart_testlib import SNIFF_CASES, B, sniff
@@ -90,7 +93,7 @@ def test_parts_and_contents_survive_any_chunking(quoted: bool) -> None:
     rng = random.Random(7)
     tricky = b"\r\n--" + B.encode()[:-1] + b"\r\n-" + b"--" + b"\r" * 3
     contents = [b"", b"x", tricky * 50, bytes(rng.randrange(256) for _ in range(5000)) + b"\r\n"]
-    parts = [TEXT] + [(["Content-Disposition: form-data; name=\"files[]\"; filename=\"f%d\"" % i,
+    parts = [TEXT] + [([f"Content-Disposition: form-data; name=\"files[]\"; filename=\"f{i}\"",
                         "Content-Type: application/octet-stream"], c) for i, c in enumerate(contents)]
     body = b"preamble\r\n" + multipart_body(parts, B) + b"epilogue"
     for n in range(60):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -18,12 +18,16 @@ from alembic.script import ScriptDirectory
 
 from gateway.app import ConfigError, parse_config
 from gateway.config.ledger import database_url
+from gateway.ops.ledger.migrations import HEAD
 from gateway.ops.ledger.query import Query, parse_when, window
 from gateway.ops.ledger.schema import metadata
-from gateway.ops.ledger.migrations import HEAD
 from gateway.ops.ledger.store import MIGRATIONS, Store
 from gateway.ops.usage import HOUR, UsageCounter
 from tests.ledger_testlib import at_revision_0001, write_old_rows
+
+if TYPE_CHECKING:
+    from gateway.core.decision import Decision
+    from gateway.core.route import Route
 
 GUARD = {"legacy_upload_guard": "legacy_uploads"}
 T0 = dt.datetime(2026, 11, 2, 10, 0, tzinfo=dt.UTC).timestamp()
@@ -328,14 +332,13 @@ def test_a_held_client_row_costs_what_the_docs_say() -> None:
     (Before, the docs said 410 bytes and 80 MiB for a default of 200,000 rows: a row cost 590 to 770 bytes.) Each
     request is recorded as the gateway records it, with its call (issue 36: an example call and the rule that decided
     it are kept per client)."""
-    from gateway.core.decision import Decision, Kind
-    from gateway.core.route import Route
-
     import re
     import tracemalloc
     from pathlib import Path
 
     from gateway.config.ledger import LedgerConfig
+    from gateway.core.decision import Decision, Kind
+    from gateway.core.route import Route
 
     docs = " ".join((Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text().split())
     stated = re.search(r"A client row held costs up to ([\d,]+) bytes \(with a User-Agent of 200 characters; "
@@ -419,16 +422,20 @@ def test_rows_the_database_refuses_are_left_out_and_the_rest_is_written(store: S
 class Call:
     """A request's call as the counter reads it (``usage.Call``): its method, path, route and rollout."""
 
-    def __init__(self, method: str, path: str, route: Any, decision: Any = None) -> None:
+    def __init__(self, method: str, path: str, route: Route, decision: Decision | None = None) -> None:
         self.method, self.path, self.route = method, path, route
         self.rollout = None if decision is None else Decided(decision)
 
 
 class Decided:
-    def __init__(self, decision: Any) -> None:
+    """A rollout that decides every behaviour alike (``core.decision.Decider``)."""
+
+    now = 0.0  # not read by the counter
+
+    def __init__(self, decision: Decision) -> None:
         self.decision = decision
 
-    def decide(self, behaviour: str) -> Any:
+    def decide(self, behaviour: str) -> Decision:
         return self.decision
 
     def previews(self) -> list[str]:

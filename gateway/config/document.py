@@ -94,21 +94,23 @@ def _key_lines(loader: yaml.SafeLoader | yaml.CSafeLoader, root: yaml.Node) -> d
         if isinstance(node, yaml.SequenceNode):
             for i, item in enumerate(node.value):
                 lines.setdefault(loc([*path, i]), item.start_mark.line + 1)
-                walk(item, [*path, i])
+                walk(item, [*path, i])  # noqa: F821
         else:
             for key_node, value_node in node.value:
                 key = loader.construct_object(key_node) if isinstance(key_node, yaml.ScalarNode) else None
                 if isinstance(key, (str, int)):
                     lines.setdefault(loc([*path, key]), key_node.start_mark.line + 1)
-                    walk(value_node, [*path, key])
+                    walk(value_node, [*path, key])  # noqa: F821
                 else:
-                    walk(value_node, path)
+                    walk(value_node, path)  # noqa: F821
         open_nodes.discard(id(node))
 
     try:
         walk(root, [])
     finally:
-        del walk  # it calls itself: function and cell would be a cycle that only a full collection frees
+        # It calls itself: function and cell would be a cycle that only a full collection frees. (noqa F821 above:
+        # ruff reads this del as unbinding the name for its calls, which all run before it.)
+        del walk
     return lines
 
 

@@ -302,7 +302,8 @@ class TenantConfig(_Model):
 
     def resolve(self) -> Tenant:
         restricted = self._new_company if self.restricted_file_access is None else self.restricted_file_access
-        forbid = (self._new_company and restricted) if self.forbid_legacy_uploads is None else self.forbid_legacy_uploads
+        forbid = ((self._new_company and restricted) if self.forbid_legacy_uploads is None
+                  else self.forbid_legacy_uploads)
         return Tenant(
             name=self.name,
             hosts=tuple(self.hosts),

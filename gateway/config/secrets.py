@@ -92,9 +92,9 @@ def expand_references(data: Any, environ: Mapping[str, str],
 
     def expand(value: Any, where: list[int | str]) -> Any:
         if isinstance(value, dict):
-            return {key: expand(item, [*where, str(key)]) for key, item in value.items()}
+            return {key: expand(item, [*where, str(key)]) for key, item in value.items()}  # noqa: F821
         if isinstance(value, list):
-            return [expand(item, [*where, i]) for i, item in enumerate(value)]
+            return [expand(item, [*where, i]) for i, item in enumerate(value)]  # noqa: F821
         if not isinstance(value, str) or "$" not in value:
             return value
         took: list[str] = []
@@ -122,4 +122,6 @@ def expand_references(data: Any, environ: Mapping[str, str],
     try:
         return expand(data, []), Secrets(shown, written), problems
     finally:
-        del expand  # it calls itself: function and cell would be a cycle that only a full collection frees
+        # It calls itself: function and cell would be a cycle that only a full collection frees. (noqa F821 above:
+        # ruff reads this del as unbinding the name for its calls, which all run before it.)
+        del expand

@@ -442,7 +442,7 @@ async def _connect(pool: aiohttp.BaseConnector, request: aiohttp.ClientRequest,
                    timeout: aiohttp.ClientTimeout) -> connector.Connection:
     try:
         return await pool.connect(request, traces=[], timeout=timeout)
-    except asyncio.TimeoutError as err:
+    except TimeoutError as err:
         # The origin only: the target's query (a signed link) must not reach a log line through this text.
         raise aiohttp.ConnectionTimeoutError(f"Connection timeout to host {request.url.origin()}") from err
 

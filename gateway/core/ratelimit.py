@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-
 from .exchange import Exchange, Reply
 from .tenants import canonical_host
 

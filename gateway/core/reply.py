@@ -54,7 +54,7 @@ class Body(abc.ABC):
         """The body's bytes; ``BodyBroken`` if its source fails part way. ``as_they_come``: hand over the source's
         pieces without joining what is buffered (for a reader that joins them itself)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - not abstract: a body with nothing to let go keeps this
         """Let the source go without reading (the rest of) it."""
 
 

@@ -28,7 +28,8 @@ class Route:
     @classmethod
     def build(cls, name: str, methods: Iterable[str] | None, paths: Sequence[str], prefixes: Sequence[str], *,
               policies: Sequence[str] = (), guarded: bool = False) -> Route:
-        templates = tuple(PathTemplate.of(prefix.rstrip("/") + path) for path in paths for prefix in (prefixes or ("",)))
+        templates = tuple(PathTemplate.of(prefix.rstrip("/") + path)
+                          for path in paths for prefix in (prefixes or ("",)))
         # Upstreams often route case-insensitively: so does the classifier (the path is forwarded as written).
         return cls(name, frozenset(m.upper() for m in methods) if methods else None, tuple(t.text for t in templates),
                    tuple(policies), tuple(t.pattern() for t in templates), guarded,

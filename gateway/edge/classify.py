@@ -13,8 +13,8 @@ from aiohttp import hdrs, http_exceptions, web
 from multidict import CIMultiDictProxy
 
 from ..core.exchange import Exchange, Reply, Services
-from ..core.reply import internal_error
 from ..core.http import new_request_id
+from ..core.reply import internal_error
 from ..core.tenants import canonical_host
 from .method import FormMethod, effective_method, form_method
 from .route_table import RouteTable

@@ -26,9 +26,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from ..config.ledger import ClientNames
 from ..core.tenants import canonical_host
 from ..rollout import Clock, RolloutPlan, report
+from .gc_pauses import paused, quick_handover
 from .ledger import DEFAULT_SINCE, Ledger, LedgerUnavailable, Query, check_name, parse_when, window
 from .ledger.readiness import build as build_readiness, days_from
-from .gc_pauses import paused, quick_handover
 from .metrics import Metrics
 from .status import CompanyView, ConfigHistory, config_digest, select_companies, shown_config, status_data
 from .status_model import StatusData
@@ -256,7 +256,8 @@ async def _readyz(request: web.Request) -> web.Response:
 async def _config(request: web.Request) -> web.Response:
     state = request.app[_GATEWAY].state
     routes = [
-        {"name": r.name, "methods": sorted(r.methods) if r.methods else None, "paths": list(r.templates), "chain": list(r.policies)}
+        {"name": r.name, "methods": sorted(r.methods) if r.methods else None, "paths": list(r.templates),
+         "chain": list(r.policies)}
         for r in [*state.routes.routes, state.routes.catch_all]
     ]
 

@@ -12,7 +12,15 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar, cast
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metric, disable_created_metrics, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Metric,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
@@ -20,7 +28,7 @@ from .. import __version__
 from ..core.series import OTHER, Companies
 from ..rollout import RolloutPlan
 
-__all__ = ("NO_TENANT", "Metrics", "PhaseCollector", "scrape")
+__all__ = ("NO_TENANT", "Metrics", "PhaseCollector")
 
 F = TypeVar("F")
 

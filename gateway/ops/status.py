@@ -23,9 +23,31 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from ..rollout import Clock, FixedClock, RolloutPlan, Schedule
 from .status_model import (
-    Axis, Bar, BehaviourCensus, BehaviourTimeline, Chart, ClientRow, Company, CompanyPage, CompanyStates, ConfigState,
-    ContactRow, Event, Exemption, LedgerState, Marker, NextChange, PhaseCount, PolicyUsage, RampStep, ReadinessSection,
-    Segment, StatusData, Tick, UsageLine, Window,
+    Axis,
+    Bar,
+    BehaviourCensus,
+    BehaviourTimeline,
+    Chart,
+    ClientRow,
+    Company,
+    CompanyPage,
+    CompanyStates,
+    ConfigState,
+    ContactRow,
+    Event,
+    Exemption,
+    LedgerState,
+    Marker,
+    NextChange,
+    PhaseCount,
+    PolicyUsage,
+    RampStep,
+    ReadinessSection,
+    Segment,
+    StatusData,
+    Tick,
+    UsageLine,
+    Window,
 )
 
 if TYPE_CHECKING:
@@ -567,7 +589,8 @@ def _needs(plan: RolloutPlan, now: float, usage: Mapping[str, Any] | None) -> di
                 said = reason(sum(decisions.values())) if decisions else reason(0)
                 if said is not None:
                     found.setdefault(tenant, []).append(said)
-    return {tenant: (min(rank for rank, _ in said), [text for _, text in sorted(said)]) for tenant, said in found.items()}
+    return {tenant: (min(rank for rank, _ in said), [text for _, text in sorted(said)])
+            for tenant, said in found.items()}
 
 
 def _reason(behaviour: str, schedule: Schedule, now: float) -> Callable[[int], tuple[int, str] | None]:
@@ -656,7 +679,8 @@ def readiness_section(ready: Mapping[str, Any] | None, problem: str | None, wall
             tenant=row["tenant"], behaviour=row["behaviour"], client=row["client"], name=row["name"],
             owner=row["owner"], internal=row["internal"], user_agent=row["user_agent"], state=row["state"],
             example=row["example"], rule=row["rule"], last_call=_local(last, dt.UTC), last_call_ago=_ago(wall - last),
-            trend=row["trend"], recent=f"{row['last_7_days']} in the last 7 days, {row['previous_7_days']} the 7 before",
+            trend=row["trend"],
+            recent=f"{row['last_7_days']} in the last 7 days, {row['previous_7_days']} the 7 before",
             next=_next_text(row["next"], now), notes=_notes(row)))
     return ReadinessSection(problem=None, quiet_days=ready["quiet_days"], window_days=ready["window_days"],
                             still_calling=ready["still_calling"], internal_clients=ready["internal_clients"],
@@ -756,7 +780,8 @@ def _client(row: Mapping[str, Any], wall: float) -> ClientRow:
     seen = float(row["last_seen"])
     stopped = wall - seen > _STOPPED
     return ClientRow(
-        client=row["client"], name=row.get("name"), tenant=row["tenant"], user_agent=row["user_agent"], requests=row["requests"],
+        client=row["client"], name=row.get("name"), tenant=row["tenant"], user_agent=row["user_agent"],
+        requests=row["requests"],
         decisions=", ".join(f"{d} {n}" for d, n in _most_first(row["decisions"])),
         first_seen=_local(float(row["first_seen"]), dt.UTC),
         last_seen=("not seen since " if stopped else "") + _local(seen, dt.UTC), last_seen_ago=_ago(wall - seen),

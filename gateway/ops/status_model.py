@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import TypedDict
 
 __all__ = (
-    "Axis", "Bar", "BehaviourCensus", "BehaviourTimeline", "Chart", "ClientRow", "Company", "CompanyPage", "CompanyStates", "ContactRow",
-    "ConfigState", "Event", "Exemption", "LastReload", "LedgerState", "Marker", "NextChange", "NowState",
-    "PhaseCount", "PolicyUsage", "RampStep", "ReadinessSection", "Reloads", "Segment", "StatusData", "Tick", "UsageLine", "UsageSection", "Window",
+    "Axis", "Bar", "BehaviourCensus", "BehaviourTimeline", "Chart", "ClientRow", "Company", "CompanyPage",
+    "CompanyStates", "ContactRow", "ConfigState", "Event", "Exemption", "LastReload", "LedgerState", "Marker",
+    "NextChange", "NowState", "PhaseCount", "PolicyUsage", "RampStep", "ReadinessSection", "Reloads", "Segment",
+    "StatusData", "Tick", "UsageLine", "UsageSection", "Window",
 )
 
 

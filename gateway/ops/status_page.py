@@ -12,7 +12,14 @@ from html import escape
 from typing import Any
 
 from .status_model import (
-    BehaviourTimeline, Chart, Company, ContactRow, LedgerState, PolicyUsage, StatusData, Tick,
+    BehaviourTimeline,
+    Chart,
+    Company,
+    ContactRow,
+    LedgerState,
+    PolicyUsage,
+    StatusData,
+    Tick,
 )
 
 __all__ = ("CONTENT_SECURITY_POLICY", "REFRESH_SECONDS", "render_main", "render_page")

@@ -13,8 +13,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from aiohttp import web
 import requests
+from aiohttp import web
 from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http import Compression

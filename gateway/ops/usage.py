@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from .metrics import NO_TENANT
 from ..config.ledger import AGENT_WIDTH
 from ..core.decision import Decider, Decision, Kind
+from .metrics import NO_TENANT
 
 if TYPE_CHECKING:
     from ..core.route import Route

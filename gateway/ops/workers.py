@@ -143,8 +143,8 @@ def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float)
         shutil.rmtree(worker_dir, ignore_errors=True)
 
 
-# A worker that dies within _YOUNG seconds of its start, again, is started anew after a delay that doubles from 1 s up to
-# _MAX_DELAY: a crash loop slows down (and its log lines with it); a lone crash is replaced at once.
+# A worker that dies within _YOUNG seconds of its start, again, is started anew after a delay that doubles from 1 s up
+# to _MAX_DELAY: a crash loop slows down (and its log lines with it); a lone crash is replaced at once.
 _YOUNG = 60.0
 _MAX_DELAY = 30.0
 

@@ -51,7 +51,8 @@ def check_config(model: GatewayConfig, source: str = "config") -> LoadedConfig:
         for j, entry in enumerate(entries):
             spec = POLICIES.get(entry.name)
             if spec is None:
-                problems.append(f"{loc([*where, j])}: unknown policy {entry.name!r} (known: {', '.join(sorted(POLICIES))})")
+                problems.append(f"{loc([*where, j])}: unknown policy {entry.name!r}"
+                                f" (known: {', '.join(sorted(POLICIES))})")
                 continue
             if entry.name in seen:
                 problems.append(f"{loc([*where, j])}: policy {entry.name!r} is listed twice in this chain"

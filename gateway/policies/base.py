@@ -23,7 +23,7 @@ from ..rollout.plan import RolloutPlan
 __all__ = ("BuildContext", "Families", "PolicySpec")
 
 F = TypeVar("F")
-O = TypeVar("O", bound=BaseModel)
+OptionsT = TypeVar("OptionsT", bound=BaseModel)
 
 
 class Families(Protocol):
@@ -52,12 +52,12 @@ class BuildContext:
 
 
 @dataclass(frozen=True, slots=True)
-class PolicySpec(Generic[O]):
+class PolicySpec(Generic[OptionsT]):
     """A policy as the registry knows it: its config name, options model, builder and dated behaviours."""
 
     name: str
-    options: type[O]
-    build: Callable[[O, BuildContext], Policy]
+    options: type[OptionsT]
+    build: Callable[[OptionsT, BuildContext], Policy]
     behaviours: tuple[Behaviour, ...] = ()
 
     def make(self, options: BaseModel, ctx: BuildContext) -> Policy:

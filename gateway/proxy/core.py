@@ -102,13 +102,17 @@ def upstream_error_reply(exchange: Exchange, err: BaseException) -> Reply:
 
 def _error_kind(err: BaseException) -> tuple[int, UpstreamError, str, str]:
     if isinstance(err, asyncio.TimeoutError):
-        status, kind, code, message = 504, UpstreamError.TIMEOUT, "UPSTREAM_TIMEOUT", "the upstream service did not answer in time"
+        status, kind, code = 504, UpstreamError.TIMEOUT, "UPSTREAM_TIMEOUT"
+        message = "the upstream service did not answer in time"
     elif isinstance(err, aiohttp.ClientConnectorError):
-        status, kind, code, message = 502, UpstreamError.CONNECT, "UPSTREAM_UNAVAILABLE", "the upstream service cannot be reached"
+        status, kind, code = 502, UpstreamError.CONNECT, "UPSTREAM_UNAVAILABLE"
+        message = "the upstream service cannot be reached"
     elif isinstance(err, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):
-        status, kind, code, message = 502, UpstreamError.RESET, "UPSTREAM_RESET", "the upstream service closed the connection"
+        status, kind, code = 502, UpstreamError.RESET, "UPSTREAM_RESET"
+        message = "the upstream service closed the connection"
     else:
-        status, kind, code, message = 502, UpstreamError.OTHER, "UPSTREAM_ERROR", "the upstream service sent an invalid response"
+        status, kind, code = 502, UpstreamError.OTHER, "UPSTREAM_ERROR"
+        message = "the upstream service sent an invalid response"
     return status, kind, code, message
 
 

@@ -458,8 +458,8 @@ class _Builder:
         return shadows
 
     def _ramps(self, own: TenantRollout, behaviour: Behaviour, tz: dt.tzinfo) -> list[Ramp]:
-        return [Ramp(behaviour.index(ramp.phase), tuple((_midnight(step.start, rtz), step.share) for step in ramp.steps),
-                      self.key)
+        return [Ramp(behaviour.index(ramp.phase),
+                     tuple((_midnight(step.start, rtz), step.share) for step in ramp.steps), self.key)
                 for ramp, rtz in self._listed(self.rollout.ramps, own.ramps, tz) if ramp.behaviour == behaviour.name]
 
     def _listed(self, global_list: Sequence[_T], own_list: Sequence[_T] | None, tz: dt.tzinfo
@@ -472,7 +472,8 @@ class _Builder:
     @staticmethod
     def _window(item: Brownout | Shadow, phase: str, behaviour: Behaviour, tz: dt.tzinfo) -> _Window:
         start, end = _instant(item.start, tz), _instant(item.end, tz)
-        label = f"{dt.datetime.fromtimestamp(start, tz).isoformat()} to {dt.datetime.fromtimestamp(end, tz).isoformat()}"
+        label = (f"{dt.datetime.fromtimestamp(start, tz).isoformat()} to "
+                 f"{dt.datetime.fromtimestamp(end, tz).isoformat()}")
         return _Window(start, end, behaviour.index(phase), label)
 
 

@@ -114,7 +114,8 @@ def describe_client(plan: RolloutPlan, now: dt.datetime, tenant: str, client: Cl
             line += f"; shadow: {explained.shadow} decided, not applied"
         lines.append(line)
         if schedule.behaviour.bridge is not None:
-            lines.append(f"    bridge {schedule.behaviour.bridge}: {'on' if decision.bridge else 'off'} for this client")
+            lines.append(f"    bridge {schedule.behaviour.bridge}: {'on' if decision.bridge else 'off'}"
+                         " for this client")
         upcoming = schedule.next_change(stamp)
         if upcoming is not None and upcoming[1].index > explained.index:
             at = dt.datetime.fromtimestamp(upcoming[0], zoneinfo.ZoneInfo(plan.timezones[tenant])).isoformat()

@@ -15,9 +15,8 @@ from typing import Literal
 
 import pytest
 
-from tests.gateway_testlib import send_raw
 from tests.adversarial.parser_disagreements import DISAGREEMENTS
-from tests.gateway_testlib import CountingUpstream, RunningGateway, multipart_body, parse_responses
+from tests.gateway_testlib import CountingUpstream, RunningGateway, multipart_body, parse_responses, send_raw
 
 DISABLED = "PUBLIC_API_LEGACY_FILE_UPLOAD_DISABLED"
 AMBIGUOUS = "LEGACY_UPLOAD_AMBIGUOUS"
@@ -549,7 +548,7 @@ async def test_raw_request(case: Case, guarded_gw: RunningGateway, counting_upst
 
     got = counting_upstream.received
     assert [(r.method, r.raw_path) for r in got] == [(s.method, s.path) for s in case.forwarded]
-    for received, sent in zip(got, case.forwarded):
+    for received, sent in zip(got, case.forwarded, strict=True):
         assert received.body_complete
         assert received.body_size == len(sent.body)
         assert received.body_sha256 == hashlib.sha256(sent.body).hexdigest()

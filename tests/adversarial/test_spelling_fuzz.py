@@ -293,8 +293,9 @@ def body_override(rng: random.Random, wanted: str) -> tuple[bytes, str | None]:
     pairs = [f"{key}={value.replace(' ', '+')}", "note=hello", "file=%25PDF"]
     rng.shuffle(pairs)
     body = rng.choice(["&", ";"]).join(pairs).encode()
-    ct = rng.choice(["application/x-www-form-urlencoded", "application/x-www-form-urlencoded; charset=UTF-8", None])
-    return body, ct
+    form_type = rng.choice(["application/x-www-form-urlencoded", "application/x-www-form-urlencoded; charset=UTF-8",
+                            None])
+    return body, form_type
 
 
 def spellings(seed: int, count: int) -> list[Spelling]:
@@ -372,13 +373,13 @@ async def test_no_spelling_reaches_the_upstream_on_a_guarded_route(raw_upstream:
     by_id = {c.id: c for c in cases}
     bypasses = []
     for arrival in raw_upstream.arrivals:
-        fuzz_id = int(dict((k.lower(), v) for k, v in arrival.headers)["x-fuzz-id"])
+        fuzz_id = int({k.lower(): v for k, v in arrival.headers}["x-fuzz-id"])
         assert answers[fuzz_id] == (200, "upstream")
         if lands_on_guarded_route(arrival.method, arrival.target, arrival.headers, arrival.body):
             bypasses.append((by_id[fuzz_id].data[:200], arrival))
     assert bypasses == [], bypasses[:5]
     # Forwarded spellings are exactly those answered by the upstream: none went missing, none arrived twice.
-    assert sorted(int(dict((k.lower(), v) for k, v in a.headers)["x-fuzz-id"]) for a in raw_upstream.arrivals) == \
+    assert sorted(int({k.lower(): v for k, v in a.headers}["x-fuzz-id"]) for a in raw_upstream.arrivals) == \
         sorted(i for i, answer in answers.items() if answer == (200, "upstream"))
     # The family exercises every road: blocked, refused by the path or override checks, and passed.
     assert outcomes["403 PUBLIC_API_LEGACY_FILE_UPLOAD_DISABLED"] > COUNT // 4

@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import dockerfile
+import dockerfile  # type: ignore[import-not-found]  # a C extension with no type information
 import pytest
 import yaml
 
@@ -116,6 +116,7 @@ def test_the_lock_pins_every_runtime_dependency() -> None:
     """The image installs pyproject's runtime dependencies constrained by the lock: the lock must pin all of them,
     transitively, or a dependency would float."""
     from importlib.metadata import requires
+
     from packaging.requirements import Requirement
 
     def norm(name: str) -> str:

@@ -277,6 +277,7 @@ def containers(podman: Podman, image: str, upstream: Upstream,
     # The shipped config, every company sent to the upstream on the host, with a drain short enough for a test.
     data = yaml.safe_load((ROOT / "config" / "gateway.yaml").read_text())
     host, port = upstream.server_address[:2]
+    assert isinstance(host, str)
     for tenant in data["tenants"]:
         tenant["upstream"] = f"http://{host}:{port}"
     data["server"].update(drain_delay=DRAIN_DELAY, shutdown_timeout=SHUTDOWN_TIMEOUT, admin_token=ADMIN_TOKEN)

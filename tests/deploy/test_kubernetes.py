@@ -12,16 +12,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-import kubernetes_validate
+import jsonschema  # type: ignore[import-untyped]  # no stubs installed (types-jsonschema is not a test tool)
+import kubernetes_validate  # type: ignore[import-untyped]  # ships no type information
 import pytest
 import yaml
 
 from gateway.app import load_config
-
-# What the pods' environment takes from Secrets, as the tests read the configs.
-SECRET_ENV = {"GATEWAY_LEDGER_URL": "postgresql://gateway:from-the-secret@postgres.db.svc:5432/gateway",
-              "GATEWAY_ADMIN_TOKEN": "stand-in-admin-token-0123456789abcdef"}
 
 from .crd_schemas import SCHEMAS
 from .deploy_testlib import (
@@ -39,13 +35,17 @@ from .deploy_testlib import (
     one,
 )
 
+# What the pods' environment takes from Secrets, as the tests read the configs.
+SECRET_ENV = {"GATEWAY_LEDGER_URL": "postgresql://gateway:from-the-secret@postgres.db.svc:5432/gateway",
+              "GATEWAY_ADMIN_TOKEN": "stand-in-admin-token-0123456789abcdef"}
+
 # The oldest Kubernetes release the manifests are meant for, and the newest whose schemas kubernetes-validate has.
 KUBERNETES_VERSIONS = ("1.29", kubernetes_validate.utils.latest_version())
 NO_KUBECTL = "kubectl (with its built-in kustomize) is not installed: patches and hash suffixes are not rendered"
 
 
 def validate(doc: dict[str, Any]) -> None:
-    schema = SCHEMAS.get((doc.get("apiVersion"), doc.get("kind")))
+    schema = SCHEMAS.get((str(doc.get("apiVersion")), str(doc.get("kind"))))
     if schema is not None:
         jsonschema.Draft202012Validator(schema).validate(doc)
         return
@@ -58,7 +58,7 @@ def validate(doc: dict[str, Any]) -> None:
 
 
 def resource_files(directory: Path) -> list[Path]:
-    out = []
+    out: list[Path] = []
     for entry in kustomization(directory).get("resources", []):
         path = (directory / entry).resolve()
         out.extend(resource_files(path) if path.is_dir() else [path])
@@ -222,7 +222,8 @@ def test_a_config_change_changes_the_pod_template(tmp_path: Path) -> None:
 
     def config_name(docs: list[dict[str, Any]]) -> str:
         _, spec, _ = _pod(docs)
-        return next(v for v in spec["volumes"] if v["name"] == "config")["configMap"]["name"]
+        name: str = next(v for v in spec["volumes"] if v["name"] == "config")["configMap"]["name"]
+        return name
 
     before = config_name(kustomize_build(copy / "kubernetes/base"))
     config = copy / "kubernetes/base/gateway.yaml"

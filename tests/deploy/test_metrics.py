@@ -4,9 +4,8 @@ that every family has samples, and against the families declared in gateway/obse
 
 from __future__ import annotations
 
-import re
-
 import json
+import re
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -27,9 +26,14 @@ from gateway.policies.legacy_upload_guard.policy import DECISIONS
 from gateway.policies.legacy_upload_guard.upgrade import OUTCOMES
 from gateway.rollout import FixedClock, parse_instant
 from tests.gateway_testlib import (
-    AdminFactory, GatewayFactory, Received, RecordingUpstream, free_port, guarded_routes, make_config,
+    AdminFactory,
+    GatewayFactory,
+    Received,
+    RecordingUpstream,
+    free_port,
+    guarded_routes,
+    make_config,
 )
-
 from tests.process_testlib import ROOT
 
 from .deploy_testlib import DASHBOARD, alert_rules, dashboard_queries, grouping_labels, literal_values, selectors

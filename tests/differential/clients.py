@@ -59,6 +59,12 @@ class Field:
 Form = tuple[Field, ...]
 
 
+def _data(field: Field) -> bytes:
+    """A file field's bytes (a file field is one with data)."""
+    assert field.data is not None
+    return field.data
+
+
 @dataclass(frozen=True, slots=True)
 class Sample:
     family: str  # the writer, then "+mutations" for a mutated body
@@ -134,7 +140,7 @@ def _boundary(rng: random.Random, alphabet: str, size: int) -> str:
 def _requests(forms: Sequence[Form]) -> Iterator[tuple[str, bytes]]:
     for form in forms:
         data = [(f.name, f.value) for f in form if not f.is_file]
-        files = [(f.name, (f.filename, f.data, f.content_type) if f.content_type else (f.filename, f.data))
+        files = [(f.name, (f.filename, _data(f), f.content_type) if f.content_type else (f.filename, _data(f)))
                  for f in form if f.is_file]
         prepared = requests.Request("POST", URL, data=data, files=files or None).prepare()
         if not files:  # requests writes text-only forms urlencoded; a multipart one needs a file tuple
@@ -148,7 +154,7 @@ def _httpx(forms: Sequence[Form]) -> Iterator[tuple[str, bytes]]:
         for f in form:
             if not f.is_file:
                 data.setdefault(f.name, []).append(f.value)
-        files = [(f.name, (f.filename, f.data, f.content_type) if f.content_type else (f.filename, f.data))
+        files = [(f.name, (f.filename, _data(f), f.content_type) if f.content_type else (f.filename, _data(f)))
                  for f in form if f.is_file]
         if not files:  # httpx writes text-only forms urlencoded; a multipart one needs a file tuple
             data, files = {}, [(f.name, (None, f.value.encode())) for f in form]
@@ -201,12 +207,13 @@ def _email(forms: Sequence[Form], rng: random.Random) -> Iterator[tuple[str, byt
             del part["MIME-Version"]
             if not f.is_file:
                 del part["Content-Type"]
-            part.set_payload(f.data if f.is_file else f.value.encode())
+            part.set_payload(_data(f) if f.is_file else f.value.encode())
             params = {"name": f.name} if not f.is_file else {"name": f.name, "filename": f.filename or ""}
             part.add_header("Content-Disposition", "form-data", **params)
             msg.attach(part)
         out = io.BytesIO()
-        email.generator.BytesGenerator(out, policy=email.policy.HTTP).flatten(msg)
+        # typeshed ties the HTTP policy to EmailMessage; the generator writes any Message alike.
+        email.generator.BytesGenerator(out, policy=email.policy.HTTP).flatten(msg)  # type: ignore[arg-type]
         head, _, body = out.getvalue().partition(b"\r\n\r\n")
         yield str(msg["Content-Type"]), body
 

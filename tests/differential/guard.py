@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from aiohttp import StreamReader, web
 
 from gateway.core.exchange import Policy
-from gateway.ops.metrics import Metrics
-from gateway.policies.legacy_upload_guard import DISABLED_CODE, NAME
 from gateway.core.multipart import Ambiguous, MalformedValue, form_data_boundary, parse_media_type
+from gateway.ops.metrics import Metrics
+from gateway.policies.legacy_upload_guard import DISABLED_CODE, NAME, Options
 from gateway.policies.legacy_upload_guard.multipart_sniffer import MultipartSniffer
-from tests.gateway_testlib import guarded_routes, make_config
 from tests.differential.parsers import Protocol as _Protocol
+from tests.gateway_testlib import guarded_routes, make_config
 from tests.policy_testlib import Terminal, build_policy, config_of, exchange_for, mocked_request
 
 __all__ = ("Decision", "Guard")
@@ -60,6 +60,7 @@ class Guard:
         self._method, self._target, self._params = ROUTES[route]
         self._policy: Policy = build_policy(config, route, NAME, "2026-07-01T00:00:00+00:00", Metrics())
         options = dict(config.chains[route])[NAME]
+        assert isinstance(options, Options)
         self._file_fields = options.file_fields
         self._max_header_bytes = options.max_part_header_bytes
         self._look_ahead = options.look_ahead_bytes

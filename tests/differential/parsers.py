@@ -108,7 +108,7 @@ def _werkzeug(ct: str, body: bytes) -> View:
         _, form, files = FormDataParser(silent=False).parse(io.BytesIO(body), mimetype, len(body), options)
     except Exception as err:  # ValueError, RequestEntityTooLarge, ...
         return View((), f"{type(err).__name__}: {err}")
-    parts = [(name, None, False) for name, _ in form.items(multi=True)]
+    parts: list[tuple[str, str | None, bool]] = [(name, None, False) for name, _ in form.items(multi=True)]
     parts += [(name, storage.filename, True) for name, storage in files.items(multi=True)]
     return View(tuple(parts))
 
@@ -146,6 +146,7 @@ async def _read_multipart(reader: MultipartReader, parts: list[tuple[str | None,
             await part.release()
         else:
             # A nested multipart: aiohttp hands it over as a reader of its own; a service can read its parts.
+            assert part is not None  # the iteration ends where the reader would answer None
             await _read_multipart(part, parts)
 
 

@@ -28,7 +28,13 @@ from aiohttp import web
 from gateway.lifecycle import Reloads
 from gateway.ops.admin import make_admin_app, session_cookie
 from tests.gateway_testlib import (
-    ADMIN_TOKEN, GatewayFactory, RecordingUpstream, closed_within, free_port, make_config, parse_responses,
+    ADMIN_TOKEN,
+    GatewayFactory,
+    RecordingUpstream,
+    closed_within,
+    free_port,
+    make_config,
+    parse_responses,
     raw_exchange,
 )
 from tests.process_testlib import ROOT, Proc, start, wait_for, write_config
@@ -264,12 +270,12 @@ async def test_a_request_without_a_host_or_with_two_is_refused(admin: Admin) -> 
     _, port = await admin()
     auth = f"Authorization: Bearer {ADMIN_TOKEN}\r\n".encode()
     answer = await raw_exchange(port, b"GET /config HTTP/1.0\r\n" + auth + b"\r\n")
-    assert answer.startswith(b"HTTP/1.0 421") or answer.startswith(b"HTTP/1.1 421"), answer[:80]
+    assert answer.startswith((b"HTTP/1.0 421", b"HTTP/1.1 421")), answer[:80]
     answer = await raw_exchange(port, b"GET /config HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.test\r\n" + auth
                                 + b"Connection: close\r\n\r\n")
     assert answer.split(b" ", 2)[1] in (b"400", b"421"), answer[:80]  # aiohttp's parser refuses it first
     answer = await raw_exchange(port, b"GET /livez HTTP/1.0\r\n\r\n")
-    assert answer.startswith(b"HTTP/1.0 200") or answer.startswith(b"HTTP/1.1 200"), answer[:80]
+    assert answer.startswith((b"HTTP/1.0 200", b"HTTP/1.1 200")), answer[:80]
 
 
 async def test_opened_on_purpose(admin: Admin) -> None:

@@ -55,7 +55,7 @@ async def _send_body(writer: asyncio.StreamWriter, prefix: bytes, size: int) -> 
 async def _read_status(reader: asyncio.StreamReader, timeout: float = 10) -> int | None:
     try:
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
-    except (asyncio.IncompleteReadError, ConnectionError, asyncio.TimeoutError):
+    except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
         return None
     return int(head.split(b" ", 2)[1])
 

@@ -18,7 +18,15 @@ from aiohttp import web
 from gateway.core.http import token_fingerprint
 from gateway.rollout import FixedClock, parse_instant
 from tests.board_fixtures import BIG_INT, board_bytes
-from tests.gateway_testlib import GatewayFactory, Received, RecordingUpstream, parse_responses, raw_exchange
+from tests.gateway_testlib import (
+    GatewayFactory,
+    Received,
+    RecordingUpstream,
+    Responder,
+    RunningGateway,
+    parse_responses,
+    raw_exchange,
+)
 from tests.integration.board_testlib import board_config, json_responder
 
 CAP_EPOCH = int(dt.datetime(2026, 10, 1, tzinfo=dt.UTC).timestamp())
@@ -31,7 +39,7 @@ async def client() -> AsyncIterator[aiohttp.ClientSession]:
         yield session
 
 
-async def start(start_gateway: GatewayFactory, upstream: RecordingUpstream, at: str, **kwargs: Any):
+async def start(start_gateway: GatewayFactory, upstream: RecordingUpstream, at: str, **kwargs: Any) -> RunningGateway:
     return await start_gateway(board_config(upstream.url, **kwargs), clock=FixedClock(parse_instant(at)))
 
 
@@ -96,7 +104,9 @@ async def test_each_phase_on_each_side_of_each_boundary(
 @pytest.mark.parametrize(
     "path", ["/api/latest/boards/1", "/api/v1/boards/1", "/api/latest/spaces/9/boards/1", "/api/v1/spaces/9/boards/1"]
 )
-async def test_every_spelling_of_the_route_is_rewritten(upstream, start_gateway, client, path: str) -> None:
+async def test_every_spelling_of_the_route_is_rewritten(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession, path: str
+) -> None:
     upstream.responder = json_responder(board_bytes(120))
     gw = await start(start_gateway, upstream, REMOVED)
     async with client.get(gw.url + path) as resp:
@@ -108,13 +118,15 @@ async def test_every_spelling_of_the_route_is_rewritten(upstream, start_gateway,
 
 
 def expected_cap(body: bytes, n: int) -> dict[str, Any]:
-    doc = json.loads(body)
+    doc: dict[str, Any] = json.loads(body)
     doc["cards"] = doc["cards"][:n]
     return doc
 
 
 @pytest.mark.parametrize("count", [0, 100, 101, 10_000])
-async def test_board_sizes_in_the_cap_phase(upstream, start_gateway, client, count: int) -> None:
+async def test_board_sizes_in_the_cap_phase(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession, count: int
+) -> None:
     body = board_bytes(count)
     upstream.responder = json_responder(body)
     gw = await start(start_gateway, upstream, CAPPED)
@@ -137,7 +149,9 @@ async def test_board_sizes_in_the_cap_phase(upstream, start_gateway, client, cou
 
 
 @pytest.mark.parametrize("count", [0, 100, 101, 10_000])
-async def test_board_sizes_in_the_removal_phase(upstream, start_gateway, client, count: int) -> None:
+async def test_board_sizes_in_the_removal_phase(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession, count: int
+) -> None:
     body = board_bytes(count)
     upstream.responder = json_responder(body)
     gw = await start(start_gateway, upstream, REMOVED)
@@ -152,7 +166,9 @@ async def test_board_sizes_in_the_removal_phase(upstream, start_gateway, client,
     assert cards_removed(gw) == count
 
 
-async def test_unicode_big_integers_and_floats_are_kept_as_written(upstream, start_gateway, client) -> None:
+async def test_unicode_big_integers_and_floats_are_kept_as_written(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession
+) -> None:
     body = board_bytes(150)
     upstream.responder = json_responder(body)
     gw = await start(start_gateway, upstream, CAPPED)
@@ -164,7 +180,9 @@ async def test_unicode_big_integers_and_floats_are_kept_as_written(upstream, sta
     assert json.loads(got)["cards"][6]["size"] == BIG_INT
 
 
-async def test_empty_array_mode(upstream, start_gateway, client) -> None:
+async def test_empty_array_mode(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession
+) -> None:
     upstream.responder = json_responder(board_bytes(5))
     gw = await start(start_gateway, upstream, REMOVED, options={"removal": "empty_array", "page_limit": 50})
     async with client.get(gw.url + "/api/latest/boards/1") as resp:
@@ -173,7 +191,9 @@ async def test_empty_array_mode(upstream, start_gateway, client) -> None:
     assert "limit=50&offset=0" in doc["cards_deprecation_message"]
 
 
-async def test_an_existing_deprecation_message_is_replaced_not_duplicated(upstream, start_gateway, client) -> None:
+async def test_an_existing_deprecation_message_is_replaced_not_duplicated(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession
+) -> None:
     body = b'{"id":1,"cards_deprecation_message":"old","cards":[{"id":1}],"lanes":[]}'
     upstream.responder = json_responder(body)
     gw = await start(start_gateway, upstream, REMOVED)
@@ -192,8 +212,11 @@ async def test_an_existing_deprecation_message_is_replaced_not_duplicated(upstre
     ("status", "body", "content_type"),
     [(401, b"Invalid token", "text/plain"), (403, b"", None), (404, b"", None), (500, b'{"cards":[1]}', "application/json")],
 )
-async def test_error_statuses_pass_untouched(upstream, start_gateway, client, status, body, content_type) -> None:
-    async def responder(request, received):
+async def test_error_statuses_pass_untouched(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession, status: int, body: bytes,
+    content_type: str | None
+) -> None:
+    async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
         headers = {"Content-Type": content_type} if content_type else {}
         return web.Response(status=status, body=body, headers=headers)
 
@@ -219,7 +242,8 @@ async def test_error_statuses_pass_untouched(upstream, start_gateway, client, st
     ],
 )
 async def test_unparseable_bodies_pass_untouched_and_are_counted(
-    upstream, start_gateway, client, caplog, body: bytes, content_type: str, reason: str
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession, caplog:
+    pytest.LogCaptureFixture, body: bytes, content_type: str, reason: str
 ) -> None:
     upstream.responder = json_responder(body, headers={"Content-Type": content_type})
     gw = await start(start_gateway, upstream, REMOVED)
@@ -233,7 +257,9 @@ async def test_unparseable_bodies_pass_untouched_and_are_counted(
     assert body.decode(errors="replace") not in records[0].getMessage()
 
 
-async def test_bodies_over_the_cap_pass_untouched(upstream, start_gateway, client) -> None:
+async def test_bodies_over_the_cap_pass_untouched(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession
+) -> None:
     body = board_bytes(2000)
     upstream.responder = json_responder(body)
     gw = await start(start_gateway, upstream, REMOVED, options={"max_body_bytes": 100_000})
@@ -243,10 +269,12 @@ async def test_bodies_over_the_cap_pass_untouched(upstream, start_gateway, clien
     assert counter(gw, "removed", "too_large") == 1
 
 
-async def test_chunked_bodies_over_the_cap_pass_untouched(upstream, start_gateway, client) -> None:
+async def test_chunked_bodies_over_the_cap_pass_untouched(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession
+) -> None:
     body = board_bytes(2000)
 
-    async def responder(request, received):
+    async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "application/json"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
@@ -265,7 +293,9 @@ async def test_chunked_bodies_over_the_cap_pass_untouched(upstream, start_gatewa
 # --- Compression ---------------------------------------------------------------------------------------------------
 
 
-async def test_gzip_from_the_upstream_is_decoded_and_the_client_gets_gzip(upstream, start_gateway, client) -> None:
+async def test_gzip_from_the_upstream_is_decoded_and_the_client_gets_gzip(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession
+) -> None:
     body = board_bytes(300)
     upstream.responder = json_responder(body, gzip_always=True)
     gw = await start(start_gateway, upstream, CAPPED)
@@ -282,7 +312,9 @@ async def test_gzip_from_the_upstream_is_decoded_and_the_client_gets_gzip(upstre
     assert json.loads(plain) == doc
 
 
-async def test_compress_min_bytes_and_level_decide_the_rewritten_boards_gzip(upstream, start_gateway, client) -> None:
+async def test_compress_min_bytes_and_level_decide_the_rewritten_boards_gzip(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession
+) -> None:
     upstream.responder = json_responder(board_bytes(300))
 
     async def board(**options: Any) -> tuple[str | None, bytes]:
@@ -299,10 +331,12 @@ async def test_compress_min_bytes_and_level_decide_the_rewritten_boards_gzip(ups
     assert len(best) < len(fast)
 
 
-async def test_a_compression_bomb_passes_through_as_too_large(upstream, start_gateway, client) -> None:
+async def test_a_compression_bomb_passes_through_as_too_large(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession
+) -> None:
     bomb = gzip.compress(b'{"cards":[' + b" " * 5_000_000 + b"]}")
 
-    async def responder(request, received):
+    async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
         return web.Response(body=bomb, headers={"Content-Type": "application/json", "Content-Encoding": "gzip"})
 
     upstream.responder = responder
@@ -313,7 +347,9 @@ async def test_a_compression_bomb_passes_through_as_too_large(upstream, start_ga
     assert counter(gw, "removed", "too_large") == 1
 
 
-async def test_the_upstream_is_asked_for_identity_only_when_the_phase_rewrites(upstream, start_gateway, client) -> None:
+async def test_the_upstream_is_asked_for_identity_only_when_the_phase_rewrites(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession
+) -> None:
     upstream.responder = json_responder(board_bytes(3))
     gw = await start(start_gateway, upstream, FULL)
     async with client.get(gw.url + "/api/latest/boards/1", headers={"Accept-Encoding": "gzip"}) as resp:
@@ -324,7 +360,9 @@ async def test_the_upstream_is_asked_for_identity_only_when_the_phase_rewrites(u
 # --- Validators and conditional requests ---------------------------------------------------------------------------
 
 
-async def test_conditional_requests_within_a_phase_and_across_a_phase_change(upstream, start_gateway, client) -> None:
+async def test_conditional_requests_within_a_phase_and_across_a_phase_change(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession
+) -> None:
     body = board_bytes(150)
     upstream.responder = json_responder(body, headers={"Last-Modified": "Tue, 01 Sep 2026 00:00:00 GMT"})
     full = await start(start_gateway, upstream, FULL)
@@ -361,7 +399,9 @@ async def test_conditional_requests_within_a_phase_and_across_a_phase_change(ups
         assert resp.status == 304
 
 
-async def test_range_requests_are_not_forwarded_when_rewriting(upstream, start_gateway, client) -> None:
+async def test_range_requests_are_not_forwarded_when_rewriting(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession
+) -> None:
     upstream.responder = json_responder(board_bytes(150))
     gw = await start(start_gateway, upstream, REMOVED)
     async with client.get(gw.url + "/api/latest/boards/1", headers={"Range": "bytes=0-99"}) as resp:
@@ -374,7 +414,7 @@ async def test_range_requests_are_not_forwarded_when_rewriting(upstream, start_g
 
 
 @pytest.mark.parametrize("at", [FULL, CAPPED, REMOVED])
-async def test_head_answers_like_get(upstream, start_gateway, at: str) -> None:
+async def test_head_answers_like_get(upstream: RecordingUpstream, start_gateway: GatewayFactory, at: str) -> None:
     body = board_bytes(150)
     upstream.responder = json_responder(body)
     gw = await start(start_gateway, upstream, at)
@@ -383,9 +423,9 @@ async def test_head_answers_like_get(upstream, start_gateway, at: str) -> None:
     (g_status, g_headers, g_body), = parse_responses(get)
     h_head, _, h_rest = head.partition(b"\r\n\r\n")
     assert h_rest == b""
-    h_headers = dict(
-        (k.strip().lower(), v.strip()) for k, _, v in (line.partition(":") for line in h_head.decode().split("\r\n")[1:])
-    )
+    h_headers = {
+        k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in h_head.decode().split("\r\n")[1:])
+    }
     for name in ("content-length", "etag", "deprecation", "link", "content-type"):
         assert h_headers.get(name) == g_headers.get(name), name
     assert int(h_headers["content-length"]) == len(g_body)
@@ -396,7 +436,9 @@ async def test_head_answers_like_get(upstream, start_gateway, at: str) -> None:
 # --- Overrides, exemptions, brownouts --------------------------------------------------------------------------------
 
 
-async def test_tenant_overrides_move_the_dates(upstream, start_gateway, client) -> None:
+async def test_tenant_overrides_move_the_dates(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession
+) -> None:
     upstream.responder = json_responder(board_bytes(150))
     gw = await start(start_gateway, upstream, "2026-09-02T00:00:01Z",
                      tenant_rollout={"board_cards_cap": "2026-08-01", "board_cards_removal": "2026-09-02"})
@@ -407,7 +449,9 @@ async def test_tenant_overrides_move_the_dates(upstream, start_gateway, client) 
         assert len(json.loads(await resp.read())["cards"]) == 150  # the other tenant keeps the defaults
 
 
-async def test_exemption_by_token_fingerprint_until_its_date(upstream, start_gateway, client) -> None:
+async def test_exemption_by_token_fingerprint_until_its_date(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession
+) -> None:
     body = board_bytes(150)
     upstream.responder = json_responder(body)
     token = "Bearer mobile-app-token"
@@ -424,7 +468,9 @@ async def test_exemption_by_token_fingerprint_until_its_date(upstream, start_gat
     assert counter(before, "full", "untouched") == 1
 
 
-async def test_exemption_by_header_keeps_the_capped_phase(upstream, start_gateway, client) -> None:
+async def test_exemption_by_header_keeps_the_capped_phase(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession
+) -> None:
     upstream.responder = json_responder(board_bytes(150))
     exemption = {"name": "sync", "phase": "capped", "until": "2027-01-01",
                  "header": {"name": "User-Agent", "prefix": "LegacySync/"}}
@@ -438,7 +484,10 @@ async def test_exemption_by_header_keeps_the_capped_phase(upstream, start_gatewa
 
 @pytest.mark.parametrize(("at", "cards"), [("2026-10-20T09:59:59", 100), ("2026-10-20T10:00:00", None),
                                            ("2026-10-20T11:59:59", None), ("2026-10-20T12:00:00", 100)])
-async def test_brownout_window(upstream, start_gateway, client, at: str, cards: int | None) -> None:
+async def test_brownout_window(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession, at: str, cards: int |
+    None
+) -> None:
     upstream.responder = json_responder(board_bytes(150))
     rollout = {"timezone": "Europe/Berlin",
                "brownouts": [{"start": "2026-10-20T10:00:00", "end": "2026-10-20T12:00:00"}]}
@@ -453,7 +502,9 @@ async def test_brownout_window(upstream, start_gateway, client, at: str, cards: 
         assert len(doc["cards"]) == cards
 
 
-async def test_announcement_date_gates_the_signal_headers(upstream, start_gateway, client) -> None:
+async def test_announcement_date_gates_the_signal_headers(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession
+) -> None:
     body = board_bytes(3)
     upstream.responder = json_responder(body)
     rollout = {"board_cards_announcement": "2026-09-01"}
@@ -471,25 +522,30 @@ async def test_announcement_date_gates_the_signal_headers(upstream, start_gatewa
         assert await resp.read() == body
 
 
-async def test_decision_in_context_and_phase_gauge(upstream, start_gateway, client) -> None:
+async def test_decision_in_context_and_phase_gauge(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession
+) -> None:
     upstream.responder = json_responder(board_bytes(150))
     gw = await start(start_gateway, upstream, CAPPED)
     async with client.get(gw.url + "/api/latest/boards/1") as resp:
         await resp.read()
     def phase(behaviour: str, name: str) -> float | None:
         labels = {"tenant": "acme", "behaviour": behaviour, "phase": name}
-        return gw.metrics.registry.get_sample_value("gateway_rollout_phase", labels)
+        value: float | None = gw.metrics.registry.get_sample_value("gateway_rollout_phase", labels)
+        return value
 
     assert phase("board_cards", "capped") == 1
     assert phase("board_cards", "full") == 0
     assert phase("legacy_uploads", "forbidden") == 1
 
 
-async def test_memo_is_only_used_for_identical_bodies(upstream, start_gateway, client) -> None:
+async def test_memo_is_only_used_for_identical_bodies(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession
+) -> None:
     bodies = [board_bytes(150), board_bytes(160)]
     state = {"i": 0}
 
-    async def responder(request, received):
+    async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
         body = bodies[state["i"] % 2]
         return web.Response(body=body, content_type="application/json")
 
@@ -503,14 +559,14 @@ async def test_memo_is_only_used_for_identical_bodies(upstream, start_gateway, c
     assert cards_removed(gw) == 50 + 60 + 50 + 60
 
 
-def pieces_responder(body: bytes, cuts: list[int]):
+def pieces_responder(body: bytes, cuts: list[int]) -> Responder:
     """The body streamed (chunked) in pieces cut at ``cuts``, each write given its own turn of the loop."""
 
     async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "application/json", "ETag": '"v1"'})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
-        for a, b in zip([0, *cuts], [*cuts, len(body)]):
+        for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True):
             await resp.write(body[a:b])
             await asyncio.sleep(0)
         await resp.write_eof()
@@ -529,7 +585,9 @@ def awkward_cuts(body: bytes) -> list[int]:
 
 
 @pytest.mark.parametrize("at", [CAPPED, REMOVED])
-async def test_a_board_read_in_awkward_pieces_is_cut_as_a_whole_one(upstream, start_gateway, client, at: str) -> None:
+async def test_a_board_read_in_awkward_pieces_is_cut_as_a_whole_one(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession, at: str
+) -> None:
     body = board_bytes(150)
     body = body.replace(b'"title":"Board', rb'"title":"\u00e9\"\\\\\"\ud83d\ude80 Board', 1)
     gw = await start(start_gateway, upstream, at)
@@ -550,7 +608,9 @@ async def test_a_board_read_in_awkward_pieces_is_cut_as_a_whole_one(upstream, st
     assert counter(gw, "capped" if at == CAPPED else "removed", "capped" if at == CAPPED else "removed") == 2
 
 
-async def test_a_board_that_differs_from_the_kept_one_only_at_its_end(upstream, start_gateway, client) -> None:
+async def test_a_board_that_differs_from_the_kept_one_only_at_its_end(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession
+) -> None:
     """The memo compares a new body as it arrives and reads it only once it differs: here in its last piece."""
     first = board_bytes(150)
     assert first.endswith(b"123456789012345678901234567890.5]}")
@@ -582,7 +642,9 @@ async def sandbox(aiohttp_server: Any) -> Any:
 SANDBOX_AUTH = {"Authorization": "Bearer sandbox-token"}
 
 
-async def test_sandbox_board_in_each_phase(sandbox, start_gateway, client) -> None:
+async def test_sandbox_board_in_each_phase(
+    sandbox: Any, start_gateway: GatewayFactory, client: aiohttp.ClientSession
+) -> None:
     url = f"http://127.0.0.1:{sandbox.port}"
     for at, expect in ((FULL, 250), (CAPPED, 100), (REMOVED, None)):
         gw = await start_gateway(board_config(url), clock=FixedClock(parse_instant(at)))
@@ -608,7 +670,9 @@ async def test_sandbox_board_in_each_phase(sandbox, start_gateway, client) -> No
         assert str(12345678901234567890123).encode() in direct
 
 
-async def test_sandbox_gzip_and_errors_through_the_gateway(sandbox, start_gateway, client) -> None:
+async def test_sandbox_gzip_and_errors_through_the_gateway(
+    sandbox: Any, start_gateway: GatewayFactory, client: aiohttp.ClientSession
+) -> None:
     url = f"http://127.0.0.1:{sandbox.port}"
     gw = await start_gateway(board_config(url), clock=FixedClock(parse_instant(CAPPED)))
     async with client.get(gw.url + "/api/latest/boards/1", headers={**SANDBOX_AUTH, "Accept-Encoding": "gzip"}) as resp:
@@ -624,7 +688,9 @@ async def test_sandbox_gzip_and_errors_through_the_gateway(sandbox, start_gatewa
         assert resp.status == 401 and await resp.read() == b"Invalid token"
 
 
-async def test_sandbox_conditional_get_across_the_removal_date(sandbox, start_gateway, client) -> None:
+async def test_sandbox_conditional_get_across_the_removal_date(
+    sandbox: Any, start_gateway: GatewayFactory, client: aiohttp.ClientSession
+) -> None:
     url = f"http://127.0.0.1:{sandbox.port}"
     capped = await start_gateway(board_config(url), clock=FixedClock(parse_instant(CAPPED)))
     removed = await start_gateway(board_config(url), clock=FixedClock(parse_instant(REMOVED)))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -17,8 +16,18 @@ from gateway.core.exchange import Exchange, Flow, Next, Policy, Refuse, Reply, R
 from gateway.rollout import FixedClock, parse_instant
 from tests.board_fixtures import board_bytes
 from tests.gateway_testlib import (
-    CountingUpstream, GatewayFactory, Received, RecordingUpstream, Responder, chunked_responder, free_port,
-    guarded_routes, make_config, multipart_body, parse_responses, raw_exchange,
+    CountingUpstream,
+    GatewayFactory,
+    Received,
+    RecordingUpstream,
+    Responder,
+    chunked_responder,
+    free_port,
+    guarded_routes,
+    make_config,
+    multipart_body,
+    parse_responses,
+    raw_exchange,
 )
 
 RID = "client-chosen-id-1"
@@ -168,7 +177,7 @@ async def _route_through(gw: Any, policies: list[Policy]) -> None:
     state.handlers["catch_all"] = fold(policies, gw.gateway.proxy)
 
 
-def _echo(body: bytes):
+def _echo(body: bytes) -> Responder:
     async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
         return web.Response(body=body, headers={"X-Upstream-Length": str(received.body_size)})
 

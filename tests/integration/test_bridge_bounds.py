@@ -19,7 +19,6 @@ import json
 import os
 import resource
 import signal
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any

@@ -135,7 +135,7 @@ async def test_a_file_that_cannot_be_deleted_is_named_with_its_id(adversarial: A
             return web.Response(status=500)
         return await original(request, *args)
 
-    adversarial._file_route = no_delete  # type: ignore[method-assign]
+    adversarial._file_route = no_delete  # type: ignore[method-assign, assignment]  # patched for this test
     with caplog.at_level(logging.WARNING, logger="gateway.legacy_upload_guard"):
         status, headers, answer = await _send(gw, "PUT", "/api/v1/cards/42/files",
                                               multipart_body([_file(b"x" * 5000)], B))
@@ -161,7 +161,7 @@ async def test_a_file_whose_deletion_gets_no_answer_is_named_with_its_id(adversa
             return web.Response(status=204)
         return await original(request, *args)
 
-    adversarial._file_route = dropped_delete  # type: ignore[method-assign]
+    adversarial._file_route = dropped_delete  # type: ignore[method-assign, assignment]  # patched for this test
     status, headers, answer = await _send(gw, "PUT", "/api/v1/cards/42/files", multipart_body([_file(b"x" * 5000)], B))
     (stored,) = adversarial.files("127.0.0.1", 42)
     assert status == 502 and headers["X-Gateway-Upload-Upgrade"] == "left_stored; reason=upload_answer"

@@ -12,11 +12,11 @@ import aiohttp
 import pytest
 
 from gateway.core.chain import fold
-from gateway.core.exchange import Exchange, Next, Reply
+from gateway.core.exchange import Exchange, Next, Reply, Services
 from gateway.policies.board_cards.backfill import BackfillFailed, BackfillOptions, fetch_cards
 from sandbox.app import create_app
 from sandbox.settings import SandboxSettings
-from tests.gateway_testlib import GatewayFactory, make_config
+from tests.gateway_testlib import GatewayFactory, RunningGateway, make_config
 
 TOKEN = {"Authorization": "Bearer sandbox-token"}
 SIZES = (0, 1, 100, 101, 250, 10_000)  # boards 4.. in the sandbox (board 1 has 250 of its own)
@@ -27,8 +27,8 @@ async def sandbox(aiohttp_server: Any) -> Any:
     return await aiohttp_server(create_app(SandboxSettings(extra_boards=SIZES)))
 
 
-async def _through(gw: Any, options: BackfillOptions, want: int | None = None,
-                   between: Any = None) -> tuple[int, dict[str, Any]]:
+async def _through(gw: RunningGateway, options: BackfillOptions, want: int | None = None,
+                   between: Any = None) -> RunningGateway:
     """Runs fetch_cards for /x/{board} behind a real gateway; answers its result as JSON."""
 
     async def bridge(exchange: Exchange, next: Next) -> Reply:
@@ -37,8 +37,9 @@ async def _through(gw: Any, options: BackfillOptions, want: int | None = None,
             filled = await fetch_cards(exchange, board, want, options)
         except BackfillFailed as failed:
             return Reply.json(200, {"failed": failed.reason, "detail": failed.detail})
-        return Reply.json(200, {"ids": [json.loads(raw)["id"] for raw in filled.cards], "pages": filled.pages,
-                                "raw_ok": all(raw.startswith(b"{") and raw.endswith(b"}") for raw in filled.cards)})
+        cards = [bytes(raw) for raw in filled.cards]
+        return Reply.json(200, {"ids": [json.loads(raw)["id"] for raw in cards], "pages": filled.pages,
+                                "raw_ok": all(raw.startswith(b"{") and raw.endswith(b"}") for raw in cards)})
 
     gw.gateway.state.handlers["catch_all"] = fold([bridge], gw.gateway.proxy)
     return gw
@@ -123,7 +124,7 @@ async def test_pages_that_shift_by_inserts_lose_and_repeat_nothing(sandbox: Any,
     async def bridge(exchange: Exchange, next: Next) -> Reply:
         exchange.services = _Interleaved(gw.gateway.proxy, insert)
         filled = await fetch_cards(exchange, "1", None, BackfillOptions(page_size=50, concurrency=1))
-        return Reply.json(200, {"ids": [json.loads(raw)["id"] for raw in filled.cards]})
+        return Reply.json(200, {"ids": [json.loads(bytes(raw))["id"] for raw in filled.cards]})
 
     gw.gateway.state.handlers["catch_all"] = fold([bridge], gw.gateway.proxy)
     ids = (await _get(gw, 1))["ids"]
@@ -133,7 +134,7 @@ async def test_pages_that_shift_by_inserts_lose_and_repeat_nothing(sandbox: Any,
     assert set(ids) - set(before) <= set(inserted)
 
 
-class _Interleaved:
+class _Interleaved(Services):
     """The proxy core's services, with something done before each fetch."""
 
     def __init__(self, services: Any, before: Any) -> None:
@@ -177,7 +178,7 @@ async def test_a_gap_is_detected_and_read_again_then_refused(sandbox: Any, start
     assert calls == 4  # pages 0 and 1 (link broken), then from the start again: 0 and 1, broken again
 
 
-class _Fake:
+class _Fake(Services):
     """Services whose fetch answers from a function (for list behaviours the sandbox cannot play)."""
 
     def __init__(self, answer: Any) -> None:

@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, TypedDict
 
 import pytest
 import yaml
@@ -69,8 +70,15 @@ def _wait_http(url: str, timeout: float = 15) -> None:
     raise AssertionError(f"{url} did not answer in {timeout}s")
 
 
+class Stack(TypedDict):
+    gw: str  # the gateway's URL
+    admin: str  # its admin port's
+    process: subprocess.Popen[bytes]
+    log: IO[str]  # what the gateway writes (stdout and stderr)
+
+
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[dict[str, object]]:
+def stack(tmp_path: Path) -> Iterator[Stack]:
     """The sandbox and a gateway in front of it, each a real process on free ports."""
     sandbox_port, gw_port, admin_port = free_port(), free_port(), free_port()
     config = yaml.safe_load((ROOT / "config" / "gateway.yaml").read_text())
@@ -103,7 +111,7 @@ def stack(tmp_path: Path) -> Iterator[dict[str, object]]:
         log.close()
 
 
-def test_serve_in_front_of_the_sandbox_then_stop_on_sigterm(stack) -> None:
+def test_serve_in_front_of_the_sandbox_then_stop_on_sigterm(stack: Stack) -> None:
     request = urllib.request.Request(stack["gw"] + "/api/latest/cards?board_id=1&limit=3&offset=0",
                                      headers={"Authorization": "Bearer sandbox-token", "X-Request-Id": "cli-test-1"})
     with urllib.request.urlopen(request, timeout=5) as resp:
@@ -116,7 +124,7 @@ def test_serve_in_front_of_the_sandbox_then_stop_on_sigterm(stack) -> None:
     scrape = urllib.request.Request(stack["admin"] + "/metrics", headers=ADMIN_HEADERS)
     metrics = urllib.request.urlopen(scrape, timeout=5).read().decode()
     assert 'gateway_requests_total{method="GET",route="card_list",status_class="2xx"} 1.0' in metrics
-    proc: subprocess.Popen[bytes] = stack["process"]  # type: ignore[assignment]
+    proc = stack["process"]
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(15) == 0
     log = stack["log"]

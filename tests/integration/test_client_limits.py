@@ -249,7 +249,6 @@ async def test_the_open_file_limit_is_raised_to_the_hard_one_and_a_low_hard_limi
     import yaml
 
     from tests.gateway_testlib import free_port
-    from tests.process_testlib import ROOT
 
     _, parent_hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     # The child starts with a soft limit of 256 and a hard one of 2,048 (or the parent's, if lower).

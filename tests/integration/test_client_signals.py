@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import http_sf
 import pytest
+from yarl import URL
 
 from gateway.core.http import token_fingerprint
 from gateway.rollout import FixedClock, parse_instant
@@ -40,8 +41,16 @@ async def _gateway(start_gateway: GatewayFactory, sandbox: Any, at: str, options
     return await start_gateway(config, clock=FixedClock(parse_instant(at)))
 
 
+def _url(value: str | URL) -> URL:
+    """A Link's target, as aiohttp's ``links`` gives it (a URL; the type says str or URL)."""
+    assert isinstance(value, URL)
+    return value
+
+
 def _deprecation(value: str) -> dt.datetime:
-    parsed, params = http_sf.parse(value.encode(), tltype="item")
+    item = http_sf.parse(value.encode(), tltype="item")
+    assert isinstance(item, tuple), f"Deprecation is not an item with parameters: {value!r}"
+    parsed, params = item
     assert params == {}
     assert isinstance(parsed, dt.datetime), f"Deprecation is not an RFC 9651 Date: {value!r}"
     return parsed
@@ -63,7 +72,7 @@ async def test_a_capped_board_says_when_and_where_in_parsable_headers(
             assert successor is not None and documentation is not None, resp.headers.getall("Link")
             assert str(documentation["url"]) == DOCS
             assert documentation["type"] == "text/html"
-            target = resp.url.join(successor["url"])
+            target = resp.url.join(_url(successor["url"]))
         # The successor is a URL the client can follow, with this request's board filled in: the paginated card
         # list of the same board, through the same gateway, with the same token.
         assert target.path == "/api/latest/cards" and target.query["board_id"] == "1"
@@ -89,7 +98,7 @@ async def test_after_the_removal_date_there_is_no_sunset_but_still_a_deprecation
                 f"{gw.url}/_gateway/deprecations"]
             successor = resp.links.get("successor-version")
             assert successor is not None
-            target = resp.url.join(successor["url"])
+            target = resp.url.join(_url(successor["url"]))
         assert target.path == "/api/latest/cards" and target.query["board_id"] == "1"
         async with client.get(target, headers={"Authorization": TOKEN}) as listed:
             assert listed.status == 200
@@ -164,7 +173,7 @@ async def test_an_upgraded_upload_links_to_the_cards_real_upload_route(guarded: 
             first = await resp.json()
             assert _deprecation(resp.headers["Deprecation"]) == SINCE
             assert str(resp.links["deprecation"]["url"]) == GUIDE
-            successor = resp.url.join(resp.links["successor-version"]["url"])
+            successor = resp.url.join(_url(resp.links["successor-version"]["url"]))
         assert successor.path == f"/api/v1/cards/{first['card_uid']}/files"
         # Followed with the spec's method, the link is the restricted upload of the same card.
         async with client.post(successor, data=_upload("b.txt", b"second"), headers={"Authorization": TOKEN}) as resp:

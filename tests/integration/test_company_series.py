@@ -14,7 +14,12 @@ from aiohttp import web
 
 from gateway.rollout import FixedClock, parse_instant
 from tests.gateway_testlib import (
-    AdminFactory, GatewayFactory, Received, RecordingUpstream, guarded_routes, make_config,
+    AdminFactory,
+    GatewayFactory,
+    Received,
+    RecordingUpstream,
+    guarded_routes,
+    make_config,
 )
 from tests.process_testlib import samples
 

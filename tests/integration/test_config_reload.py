@@ -15,8 +15,7 @@ import yaml
 
 from tests.bench_testlib import load
 from tests.gateway_testlib import RecordingUpstream
-from tests.process_testlib import LivezProbe, Proc, start, wait_for
-from tests.process_testlib import config as process_config
+from tests.process_testlib import LivezProbe, Proc, config as process_config, start, wait_for
 
 FAILURE = ("gateway_config_reloads_total", (("result", "failure"),))
 SUCCESS = ("gateway_config_reloads_total", (("result", "success"),))

@@ -28,7 +28,7 @@ from tests.process_testlib import Proc, start, wait_for
 
 DAY = 86400
 EARLY, LATE = "Bearer early-token", "Bearer late-token"
-X, Y = token_fingerprint(EARLY), token_fingerprint(LATE)
+X, Y = token_fingerprint(EARLY) or "", token_fingerprint(LATE) or ""  # a credential always has a fingerprint
 
 
 def _config(upstream: str, url: str, known: Path) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from tests.gateway_testlib import RecordingUpstream, free_port
+from tests.gateway_testlib import Received, RecordingUpstream, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZE = 150 * 1024 * 1024 + 7
@@ -57,7 +57,7 @@ def _digest(size: int) -> str:
 
 @pytest.mark.slow
 async def test_150_mib_up_and_down_through_a_gateway_process(upstream: RecordingUpstream, tmp_path: Path) -> None:
-    async def responder(request: web.BaseRequest, received) -> web.StreamResponse:
+    async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
         if request.method != "GET":
             return web.json_response({"size": received.body_size, "sha256": received.body_sha256})
         resp = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})

@@ -10,18 +10,23 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
 import yaml
 from aiohttp import web
 
-from tests.gateway_testlib import ADMIN_HEADERS, RecordingUpstream, free_port
-from tests.process_testlib import ROOT, Proc, start, write_config
-from tests.process_testlib import config as _config
-from tests.process_testlib import samples as _samples
-from tests.process_testlib import wait_for as _wait_for
+from gateway.core.exchange import Exchange, Next, Reply
+from tests.gateway_testlib import ADMIN_HEADERS, AdminFactory, GatewayFactory, Received, RecordingUpstream, free_port
+from tests.process_testlib import (
+    ROOT,
+    Proc,
+    config as _config,
+    samples as _samples,
+    start,
+    wait_for as _wait_for,
+    write_config,
+)
 
 
 @pytest.fixture
@@ -68,7 +73,7 @@ async def test_sigterm_drains_then_finishes_in_flight_requests(gateway_process: 
 
     release = asyncio.Event()
 
-    async def responder(request: web.BaseRequest, received) -> web.StreamResponse:
+    async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
         await release.wait()  # held until the test has seen the gateway draining
         return web.Response(text="finished")
 
@@ -295,8 +300,8 @@ async def test_a_reload_asked_while_a_worker_starts_reaches_it(upstream: Recordi
             proc.wait(5)
 
 
-async def test_deprecations_endpoint_and_usage_command(upstream: RecordingUpstream, start_gateway,
-                                                       start_admin, tmp_path: Path) -> None:
+async def test_deprecations_endpoint_and_usage_command(upstream: RecordingUpstream, start_gateway: GatewayFactory,
+                                                       start_admin: AdminFactory, tmp_path: Path) -> None:
     from tests.gateway_testlib import make_config
 
     config = make_config(upstream.url, usage={"ledger": {"url": f"sqlite:///{tmp_path}/usage.sqlite3"}})
@@ -304,7 +309,7 @@ async def test_deprecations_endpoint_and_usage_command(upstream: RecordingUpstre
     admin = await start_admin(gw)
 
     # Stand-in for a deprecation policy: record a decision the way policies do.
-    async def decide(exchange, next):
+    async def decide(exchange: Exchange, next: Next) -> Reply:
         exchange.decisions["some_deprecation"] = "allowed"
         return await next(exchange)
 
@@ -336,8 +341,9 @@ async def test_deprecations_endpoint_and_usage_command(upstream: RecordingUpstre
     assert "some_deprecation: 3 requests (allowed 3), 2 clients" in out.stdout and "old-sdk/1.2" in out.stdout
 
 
-async def test_admin_rollout_and_phase_gauge_follow_the_clock(upstream: RecordingUpstream, start_gateway,
-                                                              start_admin) -> None:
+async def test_admin_rollout_and_phase_gauge_follow_the_clock(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, start_admin: AdminFactory
+) -> None:
     from gateway.rollout import FixedClock, parse_instant
     from tests.gateway_testlib import make_config
 

@@ -11,11 +11,17 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from gateway.core.chain import fold
 from gateway.core.exchange import BodyBroken, Exchange, Next, Policy, Reply, UpstreamFailed
-from tests.gateway_testlib import GatewayFactory, Received, RecordingUpstream, free_port, make_config, raw_exchange, parse_responses
+from tests.gateway_testlib import (
+    GatewayFactory,
+    RecordingUpstream,
+    free_port,
+    make_config,
+    parse_responses,
+    raw_exchange,
+)
 
 
 def _route_through(gw: Any, policies: list[Policy]) -> None:

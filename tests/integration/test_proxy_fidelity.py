@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import json
 import os
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
@@ -28,13 +29,15 @@ from tests.gateway_testlib import (
 
 
 @pytest.fixture
-async def client() -> aiohttp.ClientSession:
+async def client() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession(auto_decompress=False) as session:
         yield session
 
 
 @pytest.mark.parametrize("method", ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "PROPFIND"])
-async def test_any_method_is_forwarded(gw: RunningGateway, upstream: RecordingUpstream, client, method: str) -> None:
+async def test_any_method_is_forwarded(
+    gw: RunningGateway, upstream: RecordingUpstream, client: aiohttp.ClientSession, method: str
+) -> None:
     async with client.request(method, gw.url + "/some/where?x=1") as resp:
         assert resp.status == 200
         assert (await resp.json())["method"] == method
@@ -42,7 +45,9 @@ async def test_any_method_is_forwarded(gw: RunningGateway, upstream: RecordingUp
     assert upstream.received[-1].raw_path == "/some/where?x=1"
 
 
-async def test_head_is_forwarded_and_answered_without_body(gw, upstream, client) -> None:
+async def test_head_is_forwarded_and_answered_without_body(
+    gw: RunningGateway, upstream: RecordingUpstream, client: aiohttp.ClientSession
+) -> None:
     async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
         return web.Response(body=b"x" * 1234, headers={"X-Kind": "head-test"})
 
@@ -56,8 +61,10 @@ async def test_head_is_forwarded_and_answered_without_body(gw, upstream, client)
 
 
 @pytest.mark.parametrize("status", [204, 304])
-async def test_bodyless_statuses(gw, upstream, client, status: int) -> None:
-    async def responder(request, received):
+async def test_bodyless_statuses(
+    gw: RunningGateway, upstream: RecordingUpstream, client: aiohttp.ClientSession, status: int
+) -> None:
+    async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
         return web.Response(status=status, headers={"ETag": '"abc"'})
 
     upstream.responder = responder
@@ -68,7 +75,7 @@ async def test_bodyless_statuses(gw, upstream, client, status: int) -> None:
     assert upstream.received[-1].header("If-None-Match") == '"abc"'
 
 
-async def test_headers_pass_and_hop_by_hop_are_stripped(gw, upstream) -> None:
+async def test_headers_pass_and_hop_by_hop_are_stripped(gw: RunningGateway, upstream: RecordingUpstream) -> None:
     request = (
         b"GET /h HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         b"Authorization: Bearer secret-token\r\n"
@@ -105,7 +112,9 @@ ADMIN_COOKIE = "gateway_admin=1795900000.nonce-of-a-login.0123456789abcdef"  # t
     # Other cookies pass byte for byte, whatever they look like.
     *[([line], [line]) for line in ['gateway_admin2=x; xgateway_admin=y; q="gateway_admin=z"']],
 ], ids=["between", "alone", "first", "last", "own-line", "look-alikes"])
-async def test_the_admin_cookie_never_reaches_the_upstream(gw, upstream, sent: list[str], forwarded: list[str]) -> None:
+async def test_the_admin_cookie_never_reaches_the_upstream(
+    gw: RunningGateway, upstream: RecordingUpstream, sent: list[str], forwarded: list[str]
+) -> None:
     """A browser sends a host's cookies to every port of it (RFC 6265 8.5): the admin listener's session cookie
     comes to the public listener too, which must not hand it to the service (and its logs)."""
     lines = "".join(f"Cookie: {line.replace('gateway_admin=X', ADMIN_COOKIE)}\r\n" for line in sent)
@@ -116,8 +125,10 @@ async def test_the_admin_cookie_never_reaches_the_upstream(gw, upstream, sent: l
     assert ADMIN_COOKIE.partition("=")[2] not in repr(upstream.received[-1].raw_headers)
 
 
-async def test_response_headers_pass_and_hop_by_hop_are_stripped(gw, upstream, client) -> None:
-    async def responder(request, received):
+async def test_response_headers_pass_and_hop_by_hop_are_stripped(
+    gw: RunningGateway, upstream: RecordingUpstream, client: aiohttp.ClientSession
+) -> None:
+    async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
         resp = web.Response(body=b"ok", headers={"Connection": "X-Secret-Hop", "X-Secret-Hop": "1", "X-Keep": "yes"})
         resp.headers.add("Set-Cookie", "a=1")
         resp.headers.add("Set-Cookie", "b=2")
@@ -132,7 +143,9 @@ async def test_response_headers_pass_and_hop_by_hop_are_stripped(gw, upstream, c
         assert len(resp.headers["X-Request-Id"]) == 32
 
 
-async def test_request_id_kept_when_valid_and_replaced_when_not(gw, upstream, client) -> None:
+async def test_request_id_kept_when_valid_and_replaced_when_not(
+    gw: RunningGateway, upstream: RecordingUpstream, client: aiohttp.ClientSession
+) -> None:
     async with client.get(gw.url + "/", headers={"X-Request-Id": "abc-123"}) as resp:
         assert resp.headers["X-Request-Id"] == "abc-123"
     assert upstream.received[-1].header("X-Request-Id") == "abc-123"
@@ -143,7 +156,9 @@ async def test_request_id_kept_when_valid_and_replaced_when_not(gw, upstream, cl
 
 
 @pytest.mark.parametrize("size", [0, 1, 65_537, 5 * 1024 * 1024 + 3])
-async def test_request_bodies_arrive_byte_for_byte(gw, upstream, client, size: int) -> None:
+async def test_request_bodies_arrive_byte_for_byte(
+    gw: RunningGateway, upstream: RecordingUpstream, client: aiohttp.ClientSession, size: int
+) -> None:
     body = os.urandom(size)
     async with client.post(gw.url + "/upload", data=body, headers={"Content-Type": "application/octet-stream"}) as resp:
         assert resp.status == 200
@@ -154,10 +169,12 @@ async def test_request_bodies_arrive_byte_for_byte(gw, upstream, client, size: i
     assert got.header("Content-Type") == "application/octet-stream"
 
 
-async def test_chunked_request_body_is_streamed(gw, upstream, client) -> None:
+async def test_chunked_request_body_is_streamed(
+    gw: RunningGateway, upstream: RecordingUpstream, client: aiohttp.ClientSession
+) -> None:
     parts = [os.urandom(1000) for _ in range(20)]
 
-    async def gen():
+    async def gen() -> AsyncIterator[bytes]:
         for part in parts:
             yield part
             await asyncio.sleep(0)
@@ -170,7 +187,9 @@ async def test_chunked_request_body_is_streamed(gw, upstream, client) -> None:
     assert got.header("Content-Length") is None
 
 
-async def test_encoded_request_body_is_not_decoded(gw, upstream, client) -> None:
+async def test_encoded_request_body_is_not_decoded(
+    gw: RunningGateway, upstream: RecordingUpstream, client: aiohttp.ClientSession
+) -> None:
     body = gzip.compress(b'{"text": "hello"}')
     headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
     async with client.post(gw.url + "/api/v1/cards/1/comments", data=body, headers=headers) as resp:
@@ -180,10 +199,12 @@ async def test_encoded_request_body_is_not_decoded(gw, upstream, client) -> None
     assert got.body_sha256 == hashlib.sha256(body).hexdigest()
 
 
-async def test_gzip_response_passes_untouched(gw, upstream, client) -> None:
+async def test_gzip_response_passes_untouched(
+    gw: RunningGateway, upstream: RecordingUpstream, client: aiohttp.ClientSession
+) -> None:
     payload = gzip.compress(json.dumps({"cards": list(range(1000))}).encode())
 
-    async def responder(request, received):
+    async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
         return web.Response(body=payload, headers={"Content-Encoding": "gzip", "Content-Type": "application/json"})
 
     upstream.responder = responder
@@ -194,7 +215,9 @@ async def test_gzip_response_passes_untouched(gw, upstream, client) -> None:
     assert upstream.received[-1].header("Accept-Encoding") == "gzip"
 
 
-async def test_streamed_chunked_response(gw, upstream, client) -> None:
+async def test_streamed_chunked_response(
+    gw: RunningGateway, upstream: RecordingUpstream, client: aiohttp.ClientSession
+) -> None:
     body = os.urandom(300_000)
     upstream.responder = chunked_responder(body, 10_000)
     async with client.get(gw.url + "/stream") as resp:
@@ -203,7 +226,9 @@ async def test_streamed_chunked_response(gw, upstream, client) -> None:
 
 
 @pytest.mark.skipif(not FAST.reply_one_write, reason="reply_one_write is off: the head and the body leave in two writes")
-async def test_a_response_that_has_fully_arrived_leaves_in_one_write(gw, upstream, monkeypatch) -> None:
+async def test_a_response_that_has_fully_arrived_leaves_in_one_write(
+    gw: RunningGateway, upstream: RecordingUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from aiohttp.http_writer import StreamWriter
 
     from gateway.server.listener import _Connection
@@ -231,10 +256,12 @@ async def test_a_response_that_has_fully_arrived_leaves_in_one_write(gw, upstrea
         assert writes == [len(data)], method  # the head and the whole body in one write
 
 
-async def test_a_response_still_arriving_sends_its_head_at_once(gw, upstream) -> None:
+async def test_a_response_still_arriving_sends_its_head_at_once(
+    gw: RunningGateway, upstream: RecordingUpstream
+) -> None:
     go_on = asyncio.Event()
 
-    async def responder(request, received):
+    async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
         resp = web.StreamResponse()
         resp.enable_chunked_encoding()
         await resp.prepare(request)
@@ -255,10 +282,12 @@ async def test_a_response_still_arriving_sends_its_head_at_once(gw, upstream) ->
         writer.close()
 
 
-async def test_redirect_is_passed_not_followed(gw, upstream, client) -> None:
+async def test_redirect_is_passed_not_followed(
+    gw: RunningGateway, upstream: RecordingUpstream, client: aiohttp.ClientSession
+) -> None:
     location = "http://files.example.test/signed/abc?expires=1&signature=deadbeef"
 
-    async def responder(request, received):
+    async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
         return web.Response(status=302, headers={"Location": location})
 
     upstream.responder = responder
@@ -268,7 +297,9 @@ async def test_redirect_is_passed_not_followed(gw, upstream, client) -> None:
     assert len(upstream.received) == 1
 
 
-async def test_query_is_forwarded_exactly(gw, upstream, client) -> None:
+async def test_query_is_forwarded_exactly(
+    gw: RunningGateway, upstream: RecordingUpstream, client: aiohttp.ClientSession
+) -> None:
     query = "a=1&a=2&b=%20x+y&c=%E2%9C%93&d=&e"
     data = await raw_exchange(gw.port, f"GET /q?{query} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
     assert data.startswith(b"HTTP/1.1 200")
@@ -285,7 +316,9 @@ async def test_query_is_forwarded_exactly(gw, upstream, client) -> None:
         ("/API/Latest/Boards/7", "/API/Latest/Boards/7"),
     ],
 )
-async def test_upstream_receives_the_canonical_path(gw, upstream, target: str, forwarded: str) -> None:
+async def test_upstream_receives_the_canonical_path(
+    gw: RunningGateway, upstream: RecordingUpstream, target: str, forwarded: str
+) -> None:
     data = await raw_exchange(gw.port, f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
     assert data.startswith(b"HTTP/1.1 200"), data[:200]
     assert upstream.received[-1].raw_path == forwarded
@@ -304,7 +337,9 @@ async def test_upstream_receives_the_canonical_path(gw, upstream, target: str, f
         ("*", "BAD_REQUEST_TARGET"),
     ],
 )
-async def test_unclassifiable_targets_are_refused_and_never_forwarded(gw, upstream, target: str, code: str) -> None:
+async def test_unclassifiable_targets_are_refused_and_never_forwarded(
+    gw: RunningGateway, upstream: RecordingUpstream, target: str, code: str
+) -> None:
     data = await raw_exchange(gw.port, f"OPTIONS {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
     ((status, headers, body),) = parse_responses(data)
     assert status == 400
@@ -313,7 +348,7 @@ async def test_unclassifiable_targets_are_refused_and_never_forwarded(gw, upstre
     assert upstream.received == []
 
 
-async def test_absolute_form_for_the_same_host_is_accepted(gw, upstream) -> None:
+async def test_absolute_form_for_the_same_host_is_accepted(gw: RunningGateway, upstream: RecordingUpstream) -> None:
     data = await raw_exchange(
         gw.port, b"GET http://127.0.0.1/abs?x=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
     )
@@ -321,14 +356,16 @@ async def test_absolute_form_for_the_same_host_is_accepted(gw, upstream) -> None
     assert upstream.received[-1].raw_path == "/abs?x=1"
 
 
-async def test_unknown_host_is_refused(gw, upstream, client) -> None:
+async def test_unknown_host_is_refused(
+    gw: RunningGateway, upstream: RecordingUpstream, client: aiohttp.ClientSession
+) -> None:
     async with client.get(gw.url + "/x", headers={"Host": "nobody.test"}) as resp:
         assert resp.status == 421
         assert (await resp.json())["code"] == "UNKNOWN_HOST"
     assert upstream.received == []
 
 
-async def test_upstream_down_is_502_json(start_gateway: GatewayFactory, client) -> None:
+async def test_upstream_down_is_502_json(start_gateway: GatewayFactory, client: aiohttp.ClientSession) -> None:
     gw = await start_gateway(make_config(f"http://127.0.0.1:{free_port()}"))
     async with client.get(gw.url + "/x", headers={"X-Request-Id": "rid-502"}) as resp:
         assert resp.status == 502
@@ -338,8 +375,10 @@ async def test_upstream_down_is_502_json(start_gateway: GatewayFactory, client) 
     assert gw.metrics.registry.get_sample_value("gateway_upstream_errors_total", {"kind": "connect"}) == 1
 
 
-async def test_upstream_timeout_is_504_json(upstream, start_gateway: GatewayFactory, client) -> None:
-    async def responder(request, received):
+async def test_upstream_timeout_is_504_json(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory, client: aiohttp.ClientSession
+) -> None:
+    async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
         await asyncio.sleep(3)
         return web.Response(text="late")
 
@@ -353,7 +392,7 @@ async def test_upstream_timeout_is_504_json(upstream, start_gateway: GatewayFact
     assert body["request_id"] == resp.headers["X-Request-Id"]
 
 
-async def test_expect_100_continue(gw, upstream) -> None:
+async def test_expect_100_continue(gw: RunningGateway, upstream: RecordingUpstream) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
     writer.write(
         b"PUT /e HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
@@ -371,7 +410,9 @@ async def test_expect_100_continue(gw, upstream) -> None:
     assert got.header("Expect") is None
 
 
-async def test_client_disconnect_mid_upload_abandons_the_upstream_request(gw, upstream) -> None:
+async def test_client_disconnect_mid_upload_abandons_the_upstream_request(
+    gw: RunningGateway, upstream: RecordingUpstream
+) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
     writer.write(b"PUT /big HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10000000\r\n\r\n" + b"x" * 100_000)
     await writer.drain()
@@ -395,7 +436,7 @@ async def test_client_disconnect_mid_upload_abandons_the_upstream_request(gw, up
     assert sum(len(v) for v in connector._conns.values()) == 0
 
 
-async def test_keepalive_connection_serves_many_requests(gw, upstream) -> None:
+async def test_keepalive_connection_serves_many_requests(gw: RunningGateway, upstream: RecordingUpstream) -> None:
     request = b"GET /k HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
     data = await raw_exchange(gw.port, request * 3 + b"GET /k HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
     responses = parse_responses(data)
@@ -403,10 +444,12 @@ async def test_keepalive_connection_serves_many_requests(gw, upstream) -> None:
     assert len(upstream.received) == 4
 
 
-async def test_client_disconnect_while_waiting_cancels_the_upstream_request(gw, upstream) -> None:
+async def test_client_disconnect_while_waiting_cancels_the_upstream_request(
+    gw: RunningGateway, upstream: RecordingUpstream
+) -> None:
     cancelled = asyncio.Event()
 
-    async def responder(request, received):
+    async def responder(request: web.BaseRequest, received: Received) -> web.StreamResponse:
         try:
             await asyncio.sleep(10)
         except asyncio.CancelledError:
@@ -431,7 +474,9 @@ async def test_client_disconnect_while_waiting_cancels_the_upstream_request(gw, 
     ) == 1  # logged as 499
 
 
-async def test_broken_chunked_framing_mid_body_does_not_hang(upstream, start_gateway: GatewayFactory) -> None:
+async def test_broken_chunked_framing_mid_body_does_not_hang(
+    upstream: RecordingUpstream, start_gateway: GatewayFactory
+) -> None:
     """aiohttp stops feeding a body whose chunk framing breaks mid-way; the body timeout ends the request."""
     config = make_config(upstream.url, server={"listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0",
                                                "client_body_timeout": 0.5})
@@ -467,7 +512,9 @@ async def test_broken_chunked_framing_mid_body_does_not_hang(upstream, start_gat
         b"GET /x?sig=parser-secret" + b"x" * 20000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
     ],
 )
-async def test_requests_the_http_parser_rejects_get_a_json_400(gw, upstream, raw: bytes, caplog) -> None:
+async def test_requests_the_http_parser_rejects_get_a_json_400(
+    gw: RunningGateway, upstream: RecordingUpstream, raw: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
     data = await raw_exchange(gw.port, raw, timeout=2)
     ((status, headers, body),) = parse_responses(data)
     assert status == 400
@@ -516,7 +563,8 @@ HEADER_CORPUS: list[list[tuple[str, str]]] = [
 
 
 @pytest.mark.parametrize("lines", HEADER_CORPUS, ids=[",".join(k for k, _ in c) for c in HEADER_CORPUS])
-async def test_headers_reach_the_upstream_alike_with_and_without_a_body(gw, upstream, lines) -> None:
+async def test_headers_reach_the_upstream_alike_with_and_without_a_body(gw: RunningGateway, upstream: RecordingUpstream,
+                                                                      lines: list[tuple[str, str]]) -> None:
     """One road: the upstream is sent the same header lines, in the same order and spelling, whether or not the
     request has a body (the framing headers aside); and every line the proxy core does not own arrives, in order,
     with its value byte for byte (aiohttp's parser spells the names of headers it knows its own way)."""
@@ -546,7 +594,9 @@ async def test_headers_reach_the_upstream_alike_with_and_without_a_body(gw, upst
     assert len(seen) in (0, 3) and all(s == seen[0] for s in seen)
 
 
-async def test_a_header_value_that_is_not_utf8_is_refused_not_altered(gw, upstream) -> None:
+async def test_a_header_value_that_is_not_utf8_is_refused_not_altered(
+    gw: RunningGateway, upstream: RecordingUpstream
+) -> None:
     before = len(upstream.received)
     data = await raw_exchange(gw.port, b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Name: caf\xe9\r\nConnection: close\r\n\r\n")
     ((status, _, payload),) = parse_responses(data)
@@ -555,7 +605,9 @@ async def test_a_header_value_that_is_not_utf8_is_refused_not_altered(gw, upstre
 
 
 @pytest.mark.parametrize("status_line", [b"HTTP/1.1 999 Odd", b"HTTP/1.1 099 Odd", b"HTTP/1.1 abc Odd", b"HTTP/1.1 2000 Odd"])
-async def test_an_upstream_status_outside_100_to_599_or_malformed_is_a_502(start_gateway, status_line: bytes) -> None:
+async def test_an_upstream_status_outside_100_to_599_or_malformed_is_a_502(
+    start_gateway: GatewayFactory, status_line: bytes
+) -> None:
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
         writer.write(status_line + b"\r\nContent-Length: 2\r\n\r\nok")

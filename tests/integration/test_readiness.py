@@ -32,7 +32,7 @@ BEFORE = "2026-10-15T12:00:00Z"  # both companies' boards capped
 AFTER = "2026-11-20T12:00:00Z"  # acme's cards removed (2026-11-01); oldco's still capped (its own date: 2026-12-01)
 MOBILE, MOVER, PARTNER, SYNC, RETIRED = (f"Bearer {name}-token" for name in
                                          ("mobile", "mover", "partner", "sync", "retired"))
-FP = {token: token_fingerprint(token) for token in (MOBILE, MOVER, PARTNER, SYNC, RETIRED)}
+FP = {token: token_fingerprint(token) or "" for token in (MOBILE, MOVER, PARTNER, SYNC, RETIRED)}  # never ""
 OWNER = 'mobile-team@example.com <script>window.pwned=1</script>'
 
 

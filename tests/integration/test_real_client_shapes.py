@@ -149,7 +149,7 @@ async def test_a_real_clients_request_gets_its_decision(sandbox: Any, gateway: t
             assert resp.status == status, answer[:500]
             deprecated = "Deprecation" in resp.headers
     after = _counts(store)
-    assert tuple(a - b for a, b in zip(after, before)) == gained
+    assert tuple(a - b for a, b in zip(after, before, strict=True)) == gained
     (line,) = [json.loads(text) for text in lines.lines]
     assert line["route"] == request.route
     assert line["decisions"]["legacy_upload_guard"] == decision
@@ -178,6 +178,6 @@ async def test_a_restricted_upload_by_uid_passes_in_every_mode(sandbox: Any,
         async with aiohttp.ClientSession() as client:
             async with client.post(f"{gw.url}/api/v1/cards/{uid}/files", data=FILE, headers=headers) as resp:
                 assert resp.status == 200 and "Deprecation" not in resp.headers
-        assert tuple(a - b for a, b in zip(_counts(store), before)) == (0, 1, 0)
+        assert tuple(a - b for a, b in zip(_counts(store), before, strict=True)) == (0, 1, 0)
     assert {json.loads(text)["route"] for text in lines.lines} == {"card_file_upload"}
     assert not any("decisions" in json.loads(text) for text in lines.lines)

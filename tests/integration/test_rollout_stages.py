@@ -21,7 +21,13 @@ from gateway.ops.ledger import Query, window
 from gateway.rollout import FixedClock, parse_instant
 from tests.board_fixtures import board_bytes
 from tests.gateway_testlib import (
-    GatewayFactory, LineCollector, RecordingUpstream, Received, guarded_routes, make_config, multipart_body,
+    GatewayFactory,
+    LineCollector,
+    Received,
+    RecordingUpstream,
+    guarded_routes,
+    make_config,
+    multipart_body,
 )
 from tests.process_testlib import start
 

@@ -18,7 +18,7 @@ import aiohttp
 
 from tests import process_testlib
 from tests.adversarial_upstream import AdversarialUpstream, Board, adversarial  # noqa: F401 - fixture
-from tests.gateway_testlib import RecordingUpstream, bridged_routes, multipart_body
+from tests.gateway_testlib import RecordingUpstream, bridged_routes, free_port, multipart_body
 from tests.otlp_receiver import OtlpReceiver, Tls, otlp, tls_receiver  # noqa: F401 - fixtures
 from tests.process_testlib import Proc, wait_for
 
@@ -48,7 +48,8 @@ def _export(receiver: OtlpReceiver, **options: Any) -> dict[str, Any]:
     return {"enabled": True, "endpoint": receiver.endpoint, "schedule_delay": 0.1, **options}
 
 
-async def _send(proc: Proc, method: str, path: str, body: bytes | None = None, **headers: str) -> tuple[int, bytes]:
+async def _send(proc: Proc, method: str, path: str, body: bytes | None = None, /,
+                **headers: str) -> tuple[int, bytes]:
     async with aiohttp.ClientSession() as client:
         async with client.request(method, f"{proc.url}{path}", data=body, headers=headers) as resp:
             return resp.status, await resp.read()
@@ -286,7 +287,7 @@ async def test_a_collector_that_hangs_or_refuses_costs_requests_nothing_and_its_
     upstream: RecordingUpstream, otlp: OtlpReceiver, tmp_path: Path
 ) -> None:
     otlp.mode = "hang"
-    closed = process_testlib.free_port()  # nothing listens there: every export is refused
+    closed = free_port()  # nothing listens there: every export is refused
     for name, endpoint in (("hang", otlp.endpoint), ("refuse", f"http://127.0.0.1:{closed}/v1/traces")):
         data = process_testlib.config(upstream.url, 0, 0)
         data["tracing"] = {"export": {"enabled": True, "endpoint": endpoint, "timeout": 2, "max_queue_size": 16,

@@ -29,7 +29,7 @@ import yaml
 from gateway import cli
 from gateway.core.http import token_fingerprint
 from tests.gateway_testlib import ADMIN_HEADERS, ADMIN_TOKEN, BASE_CONFIG, RecordingUpstream, free_port, guarded_routes
-from tests.process_testlib import ROOT, LivezProbe, Proc, samples, start, wait_for
+from tests.process_testlib import ROOT, LivezProbe, Proc, start, wait_for
 
 UA = "legacy-uploader/2.1"
 
@@ -113,7 +113,8 @@ async def test_two_gateways_on_one_ledger_restarted_report_exact_totals(
     out = await loop.run_in_executor(None, lambda: _usage(a.config_path, "--tenant", "oldco", "--top", "5"))
     assert out.returncode == 0, out.stderr
     assert "legacy_uploads: 2 requests (allowed 2), 1 client" in out.stdout
-    assert token_fingerprint("Bearer oldco-client") in out.stdout and "only-a" not in out.stdout
+    fingerprint = token_fingerprint("Bearer oldco-client")
+    assert fingerprint is not None and fingerprint in out.stdout and "only-a" not in out.stdout
     out = await loop.run_in_executor(None, lambda: _usage(a.config_path, "--until", "2h"))
     assert out.returncode == 0 and "no deprecated behaviour used in the window" in out.stdout
     if ledger_url.startswith("postgresql"):
@@ -403,7 +404,10 @@ async def test_retention_deletes_old_hours_when_the_gateway_starts(upstream: Rec
     store.migrate()
     for days_ago, client in ((40, "old"), (20, "recent")):
         at = time.time() - days_ago * 86400
-        counter = UsageCounter(behaviours={"legacy_upload_guard": "legacy_uploads"}, clock=lambda at=at: at)
+        def clock(at: float = at) -> float:
+            return at
+
+        counter = UsageCounter(behaviours={"legacy_upload_guard": "legacy_uploads"}, clock=clock)
         counter.record({"legacy_upload_guard": "blocked"}, client, UA, "acme")
         batch = counter.take()
         assert batch is not None and store.write(batch, at)

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
+from pytest_aiohttp import AiohttpClient
 
 from sandbox.app import create_app
 from sandbox.settings import SandboxSettings
@@ -19,7 +20,7 @@ def settings() -> SandboxSettings:
 
 
 @pytest.fixture
-async def make_client(aiohttp_client: Any) -> ClientFactory:
+async def make_client(aiohttp_client: AiohttpClient) -> ClientFactory:
     async def build(settings: SandboxSettings | None = None) -> TestClient[Any, Any]:
         return await aiohttp_client(create_app(settings or SandboxSettings(signing_secret=SECRET)))
 

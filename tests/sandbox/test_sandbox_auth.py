@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from aiohttp.test_utils import TestClient
 
 from sandbox.settings import SandboxSettings
 
@@ -17,30 +20,31 @@ PREFIXES = ["/api/v1", "/api/latest"]
     [{}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic sandbox-token"}, {"Authorization": "Bearer "}],
     ids=["missing", "unknown", "wrong-scheme", "empty"],
 )
-async def test_invalid_token_is_401_with_string_body(client, prefix, headers):
+async def test_invalid_token_is_401_with_string_body(client: TestClient[Any, Any], prefix: str,
+                                                    headers: dict[str, str]) -> None:
     resp = await client.get(f"{prefix}/boards/1", headers=headers)
     assert resp.status == 401
     assert resp.content_type == "text/plain"
     assert await resp.text() == "Invalid token"
 
 
-async def test_auth_is_checked_before_routing(client):
+async def test_auth_is_checked_before_routing(client: TestClient[Any, Any]) -> None:
     resp = await client.get("/api/v1/no-such-thing")
     assert resp.status == 401
 
 
-async def test_configured_tokens_replace_the_default(make_client: ClientFactory):
+async def test_configured_tokens_replace_the_default(make_client: ClientFactory) -> None:
     client = await make_client(SandboxSettings(tokens=frozenset({"custom"})))
     assert (await client.get("/api/v1/boards/1", headers={"Authorization": "Bearer custom"})).status == 200
     assert (await client.get("/api/v1/boards/1", headers=AUTH)).status == 401
 
 
-async def test_bearer_scheme_is_case_insensitive(client):
+async def test_bearer_scheme_is_case_insensitive(client: TestClient[Any, Any]) -> None:
     resp = await client.get("/api/v1/boards/2", headers={"Authorization": "bearer sandbox-token"})
     assert resp.status == 200
 
 
-async def test_readonly_token_reads(client):
+async def test_readonly_token_reads(client: TestClient[Any, Any]) -> None:
     resp = await client.get("/api/latest/boards/1", headers=READONLY)
     assert resp.status == 200
 
@@ -54,7 +58,7 @@ async def test_readonly_token_reads(client):
         ("PUT", "/api/v1/cards/1/files"),
     ],
 )
-async def test_readonly_token_cannot_write(client, method, path):
+async def test_readonly_token_cannot_write(client: TestClient[Any, Any], method: str, path: str) -> None:
     resp = await client.request(method, path, headers=READONLY, json={"text": "x", "name": "y"})
     assert resp.status == 403
     assert await resp.read() == b""
@@ -63,7 +67,7 @@ async def test_readonly_token_cannot_write(client, method, path):
     assert len(card["comments"]) == 1
 
 
-async def test_readonly_upload_creates_nothing(client):
+async def test_readonly_upload_creates_nothing(client: TestClient[Any, Any]) -> None:
     body, headers = raw_multipart([("file", "a.txt", "text/plain", b"hello")])
     before = await (await client.get("/api/v1/cards/2", headers=AUTH)).json()
     resp = await client.put("/api/v1/cards/2/files", data=body, headers={**headers, **READONLY})
@@ -74,7 +78,8 @@ async def test_readonly_upload_creates_nothing(client):
 
 @pytest.mark.parametrize("headers", [AUTH, READONLY])
 @pytest.mark.parametrize("path", ["/api/latest/boards/3", "/api/v1/spaces/1/boards/3", "/api/latest/cards?board_id=3"])
-async def test_private_board_is_403_without_body(client, headers, path):
+async def test_private_board_is_403_without_body(client: TestClient[Any, Any], headers: dict[str, str],
+                                                path: str) -> None:
     resp = await client.get(path, headers=headers)
     assert resp.status == 403
     assert await resp.read() == b""
@@ -96,7 +101,7 @@ async def test_private_board_is_403_without_body(client, headers, path):
         ("GET", "/public-files/999/x.txt"),
     ],
 )
-async def test_not_found_is_404_without_body(client, method, path):
+async def test_not_found_is_404_without_body(client: TestClient[Any, Any], method: str, path: str) -> None:
     resp = await client.request(method, path, headers=AUTH, json={"text": "x"})
     assert resp.status == 404
     assert await resp.read() == b""

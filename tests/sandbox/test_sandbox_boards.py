@@ -6,8 +6,10 @@ import gzip
 import hashlib
 import json
 import re
+from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient
 
 from sandbox.settings import SandboxSettings
 
@@ -27,7 +29,7 @@ BIG = 12345678901234567890123
 
 
 @pytest.mark.parametrize("path", ["/api/latest/boards/1", "/api/v1/boards/1"])
-async def test_seeded_board_has_all_fields_and_250_cards_in_order(client, path):
+async def test_seeded_board_has_all_fields_and_250_cards_in_order(client: TestClient[Any, Any], path: str) -> None:
     resp = await client.get(path, headers=AUTH)
     assert resp.status == 200
     board = await resp.json()
@@ -45,7 +47,7 @@ async def test_seeded_board_has_all_fields_and_250_cards_in_order(client, path):
     assert len({c["uid"] for c in board["cards"]}) == 250
 
 
-async def test_board_body_keeps_big_ints_and_raw_utf8(client):
+async def test_board_body_keeps_big_ints_and_raw_utf8(client: TestClient[Any, Any]) -> None:
     resp = await client.get("/api/latest/boards/1", headers=AUTH)
     raw = await resp.read()
     assert b'"size":12345678901234567890123' in raw
@@ -55,7 +57,7 @@ async def test_board_body_keeps_big_ints_and_raw_utf8(client):
     assert any(not c["title"].isascii() for c in cards)
 
 
-async def test_board_headers_and_strong_etag(client):
+async def test_board_headers_and_strong_etag(client: TestClient[Any, Any]) -> None:
     resp = await client.get("/api/latest/boards/1", headers=AUTH)
     body = await resp.read()
     assert resp.headers["Content-Type"] == "application/json; charset=utf-8"
@@ -65,7 +67,7 @@ async def test_board_headers_and_strong_etag(client):
 
 
 @pytest.mark.parametrize("form", ["{etag}", "W/{etag}", '"other", {etag}', "*"])
-async def test_if_none_match_gives_304(client, form):
+async def test_if_none_match_gives_304(client: TestClient[Any, Any], form: str) -> None:
     first = await client.get("/api/latest/boards/1", headers=AUTH)
     etag = first.headers["ETag"]
     resp = await client.get("/api/latest/boards/1", headers={**AUTH, "If-None-Match": form.format(etag=etag)})
@@ -74,13 +76,13 @@ async def test_if_none_match_gives_304(client, form):
     assert await resp.read() == b""
 
 
-async def test_stale_etag_gives_full_body(client):
+async def test_stale_etag_gives_full_body(client: TestClient[Any, Any]) -> None:
     resp = await client.get("/api/latest/boards/1", headers={**AUTH, "If-None-Match": '"0000"'})
     assert resp.status == 200
     assert len((await resp.json())["cards"]) == 250
 
 
-async def test_etag_changes_when_the_board_changes(client):
+async def test_etag_changes_when_the_board_changes(client: TestClient[Any, Any]) -> None:
     before = (await client.get("/api/latest/boards/1", headers=AUTH)).headers["ETag"]
     await client.post("/api/v1/cards/5/comments", json={"text": "new"}, headers=AUTH)
     resp = await client.get("/api/latest/boards/1", headers={**AUTH, "If-None-Match": before})
@@ -88,7 +90,7 @@ async def test_etag_changes_when_the_board_changes(client):
     assert resp.headers["ETag"] != before
 
 
-async def test_head_matches_get_without_body(client):
+async def test_head_matches_get_without_body(client: TestClient[Any, Any]) -> None:
     get = await client.get("/api/latest/boards/1", headers=AUTH)
     get_body = await get.read()
     head = await client.head("/api/latest/boards/1", headers=AUTH)
@@ -99,7 +101,7 @@ async def test_head_matches_get_without_body(client):
     assert await head.read() == b""
 
 
-async def test_empty_board(client):
+async def test_empty_board(client: TestClient[Any, Any]) -> None:
     board = await (await client.get("/api/latest/boards/2", headers=AUTH)).json()
     assert board["title"] == "Empty board"
     assert board["cards"] == []
@@ -108,7 +110,9 @@ async def test_empty_board(client):
 
 @pytest.mark.parametrize("prefix", ["/api/v1", "/api/latest"])
 @pytest.mark.parametrize("board_id", [1, 2])
-async def test_nested_space_route_returns_the_same_board(client, prefix, board_id):
+async def test_nested_space_route_returns_the_same_board(
+    client: TestClient[Any, Any], prefix: str, board_id: int
+) -> None:
     flat = await client.get(f"{prefix}/boards/{board_id}", headers=AUTH)
     nested = await client.get(f"{prefix}/spaces/1/boards/{board_id}", headers=AUTH)
     assert nested.status == 200
@@ -116,20 +120,20 @@ async def test_nested_space_route_returns_the_same_board(client, prefix, board_i
 
 
 @pytest.mark.parametrize("path", ["/api/latest/spaces/2/boards/1", "/api/latest/spaces/1/boards/4"])
-async def test_nested_route_unknown_space_or_board_is_404(client, path):
+async def test_nested_route_unknown_space_or_board_is_404(client: TestClient[Any, Any], path: str) -> None:
     resp = await client.get(path, headers=AUTH)
     assert resp.status == 404
     assert await resp.read() == b""
 
 
-async def test_gzip_is_off_by_default(client):
+async def test_gzip_is_off_by_default(client: TestClient[Any, Any]) -> None:
     resp = await client.get("/api/latest/boards/1", headers={**AUTH, "Accept-Encoding": "gzip"},
                             auto_decompress=False)
     assert "Content-Encoding" not in resp.headers
     assert (await resp.read()).startswith(b"{")
 
 
-async def test_gzip_boards_when_enabled(make_client: ClientFactory):
+async def test_gzip_boards_when_enabled(make_client: ClientFactory) -> None:
     client = await make_client(SandboxSettings(gzip_boards=True))
     plain = await client.get("/api/latest/boards/1", headers={**AUTH, "Accept-Encoding": "identity"})
     plain_body = await plain.read()
@@ -157,20 +161,20 @@ async def test_gzip_boards_when_enabled(make_client: ClientFactory):
     assert starred.headers["Content-Encoding"] == "gzip"
 
 
-async def test_file_urls_follow_forwarded_headers(client):
+async def test_file_urls_follow_forwarded_headers(client: TestClient[Any, Any]) -> None:
     headers = {**AUTH, "X-Forwarded-Proto": "https", "X-Forwarded-Host": "gateway.example:8443"}
     board = await (await client.get("/api/latest/boards/1", headers=headers)).json()
     url = board["cards"][0]["files"][0]["url"]
     assert url == "https://gateway.example:8443/public-files/1/readme.txt"
 
 
-async def test_public_base_url_setting_wins(make_client: ClientFactory):
+async def test_public_base_url_setting_wins(make_client: ClientFactory) -> None:
     client = await make_client(SandboxSettings(public_base_url="https://files.example/"))
     card = await (await client.get("/api/v1/cards/1", headers={**AUTH, "X-Forwarded-Host": "x"})).json()
     assert card["files"][0]["url"] == "https://files.example/public-files/1/readme.txt"
 
 
-async def test_same_seed_gives_same_board(make_client: ClientFactory):
+async def test_same_seed_gives_same_board(make_client: ClientFactory) -> None:
     a = await make_client(SandboxSettings(seed=7))
     b = await make_client(SandboxSettings(seed=7))
     c = await make_client(SandboxSettings(seed=8))

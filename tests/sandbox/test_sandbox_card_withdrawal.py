@@ -6,8 +6,10 @@ from __future__ import annotations
 import gzip
 import re
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient
 
 from sandbox.deprecation import CardsPhase, cards_phase
 from sandbox.settings import SandboxSettings
@@ -28,19 +30,22 @@ def scheduled(now: datetime | None, **extra: object) -> SandboxSettings:
                            **extra)  # type: ignore[arg-type]
 
 
-async def get_board(client, path: str = "/api/latest/boards/1", headers: dict[str, str] | None = None) -> dict:
+async def get_board(
+    client: TestClient[Any, Any], path: str = "/api/latest/boards/1", headers: dict[str, str] | None = None
+) -> dict[str, Any]:
     resp = await client.get(path, headers=headers or AUTH)
     assert resp.status == 200, await resp.text()
-    return await resp.json()
+    value: dict[str, Any] = await resp.json()
+    return value
 
 
-async def card_ids(client, query: str) -> list[int]:
+async def card_ids(client: TestClient[Any, Any], query: str) -> list[int]:
     resp = await client.get(f"/api/latest/cards?{query}", headers=AUTH)
     assert resp.status == 200, await resp.text()
     return [c["id"] for c in await resp.json()]
 
 
-def without_cards(board: dict) -> dict:
+def without_cards(board: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in board.items() if k not in ("cards", MESSAGE)}
 
 
@@ -57,7 +62,7 @@ def without_cards(board: dict) -> dict:
     ],
     ids=["before-cap", "at-cap", "after-cap", "before-removal", "at-removal", "after-removal"],
 )
-async def test_board_follows_the_schedule(make_client: ClientFactory, path, now, phase):
+async def test_board_follows_the_schedule(make_client: ClientFactory, path: str, now: datetime, phase: str) -> None:
     # A fixed base URL: file URLs would otherwise differ by server port.
     base = "http://sandbox.test"
     reference = await get_board(await make_client(SandboxSettings(signing_secret=SECRET, public_base_url=base)), path)
@@ -83,7 +88,7 @@ async def test_board_follows_the_schedule(make_client: ClientFactory, path, now,
 
 
 @pytest.mark.parametrize("now", [CAP, REMOVAL])
-async def test_message_names_the_board_and_its_request_works(make_client: ClientFactory, now):
+async def test_message_names_the_board_and_its_request_works(make_client: ClientFactory, now: datetime) -> None:
     client = await make_client(scheduled(now, extra_boards=(150,)))
     for board_id, expected in [(1, list(range(1, 101))), (2, []), (4, list(range(251, 351)))]:
         board = await get_board(client, f"/api/latest/boards/{board_id}")
@@ -98,7 +103,7 @@ async def test_message_names_the_board_and_its_request_works(make_client: Client
         assert f"board_id={board_id}&" in match.group(1)
 
 
-async def test_cap_keeps_the_first_cards_in_board_order_not_the_lowest_ids(make_client: ClientFactory):
+async def test_cap_keeps_the_first_cards_in_board_order_not_the_lowest_ids(make_client: ClientFactory) -> None:
     client = await make_client(scheduled(CAP))
     resp = await client.post("/_sandbox/boards/1/cards", json={"position": "start", "count": 5})
     assert resp.status == 201
@@ -111,7 +116,7 @@ async def test_cap_keeps_the_first_cards_in_board_order_not_the_lowest_ids(make_
 
 
 @pytest.mark.parametrize(("size", "kept"), [(0, 0), (1, 1), (99, 99), (100, 100), (101, 100), (250, 100)])
-async def test_cap_on_boards_of_several_sizes(make_client: ClientFactory, size, kept):
+async def test_cap_on_boards_of_several_sizes(make_client: ClientFactory, size: int, kept: int) -> None:
     client = await make_client(scheduled(CAP, extra_boards=(size,)))
     board = await get_board(client, "/api/latest/boards/4")
     assert len(board["cards"]) == kept
@@ -123,7 +128,7 @@ async def test_cap_on_boards_of_several_sizes(make_client: ClientFactory, size, 
         assert MESSAGE not in board and list(board)[-1] == "cards"
 
 
-async def test_removal_leaves_empty_and_private_boards_alone(make_client: ClientFactory):
+async def test_removal_leaves_empty_and_private_boards_alone(make_client: ClientFactory) -> None:
     client = await make_client(scheduled(REMOVAL))
     empty = await get_board(client, "/api/latest/boards/2")
     assert "cards" not in empty and "board_id=2" in empty[MESSAGE]
@@ -136,7 +141,7 @@ async def test_removal_leaves_empty_and_private_boards_alone(make_client: Client
 
 
 @pytest.mark.parametrize("now", [CAP - TICK, CAP, REMOVAL])
-async def test_head_matches_get_in_each_phase(make_client: ClientFactory, now):
+async def test_head_matches_get_in_each_phase(make_client: ClientFactory, now: datetime) -> None:
     client = await make_client(scheduled(now))
     for path in ["/api/latest/boards/1", "/api/v1/spaces/1/boards/1"]:
         get = await client.get(path, headers=AUTH)
@@ -148,7 +153,7 @@ async def test_head_matches_get_in_each_phase(make_client: ClientFactory, now):
         assert await head.read() == b""
 
 
-async def test_each_phase_has_its_own_etag(make_client: ClientFactory):
+async def test_each_phase_has_its_own_etag(make_client: ClientFactory) -> None:
     tags = []
     for now in (CAP - TICK, CAP, REMOVAL):
         client = await make_client(scheduled(now))
@@ -157,7 +162,9 @@ async def test_each_phase_has_its_own_etag(make_client: ClientFactory):
 
 
 @pytest.mark.parametrize(("now", "has_cards"), [(CAP, True), (REMOVAL, False)])
-async def test_gzip_path_carries_the_same_withdrawal(make_client: ClientFactory, now, has_cards):
+async def test_gzip_path_carries_the_same_withdrawal(
+    make_client: ClientFactory, now: datetime, has_cards: bool
+) -> None:
     client = await make_client(scheduled(now, gzip_boards=True))
     for path in ["/api/latest/boards/1", "/api/latest/spaces/1/boards/1"]:
         plain = await client.get(path, headers={**AUTH, "Accept-Encoding": "identity"})
@@ -172,7 +179,7 @@ async def test_gzip_path_carries_the_same_withdrawal(make_client: ClientFactory,
         assert again.status == 304
 
 
-async def test_card_list_is_unchanged_after_removal(make_client: ClientFactory):
+async def test_card_list_is_unchanged_after_removal(make_client: ClientFactory) -> None:
     client = await make_client(scheduled(REMOVAL + timedelta(days=1)))
     pages: list[int] = []
     for offset in (0, 100, 200, 300):
@@ -196,7 +203,8 @@ async def test_card_list_is_unchanged_after_removal(make_client: ClientFactory):
     ],
     ids=["no-dates", "cap-only", "removal-only-before", "removal-only-at", "removal-before-cap"],
 )
-async def test_either_date_alone(make_client: ClientFactory, cap, removal, now, expected):
+async def test_either_date_alone(make_client: ClientFactory, cap: datetime | None, removal: datetime | None,
+                                now: datetime, expected: str) -> None:
     client = await make_client(SandboxSettings(cards_cap_from=cap, cards_removal_from=removal, now=now))
     board = await get_board(client)
     counts = {"full": 250, "capped": 100, "removed": None}
@@ -213,12 +221,14 @@ async def test_either_date_alone(make_client: ClientFactory, cap, removal, now, 
     ],
     ids=["cap-passed", "cap-ahead", "removal-passed"],
 )
-async def test_real_clock_by_default(make_client: ClientFactory, settings, expected):
+async def test_real_clock_by_default(
+    make_client: ClientFactory, settings: SandboxSettings, expected: int | None
+) -> None:
     board = await get_board(await make_client(settings))
     assert (len(board["cards"]) if "cards" in board else None) == expected
 
 
-def test_dates_compare_as_instants_whatever_their_offset():
+def test_dates_compare_as_instants_whatever_their_offset() -> None:
     plus_two = timezone(timedelta(hours=2))
     settings = SandboxSettings(cards_cap_from=datetime(2026, 10, 1, 2, 0, tzinfo=plus_two))  # == CAP
     assert cards_phase(settings, CAP - TICK) is CardsPhase.FULL
@@ -227,6 +237,6 @@ def test_dates_compare_as_instants_whatever_their_offset():
 
 
 @pytest.mark.parametrize("name", ["cards_cap_from", "cards_removal_from", "now"])
-def test_naive_datetimes_are_refused(name):
+def test_naive_datetimes_are_refused(name: str) -> None:
     with pytest.raises(ValueError, match=name):
         SandboxSettings(**{name: datetime(2026, 10, 1)})  # type: ignore[arg-type]

@@ -20,12 +20,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-async def test_cli_serves_and_exits_cleanly(signum):
+async def test_cli_serves_and_exits_cleanly(signum: signal.Signals) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "sandbox", "--host", "127.0.0.1", "--port", "0", "--token", "cli-token",
         "--log-level", "warning", "--gzip",
         cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
+    assert proc.stdout is not None and proc.stderr is not None  # both piped
     try:
         line = (await asyncio.wait_for(proc.stdout.readline(), timeout=10)).decode()
         match = re.fullmatch(r"sandbox listening on http://127\.0\.0\.1:(\d+)\n", line)
@@ -48,7 +49,7 @@ async def test_cli_serves_and_exits_cleanly(signum):
             await proc.wait()
 
 
-def test_parse_args_defaults(monkeypatch):
+def test_parse_args_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SANDBOX_NOW", raising=False)
     args = parse_args([])
     assert (args.host, args.port, args.tokens, args.log_level, args.gzip) == ("127.0.0.1", 8081, None, "info", False)
@@ -58,7 +59,7 @@ def test_parse_args_defaults(monkeypatch):
     assert settings == SandboxSettings(signing_secret=settings.signing_secret)
 
 
-def test_schedule_clock_and_extra_board_flags(monkeypatch):
+def test_schedule_clock_and_extra_board_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SANDBOX_NOW", raising=False)
     settings = settings_from_args(parse_args([
         "--cards-cap-from", "2026-10-01",
@@ -74,7 +75,7 @@ def test_schedule_clock_and_extra_board_flags(monkeypatch):
     assert settings.extra_boards == (101, 0, 10000)
 
 
-def test_now_from_the_environment(monkeypatch):
+def test_now_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SANDBOX_NOW", "2026-11-02")
     assert parse_args([]).now == datetime(2026, 11, 2, tzinfo=UTC)
     assert parse_args(["--now", "2026-09-01T00:00:00Z"]).now == datetime(2026, 9, 1, tzinfo=UTC)  # flag wins
@@ -94,7 +95,8 @@ def test_now_from_the_environment(monkeypatch):
         (["--extra-board", "ten"], None, "--extra-board"),
     ],
 )
-def test_bad_values_exit_with_usage_error(monkeypatch, capsys, argv, env, complaint):
+def test_bad_values_exit_with_usage_error(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                          argv: list[str], env: str | None, complaint: str) -> None:
     if env is None:
         monkeypatch.delenv("SANDBOX_NOW", raising=False)
     else:
@@ -105,7 +107,7 @@ def test_bad_values_exit_with_usage_error(monkeypatch, capsys, argv, env, compla
     assert complaint in capsys.readouterr().err
 
 
-async def test_cli_schedule_and_extra_boards_end_to_end():
+async def test_cli_schedule_and_extra_boards_end_to_end() -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "sandbox", "--host", "127.0.0.1", "--port", "0", "--log-level", "warning",
         "--cards-cap-from", "2026-10-01", "--cards-removal-from", "2026-11-01", "--extra-board", "150",
@@ -113,6 +115,7 @@ async def test_cli_schedule_and_extra_boards_end_to_end():
         cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "SANDBOX_NOW": "2026-10-31T23:59:59Z"},
     )
+    assert proc.stdout is not None and proc.stderr is not None  # both piped
     try:
         line = (await asyncio.wait_for(proc.stdout.readline(), timeout=10)).decode()
         match = re.fullmatch(r"sandbox listening on http://127\.0\.0\.1:(\d+)\n", line)

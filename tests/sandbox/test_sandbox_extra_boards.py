@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import math
 import time
+from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient
 
 from sandbox.seed import build_store
 from sandbox.settings import SandboxSettings
@@ -17,15 +19,18 @@ SIZES = (0, 1, 100, 101, 10000)
 SEED = SandboxSettings().seed
 
 
-async def page(client, board_id: int, limit: int, offset: int, headers: dict[str, str] = AUTH) -> list[dict]:
+async def page(
+    client: TestClient[Any, Any], board_id: int, limit: int, offset: int, headers: dict[str, str] = AUTH
+) -> list[dict[str, Any]]:
     resp = await client.get(f"/api/latest/cards?board_id={board_id}&limit={limit}&offset={offset}", headers=headers)
     assert resp.status == 200, await resp.text()
-    return await resp.json()
+    value: list[dict[str, Any]] = await resp.json()
+    return value
 
 
-async def read_all(client, board_id: int, limit: int) -> tuple[list[dict], list[int]]:
+async def read_all(client: TestClient[Any, Any], board_id: int, limit: int) -> tuple[list[dict[str, Any]], list[int]]:
     """Every card by pages until an empty one; also each page's length."""
-    cards: list[dict] = []
+    cards: list[dict[str, Any]] = []
     lengths: list[int] = []
     while True:
         chunk = await page(client, board_id, limit, len(cards))
@@ -35,7 +40,7 @@ async def read_all(client, board_id: int, limit: int) -> tuple[list[dict], list[
         cards += chunk
 
 
-async def test_card_list_pages_each_board_exactly(make_client: ClientFactory):
+async def test_card_list_pages_each_board_exactly(make_client: ClientFactory) -> None:
     client = await make_client(SandboxSettings(signing_secret=SECRET, extra_boards=SIZES))
     next_id = 251
     for board_id, size in zip(range(4, 4 + len(SIZES)), SIZES, strict=True):
@@ -52,14 +57,14 @@ async def test_card_list_pages_each_board_exactly(make_client: ClientFactory):
         next_id += size
 
 
-async def test_odd_page_sizes(make_client: ClientFactory):
+async def test_odd_page_sizes(make_client: ClientFactory) -> None:
     client = await make_client(SandboxSettings(extra_boards=(101,)))
     cards, lengths = await read_all(client, 4, 37)
     assert lengths == [37, 37, 27, 0]
     assert [c["id"] for c in cards] == list(range(251, 352))
 
 
-async def test_extra_boards_are_public_and_in_space_1(make_client: ClientFactory):
+async def test_extra_boards_are_public_and_in_space_1(make_client: ClientFactory) -> None:
     client = await make_client(SandboxSettings(extra_boards=(3, 2)))
     for board_id in (4, 5):
         flat = await client.get(f"/api/latest/boards/{board_id}", headers=READONLY)
@@ -75,7 +80,7 @@ async def test_extra_boards_are_public_and_in_space_1(make_client: ClientFactory
     assert [c["id"] for c in everything] == [249, 250, 251, 252, 253, 254, 255]
 
 
-async def test_listed_card_matches_get_card(make_client: ClientFactory):
+async def test_listed_card_matches_get_card(make_client: ClientFactory) -> None:
     client = await make_client(SandboxSettings(extra_boards=(30,)))
     listed = await page(client, 4, 100, 0)
     assert any(not c["title"].isascii() for c in listed)
@@ -85,7 +90,7 @@ async def test_listed_card_matches_get_card(make_client: ClientFactory):
         assert await single.json() == card
 
 
-def test_existing_data_and_later_uids_are_unchanged():
+def test_existing_data_and_later_uids_are_unchanged() -> None:
     plain = build_store(SEED)
     extended = build_store(SEED, (3, 10000))
     for board_id in (1, 2, 3):
@@ -99,7 +104,7 @@ def test_existing_data_and_later_uids_are_unchanged():
     assert [extended.new_uid() for _ in range(3)] == [plain.new_uid() for _ in range(3)]
 
 
-async def test_existing_boards_answer_the_same_bytes(make_client: ClientFactory):
+async def test_existing_boards_answer_the_same_bytes(make_client: ClientFactory) -> None:
     base = "http://sandbox.test"
     plain = await make_client(SandboxSettings(public_base_url=base))
     extended = await make_client(SandboxSettings(public_base_url=base, extra_boards=(500,)))
@@ -109,7 +114,7 @@ async def test_existing_boards_answer_the_same_bytes(make_client: ClientFactory)
         assert await a.read() == await b.read()
 
 
-def test_extra_boards_are_deterministic_per_seed():
+def test_extra_boards_are_deterministic_per_seed() -> None:
     def snapshot(seed: int) -> str:
         store = build_store(seed, (50, 7))
         return json.dumps([(c.id, c.uid, c.title, c.column_id, c.lane_id, c.size)
@@ -122,7 +127,7 @@ def test_extra_boards_are_deterministic_per_seed():
     assert len(uids) == len(set(uids)) == 250 + 57
 
 
-def test_ten_thousand_cards_build_fast():
+def test_ten_thousand_cards_build_fast() -> None:
     best = math.inf
     for _ in range(3):
         started = time.perf_counter()
@@ -132,6 +137,6 @@ def test_ten_thousand_cards_build_fast():
     assert best < 0.5, f"building a 10,000-card board took {best:.3f} s"
 
 
-def test_negative_sizes_are_refused():
+def test_negative_sizes_are_refused() -> None:
     with pytest.raises(ValueError, match="extra_boards"):
         SandboxSettings(extra_boards=(3, -1))

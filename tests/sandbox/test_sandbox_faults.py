@@ -8,6 +8,8 @@ import time
 from typing import Any
 
 import pytest
+from aiohttp import ClientResponse
+from aiohttp.test_utils import TestClient
 
 from .sandbox_testlib import AUTH
 
@@ -15,23 +17,25 @@ FAULTS = "/_sandbox/faults"
 INJECTED = {"message": "injected fault"}
 
 
-async def add_fault(client, **fields: Any) -> dict:
+async def add_fault(client: TestClient[Any, Any], **fields: Any) -> dict[str, Any]:
     resp = await client.post(FAULTS, json=fields)
     assert resp.status == 201, await resp.text()
-    return await resp.json()
+    value: dict[str, Any] = await resp.json()
+    return value
 
 
-async def faults(client) -> list[dict]:
+async def faults(client: TestClient[Any, Any]) -> list[dict[str, Any]]:
     resp = await client.get(FAULTS)
     assert resp.status == 200
-    return await resp.json()
+    value: list[dict[str, Any]] = await resp.json()
+    return value
 
 
-async def get_cards(client, query: str, prefix: str = "/api/latest"):
+async def get_cards(client: TestClient[Any, Any], query: str, prefix: str = "/api/latest") -> ClientResponse:
     return await client.get(f"{prefix}/cards?{query}", headers=AUTH)
 
 
-async def test_fault_answers_once_then_the_real_page(client):
+async def test_fault_answers_once_then_the_real_page(client: TestClient[Any, Any]) -> None:
     fault = await add_fault(client, method="GET", path="/api/latest/cards", query={"offset": "100"}, status=500)
     assert fault == {"id": 1, "method": "GET", "path": "/api/latest/cards", "query": {"offset": "100"},
                      "status": 500, "delay": 0.0, "times": 1, "remaining": 1}
@@ -46,7 +50,7 @@ async def test_fault_answers_once_then_the_real_page(client):
     assert await faults(client) == []
 
 
-async def test_times_counts_down(client):
+async def test_times_counts_down(client: TestClient[Any, Any]) -> None:
     await add_fault(client, method="GET", path="/api/latest/cards", status=503, times=3)
     statuses = []
     for n in range(4):
@@ -56,7 +60,7 @@ async def test_times_counts_down(client):
     assert statuses == [503, 503, 503, 200]
 
 
-async def test_method_and_path_must_match_exactly(client):
+async def test_method_and_path_must_match_exactly(client: TestClient[Any, Any]) -> None:
     await add_fault(client, method="post", path="/api/latest/cards", status=500)
     await add_fault(client, method="GET", path="/api/latest/cards/1", status=500)
     assert [f["method"] for f in await faults(client)] == ["POST", "GET"]
@@ -67,7 +71,7 @@ async def test_method_and_path_must_match_exactly(client):
     assert (await client.get("/api/latest/cards/1", headers=AUTH)).status == 500
 
 
-async def test_every_given_query_parameter_must_match(client):
+async def test_every_given_query_parameter_must_match(client: TestClient[Any, Any]) -> None:
     await add_fault(client, method="GET", path="/api/latest/cards", query={"board_id": "1", "offset": 100},
                     status=502)
     assert (await faults(client))[0]["query"] == {"board_id": "1", "offset": "100"}
@@ -77,7 +81,7 @@ async def test_every_given_query_parameter_must_match(client):
     assert (await get_cards(client, "board_id=1&offset=100&limit=50")).status == 502  # others are ignored
 
 
-async def test_delay_then_status(client):
+async def test_delay_then_status(client: TestClient[Any, Any]) -> None:
     await add_fault(client, method="GET", path="/api/latest/cards", status=504, delay=0.3)
     started = time.monotonic()
     resp = await get_cards(client, "board_id=1")
@@ -85,7 +89,7 @@ async def test_delay_then_status(client):
     assert time.monotonic() - started >= 0.3
 
 
-async def test_delay_alone_serves_the_real_answer_late(client):
+async def test_delay_alone_serves_the_real_answer_late(client: TestClient[Any, Any]) -> None:
     await add_fault(client, method="GET", path="/api/latest/cards", delay=0.3)
     started = time.monotonic()
     resp = await get_cards(client, "board_id=1&limit=2")
@@ -94,13 +98,13 @@ async def test_delay_alone_serves_the_real_answer_late(client):
     assert [c["id"] for c in await resp.json()] == [1, 2]
 
 
-async def test_concurrent_requests_never_share_one_use(client):
+async def test_concurrent_requests_never_share_one_use(client: TestClient[Any, Any]) -> None:
     await add_fault(client, method="GET", path="/api/latest/cards", status=500, delay=0.2)
     first, second = await asyncio.gather(get_cards(client, "board_id=1"), get_cards(client, "board_id=1"))
     assert sorted([first.status, second.status]) == [200, 500]
 
 
-async def test_oldest_matching_fault_applies_first(client):
+async def test_oldest_matching_fault_applies_first(client: TestClient[Any, Any]) -> None:
     await add_fault(client, method="GET", path="/api/latest/boards/1", status=500)
     await add_fault(client, method="GET", path="/api/latest/boards/1", status=502)
     assert [f["id"] for f in await faults(client)] == [1, 2]
@@ -118,7 +122,7 @@ async def test_oldest_matching_fault_applies_first(client):
         ("GET", "/public-files/1/readme.txt"),
     ],
 )
-async def test_faults_reach_every_route(client, method, path):
+async def test_faults_reach_every_route(client: TestClient[Any, Any], method: str, path: str) -> None:
     await add_fault(client, method=method, path=path, status=503)
     resp = await client.request(method, path, headers=AUTH)
     assert resp.status == 503
@@ -127,7 +131,7 @@ async def test_faults_reach_every_route(client, method, path):
     assert (await client.request(method, path, headers=AUTH)).status == 200
 
 
-async def test_faulted_write_does_nothing(client):
+async def test_faulted_write_does_nothing(client: TestClient[Any, Any]) -> None:
     await add_fault(client, method="POST", path="/api/v1/cards/2/comments", status=500)
     resp = await client.post("/api/v1/cards/2/comments", json={"text": "lost"}, headers=AUTH)
     assert resp.status == 500
@@ -135,13 +139,13 @@ async def test_faulted_write_does_nothing(client):
     assert comments == []
 
 
-async def test_fault_comes_before_the_token_check(client):
+async def test_fault_comes_before_the_token_check(client: TestClient[Any, Any]) -> None:
     await add_fault(client, method="GET", path="/api/latest/boards/1", status=500)
     assert (await client.get("/api/latest/boards/1")).status == 500
     assert (await client.get("/api/latest/boards/1")).status == 401
 
 
-async def test_journal_records_the_injected_status(client):
+async def test_journal_records_the_injected_status(client: TestClient[Any, Any]) -> None:
     await add_fault(client, method="GET", path="/api/latest/cards", status=429)
     await get_cards(client, "board_id=1&offset=100")
     entries = await (await client.get("/_sandbox/journal")).json()
@@ -150,14 +154,14 @@ async def test_journal_records_the_injected_status(client):
     ]
 
 
-async def test_controls_are_never_faulted(client):
+async def test_controls_are_never_faulted(client: TestClient[Any, Any]) -> None:
     await add_fault(client, method="GET", path="/_sandbox/journal", status=500)
     await add_fault(client, method="GET", path=FAULTS, status=500)
     assert (await client.get("/_sandbox/journal")).status == 200
     assert len(await faults(client)) == 2
 
 
-async def test_clear(client):
+async def test_clear(client: TestClient[Any, Any]) -> None:
     await add_fault(client, method="GET", path="/api/latest/cards", status=500, times=5)
     await add_fault(client, method="GET", path="/api/latest/boards/1", status=500)
     assert len(await faults(client)) == 2
@@ -168,7 +172,7 @@ async def test_clear(client):
     assert (await client.get("/api/latest/boards/1", headers=AUTH)).status == 200
 
 
-async def test_controls_need_no_token(client):
+async def test_controls_need_no_token(client: TestClient[Any, Any]) -> None:
     resp = await client.post(FAULTS, json={"method": "GET", "path": "/x", "status": 500},
                              headers={"Authorization": "Bearer wrong"})
     assert resp.status == 201
@@ -213,7 +217,7 @@ VALID = '"method": "GET", "path": "/api/latest/cards"'
         f'{{{VALID}, "statuss": 500}}',
     ],
 )
-async def test_bad_input_is_400_and_registers_nothing(client, body):
+async def test_bad_input_is_400_and_registers_nothing(client: TestClient[Any, Any], body: str) -> None:
     resp = await client.post(FAULTS, data=body.encode(), headers={"Content-Type": "application/json"})
     assert resp.status == 400, body
     assert resp.content_type == "application/json"

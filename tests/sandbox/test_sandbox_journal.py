@@ -6,7 +6,11 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import AsyncIterator
+from typing import Any
 
+import pytest
+from aiohttp.test_utils import TestClient
 from yarl import URL
 
 from sandbox.settings import SandboxSettings
@@ -14,17 +18,18 @@ from sandbox.settings import SandboxSettings
 from .sandbox_testlib import AUTH, TOKEN, ClientFactory, raw_multipart
 
 
-async def journal(client) -> list[dict]:
+async def journal(client: TestClient[Any, Any]) -> list[dict[str, Any]]:
     resp = await client.get("/_sandbox/journal")
     assert resp.status == 200
-    return await resp.json()
+    value: list[dict[str, Any]] = await resp.json()
+    return value
 
 
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-async def test_journal_records_request_with_redacted_authorization(client):
+async def test_journal_records_request_with_redacted_authorization(client: TestClient[Any, Any]) -> None:
     resp = await client.get("/api/latest/cards?board_id=1&limit=2&title=%D0%A2", headers={**AUTH, "X-Trace": "t1"})
     assert resp.status == 200
     entries = await journal(client)
@@ -41,7 +46,7 @@ async def test_journal_records_request_with_redacted_authorization(client):
     assert TOKEN not in json.dumps(entries)
 
 
-async def test_journal_hashes_json_body_as_received(client):
+async def test_journal_hashes_json_body_as_received(client: TestClient[Any, Any]) -> None:
     body = '{"text": "тело ✓"}'.encode()
     await client.post("/api/v1/cards/2/comments", data=body, headers={**AUTH, "Content-Type": "application/json"})
     entry = (await journal(client))[-1]
@@ -50,11 +55,11 @@ async def test_journal_hashes_json_body_as_received(client):
     assert entry["body_truncated"] is False
 
 
-async def test_journal_hashes_streamed_multipart_exactly(client):
+async def test_journal_hashes_streamed_multipart_exactly(client: TestClient[Any, Any]) -> None:
     data = os.urandom(3 * 1024 * 1024 + 17)
     body, headers = raw_multipart([("file", "random.bin", "application/octet-stream", data)])
 
-    async def chunks():  # chunked transfer, no Content-Length
+    async def chunks() -> AsyncIterator[bytes]:  # chunked transfer, no Content-Length
         for start in range(0, len(body), 100_003):
             yield body[start : start + 100_003]
 
@@ -71,7 +76,7 @@ async def test_journal_hashes_streamed_multipart_exactly(client):
     assert sha(await download.read()) == sha(data)
 
 
-async def test_journal_hashes_bodies_of_rejected_requests(client):
+async def test_journal_hashes_bodies_of_rejected_requests(client: TestClient[Any, Any]) -> None:
     body = b"x" * 5000
     resp = await client.put("/api/v1/cards/1/files", data=body, headers={"Authorization": "Bearer wrong"})
     assert resp.status == 401
@@ -80,7 +85,7 @@ async def test_journal_hashes_bodies_of_rejected_requests(client):
     assert entry["body_length"] == 5000 and entry["body_sha256"] == sha(body)
 
 
-async def test_journal_caps_unread_bodies(make_client: ClientFactory):
+async def test_journal_caps_unread_bodies(make_client: ClientFactory) -> None:
     client = await make_client(SandboxSettings(journal_body_cap=1024))
     body = bytes(range(256)) * 20
     resp = await client.post("/api/v1/unknown", data=body, headers=AUTH)
@@ -91,7 +96,7 @@ async def test_journal_caps_unread_bodies(make_client: ClientFactory):
     assert entry["body_sha256"] == sha(body[:1024])
 
 
-async def test_journal_is_bounded_and_clearable(make_client: ClientFactory):
+async def test_journal_is_bounded_and_clearable(make_client: ClientFactory) -> None:
     client = await make_client(SandboxSettings(journal_size=3))
     for n in range(5):
         await client.get(f"/api/v1/cards/{n + 1}", headers=AUTH)
@@ -102,13 +107,15 @@ async def test_journal_is_bounded_and_clearable(make_client: ClientFactory):
     assert await journal(client) == []
 
 
-async def test_journal_does_not_record_itself(client):
+async def test_journal_does_not_record_itself(client: TestClient[Any, Any]) -> None:
     await journal(client)
     await client.delete("/_sandbox/journal")
     assert await journal(client) == []
 
 
-async def test_log_lines_omit_query_strings_and_tokens(client, caplog):
+async def test_log_lines_omit_query_strings_and_tokens(
+    client: TestClient[Any, Any], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="sandbox")
     card = await (await client.get("/api/v1/cards/1", headers=AUTH)).json()
     file_id = next(f["id"] for f in card["files"] if f.get("entity_type") == "card")

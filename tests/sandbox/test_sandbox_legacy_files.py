@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp.test_utils import TestClient
 from yarl import URL
 
 from sandbox.settings import SandboxSettings
@@ -19,7 +21,7 @@ def path_of(url: str) -> str:
     return URL(url).raw_path
 
 
-async def assert_public(client, file_json: dict, content: bytes) -> None:
+async def assert_public(client: TestClient[Any, Any], file_json: dict[str, Any], content: bytes) -> None:
     """An unprotected file: type 1, numeric id, anyone with the link can open it."""
     assert file_json["type"] == 1
     assert isinstance(file_json["id"], int)
@@ -29,12 +31,13 @@ async def assert_public(client, file_json: dict, content: bytes) -> None:
     assert await resp.read() == content
 
 
-async def card(client, card_id: int = 1) -> dict:
-    return await (await client.get(f"/api/v1/cards/{card_id}", headers=AUTH)).json()
+async def card(client: TestClient[Any, Any], card_id: int = 1) -> dict[str, Any]:
+    value: dict[str, Any] = await (await client.get(f"/api/v1/cards/{card_id}", headers=AUTH)).json()
+    return value
 
 
 @pytest.mark.parametrize("prefix", ["/api/v1", "/api/latest"])
-async def test_put_upload_creates_unprotected_file(client, prefix):
+async def test_put_upload_creates_unprotected_file(client: TestClient[Any, Any], prefix: str) -> None:
     body, headers = raw_multipart([("file", "hello.txt", "text/plain", b"hello world\n")])
     resp = await client.put(f"{prefix}/cards/2/files", data=body, headers={**headers, **AUTH})
     assert resp.status == 200
@@ -47,7 +50,7 @@ async def test_put_upload_creates_unprotected_file(client, prefix):
     assert [f["id"] for f in (await card(client, 2))["files"]] == [created["id"]]
 
 
-async def test_put_upload_with_aiohttp_formdata_and_unicode_name(client):
+async def test_put_upload_with_aiohttp_formdata_and_unicode_name(client: TestClient[Any, Any]) -> None:
     # quote_fields=False: raw UTF-8 filename, as browsers send it (aiohttp
     # would otherwise percent-encode it and the server keeps names verbatim).
     form = aiohttp.FormData(quote_fields=False)
@@ -68,20 +71,20 @@ async def test_put_upload_with_aiohttp_formdata_and_unicode_name(client):
     ],
     ids=["no-file-field", "not-multipart", "malformed"],
 )
-async def test_put_upload_rejects_bad_bodies(client, body, content_type):
+async def test_put_upload_rejects_bad_bodies(client: TestClient[Any, Any], body: bytes, content_type: str) -> None:
     resp = await client.put("/api/v1/cards/2/files", data=body, headers={**AUTH, "Content-Type": content_type})
     assert resp.status == 400
     assert "message" in await resp.json()
     assert (await card(client, 2))["files"] == []
 
 
-async def test_put_upload_to_unknown_card_is_404(client):
+async def test_put_upload_to_unknown_card_is_404(client: TestClient[Any, Any]) -> None:
     body, headers = raw_multipart([("file", "a.txt", None, b"x")])
     resp = await client.put("/api/v1/cards/9999/files", data=body, headers={**headers, **AUTH})
     assert resp.status == 404
 
 
-async def test_post_comment_with_json_text(client):
+async def test_post_comment_with_json_text(client: TestClient[Any, Any]) -> None:
     resp = await client.post("/api/v1/cards/2/comments", json={"text": "Привет ✓"}, headers=AUTH)
     assert resp.status == 200
     comment = await resp.json()
@@ -91,7 +94,7 @@ async def test_post_comment_with_json_text(client):
     assert [c["uid"] for c in (await card(client, 2))["comments"]] == [comment["uid"]]
 
 
-async def test_post_comment_with_files_creates_unprotected_files(client):
+async def test_post_comment_with_files_creates_unprotected_files(client: TestClient[Any, Any]) -> None:
     body, headers = raw_multipart([
         ("text", None, None, "see files ✓".encode()),
         ("files[]", "one.txt", "text/plain", b"first"),
@@ -108,7 +111,7 @@ async def test_post_comment_with_files_creates_unprotected_files(client):
     assert [f["comment_id"] for f in card_files] == [comment["id"], comment["id"]]
 
 
-async def test_post_comment_needs_text_or_files(client):
+async def test_post_comment_needs_text_or_files(client: TestClient[Any, Any]) -> None:
     resp = await client.post("/api/v1/cards/2/comments", json={}, headers=AUTH)
     assert resp.status == 400
     resp = await client.post(
@@ -118,7 +121,7 @@ async def test_post_comment_needs_text_or_files(client):
     assert (await resp.json())["message"]
 
 
-async def test_patch_comment_edits_text_and_attaches_files(client):
+async def test_patch_comment_edits_text_and_attaches_files(client: TestClient[Any, Any]) -> None:
     comment = await (await client.post("/api/v1/cards/2/comments", json={"text": "v1"}, headers=AUTH)).json()
     url = f"/api/v1/cards/2/comments/{comment['id']}"
     edited = await (await client.patch(url, json={"text": "v2"}, headers=AUTH)).json()
@@ -132,14 +135,14 @@ async def test_patch_comment_edits_text_and_attaches_files(client):
     await assert_public(client, with_file["files"][0], b"added later")
 
 
-async def test_patch_comment_by_uid(client):
+async def test_patch_comment_by_uid(client: TestClient[Any, Any]) -> None:
     comment = (await card(client, 1))["comments"][0]
     resp = await client.patch(f"/api/v1/cards/1/comments/{comment['uid']}", json={"text": "edited"}, headers=AUTH)
     assert resp.status == 200
     assert (await card(client, 1))["comments"][0]["text"] == "edited"
 
 
-async def test_rename_earlier_file_keeps_its_link(client):
+async def test_rename_earlier_file_keeps_its_link(client: TestClient[Any, Any]) -> None:
     before = (await card(client, 1))["files"][0]
     resp = await client.patch("/api/v1/cards/1/files/1", json={"name": "renamed.txt"}, headers=AUTH)
     assert resp.status == 200
@@ -153,12 +156,12 @@ async def test_rename_earlier_file_keeps_its_link(client):
 
 
 @pytest.mark.parametrize("payload", [{}, {"name": ""}, {"name": 5}, {"card_cover": "yes"}])
-async def test_rename_validation(client, payload):
+async def test_rename_validation(client: TestClient[Any, Any], payload: dict[str, object]) -> None:
     resp = await client.patch("/api/v1/cards/1/files/1", json=payload, headers=AUTH)
     assert resp.status == 400
 
 
-async def test_attach_by_url_creates_earlier_record(client):
+async def test_attach_by_url_creates_earlier_record(client: TestClient[Any, Any]) -> None:
     resp = await client.post(
         "/api/v1/cards/2/files",
         json={"url": "https://example.org/docs/spec%20v2.pdf", "name": "Spec v2.pdf"},
@@ -175,13 +178,13 @@ async def test_attach_by_url_creates_earlier_record(client):
 
 
 @pytest.mark.parametrize("payload", [{"name": "x"}, {"url": "ftp://x/y"}, {"url": "/relative"}, {"url": 3}])
-async def test_attach_by_url_validation(client, payload):
+async def test_attach_by_url_validation(client: TestClient[Any, Any], payload: dict[str, object]) -> None:
     resp = await client.post("/api/v1/cards/2/files", json=payload, headers=AUTH)
     assert resp.status == 400
     assert (await resp.json())["message"]
 
 
-async def test_get_and_delete_earlier_file(client):
+async def test_get_and_delete_earlier_file(client: TestClient[Any, Any]) -> None:
     got = await client.get("/api/v1/cards/1/files/2", headers=AUTH)
     assert (await got.json())["name"] == "diagram.png"
     assert (await client.get("/api/v1/cards/2/files/2", headers=AUTH)).status == 404  # other card
@@ -191,7 +194,7 @@ async def test_get_and_delete_earlier_file(client):
     assert (await client.get("/public-files/2/diagram.png")).status == 404
 
 
-async def test_large_upload_keeps_only_size_and_hash(make_client: ClientFactory):
+async def test_large_upload_keeps_only_size_and_hash(make_client: ClientFactory) -> None:
     client = await make_client(SandboxSettings(max_retained_file_bytes=1000))
     data = bytes(range(256)) * 40  # 10240 bytes
     body, headers = raw_multipart([("file", "big.bin", None, data)])

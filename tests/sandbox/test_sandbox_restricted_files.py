@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient
 from yarl import URL
 
 from .sandbox_testlib import AUTH, raw_multipart
@@ -16,11 +18,12 @@ UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0
 TIME_RE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
-async def card_one(client) -> dict:
-    return await (await client.get("/api/v1/cards/1", headers=AUTH)).json()
+async def card_one(client: TestClient[Any, Any]) -> dict[str, Any]:
+    value: dict[str, Any] = await (await client.get("/api/v1/cards/1", headers=AUTH)).json()
+    return value
 
 
-async def base_path(client, kind: str, prefix: str = "/api/v1") -> str:
+async def base_path(client: TestClient[Any, Any], kind: str, prefix: str = "/api/v1") -> str:
     card = await card_one(client)
     base = f"{prefix}/cards/{card['uid']}"
     if kind == "comment":
@@ -30,12 +33,13 @@ async def base_path(client, kind: str, prefix: str = "/api/v1") -> str:
     return f"{base}/files"
 
 
-async def upload(client, base: str, name: str = "doc.pdf", data: bytes = b"%PDF-1.4 test",
-                 content_type: str | None = "application/pdf") -> dict:
+async def upload(client: TestClient[Any, Any], base: str, name: str = "doc.pdf", data: bytes = b"%PDF-1.4 test",
+                 content_type: str | None = "application/pdf") -> dict[str, Any]:
     body, headers = raw_multipart([("file", name, content_type, data)])
     resp = await client.post(base, data=body, headers={**headers, **AUTH})
     assert resp.status == 200, await resp.text()
-    return await resp.json()
+    value: dict[str, Any] = await resp.json()
+    return value
 
 
 def local(url: str) -> str:
@@ -45,7 +49,9 @@ def local(url: str) -> str:
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("prefix", ["/api/v1", "/api/latest"])
-async def test_upload_returns_spec_metadata_and_signed_link(client, kind, prefix):
+async def test_upload_returns_spec_metadata_and_signed_link(
+    client: TestClient[Any, Any], kind: str, prefix: str
+) -> None:
     base = await base_path(client, kind, prefix)
     meta = await upload(client, base, data=b"%PDF-1.4 " + kind.encode())
     assert list(meta) == METADATA_FIELDS
@@ -68,7 +74,7 @@ async def test_upload_returns_spec_metadata_and_signed_link(client, kind, prefix
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_get_metadata(client, kind):
+async def test_get_metadata(client: TestClient[Any, Any], kind: str) -> None:
     base = await base_path(client, kind)
     meta = await upload(client, base, name="photo.jpg", data=b"\xff\xd8jpeg", content_type="image/jpeg")
     resp = await client.get(f"{base}/{meta['id']}", headers=AUTH)
@@ -80,7 +86,7 @@ async def test_get_metadata(client, kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_update_name_and_cover(client, kind):
+async def test_update_name_and_cover(client: TestClient[Any, Any], kind: str) -> None:
     base = await base_path(client, kind)
     meta = await upload(client, base)
     resp = await client.patch(f"{base}/{meta['id']}", json={"name": "renamed.pdf", "card_cover": True}, headers=AUTH)
@@ -93,7 +99,7 @@ async def test_update_name_and_cover(client, kind):
     assert "renamed.pdf" in download.headers["Content-Disposition"]
 
 
-async def test_one_cover_per_card(client):
+async def test_one_cover_per_card(client: TestClient[Any, Any]) -> None:
     base = await base_path(client, "card")
     first = await upload(client, base, name="a.png", content_type="image/png")
     second = await upload(client, base, name="b.png", content_type="image/png")
@@ -104,7 +110,7 @@ async def test_one_cover_per_card(client):
 
 
 @pytest.mark.parametrize("payload", [{}, {"name": ""}, {"name": ["x"]}, {"card_cover": 1}])
-async def test_update_validation(client, payload):
+async def test_update_validation(client: TestClient[Any, Any], payload: dict[str, object]) -> None:
     base = await base_path(client, "card")
     meta = await upload(client, base)
     resp = await client.patch(f"{base}/{meta['id']}", json=payload, headers=AUTH)
@@ -113,7 +119,7 @@ async def test_update_validation(client, payload):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_delete(client, kind):
+async def test_delete(client: TestClient[Any, Any], kind: str) -> None:
     base = await base_path(client, kind)
     meta = await upload(client, base)
     resp = await client.delete(f"{base}/{meta['id']}", headers=AUTH)
@@ -136,7 +142,8 @@ async def test_delete(client, kind):
     ],
     ids=["two-files", "wrong-name", "extra-field-first", "no-parts"],
 )
-async def test_upload_needs_exactly_one_file_part(client, kind, parts):
+async def test_upload_needs_exactly_one_file_part(client: TestClient[Any, Any], kind: str,
+                                                 parts: list[tuple[str, str | None, str | None, bytes]]) -> None:
     base = await base_path(client, kind)
     before = len((await card_one(client))["files"])
     body, headers = raw_multipart(parts)
@@ -147,13 +154,13 @@ async def test_upload_needs_exactly_one_file_part(client, kind, parts):
 
 
 @pytest.mark.parametrize("kind", ["comment", "custom_property"])
-async def test_non_multipart_upload_is_400(client, kind):
+async def test_non_multipart_upload_is_400(client: TestClient[Any, Any], kind: str) -> None:
     base = await base_path(client, kind)
     resp = await client.post(base, json={"url": "https://example.org/a.pdf"}, headers=AUTH)
     assert resp.status == 400
 
 
-async def test_unknown_parents_are_404(client):
+async def test_unknown_parents_are_404(client: TestClient[Any, Any]) -> None:
     card = await card_one(client)
     body, headers = raw_multipart([("file", "a.txt", "text/plain", b"a")])
     zero = "00000000-0000-4000-8000-000000000000"
@@ -167,7 +174,7 @@ async def test_unknown_parents_are_404(client):
         assert await resp.read() == b""
 
 
-async def test_file_is_only_reachable_under_its_own_parent(client):
+async def test_file_is_only_reachable_under_its_own_parent(client: TestClient[Any, Any]) -> None:
     card = await card_one(client)
     card_file = next(f for f in card["files"] if f.get("entity_type") == "card")
     comment_base = await base_path(client, "comment")
@@ -186,7 +193,9 @@ async def test_file_is_only_reachable_under_its_own_parent(client):
         ("data.csv", "text/csv", "redirect=true", "attachment"),
     ],
 )
-async def test_redirect_to_signed_link(client, name, content_type, query, expected):
+async def test_redirect_to_signed_link(
+    client: TestClient[Any, Any], name: str, content_type: str, query: str, expected: str
+) -> None:
     base = await base_path(client, "card")
     meta = await upload(client, base, name=name, data=b"payload", content_type=content_type)
     resp = await client.get(f"{base}/{meta['id']}?{query}", headers=AUTH, allow_redirects=False)
@@ -201,7 +210,7 @@ async def test_redirect_to_signed_link(client, name, content_type, query, expect
     assert followed.headers["Content-Type"].startswith(content_type)
 
 
-async def test_download_without_redirect_sets_attachment_link(client):
+async def test_download_without_redirect_sets_attachment_link(client: TestClient[Any, Any]) -> None:
     base = await base_path(client, "card")
     meta = await upload(client, base, name="pic.png", content_type="image/png")
     inline = await (await client.get(f"{base}/{meta['id']}", headers=AUTH)).json()
@@ -210,7 +219,7 @@ async def test_download_without_redirect_sets_attachment_link(client):
     assert URL(attachment["url"]).query["disposition"] == "attachment"
 
 
-async def test_client_following_redirect_gets_file(client):
+async def test_client_following_redirect_gets_file(client: TestClient[Any, Any]) -> None:
     base = await base_path(client, "card")
     meta = await upload(client, base, name="notes.txt", data=b"followed", content_type="text/plain")
     resp = await client.get(f"{base}/{meta['id']}?redirect=true", headers=AUTH)
@@ -218,7 +227,7 @@ async def test_client_following_redirect_gets_file(client):
     assert await resp.read() == b"followed"
 
 
-async def test_bad_boolean_query_is_400(client):
+async def test_bad_boolean_query_is_400(client: TestClient[Any, Any]) -> None:
     base = await base_path(client, "card")
     meta = await upload(client, base)
     resp = await client.get(f"{base}/{meta['id']}?redirect=maybe", headers=AUTH)
@@ -226,14 +235,16 @@ async def test_bad_boolean_query_is_400(client):
     assert (await resp.json())["message"]
 
 
-async def test_restricted_routes_accept_numeric_card_id(client):
+async def test_restricted_routes_accept_numeric_card_id(client: TestClient[Any, Any]) -> None:
     meta = await upload(client, "/api/v1/cards/4f2e42af-43d7-4092-a74f-f556bf0f95d0/files")
     resp = await client.get(f"/api/v1/cards/1/files/{meta['id']}", headers=AUTH)
     assert resp.status == 200
     assert (await resp.json())["entity_type"] == "card"
 
 
-async def test_a_multipart_post_naming_the_card_by_its_number_makes_an_earlier_file(client):
+async def test_a_multipart_post_naming_the_card_by_its_number_makes_an_earlier_file(
+    client: TestClient[Any, Any]
+) -> None:
     """As the service answers the clients that upload so (an MCP server): an ordinary attachment with a public link,
     not a restricted file."""
     meta = await upload(client, "/api/v1/cards/1/files")

@@ -19,7 +19,7 @@ DOCUMENTED = {
 }
 
 
-def test_default_seed_matches_documented_uids():
+def test_default_seed_matches_documented_uids() -> None:
     store = build_store(SandboxSettings().seed)
     card = store.cards[1]
     actual = {
@@ -34,7 +34,7 @@ def test_default_seed_matches_documented_uids():
         assert uid in readme
 
 
-def test_seed_shape():
+def test_seed_shape() -> None:
     store = build_store(1)
     assert [c.id for c in store.board_cards(1)] == list(range(1, 251))
     assert store.board_cards(2) == [] and store.board_cards(3) == []

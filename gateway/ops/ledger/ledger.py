@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from ...config.ledger import LedgerConfig
 from ..gc_pauses import freeze_startup
 from ..usage import HOUR, Batch, UsageCounter
-from ...config.ledger import LedgerConfig
 
 if TYPE_CHECKING:
     from .query import Query
@@ -473,7 +473,8 @@ class Ledger:
         return await self._shared(
             key, lambda store: fold(*store.readiness(since, days_from, tenant, behaviour, client)), fresh, flush=flush)
 
-    async def seen_before(self, instants: Sequence[tuple[str, float]]) -> dict[tuple[str, float], list[tuple[str, str]]]:
+    async def seen_before(self,
+                          instants: Sequence[tuple[str, float]]) -> dict[tuple[str, float], list[tuple[str, str]]]:
         """A freeze's record: per (behaviour, instant), the (tenant, client) first seen before it, fleet-wide (what
         this process counted is not written first: the record learns it as it counts it)."""
         return await self._shared(("seen_before", tuple(instants)), lambda store: store.seen_before(instants), 0.0,

@@ -209,7 +209,8 @@ def plan_changes(schedule: Schedule, client: LedgerClient, tenant: str, now: flo
         if (later.index, later.bridge) == state:
             continue
         why = schedule.explain(at, client, tenant).why
-        ending = [e.name for e in schedule.exemptions if e.until == at and e.matches(client.headers, client.fingerprint)]
+        ending = [e.name for e in schedule.exemptions
+                  if e.until == at and e.matches(client.headers, client.fingerprint)]
         if ending:
             why = f"exemption {ending[0]!r} ends; {why}"
         changes.append(Change(at, phases[later.index], why, later.bridge))

@@ -17,15 +17,27 @@ from typing import Any, Literal
 
 import sqlalchemy.exc
 from sqlalchemy import (
-    Connection, and_, case, create_engine, delete, distinct, event, func, inspect, literal_column, or_, select, text,
+    Connection,
+    and_,
+    case,
+    create_engine,
+    delete,
+    distinct,
+    event,
+    func,
+    inspect,
+    literal_column,
+    or_,
+    select,
+    text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.sql.elements import ColumnElement
 
+from ...config.ledger import NAME_WIDTH, database_url
 from ..usage import Batch, ClientKey, TotalKey, counted, refused
 from .migrations import HEAD
-from ...config.ledger import NAME_WIDTH, database_url
 from .query import DAY, Query, iso
 from .schema import EXAMPLE_WIDTH, RULE_WIDTH, batches, client_days, client_state, clients, totals
 

@@ -203,7 +203,8 @@ class _Memo:
         self.size += entry.size
         self._evict()
 
-    def render(self, key: tuple[str, str], entry: _MemoEntry, which: tuple[int, bool], output: tuple[bytes, bool]) -> None:
+    def render(self, key: tuple[str, str], entry: _MemoEntry, which: tuple[int, bool],
+               output: tuple[bytes, bool]) -> None:
         """Keep an output rendered from ``entry``; the memo is charged for it while it keeps the entry."""
         entry.rendered[which] = output
         if self.entries.get(key) is entry:
@@ -645,8 +646,9 @@ class BoardCards:
         return await asyncio.get_running_loop().run_in_executor(
             self.workers, self.assemble, body, layout, cards, count, message, gzip_ok)
 
-    def assemble(self, body: json_splice.Text, layout: json_splice.Layout, cards: Sequence[bytes | memoryview], count: int,
-                 message: bytes | None, gzip_ok: bool) -> tuple[list[bytes | memoryview], str, bytes | None]:
+    def assemble(self, body: json_splice.Text, layout: json_splice.Layout, cards: Sequence[bytes | memoryview],
+                 count: int, message: bytes | None,
+                 gzip_ok: bool) -> tuple[list[bytes | memoryview], str, bytes | None]:
         """(On a worker thread.) The board with its first ``count`` cards in place, as pieces (the cards are views
         into their pages), its ETag, and its gzip coding when the client takes one. With ``message`` (more cards than
         the phase shows), the message naming the rest's request is set in the upstream's board, which holds fewer

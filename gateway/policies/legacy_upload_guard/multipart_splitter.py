@@ -119,8 +119,9 @@ def _head(part: PartHeaders) -> PartHead:
         media_value = raw_type.decode("latin-1")
         try:
             media = parse_media_type(media_value)
-        except MalformedValue:  # a problem of the part's, so refused before this; kept for the type checker
-            raise Ambiguous("malformed_part_content_type", f"part {index} has a Content-Type that cannot be parsed")
+        except MalformedValue as err:  # a problem of the part's, so refused before this; kept for the type checker
+            raise Ambiguous("malformed_part_content_type",
+                            f"part {index} has a Content-Type that cannot be parsed") from err
         if media.type == "multipart":
             raise Ambiguous("nested_multipart", f"part {index} is a nested multipart part (several files in one)")
         content_type = media.essence

@@ -24,7 +24,6 @@ from pydantic import AnyHttpUrl, BaseModel, BeforeValidator, ConfigDict, Field, 
 from ...core.exchange import BodyBroken, BodyError, Exchange, Flow, Next, Policy, Refuse, Reply, RequestBodyFilter
 from ...core.multipart import Ambiguous, Boundary, form_data_boundary, request_media_type
 from ...core.series import CompanyCounter
-from ...core.template import PathTemplate
 from ...core.spec import (
     RESTRICTED_BY_DEFAULT_FROM,
     deprecation_link,
@@ -32,6 +31,7 @@ from ...core.spec import (
     epoch,
     successor_link,
 )
+from ...core.template import PathTemplate
 from ...rollout.behaviour import Base, Behaviour, DateFlag
 from ...rollout.clock import parse_date, parse_instant_value
 from ..base import BuildContext, PolicySpec
@@ -130,7 +130,8 @@ class Families:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.uploads = Counter(
-            "gateway_legacy_uploads", "Uploads on deprecated routes, by tenant, route and decision (" + ", ".join(DECISIONS)
+            "gateway_legacy_uploads",
+            "Uploads on deprecated routes, by tenant, route and decision (" + ", ".join(DECISIONS)
             + "; bridged: taken on by the upload upgrade).", ("tenant", "route", "decision"), registry=registry,
         )
 
@@ -348,7 +349,8 @@ async def _read_then_decide(exchange: Exchange, next: Next, settings: _Settings,
 def _refused_incomplete(exchange: Exchange, settings: _Settings) -> None:
     """The body broke off or stalled before the guard could decide: refused (the proxy core's answer says why)."""
     exchange.decisions[NAME] = "refused"
-    exchange.notes[f"{NAME}.rule"] = "incomplete_body" if exchange.body_error is not BodyError.TIMEOUT else "body_timeout"
+    exchange.notes[f"{NAME}.rule"] = ("incomplete_body" if exchange.body_error is not BodyError.TIMEOUT
+                                      else "body_timeout")
     settings.count(exchange.tenant.name, "refused")
 
 

@@ -15,8 +15,8 @@ from ....core.exchange import ClientBody, Exchange, Reply
 from ....core.multipart import Ambiguous, Boundary
 from ....core.ratelimit import Pace, RateLimits
 from ....core.series import CompanyCounter
-from ....core.template import PathTemplate
 from ....core.spool import SpoolArea
+from ....core.template import PathTemplate
 from ..multipart_splitter import MultipartSplitter
 from . import card, comment
 from .body import form_head

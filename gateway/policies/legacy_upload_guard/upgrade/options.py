@@ -53,9 +53,9 @@ class UpgradeOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)  # "5" is not 5
 
     # What the route's legacy upload is, and so how the bridge performs it: "card_file", one file part to the card
-    # (PUT .../files, or a POST naming the card by its number); "comment", a comment's text and its files; "comment_file",
-    # one file part to an existing comment; "none": the bridge does not apply on this route. Unset: "card_file" for
-    # detect: route, "comment" for detect: file_parts.
+    # (PUT .../files, or a POST naming the card by its number); "comment", a comment's text and its files;
+    # "comment_file", one file part to an existing comment; "none": the bridge does not apply on this route. Unset:
+    # "card_file" for detect: route, "comment" for detect: file_parts.
     flow: Literal["card_file", "comment", "comment_file", "none"] | None = None
     # The service's routes: the card lookup (GET, JSON with "uid", "files", and "comments" with their uids and files)
     # and the restricted access uploads.

@@ -22,7 +22,7 @@ from ....core.tenants import canonical_host
 from ..multipart_splitter import PartHead
 from .body import Parts
 from .options import RATE_LIMITED_CODE, Outcome, UpgradeOptions, sentence
-from .outcomes import CommentRecord, Ending, FileEntry, FileStatus, Files, Partial, Refusal, Stop, log
+from .outcomes import CommentRecord, Ending, FileEntry, Files, FileStatus, Partial, Refusal, Stop, log
 
 if TYPE_CHECKING:
     from . import Upgrade
