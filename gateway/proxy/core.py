@@ -22,7 +22,6 @@ from ..core.exchange import (
     Body,
     BodyBroken,
     ClientBody,
-    CoreRecord,
     Exchange,
     Reply,
     Services,
