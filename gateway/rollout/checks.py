@@ -190,18 +190,39 @@ def _dated_problems(rollout: RolloutConfig, tenant: Tenant, own: TenantRollout, 
     tz = zoneinfo.ZoneInfo(own.timezone or rollout.timezone)
     for name in ("shadows", "ramps"):
         own_list = getattr(own, name)
-        local = own_list is not None
-        path = f"{where}.{name}" if local else "rollout." + name
-        for j, item in enumerate(own_list if local else getattr(rollout, name)):
-            behaviour = behaviours.get(item.behaviour)
-            if behaviour is None or (item.phase is not None and item.phase not in behaviour.phases):
-                continue  # reported by the section's checks
-            problem = (_ramp_problem(item, behaviour, own, rollout) if isinstance(item, Ramp)
-                       else _shadow_problem(item, behaviour, tenant, own, rollout, tz if local else rollout.tzinfo))
-            if problem and (local or f"{path}[{j}]: {problem}" not in reported):
-                reported.add(f"{path}[{j}]: {problem}")
-                problems.append(f"{path}[{j}]: {problem}" + ("" if local else f" (tenant {tenant.name})"))
+        if own_list is None:
+            problems += _global_problems(name, rollout, tenant, own, behaviours, reported)
+        else:
+            problems += [f"{where}.{name}[{j}]: {problem}"
+                         for j, problem in _item_problems(own_list, behaviours, tenant, own, rollout, tz)]
     return problems
+
+
+def _global_problems(name: str, rollout: RolloutConfig, tenant: Tenant, own: TenantRollout,
+                     behaviours: Mapping[str, Behaviour], reported: set[str]) -> list[str]:
+    """The global list ``name`` against a tenant's dates: each problem reported once, naming this tenant."""
+    problems = []
+    for j, problem in _item_problems(getattr(rollout, name), behaviours, tenant, own, rollout, rollout.tzinfo):
+        said = f"rollout.{name}[{j}]: {problem}"
+        if said not in reported:
+            reported.add(said)
+            problems.append(f"{said} (tenant {tenant.name})")
+    return problems
+
+
+def _item_problems(items: Sequence[Shadow | Ramp], behaviours: Mapping[str, Behaviour], tenant: Tenant,
+                   own: TenantRollout, rollout: RolloutConfig, tz: dt.tzinfo) -> list[tuple[int, str]]:
+    """The shadows' or ramps' problems with the tenant's phase dates, by index in their list."""
+    found = []
+    for j, item in enumerate(items):
+        behaviour = behaviours.get(item.behaviour)
+        if behaviour is None or (item.phase is not None and item.phase not in behaviour.phases):
+            continue  # reported by the section's checks
+        problem = (_ramp_problem(item, behaviour, own, rollout) if isinstance(item, Ramp)
+                   else _shadow_problem(item, behaviour, tenant, own, rollout, tz))
+        if problem:
+            found.append((j, problem))
+    return found
 
 
 def _ramp_problem(ramp: Ramp, behaviour: Behaviour, own: TenantRollout, rollout: RolloutConfig) -> str | None:
