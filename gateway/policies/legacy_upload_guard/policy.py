@@ -312,6 +312,13 @@ async def _enforce_file_parts(exchange: Exchange, next: Next, settings: _Setting
     # it until it decides: nothing reaches the upstream before, and nothing at all if it refuses.
     exchange.body.add_filter(_FileParts(exchange, settings, settings.sniffer(boundary)))
     reply = await next(exchange)
+    _decided_in_passing(exchange, settings, upgrade)
+    return reply
+
+
+def _decided_in_passing(exchange: Exchange, settings: _Settings, upgrade: Upgrade | None) -> None:
+    """The decision on a body the filter watched on its way upstream: refused (cut short before a verdict, or by
+    the filter), else passed."""
     if NAME not in exchange.decisions and exchange.body_error is not None:
         _refused_incomplete(exchange, settings)
     if upgrade is not None and exchange.decisions.get(NAME) == "refused":
@@ -319,7 +326,6 @@ async def _enforce_file_parts(exchange: Exchange, next: Next, settings: _Setting
         # and counted among its outcomes too.
         upgrade.count(exchange, Outcome.ABORTED if exchange.body_error is not None else Outcome.REFUSED)
     exchange.decisions.setdefault(NAME, "passed")
-    return reply
 
 
 async def _read_then_decide(exchange: Exchange, next: Next, settings: _Settings, upgrade: Upgrade,
@@ -416,12 +422,18 @@ def _multipart_boundary(headers: CIMultiDictProxy[str]) -> Boundary | None:
             raise Ambiguous("content_type_mentions_multipart", f"a {media.essence} Content-Type names multipart")
         return None
     boundary = form_data_boundary(media)
+    _check_upload_codings(headers)
+    return boundary
+
+
+def _check_upload_codings(headers: CIMultiDictProxy[str]) -> None:
+    """A multipart upload's body as sent is the body parsers read: no content coding, no transfer coding but
+    chunked."""
     if "Content-Encoding" in headers:
         raise Ambiguous("content_encoding", "a multipart upload body must not carry a Content-Encoding")
     codings = [t.strip().lower() for v in headers.getall("Transfer-Encoding", ()) for t in v.split(",")]
     if codings and codings != ["chunked"]:
         raise Ambiguous("transfer_coding", "a multipart upload body must use no transfer coding but chunked")
-    return boundary
 
 
 def _declares_multipart(headers: CIMultiDictProxy[str]) -> bool:
