@@ -266,6 +266,31 @@ class _ConfiguredSession(requests.Session):
         return settings
 
 
+def _exchange_attributes(attributes: dict[str, AttributeValue], client_method: str, exchange: Exchange) -> str | None:
+    """A routed request's span attributes (its route, tenant, decisions, notes, what went wrong); the kind of its
+    upstream error, if it had one."""
+    attributes["url.path"] = exchange.path
+    attributes["gateway.route"] = exchange.route.name
+    attributes["gateway.tenant"] = exchange.tenant.name
+    if exchange.method != client_method:
+        attributes["gateway.effective_method"] = exchange.method
+    if exchange.request_id is not None:
+        attributes["gateway.request_id"] = exchange.request_id
+    if exchange.client is not None:
+        attributes["gateway.client"] = exchange.client
+    for policy, decision in exchange.decisions.items():
+        attributes[f"gateway.decision.{policy}"] = decision
+    for key, note in exchange.notes.items():
+        attributes[f"gateway.note.{key}"] = note
+    error = None
+    if exchange.record.upstream_error:
+        attributes["gateway.upstream_error"] = exchange.record.upstream_error
+        error = exchange.record.upstream_error_kind
+    if exchange.body_error:
+        attributes["gateway.body_error"] = exchange.body_error
+    return error
+
+
 class SpanExport:
     """The SDK's tracer provider (ratio sampler honouring the parent's decision), its batch processor and the OTLP/HTTP
     exporter, for one gateway process."""
@@ -346,29 +371,11 @@ class SpanExport:
         if refused is not None:
             attributes["gateway.refused"] = refused
         if exchange is not None:
-            route = exchange.route
-            template = route.template(exchange.path)
+            template = exchange.route.template(exchange.path)
             if template is not None:
                 attributes["http.route"] = template
                 name = f"{name} {template}"
-            attributes["url.path"] = exchange.path
-            attributes["gateway.route"] = route.name
-            attributes["gateway.tenant"] = exchange.tenant.name
-            if exchange.method != request.method:
-                attributes["gateway.effective_method"] = exchange.method
-            if exchange.request_id is not None:
-                attributes["gateway.request_id"] = exchange.request_id
-            if exchange.client is not None:
-                attributes["gateway.client"] = exchange.client
-            for policy, decision in exchange.decisions.items():
-                attributes[f"gateway.decision.{policy}"] = decision
-            for key, note in exchange.notes.items():
-                attributes[f"gateway.note.{key}"] = note
-            if exchange.record.upstream_error:
-                attributes["gateway.upstream_error"] = exchange.record.upstream_error
-                error = exchange.record.upstream_error_kind
-            if exchange.body_error:
-                attributes["gateway.body_error"] = exchange.body_error
+            error = _exchange_attributes(attributes, request.method, exchange)
         if status >= 500:
             attributes["error.type"] = error or str(status)
             span.set_status(Status(StatusCode.ERROR))
