@@ -437,22 +437,25 @@ class MultipartReader:
         end = buf.find(b"\r\n\r\n", max(0, seen - 3))
         # A CR at the very end may be the first half of a CRLF still on its way.
         limit = end + 4 if end != -1 else len(buf) - 1 if buf.endswith(b"\r") else len(buf)
-        if _BARE_LF_RE.search(buf, max(0, seen - 1), limit):
-            raise Ambiguous("line_endings", f"the headers of part {self.parts} use a bare LF or CR")
-        if buf.find(self._delimiter, max(0, seen - len(self._delimiter) + 1), limit) != -1:
-            raise Ambiguous("delimiter_in_headers", f"the headers of part {self.parts} contain the boundary")
+        self._scan_headers(seen, limit)
         self._scanned = limit
-        if end == -1:
-            if len(buf) > self._max_header_bytes:
-                raise Ambiguous("part_headers_too_large", f"the headers of part {self.parts} are too large")
-            return False
-        if end > self._max_header_bytes:
+        if (len(buf) if end == -1 else end) > self._max_header_bytes:
             raise Ambiguous("part_headers_too_large", f"the headers of part {self.parts} are too large")
+        if end == -1:
+            return False
         block = bytes(buf[:end])
         del buf[: end + 4]
         self._scanned = 0
         self._part(_read_headers(self.parts, block, self._file_bases))
         return True
+
+    def _scan_headers(self, seen: int, limit: int) -> None:
+        """The header bytes up to ``limit`` not scanned yet (``seen`` were) hold no bare LF or CR and no delimiter."""
+        buf = self.held
+        if _BARE_LF_RE.search(buf, max(0, seen - 1), limit):
+            raise Ambiguous("line_endings", f"the headers of part {self.parts} use a bare LF or CR")
+        if buf.find(self._delimiter, max(0, seen - len(self._delimiter) + 1), limit) != -1:
+            raise Ambiguous("delimiter_in_headers", f"the headers of part {self.parts} contain the boundary")
 
     def _part(self, part: PartHeaders) -> None:
         """A part's headers are read: its consumer decides, and its body starts."""
@@ -526,23 +529,26 @@ def _read_headers(n: int, block: bytes, file_bases: frozenset[str]) -> PartHeade
     for name, value in _header_lines(n, block, note):
         fields.setdefault(name, []).append(value)
     _note_repeated(n, fields, note)
-    dispositions = fields.get(b"content-disposition", [])
-    if not dispositions:
+    if not fields.get(b"content-disposition"):
         note(Ambiguous("missing_disposition", f"part {n} has no Content-Disposition"))
     names: list[str] = []
+    reason = _file_reason(n, fields, names, note, file_bases)
+    return PartHeaders(n, block, tuple(names), reason, tuple(problems))
 
-    def headers_of(reason: str | None) -> PartHeaders:
-        return PartHeaders(n, block, tuple(names), reason, tuple(problems))
 
-    for raw in dispositions:
+def _file_reason(n: int, fields: dict[bytes, list[bytes]], names: list[str], note: Callable[[Ambiguous], None],
+                 file_bases: frozenset[str]) -> str | None:
+    """Why parsers would read part ``n`` as a file part (None: a text part); the field names its dispositions give
+    are added to ``names``, as far as they were read."""
+    for raw in fields.get(b"content-disposition", ()):
         if _has_filename(n, raw.decode("latin-1"), names, note):
-            return headers_of("filename parameter")
+            return "filename parameter"
     media_type = _non_text_type(n, fields.get(b"content-type", ()), note)
     if media_type is not None:
-        return headers_of(f"content type {media_type}")
+        return f"content type {media_type}"
     # The bases carry no brackets: "files" covers "files", "files[]" and "files[0]".
     field = next((name for name in names if name.lower().partition("[")[0] in file_bases), None)
-    return headers_of(None if field is None else f"field name {field!r}")
+    return None if field is None else f"field name {field!r}"
 
 
 def _header_lines(n: int, block: bytes, note: Callable[[Ambiguous], None]) -> list[list[bytes]]:
