@@ -267,12 +267,17 @@ def _lost_comment(run: Run, reply: Reply, card: dict[str, Any], text: bytes | No
     comments = comments_of(card)
     if comments is None:
         return None
-    before = comments_of(run.card) if run.card is not None else None
-    is_new = New(None if before is None else {str(c.get("id")) for c in before},
-                 service_time(reply.headers.get("Date")), window)
+    is_new = _new_since_lookup(run, reply, window)
     wanted = None if text is None else text.decode("utf-8", "replace")
     found = [c for c in comments if c.get("text") == wanted and is_new(str(c.get("id")), c)]
     return found[0] if len(found) == 1 else None
+
+
+def _new_since_lookup(run: Run, reply: Reply, window: float) -> New:
+    """Which comments are new: not among those the card lookup listed, or dated within ``window`` of the answer."""
+    before = comments_of(run.card) if run.card is not None else None
+    return New(None if before is None else {str(c.get("id")) for c in before},
+               service_time(reply.headers.get("Date")), window)
 
 
 async def _existing(run: Run, comment_id: str, card_uid: str) -> CommentRecord:

@@ -369,9 +369,13 @@ def _warn(run: Run, outcome: Outcome, note: str) -> None:
     left = [name for f in run.files.entries if (name := f.may_remain) is not None]
     if not ((outcome in _LEFT_DONE and run.changed) or left or run.comment_unknown):
         return
-    details = f"; files that may remain: {', '.join(left)}" if left else ""
-    if run.comment_unknown:
-        details += "; the comment may have been saved (its answer was lost)"
     exchange = run.exchange
-    log.warning("legacy_upload_guard: upload upgrade %s%s; tenant %s, card %s, request id %s", note, details,
-                exchange.tenant.name, run.card_id, exchange.request_id)
+    log.warning("legacy_upload_guard: upload upgrade %s%s; tenant %s, card %s, request id %s", note,
+                _what_may_remain(left, run.comment_unknown), exchange.tenant.name, run.card_id, exchange.request_id)
+
+
+def _what_may_remain(files: list[str], comment_unknown: bool) -> str:
+    details = f"; files that may remain: {', '.join(files)}" if files else ""
+    if comment_unknown:
+        details += "; the comment may have been saved (its answer was lost)"
+    return details
