@@ -33,11 +33,14 @@ def loc(parts: Sequence[int | str]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            text = str(part)
-            if not text.isprintable():
-                text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
-            out += ("." if out else "") + text
+            out += ("." if out else "") + _printable(str(part))
     return out or "(top level)"
+
+
+def _printable(text: str) -> str:
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
 
 
 def pydantic_problems(err: ValidationError, prefix: Sequence[int | str] = (),
@@ -57,8 +60,12 @@ def _keys_at(model: type[BaseModel], path: Sequence[int | str]) -> set[str]:
     through the annotations, as through a union's member named in the path)."""
     kinds: list[Any] = [model]
     for part in path:
-        kinds = [inner for kind in kinds for option in _options(kind) for inner in _inside(option, part)]
-    return {name for kind in kinds for option in _options(kind) if _is_model(option) for name in option.model_fields}
+        kinds = [inner for option in _all_options(kinds) for inner in _inside(option, part)]
+    return {name for option in _all_options(kinds) if _is_model(option) for name in option.model_fields}
+
+
+def _all_options(kinds: list[Any]) -> list[Any]:
+    return [option for kind in kinds for option in _options(kind)]
 
 
 def _options(kind: Any) -> list[Any]:
