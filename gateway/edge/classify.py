@@ -19,7 +19,7 @@ from ..core.http import new_request_id
 from ..core.tenants import canonical_host
 from .method import FormMethod, effective_method, form_method
 from .route_table import RouteTable
-from .target import BadRequestTarget, Target, normalise_target
+from .target import BadRequestTarget, normalise_target
 from .tenancy import TenantResolver
 
 __all__ = ("Classifier", "EdgeRefusal", "classify", "parser_error_text")
@@ -110,7 +110,9 @@ def classify(request: web.BaseRequest, started: float, state: Classifier, servic
         return refusal
     host = hosts[0] if hosts else None
     try:
-        target = _target(request.raw_path, host)
+        target = normalise_target(request.raw_path)
+        if target.authority is not None:
+            _check_authority(target.authority, host)
         method, overrides = effective_method(request.method, headers, target.query)
     except BadRequestTarget as err:
         return EdgeRefusal.of(400, err.code, err.message)
@@ -139,9 +141,7 @@ def _head_refusal(request: web.BaseRequest, hosts: Sequence[str]) -> EdgeRefusal
     return None
 
 
-def _target(raw_path: str, host: str | None) -> Target:
-    """The request target, normalised; an absolute form must name the Host's own authority."""
-    target = normalise_target(raw_path)
-    if target.authority is not None and (host is None or canonical_host(target.authority) != canonical_host(host)):
+def _check_authority(authority: str, host: str | None) -> None:
+    """An absolute-form target must name the Host's own authority."""
+    if host is None or canonical_host(authority) != canonical_host(host):
         raise BadRequestTarget("BAD_REQUEST_TARGET", "the absolute-form request target names another host")
-    return target
