@@ -266,7 +266,7 @@ class Edge:
         in_flight = self.in_flight
         in_flight.left()
         exchange, refusal = outcome.exchange, outcome.refusal
-        status = outcome.final_status(request, in_flight.cutting)
+        status = outcome.status if outcome.delivery.complete else outcome.final_status(request, in_flight.cutting)
         if exchange is not None:
             exchange.close_body()
         code, rid = (None, None) if refusal is None else (refusal.code, refusal.request_id)
