@@ -23,8 +23,11 @@ def _phase_problem(behaviours: Mapping[str, Behaviour], name: str, phase: str | 
     known = behaviours.get(name)
     if known is None:
         return f"unknown behaviour {name!r} (known: {', '.join(behaviours)})"
-    if phase is None:
-        return None
+    return None if phase is None else _phase_rule(known, name, phase, brownout=brownout, bridge=bridge)
+
+
+def _phase_rule(known: Behaviour, name: str, phase: str, *, brownout: bool, bridge: bool) -> str | None:
+    """A phase a brownout applies must be a later one; one an exemption keeps (without a bridge), not the last."""
     if phase not in known.phases:
         return f"unknown phase {phase!r} of {name} (phases: {', '.join(known.phases)})"
     if brownout and phase == known.phases[0]:
@@ -130,15 +133,22 @@ def _tenant_order(rollout: RolloutConfig, own: TenantRollout, pairs: list[_Pair]
     for early, late, strict in pairs:
         a_own, b_own = own_dates.get(early.name), own_dates.get(late.name)
         a, b = effective_date(own, rollout, early)[0], effective_date(own, rollout, late)[0]
-        if _in_order(a, b, strict) or (a_own is None and b_own is None):
-            continue
-        if b_own is not None:
-            origin = "" if a_own is not None else ", from rollout"
-            problems.append(f"{where}.{late.name}: {b} must be {_after(strict)} {early.name} ({a}{origin})")
-        else:
-            before = "before" if strict else "on or before"
-            problems.append(f"{where}.{early.name}: {a} must be {before} {late.name} ({b}, from rollout)")
+        if not _in_order(a, b, strict) and (a_own is not None or b_own is not None):
+            problems.append(_order_problem(where, (early, a, a_own is not None), (late, b, b_own is not None), strict))
     return problems
+
+
+_Dated = tuple[DateFlag, dt.date | None, bool]  # a flag, its effective date, whether the tenant set it
+
+
+def _order_problem(where: str, early: _Dated, late: _Dated, strict: bool) -> str:
+    """Two of a tenant's dates out of order, named at the later one when the tenant set it, else at the earlier."""
+    (early_flag, a, a_own), (late_flag, b, b_own) = early, late
+    if b_own:
+        origin = "" if a_own else ", from rollout"
+        return f"{where}.{late_flag.name}: {b} must be {_after(strict)} {early_flag.name} ({a}{origin})"
+    before = "before" if strict else "on or before"
+    return f"{where}.{early_flag.name}: {a} must be {before} {late_flag.name} ({b}, from rollout)"
 
 
 def _tenant_checks(tenant: Tenant, own: TenantRollout, behaviours: Mapping[str, Behaviour], where: str

@@ -86,11 +86,15 @@ def _stages(schedule: Schedule, stamp: float, tz: dt.tzinfo) -> list[str]:
     lines += [_ramp_line(schedule, ramp, stamp, tz) for ramp in schedule.ramps]
     freeze = schedule.freeze
     if freeze is not None:
-        lines.append(f"    freeze: {'since' if freeze.at <= stamp else 'from'} {_fmt(freeze.at, tz)}, a client first "
-                     f"seen after it gets {phases[freeze.index]} at once; one seen before keeps its schedule")
+        lines.append(_freeze_line(phases[freeze.index], freeze.at, stamp, tz))
     if schedule.preview is not None:
         lines.append(f"    preview: a client may ask for a later phase now with the {schedule.preview} header")
     return lines
+
+
+def _freeze_line(phase: str, at: float, stamp: float, tz: dt.tzinfo) -> str:
+    return (f"    freeze: {'since' if at <= stamp else 'from'} {_fmt(at, tz)}, a client first seen after it gets "
+            f"{phase} at once; one seen before keeps its schedule")
 
 
 def _ramp_line(schedule: Schedule, ramp: Ramp, stamp: float, tz: dt.tzinfo) -> str:
