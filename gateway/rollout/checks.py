@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..core.keys import UNKNOWN_KEY, did_you_mean
 from .behaviour import Behaviour, DateFlag
-from .config import Ramp, RolloutConfig, Shadow, TenantRollout
+from .config import Exemption, Ramp, RolloutConfig, Shadow, TenantRollout
 from .plan import effective_date
 
 if TYPE_CHECKING:
@@ -80,14 +80,19 @@ def _exemption_problems(section: RolloutConfig | TenantRollout, where: str, beha
     problems = []
     for j, exemption in enumerate(section.exemptions):
         problem = _phase_problem(behaviours, exemption.behaviour, exemption.phase, brownout=False,
-                                 bridge=exemption.bridge is not None)
-        known = behaviours.get(exemption.behaviour)
-        if problem is None and known is not None and known.security and exemption.header is not None:
-            problem = (f"{known.name} is a security setting: exempt a client by token_fingerprint only (any client "
-                       "can send a header)")
+                                 bridge=exemption.bridge is not None) or _by_header(behaviours, exemption)
         if problem:
             problems.append(f"{where}.exemptions[{j}]: {problem}")
     return problems
+
+
+def _by_header(behaviours: Mapping[str, Behaviour], exemption: Exemption) -> str | None:
+    """A security behaviour's exemption must name its client by token: any client can send a header."""
+    known = behaviours.get(exemption.behaviour)
+    if known is not None and known.security and exemption.header is not None:
+        return (f"{known.name} is a security setting: exempt a client by token_fingerprint only (any client "
+                "can send a header)")
+    return None
 
 
 def _section_problems(section: RolloutConfig | TenantRollout, where: str, behaviours: Mapping[str, Behaviour],
@@ -250,7 +255,7 @@ def _shadow_problem(shadow: Shadow, behaviour: Behaviour, tenant: Tenant, own: T
     day = None if phase is None else _phase_date(own, rollout, behaviour, phase)
     if day is None:
         return None
-    end = shadow.end if shadow.end.tzinfo else shadow.end.replace(tzinfo=tz)
+    end = _aware(shadow.end, tz)
     tenant_tz = zoneinfo.ZoneInfo(own.timezone or rollout.timezone)
     if end > dt.datetime.combine(day, dt.time(0), tzinfo=tenant_tz):
         return (f"the shadow window ends ({shadow.end.isoformat()}) after {phase}'s own date ({day}): from then the "
@@ -264,6 +269,11 @@ def _next_phase(shadow: Shadow, behaviour: Behaviour, tenant: Tenant, own: Tenan
     base = behaviour.base_of(tenant)
     index = base.index
     if base.dated:
-        start = (shadow.start if shadow.start.tzinfo else shadow.start.replace(tzinfo=tz)).date()
+        start = _aware(shadow.start, tz).date()
         index += sum(1 for flag in behaviour.flags if (day := effective_date(own, rollout, flag)[0]) and day <= start)
     return behaviour.phases[index + 1] if index + 1 < len(behaviour.phases) else None
+
+
+def _aware(moment: dt.datetime, tz: dt.tzinfo) -> dt.datetime:
+    """``moment``, placed in ``tz`` when it has no offset of its own."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=tz)
