@@ -183,17 +183,15 @@ class _Shared:
             return kept
         running = self.running.get(key)
         started = running is None or running.abandoned
-        if running is None or running.abandoned:
+        if started:
             running = self.running[key] = _Running(asyncio.ensure_future(read()))
             running.task.add_done_callback(lambda task: self.finished(key, running, loop.time()))
+        assert running is not None
         running.readers += 1
         try:
             filled = await asyncio.shield(running.task)
         finally:
-            running.readers -= 1
-            if running.readers == 0 and not running.task.done():
-                running.abandoned = True  # every reader left
-                running.task.cancel()
+            _leave(running)
         return filled if started else _as_shared(filled)
 
     def kept(self, key: _Key, now: float) -> Filled | None:
@@ -209,15 +207,26 @@ class _Shared:
         if task.cancelled() or task.exception() is not None or not self.seconds:
             return
         filled = task.result()
-        if filled.size > self.most:
-            return
+        if filled.size <= self.most:
+            self._keep(key, filled, now + self.seconds)
+
+    def _keep(self, key: _Key, filled: Filled, until: float) -> None:
+        """A finished read kept until ``until``; the oldest kept ones let go while they hold more than ``most``."""
         old = self.done.pop(key, None)
         if old is not None:
             self.size -= old[1].size
-        self.done[key] = (now + self.seconds, filled)
+        self.done[key] = (until, filled)
         self.size += filled.size
         while self.size > self.most:
             self.size -= self.done.popitem(last=False)[1][1].size
+
+
+def _leave(running: _Running) -> None:
+    """A reader leaves the read: the last to leave before it is done abandons it."""
+    running.readers -= 1
+    if running.readers == 0 and not running.task.done():
+        running.abandoned = True  # every reader left
+        running.task.cancel()
 
 
 def _as_shared(filled: Filled) -> Filled:
