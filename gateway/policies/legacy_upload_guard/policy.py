@@ -517,13 +517,18 @@ class _Watch(RequestBodyFilter):
         return Flow.CONTINUE
 
 
+async def _observe_route(exchange: Exchange, next: Next, settings: _Settings, shadow: bool) -> Reply:
+    """With ``detect: route``: a request with a body (or one that says it is multipart) is counted as an upload."""
+    if not (exchange.has_body or _declares_multipart(exchange.headers)):
+        return await _pass(exchange, next)
+    return _allowed(exchange, settings, await next(exchange), shadow)
+
+
 async def _observe(exchange: Exchange, next: Next, settings: _Settings, *, shadow: bool = False) -> Reply:
     """Uploads pass unchanged; they are counted and their responses say the route is deprecated. In a shadow window
     of the forbidden phase they are recorded as ``would_block``: what that phase would have done to them."""
     if settings.options.detect == "route":
-        if not (exchange.has_body or _declares_multipart(exchange.headers)):
-            return await _pass(exchange, next)
-        return _allowed(exchange, settings, await next(exchange), shadow)
+        return await _observe_route(exchange, next, settings, shadow)
     try:
         boundary = _multipart_boundary(exchange.headers)
     except Ambiguous:
