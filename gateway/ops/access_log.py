@@ -119,7 +119,11 @@ class Recorder:
             record["refused"] = refused
         if exchange is not None:
             _exchange_fields(record, request.method, exchange)
-        sink.write(_line(record))
+        try:
+            line = _dumps(record).decode()
+        except TypeError:  # orjson's JSONEncodeError: a lone surrogate in a string, an integer beyond 64 bits
+            line = _json_encode(record)
+        sink.write(line)
 
     def _count(self, request: web.BaseRequest, exchange: Exchange, client: str | None) -> None:
         """What a routed request adds to the metrics beside its own count, and to the usage ledger."""
@@ -193,13 +197,6 @@ def _subrequest_counts(subrequests: list[SubRequest]) -> dict[str, dict[str, int
         result = str(sub.status) if sub.error is None else sub.error
         per[result] = per.get(result, 0) + 1
     return counts
-
-
-def _line(record: dict[str, Any]) -> str:
-    try:
-        return _dumps(record).decode()
-    except TypeError:  # orjson's JSONEncodeError: a lone surrogate in a string, an integer beyond 64 bits
-        return _json_encode(record)
 
 
 _dumps = orjson.dumps
