@@ -88,6 +88,11 @@ def _sent_again_or_raise(err: BaseException, attempts: int, unsent: bool, retry_
         retried.append("unsent" if unsent else "safe_method")
 
 
+def _unsent(attempt: Attempt, tracked: _Tracked | None) -> bool:
+    """Whether no byte of a failed attempt's request left: its head was not written, or its body never read."""
+    return not getattr(attempt, "sent", False) or (tracked is not None and not tracked.started)
+
+
 def _raise_as_client_error(err: BaseException) -> NoReturn:
     """``err`` raised as one of aiohttp's client errors: an OS error (but a timeout of asyncio's) as ClientOSError."""
     if isinstance(err, aiohttp.ClientError) or not isinstance(err, OSError) or (
@@ -205,8 +210,7 @@ class UpstreamClient:
             try:
                 return await send(method, base, target, headers, tracked, attempt)
             except (aiohttp.ClientError, OSError) as err:
-                unsent = not getattr(attempt, "sent", False) or (tracked is not None and not tracked.started)
-                _sent_again_or_raise(err, attempts, unsent, retry_safe, retried)
+                _sent_again_or_raise(err, attempts, _unsent(attempt, tracked), retry_safe, retried)
                 attempts += 1
 
     async def _public(self, method: str, base: str, target: str, headers: CIMultiDict[str],
