@@ -77,6 +77,11 @@ def _canonical_path(path: str) -> str:
         raise _bad_characters(path)
     if "%" in path:
         path = _decode_unreserved(path)
+    return "/" + "/".join(_segments(path))
+
+
+def _segments(path: str) -> list[str]:
+    """The path's segments with the empty and '.' ones dropped and each '..' applied."""
     segments: list[str] = []
     for segment in path.split("/"):
         if segment in ("", "."):
@@ -90,7 +95,7 @@ def _canonical_path(path: str) -> str:
             # segment: "files." would reach them as "files", a route this spelling did not match here.
             raise BadRequestTarget("BAD_PATH", "a path segment ends with a dot or a space")
         segments.append(segment)
-    return "/" + "/".join(segments)
+    return segments
 
 
 def _decode_unreserved(path: str) -> str:
