@@ -284,8 +284,7 @@ async def _existing(run: Run, comment_id: str, card_uid: str) -> CommentRecord:
     """A comment updated with files alone: its uid and record from the card lookup (made for this request, so
     that the answer is the comment as it is now)."""
     card = run.card if run.card is not None else await run.lookup()
-    wanted = str(int(comment_id))
-    found = next((c for c in comments_of(card) or () if str(c.get("id")) == wanted), None)
+    found = _comment_in(card, str(int(comment_id)))
     if found is None:
         raise Stop(Ending(Outcome.DENIED, run.error(404, "LEGACY_UPLOAD_UPGRADE_NOT_FOUND", "the comment is not "
                                                     "among the card's comments as the service lists them"),
@@ -296,6 +295,11 @@ async def _existing(run: Run, comment_id: str, card_uid: str) -> CommentRecord:
     run.target = Target(run.up.comment_upload.render({"card_uid": card_uid, "comment_uid": uid}, encode=True),
                         file_ids(found.get("files")))
     return CommentRecord(found.get("id"), uid, found)
+
+
+def _comment_in(card: dict[str, Any], comment_id: str) -> dict[str, Any] | None:
+    """The comment of ``card`` with this id, as the card lists it."""
+    return next((c for c in comments_of(card) or () if str(c.get("id")) == comment_id), None)
 
 
 class _Spooler:
