@@ -597,19 +597,24 @@ def _has_filename(n: int, raw: str, names: list[str], note: Callable[[Ambiguous]
     except MalformedValue:
         note(Ambiguous("malformed_disposition", f"part {n} has a Content-Disposition that cannot be parsed"))
         return False
-    stray, searched_names = _searched(raw)
-    if stray is not None:
-        note(Ambiguous(f"{stray}_outside_parameter", f"part {n} has '{stray}=' outside a parameter name"))
-    names += searched_names
-    if kind.lower() != "form-data":
-        note(Ambiguous("disposition_type", f"part {n} is not a form-data part ({kind!r})"))
     keys = [key for key, _, _ in params]
-    if len(set(keys)) != len(keys):
-        note(Ambiguous("duplicate_disposition_parameter", f"part {n} repeats a Content-Disposition parameter"))
+    names += _note_disposition(n, raw, kind, keys, note)
     if any(key.startswith("filename") for key in keys):
         return True
     _field_names(n, params, names, note)
     return False
+
+
+def _note_disposition(n: int, raw: str, kind: str, keys: list[str], note: Callable[[Ambiguous], None]) -> list[str]:
+    """The rules a parsed Content-Disposition breaks, noted; the field names a parser that searches its text reads."""
+    stray, searched_names = _searched(raw)
+    if stray is not None:
+        note(Ambiguous(f"{stray}_outside_parameter", f"part {n} has '{stray}=' outside a parameter name"))
+    if kind.lower() != "form-data":
+        note(Ambiguous("disposition_type", f"part {n} is not a form-data part ({kind!r})"))
+    if len(set(keys)) != len(keys):
+        note(Ambiguous("duplicate_disposition_parameter", f"part {n} repeats a Content-Disposition parameter"))
+    return searched_names
 
 
 def _field_names(n: int, params: tuple[tuple[str, str, bool], ...], names: list[str],
