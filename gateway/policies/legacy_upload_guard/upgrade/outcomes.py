@@ -197,6 +197,16 @@ def refusal_answer(run: Run, err: Refusal) -> Reply:
 def partial_answer(run: Run, status: int, reason: str, message: str) -> Reply:
     """The answer that names what was created and what was not (bounded: at most ``max_files + 1`` file parts are
     listed, the rest counted in ``files_not_listed``)."""
+    payload = _partial_payload(run, reason)
+    done = "the comment was saved" if run.saved is not None else "the request was partly carried out"
+    text = sentence(f"{done}, but not every file was uploaded: {message}; the files are listed with what became of "
+                    f"each ({', '.join(FileStatus)})")
+    return Reply.json(status, {"code": PARTIAL_CODE, "message": text,
+                               "request_id": run.exchange.ensure_request_id(), **payload})
+
+
+def _partial_payload(run: Run, reason: str) -> dict[str, Any]:
+    """What a partial answer names: the comment, each file part listed with what became of it, the replacement."""
     comment = run.saved
     files = run.files
     payload: dict[str, Any] = {
@@ -210,11 +220,7 @@ def partial_answer(run: Run, status: int, reason: str, message: str) -> Reply:
         payload["files_not_listed"] = files.unlisted
     if run.target is not None:
         payload["replacement"] = f"POST {run.target.path}"
-    done = "the comment was saved" if comment is not None else "the request was partly carried out"
-    text = sentence(f"{done}, but not every file was uploaded: {message}; the files are listed with what became of "
-                    f"each ({', '.join(FileStatus)})")
-    return Reply.json(status, {"code": PARTIAL_CODE, "message": text,
-                               "request_id": run.exchange.ensure_request_id(), **payload})
+    return payload
 
 
 def _partial_ending(run: Run, status: int, reason: str, message: str) -> Ending:
