@@ -86,10 +86,15 @@ def _inside(kind: Any, part: int | str) -> list[Any]:
     """What ``kind`` holds at ``part``: a model's field, a list's or tuple's item, a mapping's value."""
     origin, args = get_origin(kind), get_args(kind)
     if _is_model(kind) and isinstance(part, str):
-        field = kind.model_fields.get(part)
-        return [field.annotation] if field is not None else []
+        return _field_type(kind, part)
     if origin in (list, tuple, collections.abc.Sequence) and isinstance(part, int) and args:
         return [args[0]]
     if origin in (dict, collections.abc.Mapping) and len(args) == 2:
         return [args[1]]
     return []
+
+
+def _field_type(model: type[BaseModel], name: str) -> list[Any]:
+    """The annotation of ``model``'s field ``name`` (none when it has no such field)."""
+    field = model.model_fields.get(name)
+    return [field.annotation] if field is not None else []
