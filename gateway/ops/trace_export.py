@@ -292,6 +292,14 @@ def _server_attributes(request: web.BaseRequest) -> dict[str, AttributeValue]:
     return attributes
 
 
+def _policy_attributes(attributes: dict[str, AttributeValue], exchange: Exchange) -> None:
+    """What the policies decided and noted, one attribute each."""
+    for policy, decision in exchange.decisions.items():
+        attributes[f"gateway.decision.{policy}"] = decision
+    for key, note in exchange.notes.items():
+        attributes[f"gateway.note.{key}"] = note
+
+
 def _exchange_attributes(attributes: dict[str, AttributeValue], client_method: str, exchange: Exchange) -> str | None:
     """A routed request's span attributes (its route, tenant, decisions, notes, what went wrong); the kind of its
     upstream error, if it had one."""
@@ -304,10 +312,7 @@ def _exchange_attributes(attributes: dict[str, AttributeValue], client_method: s
         attributes["gateway.request_id"] = exchange.request_id
     if exchange.client is not None:
         attributes["gateway.client"] = exchange.client
-    for policy, decision in exchange.decisions.items():
-        attributes[f"gateway.decision.{policy}"] = decision
-    for key, note in exchange.notes.items():
-        attributes[f"gateway.note.{key}"] = note
+    _policy_attributes(attributes, exchange)
     error = None
     if exchange.record.upstream_error:
         attributes["gateway.upstream_error"] = exchange.record.upstream_error
