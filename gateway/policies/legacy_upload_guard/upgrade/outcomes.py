@@ -120,10 +120,11 @@ class FileEntry:
     @property
     def may_remain(self) -> str | None:
         """What names a file the service may still hold for it (its id, its candidates, "?"), else None."""
+        named = self.id or "/".join(self.candidates)  # (candidates are ids: "" only when there are none)
         if self.status is FileStatus.UNKNOWN:
-            return self.id or "/".join(self.candidates) or "?"
-        if self.status is FileStatus.ROLLBACK_FAILED and (self.id or self.candidates):
-            return self.id or "/".join(self.candidates)
+            return named or "?"
+        if self.status is FileStatus.ROLLBACK_FAILED and named:
+            return named
         return None
 
 
