@@ -33,11 +33,14 @@ def loc(parts: Sequence[int | str]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            text = str(part)
-            if not text.isprintable():
-                text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
-            out += ("." if out else "") + text
+            out += ("." if out else "") + _printable(str(part))
     return out or "(top level)"
+
+
+def _printable(text: str) -> str:
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
 
 
 def pydantic_problems(err: ValidationError, prefix: Sequence[int | str] = (),
@@ -57,8 +60,12 @@ def _keys_at(model: type[BaseModel], path: Sequence[int | str]) -> set[str]:
     through the annotations, as through a union's member named in the path)."""
     kinds: list[Any] = [model]
     for part in path:
-        kinds = [inner for kind in kinds for option in _options(kind) for inner in _inside(option, part)]
-    return {name for kind in kinds for option in _options(kind) if _is_model(option) for name in option.model_fields}
+        kinds = [inner for option in _all_options(kinds) for inner in _inside(option, part)]
+    return {name for option in _all_options(kinds) if _is_model(option) for name in option.model_fields}
+
+
+def _all_options(kinds: list[Any]) -> list[Any]:
+    return [option for kind in kinds for option in _options(kind)]
 
 
 def _options(kind: Any) -> list[Any]:
@@ -79,10 +86,15 @@ def _inside(kind: Any, part: int | str) -> list[Any]:
     """What ``kind`` holds at ``part``: a model's field, a list's or tuple's item, a mapping's value."""
     origin, args = get_origin(kind), get_args(kind)
     if _is_model(kind) and isinstance(part, str):
-        field = kind.model_fields.get(part)
-        return [field.annotation] if field is not None else []
+        return _field_type(kind, part)
     if origin in (list, tuple, collections.abc.Sequence) and isinstance(part, int) and args:
         return [args[0]]
     if origin in (dict, collections.abc.Mapping) and len(args) == 2:
         return [args[1]]
     return []
+
+
+def _field_type(model: type[BaseModel], name: str) -> list[Any]:
+    """The annotation of ``model``'s field ``name`` (none when it has no such field)."""
+    field = model.model_fields.get(name)
+    return [field.annotation] if field is not None else []

@@ -150,12 +150,7 @@ def form_data_boundary(media: MediaType) -> Boundary:
     """The boundary of a ``multipart/form-data`` media type, or Ambiguous when parsers could disagree on it."""
     if media.essence != "multipart/form-data":
         raise Ambiguous("multipart_subtype", f"only multipart/form-data is accepted here, not {media.essence}")
-    names = [name for name, _, _ in media.params]
-    if len(set(names)) != len(names):
-        rule = "duplicate_boundary" if names.count("boundary") > 1 else "duplicate_parameter"
-        raise Ambiguous(rule, "the Content-Type repeats a parameter")
-    if any(name.startswith("boundary") and name != "boundary" for name in names):
-        raise Ambiguous("boundary_parameter", "the Content-Type has an extended or misspelled boundary parameter")
+    _check_parameter_names([name for name, _, _ in media.params])
     found = [(value, quoted) for name, value, quoted in media.params if name == "boundary"]
     if not found:
         raise Ambiguous("missing_boundary", "the multipart Content-Type has no boundary parameter")
@@ -165,6 +160,15 @@ def form_data_boundary(media: MediaType) -> Boundary:
             "boundary_characters", "the boundary must be 1 to 70 letters, digits or '_', '.', '+', '-'"
         )
     return Boundary(value.encode("ascii"), quoted)
+
+
+def _check_parameter_names(names: list[str]) -> None:
+    """A multipart media type's parameters: none repeated, no other spelling of ``boundary``."""
+    if len(set(names)) != len(names):
+        rule = "duplicate_boundary" if names.count("boundary") > 1 else "duplicate_parameter"
+        raise Ambiguous(rule, "the Content-Type repeats a parameter")
+    if any(name.startswith("boundary") and name != "boundary" for name in names):
+        raise Ambiguous("boundary_parameter", "the Content-Type has an extended or misspelled boundary parameter")
 
 
 def _field_bases(names: Iterable[str]) -> frozenset[str]:
@@ -363,50 +367,55 @@ class MultipartReader:
 
     def _step(self) -> bool:
         """Advance by one syntactic element if the buffer holds it; False when more bytes are needed."""
-        buf = self.held
-        delimiter = self._delimiter
         state = self._state
-        if state is _State.START:
-            # RFC 2046 5.1.1 allows a preamble: parsers look for the delimiter in it, so none may be there but the
-            # first, at the start of the body or of a line (its CRLF belongs to the delimiter).
-            i = buf.find(delimiter)
-            if i == -1:
-                # Keep what a delimiter straddling two feeds needs, and the two bytes before it.
-                keep = len(delimiter) + 2
-                if len(buf) > keep:
-                    del buf[: len(buf) - keep]
-                    self._preamble = True
-                return False
-            if (i > 0 or self._preamble) and buf[i - 2 : i] != _CRLF:
-                rule = "line_endings" if buf[i - 1 : i] == b"\n" else "preamble"
-                raise Ambiguous(rule, "the boundary occurs in the preamble without a CRLF before it")
-            del buf[: i + len(delimiter)]
-            self._state = _State.AFTER_DELIMITER
-            return True
-        if state is _State.AFTER_DELIMITER:
-            if not buf:
-                return False
-            if buf[:1] == b"\n":
-                raise Ambiguous("line_endings", "a delimiter line ends with a bare LF instead of CRLF")
-            if len(buf) < 2:
-                if bytes(buf[:1]) not in (b"\r", b"-"):
-                    raise Ambiguous("delimiter_suffix", "a boundary delimiter is followed by other characters")
-                return False
-            suffix = bytes(buf[:2])
-            del buf[:2]
-            if suffix == _CRLF:
-                self._state = _State.HEADERS
-            elif suffix == b"--":
-                self._state = _State.EPILOGUE
-            else:
-                rule = "line_endings" if suffix[:1] == b"\r" else "delimiter_suffix"
-                raise Ambiguous(rule, "a boundary delimiter is followed by something other than CRLF or '--'")
-            return True
-        if state is _State.HEADERS:
-            return self._step_headers()
         if state is _State.BODY:
             return self._step_body()
-        # EPILOGUE: every parser of tests/differential ignores it, one that reads on would find parts after it.
+        if state is _State.HEADERS:
+            return self._step_headers()
+        if state is _State.AFTER_DELIMITER:
+            return self._step_after_delimiter()
+        if state is _State.START:
+            return self._step_start()
+        return self._step_epilogue()
+
+    def _step_start(self) -> bool:
+        # RFC 2046 5.1.1 allows a preamble: parsers look for the delimiter in it, so none may be there but the first,
+        # at the start of the body or of a line (its CRLF belongs to the delimiter).
+        buf = self.held
+        delimiter = self._delimiter
+        i = buf.find(delimiter)
+        if i == -1:
+            # Keep what a delimiter straddling two feeds needs, and the two bytes before it.
+            keep = len(delimiter) + 2
+            if len(buf) > keep:
+                del buf[: len(buf) - keep]
+                self._preamble = True
+            return False
+        if (i > 0 or self._preamble) and buf[i - 2 : i] != _CRLF:
+            rule = "line_endings" if buf[i - 1 : i] == b"\n" else "preamble"
+            raise Ambiguous(rule, "the boundary occurs in the preamble without a CRLF before it")
+        del buf[: i + len(delimiter)]
+        self._state = _State.AFTER_DELIMITER
+        return True
+
+    def _step_after_delimiter(self) -> bool:
+        buf = self.held
+        if not buf:
+            return False
+        if buf[:1] == b"\n":
+            raise Ambiguous("line_endings", "a delimiter line ends with a bare LF instead of CRLF")
+        if len(buf) < 2:
+            if bytes(buf[:1]) not in (b"\r", b"-"):
+                raise Ambiguous("delimiter_suffix", "a boundary delimiter is followed by other characters")
+            return False
+        self._state = _after_delimiter(bytes(buf[:2]))
+        del buf[:2]
+        return True
+
+    def _step_epilogue(self) -> bool:
+        # Every parser of tests/differential ignores the epilogue, one that reads on would find parts after it.
+        buf = self.held
+        delimiter = self._delimiter
         if buf.find(delimiter) != -1:
             raise Ambiguous("epilogue", "the boundary delimiter occurs after the close delimiter")
         keep = len(delimiter) - 1
@@ -428,22 +437,25 @@ class MultipartReader:
         end = buf.find(b"\r\n\r\n", max(0, seen - 3))
         # A CR at the very end may be the first half of a CRLF still on its way.
         limit = end + 4 if end != -1 else len(buf) - 1 if buf.endswith(b"\r") else len(buf)
-        if _BARE_LF_RE.search(buf, max(0, seen - 1), limit):
-            raise Ambiguous("line_endings", f"the headers of part {self.parts} use a bare LF or CR")
-        if buf.find(self._delimiter, max(0, seen - len(self._delimiter) + 1), limit) != -1:
-            raise Ambiguous("delimiter_in_headers", f"the headers of part {self.parts} contain the boundary")
+        self._scan_headers(seen, limit)
         self._scanned = limit
-        if end == -1:
-            if len(buf) > self._max_header_bytes:
-                raise Ambiguous("part_headers_too_large", f"the headers of part {self.parts} are too large")
-            return False
-        if end > self._max_header_bytes:
+        if (len(buf) if end == -1 else end) > self._max_header_bytes:
             raise Ambiguous("part_headers_too_large", f"the headers of part {self.parts} are too large")
+        if end == -1:
+            return False
         block = bytes(buf[:end])
         del buf[: end + 4]
         self._scanned = 0
         self._part(_read_headers(self.parts, block, self._file_bases))
         return True
+
+    def _scan_headers(self, seen: int, limit: int) -> None:
+        """The header bytes up to ``limit`` not scanned yet (``seen`` were) hold no bare LF or CR and no delimiter."""
+        buf = self.held
+        if _BARE_LF_RE.search(buf, max(0, seen - 1), limit):
+            raise Ambiguous("line_endings", f"the headers of part {self.parts} use a bare LF or CR")
+        if buf.find(self._delimiter, max(0, seen - len(self._delimiter) + 1), limit) != -1:
+            raise Ambiguous("delimiter_in_headers", f"the headers of part {self.parts} contain the boundary")
 
     def _part(self, part: PartHeaders) -> None:
         """A part's headers are read: its consumer decides, and its body starts."""
@@ -467,30 +479,42 @@ class MultipartReader:
             if len(buf) > keep:
                 self._take(len(buf) - keep)
             return False
-        if i < 2 or buf[i - 2 : i] != _CRLF:
-            rule = "line_endings" if i >= 1 and buf[i - 1 : i] == b"\n" else "delimiter_not_on_own_line"
-            raise Ambiguous(rule, f"the boundary occurs in part {self.parts - 1} without a CRLF before it")
+        self._check_own_line(i)
         after = i + len(delimiter)
         if len(buf) < after + 2:
             if len(buf) == after + 1 and bytes(buf[after : after + 1]) not in (b"\r", b"-"):
-                rule = "line_endings" if buf[after : after + 1] == b"\n" else "delimiter_suffix"
-                raise Ambiguous(rule, "a boundary delimiter is followed by something other than CRLF or '--'")
+                raise _bad_suffix(bytes(buf[after : after + 1]))
             self._take(i - 2)
             return False
-        suffix = bytes(buf[after : after + 2])
-        if suffix == _CRLF:
-            state = _State.HEADERS
-        elif suffix == b"--":
-            state = _State.EPILOGUE
-        else:
-            rule = "line_endings" if suffix[:1] in (b"\r", b"\n") else "delimiter_suffix"
-            raise Ambiguous(rule, "a boundary delimiter is followed by something other than CRLF or '--'")
+        state = _after_delimiter(bytes(buf[after : after + 2]))
         self._take(i - 2)
         self._consumer.on_part_end()
         self._read = Read.SKIP
         del buf[: len(delimiter) + 4]
         self._state = state
         return True
+
+    def _check_own_line(self, i: int) -> None:
+        """The delimiter found at ``i`` in a part's body must start a line: the CRLF before it is part of it."""
+        buf = self.held
+        if i < 2 or buf[i - 2 : i] != _CRLF:
+            rule = "line_endings" if i >= 1 and buf[i - 1 : i] == b"\n" else "delimiter_not_on_own_line"
+            raise Ambiguous(rule, f"the boundary occurs in part {self.parts - 1} without a CRLF before it")
+
+
+def _after_delimiter(suffix: bytes) -> _State:
+    """The state after a delimiter and the two bytes that follow it: a part's headers, or the epilogue."""
+    if suffix == _CRLF:
+        return _State.HEADERS
+    if suffix == b"--":
+        return _State.EPILOGUE
+    raise _bad_suffix(suffix[:1])
+
+
+def _bad_suffix(first: bytes) -> Ambiguous:
+    """A delimiter followed by ``first``, which starts neither CRLF nor "--"."""
+    rule = "line_endings" if first in (b"\r", b"\n") else "delimiter_suffix"
+    return Ambiguous(rule, "a boundary delimiter is followed by something other than CRLF or '--'")
 
 
 # --- a part's headers ------------------------------------------------------------------------------------------
@@ -501,11 +525,40 @@ def _read_headers(n: int, block: bytes, file_bases: frozenset[str]) -> PartHeade
     an ambiguous block is read: a file part in an ambiguous part is still a file part."""
     problems: list[Ambiguous] = []
     note = problems.append
+    fields: dict[bytes, list[bytes]] = {}
+    for name, value in _header_lines(n, block, note):
+        fields.setdefault(name, []).append(value)
+    _note_repeated(n, fields, note)
+    if not fields.get(b"content-disposition"):
+        note(Ambiguous("missing_disposition", f"part {n} has no Content-Disposition"))
+    names: list[str] = []
+    reason = _file_reason(n, fields, names, note, file_bases)
+    return PartHeaders(n, block, tuple(names), reason, tuple(problems))
+
+
+def _file_reason(n: int, fields: dict[bytes, list[bytes]], names: list[str], note: Callable[[Ambiguous], None],
+                 file_bases: frozenset[str]) -> str | None:
+    """Why parsers would read part ``n`` as a file part (None: a text part); the field names its dispositions give
+    are added to ``names``, as far as they were read."""
+    for raw in fields.get(b"content-disposition", ()):
+        if _has_filename(n, raw.decode("latin-1"), names, note):
+            return "filename parameter"
+    media_type = _non_text_type(n, fields.get(b"content-type", ()), note)
+    if media_type is not None:
+        return f"content type {media_type}"
+    # The bases carry no brackets: "files" covers "files", "files[]" and "files[0]".
+    field = next((name for name in names if name.lower().partition("[")[0] in file_bases), None)
+    return None if field is None else f"field name {field!r}"
+
+
+def _header_lines(n: int, block: bytes, note: Callable[[Ambiguous], None]) -> list[list[bytes]]:
+    """The block's header lines as [lower-cased name, value], a folded line read unfolded (as the parsers that
+    accept it do); the lines parsers could read differently noted."""
     headers: list[list[bytes]] = []
     for line in block.split(_CRLF):
         if line[:1] in (b" ", b"\t"):
             note(Ambiguous("folded_header", f"part {n} has a folded (obs-fold) header line"))
-            if headers:  # read unfolded, as the parsers that accept it do
+            if headers:
                 headers[-1][1] += b" " + line.strip(b" \t")
             continue
         m = _HEADER_LINE_RE.fullmatch(line)
@@ -513,25 +566,19 @@ def _read_headers(n: int, block: bytes, file_bases: frozenset[str]) -> PartHeade
             note(Ambiguous("malformed_part_header", f"part {n} has a header line that is not 'Name: value'"))
             continue
         headers.append([m.group(1).lower(), m.group(2).strip(b" \t")])
-    fields: dict[bytes, list[bytes]] = {}
-    for name, value in headers:
-        fields.setdefault(name, []).append(value)
+    return headers
+
+
+def _note_repeated(n: int, fields: dict[bytes, list[bytes]], note: Callable[[Ambiguous], None]) -> None:
     for name in (b"content-disposition", b"content-type", b"content-transfer-encoding"):
         if len(fields.get(name, ())) > 1:
             rule = f"duplicate_part_{name.decode().replace('-', '_')}"
             note(Ambiguous(rule, f"part {n} repeats {name.decode()}"))
-    dispositions = fields.get(b"content-disposition", [])
-    if not dispositions:
-        note(Ambiguous("missing_disposition", f"part {n} has no Content-Disposition"))
-    names: list[str] = []
 
-    def headers_of(reason: str | None) -> PartHeaders:
-        return PartHeaders(n, block, tuple(names), reason, tuple(problems))
 
-    for raw in dispositions:
-        if _has_filename(n, raw.decode("latin-1"), names, note):
-            return headers_of("filename parameter")
-    for raw in fields.get(b"content-type", ()):
+def _non_text_type(n: int, values: Iterable[bytes], note: Callable[[Ambiguous], None]) -> str | None:
+    """The first Content-Type of a part that makes it a file part (any but text/plain), None if none does."""
+    for raw in values:
         try:
             media = parse_media_type(raw.decode("latin-1"))
         except MalformedValue:
@@ -539,10 +586,8 @@ def _read_headers(n: int, block: bytes, file_bases: frozenset[str]) -> PartHeade
             continue
         # multipart/* included: RFC 2388 sent several files of one field as a nested multipart/mixed part.
         if media.essence != "text/plain":
-            return headers_of(f"content type {media.essence}")
-    # The bases carry no brackets: "files" covers "files", "files[]" and "files[0]".
-    field = next((name for name in names if name.lower().partition("[")[0] in file_bases), None)
-    return headers_of(None if field is None else f"field name {field!r}")
+            return media.essence
+    return None
 
 
 def _has_filename(n: int, raw: str, names: list[str], note: Callable[[Ambiguous], None]) -> bool:
@@ -552,17 +597,30 @@ def _has_filename(n: int, raw: str, names: list[str], note: Callable[[Ambiguous]
     except MalformedValue:
         note(Ambiguous("malformed_disposition", f"part {n} has a Content-Disposition that cannot be parsed"))
         return False
+    keys = [key for key, _, _ in params]
+    names += _note_disposition(n, raw, kind, keys, note)
+    if any(key.startswith("filename") for key in keys):
+        return True
+    _field_names(n, params, names, note)
+    return False
+
+
+def _note_disposition(n: int, raw: str, kind: str, keys: list[str], note: Callable[[Ambiguous], None]) -> list[str]:
+    """The rules a parsed Content-Disposition breaks, noted; the field names a parser that searches its text reads."""
     stray, searched_names = _searched(raw)
     if stray is not None:
         note(Ambiguous(f"{stray}_outside_parameter", f"part {n} has '{stray}=' outside a parameter name"))
-    names += searched_names
     if kind.lower() != "form-data":
         note(Ambiguous("disposition_type", f"part {n} is not a form-data part ({kind!r})"))
-    keys = [key for key, _, _ in params]
     if len(set(keys)) != len(keys):
         note(Ambiguous("duplicate_disposition_parameter", f"part {n} repeats a Content-Disposition parameter"))
-    if any(key.startswith("filename") for key in keys):
-        return True
+    return searched_names
+
+
+def _field_names(n: int, params: tuple[tuple[str, str, bool], ...], names: list[str],
+                 note: Callable[[Ambiguous], None]) -> None:
+    """The field names a disposition without a filename gives, added to ``names``; a missing or misspelled one
+    noted."""
     for key, value, _ in params:
         if key == "name":
             names.append(value)
@@ -571,6 +629,5 @@ def _has_filename(n: int, raw: str, names: list[str], note: Callable[[Ambiguous]
             names += (value, extended_value(value))
         elif key.startswith("name"):
             note(Ambiguous("extended_name", f"part {n} has a misspelled or continued name parameter"))
-    if "name" not in keys and "name*" not in keys:
+    if not any(key in ("name", "name*") for key, _, _ in params):
         note(Ambiguous("missing_name", f"part {n} has no field name"))
-    return False

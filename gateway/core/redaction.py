@@ -80,22 +80,24 @@ def _masked_query(query: str) -> str:
 def url_credentials(value: str) -> set[str]:
     """Every spelling of the credentials in a URL worth masking in any text: the userinfo as written, as yarl
     encodes it, decoded, and the password alone when it is long enough not to be an ordinary word."""
-    found: set[str] = set()
     netloc = value[value.find("://") + 3:] if "://" in value else ""
     written, at, _ = netloc[:_authority_end(netloc, 0)].rpartition("@")
-    if at:
-        found.add(written)
+    found = {written} if at else set()
     try:
         url = URL(value)
-        user, password = url.user, url.password
-        raw_user, raw_password = url.raw_user, url.raw_password
+        found |= _parsed_credentials(url.user, url.password, url.raw_user, url.raw_password)
     except (ValueError, TypeError):
-        return {f for f in found if len(f) >= 4}
-    if password is not None:
-        found.add(f"{user or ''}:{password}")
-        found.add(f"{raw_user or ''}:{raw_password}")
-        if len(password) >= 8:
-            found.update({password, raw_password or password})
-    elif user:
-        found.update({user, raw_user or user})
+        pass
     return {f for f in found if len(f) >= 4}
+
+
+def _parsed_credentials(user: str | None, password: str | None, raw_user: str | None, raw_password: str | None
+                        ) -> set[str]:
+    """The userinfo as yarl reads it, decoded and encoded; the password alone when it is long enough not to be an
+    ordinary word."""
+    if password is None:
+        return {user, raw_user or user} if user else set()
+    found = {f"{user or ''}:{password}", f"{raw_user or ''}:{raw_password}"}
+    if len(password) >= 8:
+        found.update({password, raw_password or password})
+    return found

@@ -28,8 +28,7 @@ class Route:
     @classmethod
     def build(cls, name: str, methods: Iterable[str] | None, paths: Sequence[str], prefixes: Sequence[str], *,
               policies: Sequence[str] = (), guarded: bool = False) -> Route:
-        templates = tuple(PathTemplate.of(prefix.rstrip("/") + path)
-                          for path in paths for prefix in (prefixes or ("",)))
+        templates = _templates(paths, prefixes)
         # Upstreams often route case-insensitively: so does the classifier (the path is forwarded as written).
         return cls(name, frozenset(m.upper() for m in methods) if methods else None, tuple(t.text for t in templates),
                    tuple(policies), tuple(t.pattern() for t in templates), guarded,
@@ -57,3 +56,7 @@ class Route:
                 return template
         return None
 
+
+def _templates(paths: Sequence[str], prefixes: Sequence[str]) -> tuple[PathTemplate, ...]:
+    """Each path under each prefix (or alone, with none), in that order."""
+    return tuple(PathTemplate.of(prefix.rstrip("/") + path) for path in paths for prefix in (prefixes or ("",)))

@@ -189,18 +189,24 @@ def sweep(directory: str) -> int:
         except OSError:
             continue
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                continue  # a live process holds it
-            info = os.fstat(fd)
-            if info.st_size == 0 and now - info.st_mtime < _EMPTY_GRACE:
-                continue
-            try:
-                path.unlink()
-            except OSError:
-                continue  # gone already, or a directory it may read but not change
-            removed += 1
+            removed += _removed(path, fd, now)
         finally:
             os.close(fd)
     return removed
+
+
+def _removed(path: Path, fd: int, now: float) -> bool:
+    """Whether the spool file ``path`` (open as ``fd``) was removed: not when a live process holds its lock, nor
+    while it is empty and younger than ``_EMPTY_GRACE`` seconds."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # a live process holds it
+    info = os.fstat(fd)
+    if info.st_size == 0 and now - info.st_mtime < _EMPTY_GRACE:
+        return False
+    try:
+        path.unlink()
+    except OSError:
+        return False  # gone already, or a directory it may read but not change
+    return True

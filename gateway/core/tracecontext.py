@@ -84,27 +84,31 @@ def parse_tracestate(values: Sequence[str]) -> str:
     if len(values) == 1 and "," not in values[0]:  # one member: the common case
         member = values[0].strip(_OWS)
         return member if len(member) <= MAX_TRACESTATE and _MEMBER_RE.fullmatch(member) else ""
-    members: list[str] = []
-    keys: set[str] = set()
-    for value in values:
-        for item in value.split(","):
-            member = item.strip(_OWS)
-            if not member:
-                continue
-            match = _MEMBER_RE.fullmatch(member)
-            if match is None:
-                return ""
-            key = match[1]
-            if key in keys:
-                return ""
-            keys.add(key)
-            members.append(member)
-            if len(members) > _MAX_MEMBERS:
-                return ""
+    members = _members(values)
+    if members is None:
+        return ""
     combined = ",".join(members)
     if len(combined) <= MAX_TRACESTATE:
         return combined
     return _truncated(members)
+
+
+def _members(values: Sequence[str]) -> list[str] | None:
+    """The list members of every value, in order, empty ones skipped; None when one is invalid, a key repeats, or
+    there are too many."""
+    members: list[str] = []
+    keys: set[str] = set()
+    for member in (item.strip(_OWS) for value in values for item in value.split(",")):
+        if not member:
+            continue
+        match = _MEMBER_RE.fullmatch(member)
+        if match is None or match[1] in keys:
+            return None
+        keys.add(match[1])
+        members.append(member)
+        if len(members) > _MAX_MEMBERS:
+            return None
+    return members
 
 
 def _truncated(members: list[str]) -> str:

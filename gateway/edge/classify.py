@@ -6,6 +6,7 @@ classified safely is refused here and reaches no policy.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -104,19 +105,14 @@ def classify(request: web.BaseRequest, started: float, state: Classifier, servic
     refusal. Each step runs once."""
     headers = request.headers
     hosts = headers.getall(hdrs.HOST, ())
-    if len(hosts) > 1:
-        return EdgeRefusal.of(400, "BAD_HOST", "the request has more than one Host header")
+    refusal = _head_refusal(request, hosts)
+    if refusal is not None:
+        return refusal
     host = hosts[0] if hosts else None
-    if hdrs.TRANSFER_ENCODING in headers and _codings(headers) != ["chunked"]:
-        # aiohttp takes "gzip, chunked" and decodes only the chunked framing: the upstream would be sent gzip
-        # bytes labelled as plain.
-        return EdgeRefusal.of(400, "BAD_TRANSFER_ENCODING", "a request body may use no transfer coding but chunked")
-    if not all(value.isascii() for _, value in request.raw_headers) and not _utf8_values(request):
-        return EdgeRefusal.of(400, "BAD_HEADER", "a header value is not UTF-8: it cannot be forwarded as it was sent")
     try:
         target = normalise_target(request.raw_path)
-        if target.authority is not None and (host is None or canonical_host(target.authority) != canonical_host(host)):
-            raise BadRequestTarget("BAD_REQUEST_TARGET", "the absolute-form request target names another host")
+        if target.authority is not None:
+            _check_authority(target.authority, host)
         method, overrides = effective_method(request.method, headers, target.query)
     except BadRequestTarget as err:
         return EdgeRefusal.of(400, err.code, err.message)
@@ -129,3 +125,23 @@ def classify(request: web.BaseRequest, started: float, state: Classifier, servic
                         body_timeout=state.body_timeout)
     exchange.services = services
     return exchange, form_method(exchange, overrides, matches, state.look_ahead)
+
+
+def _head_refusal(request: web.BaseRequest, hosts: Sequence[str]) -> EdgeRefusal | None:
+    """The refusal of a head whose Host, Transfer-Encoding or header bytes could not be forwarded as they came."""
+    if len(hosts) > 1:
+        return EdgeRefusal.of(400, "BAD_HOST", "the request has more than one Host header")
+    headers = request.headers
+    if hdrs.TRANSFER_ENCODING in headers and _codings(headers) != ["chunked"]:
+        # aiohttp takes "gzip, chunked" and decodes only the chunked framing: the upstream would be sent gzip
+        # bytes labelled as plain.
+        return EdgeRefusal.of(400, "BAD_TRANSFER_ENCODING", "a request body may use no transfer coding but chunked")
+    if not all(value.isascii() for _, value in request.raw_headers) and not _utf8_values(request):
+        return EdgeRefusal.of(400, "BAD_HEADER", "a header value is not UTF-8: it cannot be forwarded as it was sent")
+    return None
+
+
+def _check_authority(authority: str, host: str | None) -> None:
+    """An absolute-form target must name the Host's own authority."""
+    if host is None or canonical_host(authority) != canonical_host(host):
+        raise BadRequestTarget("BAD_REQUEST_TARGET", "the absolute-form request target names another host")

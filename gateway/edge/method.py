@@ -20,6 +20,7 @@ from ..core.exchange import BodyBroken, Exchange, Flow, Refuse, Reply, RequestBo
 from ..core.multipart import (
     Ambiguous,
     Boundary,
+    MediaType,
     MultipartReader,
     PartHeaders,
     Read,
@@ -269,23 +270,24 @@ def _form_kind(headers: CIMultiDictProxy[str]) -> str | Boundary | None:
     if not values:
         return "urlencoded"  # Rack reads the body of a POST without Content-Type as a form
     media = request_media_type(values, _MENTIONS_FORM_RE)
-    if media is None:
-        return None
-    value = values[0]
+    kind = None if media is None else _media_kind(media, values[0])
+    if kind is None or "Content-Encoding" not in headers:
+        return kind
+    if isinstance(kind, Boundary):
+        return None  # no multipart parser decodes a request's Content-Encoding: the upstream reads no field in it
+    # Express's body-parser inflates an encoded urlencoded body, and its method-override reads the field then.
+    raise Ambiguous("content_encoding", "a form body that could carry a method override must not be encoded")
+
+
+def _media_kind(media: MediaType, value: str) -> str | Boundary | None:
+    """The form a Content-Type (``value``, read as ``media``) names, if any."""
     if media.essence == "application/x-www-form-urlencoded":
-        kind: str | Boundary = "urlencoded"
-    elif media.type == "multipart":
-        kind = form_data_boundary(media)
-    elif _MENTIONS_FORM_RE.search(value):
+        return "urlencoded"
+    if media.type == "multipart":
+        return form_data_boundary(media)
+    if _MENTIONS_FORM_RE.search(value):
         raise Ambiguous("content_type_mentions_form", f"a {media.essence} Content-Type names a form")
-    else:
-        return None
-    if "Content-Encoding" in headers:
-        if isinstance(kind, Boundary):
-            return None  # no multipart parser decodes a request's Content-Encoding: the upstream reads no field in it
-        # Express's body-parser inflates an encoded urlencoded body, and its method-override reads the field then.
-        raise Ambiguous("content_encoding", "a form body that could carry a method override must not be encoded")
-    return kind
+    return None
 
 
 class FormMethod:
@@ -336,13 +338,17 @@ class FormMethod:
             exchange.notes["method_override"] = "body"
         if any(value != method for value in late):
             return _late(exchange)
+        self._settle(exchange, fields, method)
+        return None
+
+    def _settle(self, exchange: Exchange, fields: _MultipartFields | _UrlencodedFields, method: str) -> None:
+        """The exchange routed by the body's method; a multipart body's rest watched for a late one."""
         if method != exchange.method:
             exchange.route, exchange.params = self._matches.route(method)
             exchange.method = method
         if isinstance(fields, _MultipartFields) and not fields.ended:
             fields.watch(method)
             exchange.body.add_filter(fields, peeked=True)  # the first filter: no policy has run yet
-        return None
 
 
 def form_method(exchange: Exchange, overrides: set[str], matches: PathMatches, look_ahead: int) -> FormMethod | None:

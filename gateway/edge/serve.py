@@ -133,6 +133,20 @@ class _Outcome:
         self.status = 0 if refusal is None else refusal.reply.status  # what the client is (being) answered
         self.client_gone = False
 
+    def final_status(self, request: web.BaseRequest, cutting: bool) -> int:
+        """What the client was answered: 499 when it left before it had the whole answer (leaving while the gateway
+        lingers after the answer does not change what it was answered); when ``cutting`` (the shutdown deadline),
+        a routed request still running is cut, its status the one sent, or 503 if none was."""
+        if self.delivery.complete:
+            return self.status
+        if cutting and self.refusal is None:
+            if self.exchange is not None:
+                self.exchange.record.cut = Cut.SHUTDOWN
+            return self.status if request.writer.output_size else 503
+        if self.client_gone or self.refusal is not None:
+            return 499
+        return self.status
+
 
 class Edge:
     """Serves the public listener's requests with the state in force (``state()``, swapped on reload)."""
@@ -281,21 +295,12 @@ class Edge:
         first, 503 when the shutdown cut it), its metrics, usage and access-log line, and the end of its span."""
         in_flight = self.in_flight
         in_flight.left()
-        exchange, refusal, status = outcome.exchange, outcome.refusal, outcome.status
-        if in_flight.cutting and not outcome.delivery.complete and refusal is None:
-            # Still running at the shutdown deadline: cut. Its status is the one sent, or 503 if none was.
-            status = status if request.writer.output_size else 503
-            if exchange is not None:
-                exchange.record.cut = Cut.SHUTDOWN
-        elif (outcome.client_gone or refusal is not None) and not outcome.delivery.complete:
-            # 499: the client left before it had the whole answer (leaving while the gateway lingers after the
-            # answer does not change what it was answered).
-            status = 499
+        exchange, refusal = outcome.exchange, outcome.refusal
+        status = outcome.status if outcome.delivery.complete else outcome.final_status(request, in_flight.cutting)
         if exchange is not None:
             exchange.close_body()
-        code = refusal.code if refusal is not None else None
-        self.recorder.record(request, exchange, status, started, refused=code,
-                             request_id=refusal.request_id if refusal is not None else None, trace=trace)
+        code, rid = (None, None) if refusal is None else (refusal.code, refusal.request_id)
+        self.recorder.record(request, exchange, status, started, refused=code, request_id=rid, trace=trace)
         if trace is not None and self.tracing.exporting:
             self.tracing.end(trace, request, exchange, status, code)
 

@@ -42,15 +42,7 @@ def normalise_target(raw: str) -> Target:
     """Split a raw request-target into its canonical path and its raw query, or raise BadRequestTarget."""
     authority = None
     if not raw.startswith("/"):
-        scheme, sep, rest = raw.partition("://")
-        if not sep or scheme.lower() not in ("http", "https"):
-            raise BadRequestTarget("BAD_REQUEST_TARGET", "the request target must be an absolute path")
-        end = min((i for i in (rest.find("/"), rest.find("?")) if i != -1), default=len(rest))
-        authority, raw = rest[:end], rest[end:]
-        if not authority or "@" in authority:
-            raise BadRequestTarget("BAD_REQUEST_TARGET", "the absolute-form request target has no valid authority")
-        if not raw.startswith("/"):
-            raw = "/" + raw
+        authority, raw = _absolute_form(raw)
     path, _, query = raw.partition("?")
     if "#" in path or (query and _QUERY_BAD_RE.search(query)):
         raise BadRequestTarget("BAD_REQUEST_TARGET", "the request target contains characters not allowed in a URI")
@@ -59,15 +51,37 @@ def normalise_target(raw: str) -> Target:
     return Target(path, query, authority)
 
 
+def _absolute_form(raw: str) -> tuple[str, str]:
+    """An absolute-form target's authority and its path and query (the path at least "/")."""
+    scheme, sep, rest = raw.partition("://")
+    if not sep or scheme.lower() not in ("http", "https"):
+        raise BadRequestTarget("BAD_REQUEST_TARGET", "the request target must be an absolute path")
+    end = min((i for i in (rest.find("/"), rest.find("?")) if i != -1), default=len(rest))
+    authority, raw = rest[:end], rest[end:]
+    if not authority or "@" in authority:
+        raise BadRequestTarget("BAD_REQUEST_TARGET", "the absolute-form request target has no valid authority")
+    return authority, raw if raw.startswith("/") else "/" + raw
+
+
+def _bad_characters(path: str) -> BadRequestTarget:
+    """Why a path with characters outside a URI path's is refused."""
+    if ";" in path:
+        return BadRequestTarget("BAD_PATH", "path parameters (';') are not accepted")
+    if "\\" in path:
+        return BadRequestTarget("BAD_PATH", "a backslash is not accepted in the path")
+    return BadRequestTarget("BAD_PATH", "the path contains characters not allowed in a URI path")
+
+
 def _canonical_path(path: str) -> str:
     if not _PATH_CHARS_RE.fullmatch(path):
-        if ";" in path:
-            raise BadRequestTarget("BAD_PATH", "path parameters (';') are not accepted")
-        if "\\" in path:
-            raise BadRequestTarget("BAD_PATH", "a backslash is not accepted in the path")
-        raise BadRequestTarget("BAD_PATH", "the path contains characters not allowed in a URI path")
+        raise _bad_characters(path)
     if "%" in path:
         path = _decode_unreserved(path)
+    return "/" + "/".join(_segments(path))
+
+
+def _segments(path: str) -> list[str]:
+    """The path's segments with the empty and '.' ones dropped and each '..' applied."""
     segments: list[str] = []
     for segment in path.split("/"):
         if segment in ("", "."):
@@ -81,7 +95,7 @@ def _canonical_path(path: str) -> str:
             # segment: "files." would reach them as "files", a route this spelling did not match here.
             raise BadRequestTarget("BAD_PATH", "a path segment ends with a dot or a space")
         segments.append(segment)
-    return "/" + "/".join(segments)
+    return segments
 
 
 def _decode_unreserved(path: str) -> str:
@@ -94,14 +108,18 @@ def _decode_unreserved(path: str) -> str:
             out.append(ch)
             i += 1
             continue
-        hexdigits = path[i + 1 : i + 3]
-        if len(hexdigits) != 2 or not set(hexdigits) <= _HEX:
-            raise BadRequestTarget("BAD_PATH", "the path contains an invalid percent-encoding")
-        byte = int(hexdigits, 16)
-        if byte in _FORBIDDEN_ESCAPES:
-            raise BadRequestTarget("BAD_PATH", f"the path contains {_FORBIDDEN_ESCAPES[byte]}")
-        if byte < 0x20 or byte == 0x7F:
-            raise BadRequestTarget("BAD_PATH", "the path contains an encoded control character")
-        out.append(chr(byte) if byte in _UNRESERVED else "%" + hexdigits.upper())
+        out.append(_escape(path[i + 1 : i + 3]))
         i += 3
     return "".join(out)
+
+
+def _escape(hexdigits: str) -> str:
+    """A percent-encoding's two digits: the character when it is unreserved, else the escape upper-cased."""
+    if len(hexdigits) != 2 or not set(hexdigits) <= _HEX:
+        raise BadRequestTarget("BAD_PATH", "the path contains an invalid percent-encoding")
+    byte = int(hexdigits, 16)
+    if byte in _FORBIDDEN_ESCAPES:
+        raise BadRequestTarget("BAD_PATH", f"the path contains {_FORBIDDEN_ESCAPES[byte]}")
+    if byte < 0x20 or byte == 0x7F:
+        raise BadRequestTarget("BAD_PATH", "the path contains an encoded control character")
+    return chr(byte) if byte in _UNRESERVED else "%" + hexdigits.upper()

@@ -91,20 +91,8 @@ class Recorder:
             client = token_fingerprint(request.headers.get(hdrs.AUTHORIZATION))
         else:
             tenant, route, method, path = exchange.tenant.name, exchange.route.name, exchange.method, exchange.path
-            seen = exchange.record
-            upstream, rid, client = seen.upstream_seconds, exchange.request_id, exchange.client
-            if seen.upstream_error_kind is not None:
-                metrics.upstream_errors.labels(seen.upstream_error_kind).inc()
-            if exchange.body_error is BodyError.TIMEOUT:
-                metrics.client_timeouts.labels("body").inc()
-            for reason in seen.upstream_retries:
-                metrics.upstream_retries.labels(reason).inc()
-            if seen.queue_full:
-                metrics.upstream_busy.inc()
-            if seen.subrequests:
-                self._subrequests(seen.subrequests)
-            if exchange.decisions and self.usage is not None:
-                self.usage.record(exchange.decisions, client, request.headers.get(hdrs.USER_AGENT), tenant, exchange)
+            upstream, rid, client = exchange.record.upstream_seconds, exchange.request_id, exchange.client
+            self._count(request, exchange, client)
         if refused is not None:
             metrics.refused.labels(refused).inc()
         if self.observe:
@@ -112,12 +100,13 @@ class Recorder:
         sink = self.sink
         if sink is None:
             return
+        trace_id, span_id = (None, None) if trace is None else (trace.trace_id, trace.span_id)
         # The fields in their documented order (docs/operations.md, "Access log"); the optional ones after "client".
         record: dict[str, Any] = {
             "time": round(time.time(), 3),
             "request_id": rid,
-            "trace_id": None if trace is None else trace.trace_id,
-            "span_id": None if trace is None else trace.span_id,
+            "trace_id": trace_id,
+            "span_id": span_id,
             "tenant": tenant,
             "route": route,
             "method": request.method,
@@ -137,32 +126,30 @@ class Recorder:
         if refused is not None:
             record["refused"] = refused
         if exchange is not None:
-            if exchange.method != request.method:
-                record["effective_method"] = exchange.method
-            if exchange.decisions:
-                record["decisions"] = exchange.decisions
-            notes = _notes(exchange)
-            if notes:
-                record["notes"] = notes
-            seen = exchange.record
-            if seen.upstream_error:
-                record["upstream_error"] = seen.upstream_error
-            if seen.upstream_retries:
-                record["upstream_retries"] = seen.upstream_retries
-            if exchange.body_error:
-                record["body_error"] = exchange.body_error
-            if seen.subrequests:
-                counts: dict[str, dict[str, int]] = {}
-                for sub in seen.subrequests:
-                    per = counts.setdefault(sub.purpose, {})
-                    result = str(sub.status) if sub.error is None else sub.error
-                    per[result] = per.get(result, 0) + 1
-                record["subrequests"] = counts
+            _exchange_fields(record, request.method, exchange)
         try:
             line = _dumps(record).decode()
         except TypeError:  # orjson's JSONEncodeError: a lone surrogate in a string, an integer beyond 64 bits
             line = _json_encode(record)
         sink.write(line)
+
+    def _count(self, request: web.BaseRequest, exchange: Exchange, client: str | None) -> None:
+        """What a routed request adds to the metrics beside its own count, and to the usage ledger."""
+        metrics = self.metrics
+        seen = exchange.record
+        if seen.upstream_error_kind is not None:
+            metrics.upstream_errors.labels(seen.upstream_error_kind).inc()
+        if exchange.body_error is BodyError.TIMEOUT:
+            metrics.client_timeouts.labels("body").inc()
+        for reason in seen.upstream_retries:
+            metrics.upstream_retries.labels(reason).inc()
+        if seen.queue_full:
+            metrics.upstream_busy.inc()
+        if seen.subrequests:
+            self._subrequests(seen.subrequests)
+        if exchange.decisions and self.usage is not None:
+            self.usage.record(exchange.decisions, client, request.headers.get(hdrs.USER_AGENT), exchange.tenant.name,
+                              exchange)
 
     def _subrequests(self, subrequests: list[SubRequest]) -> None:
         """A policy's own requests: counted as the client's are (upstream errors, busy answers) and by purpose."""
@@ -189,6 +176,36 @@ def _notes(exchange: Exchange) -> dict[str, str]:
     if seen.cut is not None:
         own["cut"] = seen.cut
     return {**own, **exchange.notes}
+
+
+def _exchange_fields(record: dict[str, Any], client_method: str, exchange: Exchange) -> None:
+    """The optional fields of a routed request's line, those it has, in their documented order."""
+    if exchange.method != client_method:
+        record["effective_method"] = exchange.method
+    if exchange.decisions:
+        record["decisions"] = exchange.decisions
+    notes = _notes(exchange)
+    if notes:
+        record["notes"] = notes
+    seen = exchange.record
+    if seen.upstream_error:
+        record["upstream_error"] = seen.upstream_error
+    if seen.upstream_retries:
+        record["upstream_retries"] = seen.upstream_retries
+    if exchange.body_error:
+        record["body_error"] = exchange.body_error
+    if seen.subrequests:
+        record["subrequests"] = _subrequest_counts(seen.subrequests)
+
+
+def _subrequest_counts(subrequests: list[SubRequest]) -> dict[str, dict[str, int]]:
+    """A policy's own requests by purpose, then by status (or why none came)."""
+    counts: dict[str, dict[str, int]] = {}
+    for sub in subrequests:
+        per = counts.setdefault(sub.purpose, {})
+        result = str(sub.status) if sub.error is None else sub.error
+        per[result] = per.get(result, 0) + 1
+    return counts
 
 
 _dumps = orjson.dumps

@@ -266,6 +266,62 @@ class _ConfiguredSession(requests.Session):
         return settings
 
 
+def _caller_context(trace_id: str, parent: TraceParent, tracestate: str) -> Context:
+    """The context of a span whose parent is the client's (remote, sampled) span."""
+    caller = SpanContext(int(trace_id, 16), int(parent.parent_id, 16), is_remote=True,
+                         trace_flags=TraceFlags(TraceFlags.SAMPLED),
+                         trace_state=TraceState.from_header([tracestate]) if tracestate else None)
+    return trace_api.set_span_in_context(NonRecordingSpan(caller), Context())
+
+
+def _server_attributes(request: web.BaseRequest) -> dict[str, AttributeValue]:
+    """A server span's attributes known when it starts."""
+    attributes: dict[str, AttributeValue] = {
+        "http.request.method": _method(request.method),
+        "url.scheme": request.scheme,
+        "network.protocol.version": f"{request.version.major}.{request.version.minor}",
+    }
+    address, port = _authority(request.headers.get("Host", ""))
+    if address:
+        attributes["server.address"] = address
+    if port is not None:
+        attributes["server.port"] = port
+    agent = request.headers.get("User-Agent")
+    if agent:
+        attributes["user_agent.original"] = agent
+    return attributes
+
+
+def _policy_attributes(attributes: dict[str, AttributeValue], exchange: Exchange) -> None:
+    """What the policies decided and noted, one attribute each."""
+    for policy, decision in exchange.decisions.items():
+        attributes[f"gateway.decision.{policy}"] = decision
+    for key, note in exchange.notes.items():
+        attributes[f"gateway.note.{key}"] = note
+
+
+def _exchange_attributes(attributes: dict[str, AttributeValue], client_method: str, exchange: Exchange) -> str | None:
+    """A routed request's span attributes (its route, tenant, decisions, notes, what went wrong); the kind of its
+    upstream error, if it had one."""
+    attributes["url.path"] = exchange.path
+    attributes["gateway.route"] = exchange.route.name
+    attributes["gateway.tenant"] = exchange.tenant.name
+    if exchange.method != client_method:
+        attributes["gateway.effective_method"] = exchange.method
+    if exchange.request_id is not None:
+        attributes["gateway.request_id"] = exchange.request_id
+    if exchange.client is not None:
+        attributes["gateway.client"] = exchange.client
+    _policy_attributes(attributes, exchange)
+    error = None
+    if exchange.record.upstream_error:
+        attributes["gateway.upstream_error"] = exchange.record.upstream_error
+        error = exchange.record.upstream_error_kind
+    if exchange.body_error:
+        attributes["gateway.body_error"] = exchange.body_error
+    return error
+
+
 class SpanExport:
     """The SDK's tracer provider (ratio sampler honouring the parent's decision), its batch processor and the OTLP/HTTP
     exporter, for one gateway process."""
@@ -309,31 +365,15 @@ class SpanExport:
             context = Context()
             self._ids.root = int(trace_id, 16)
         else:
-            caller = SpanContext(int(trace_id, 16), int(parent.parent_id, 16), is_remote=True,
-                                 trace_flags=TraceFlags(TraceFlags.SAMPLED),
-                                 trace_state=TraceState.from_header([tracestate]) if tracestate else None)
-            context = trace_api.set_span_in_context(NonRecordingSpan(caller), Context())
-        attributes: dict[str, AttributeValue] = {
-            "http.request.method": _method(request.method),
-            "url.scheme": request.scheme,
-            "network.protocol.version": f"{request.version.major}.{request.version.minor}",
-        }
-        address, port = _authority(request.headers.get("Host", ""))
-        if address:
-            attributes["server.address"] = address
-        if port is not None:
-            attributes["server.port"] = port
-        agent = request.headers.get("User-Agent")
-        if agent:
-            attributes["user_agent.original"] = agent
-        span = self._tracer.start_span(_method(request.method), context, SpanKind.SERVER, attributes,
+            context = _caller_context(trace_id, parent, tracestate)
+        span = self._tracer.start_span(_method(request.method), context, SpanKind.SERVER, _server_attributes(request),
                                        start_time=time.time_ns())
         self._ids.root = None
+        parent_id = parent.parent_id if parent else None
         if not span.is_recording():  # the SDK's sampler decided otherwise (it does not: same rule, same ratio)
             ids = span.get_span_context()
-            return TraceContext(trace_id, f"{ids.span_id:016x}", bool(ids.trace_flags.sampled),
-                                parent.parent_id if parent else None, tracestate)
-        return _RecordedTrace(span, self._tracer, parent.parent_id if parent else None, tracestate)
+            return TraceContext(trace_id, f"{ids.span_id:016x}", bool(ids.trace_flags.sampled), parent_id, tracestate)
+        return _RecordedTrace(span, self._tracer, parent_id, tracestate)
 
     def end(self, trace: TraceContext, request: web.BaseRequest, exchange: Exchange | None, status: int,
             refused: str | None) -> None:
@@ -346,29 +386,11 @@ class SpanExport:
         if refused is not None:
             attributes["gateway.refused"] = refused
         if exchange is not None:
-            route = exchange.route
-            template = route.template(exchange.path)
+            template = exchange.route.template(exchange.path)
             if template is not None:
                 attributes["http.route"] = template
                 name = f"{name} {template}"
-            attributes["url.path"] = exchange.path
-            attributes["gateway.route"] = route.name
-            attributes["gateway.tenant"] = exchange.tenant.name
-            if exchange.method != request.method:
-                attributes["gateway.effective_method"] = exchange.method
-            if exchange.request_id is not None:
-                attributes["gateway.request_id"] = exchange.request_id
-            if exchange.client is not None:
-                attributes["gateway.client"] = exchange.client
-            for policy, decision in exchange.decisions.items():
-                attributes[f"gateway.decision.{policy}"] = decision
-            for key, note in exchange.notes.items():
-                attributes[f"gateway.note.{key}"] = note
-            if exchange.record.upstream_error:
-                attributes["gateway.upstream_error"] = exchange.record.upstream_error
-                error = exchange.record.upstream_error_kind
-            if exchange.body_error:
-                attributes["gateway.body_error"] = exchange.body_error
+            error = _exchange_attributes(attributes, request.method, exchange)
         if status >= 500:
             attributes["error.type"] = error or str(status)
             span.set_status(Status(StatusCode.ERROR))

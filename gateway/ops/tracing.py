@@ -78,6 +78,11 @@ class Tracing:
             if self._export is not None and trace.sampled:
                 return self._recorded(request, trace.trace_id, None, "") or trace
             return trace
+        return self._continued(request, parent)
+
+    def _continued(self, request: web.BaseRequest, parent: TraceParent) -> TraceContext:
+        """The client's trace, continued; with export, its server span starts now if the client sampled it."""
+        headers = request.headers
         tracestate = parse_tracestate(headers.getall(TRACESTATE, ())) if TRACESTATE in headers else ""
         if self._export is not None and parent.sampled:
             recorded = self._recorded(request, parent.trace_id, parent, tracestate)

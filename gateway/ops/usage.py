@@ -221,17 +221,20 @@ class UsageCounter:
         if (who in tracked or len(tracked) < self.max_clients) and rows < self.max_rows:
             tracked.add(who)
             return True
+        self._untracked(batch, (hour, behaviour, tenant, decision))
+        return False
+
+    def _untracked(self, batch: Batch, total_key: tuple[int, str, str, str]) -> None:
+        """A request counted in its behaviour's total without its client, or, past the bound on rows, dropped."""
         untracked = batch.untracked
-        total_key = (hour, behaviour, tenant, decision)
         if total_key in untracked:
             untracked[total_key] += 1
         elif len(untracked) < self.max_rows:
             untracked[total_key] = 1
         else:
             self.dropped += 1
-            return False
+            return
         batch.count += 1
-        return False
 
     @property
     def pending(self) -> int:

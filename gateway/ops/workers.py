@@ -58,89 +58,138 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def supervise(workers: int, worker_argv: Sequence[str], shutdown_timeout: float) -> int:
-    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    own_dir = not given
-    metrics_dir = given or tempfile.mkdtemp(prefix="gateway-metrics-")
-    if given:
-        remove_metric_files(metrics_dir)  # a previous run's counts would be added to this one's
-    # Private (mkdtemp makes it 0700): where the supervisor marks that it is stopping.
-    worker_dir = tempfile.mkdtemp(prefix="gateway-workers-")
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir, WORKER_DIR_ENV: worker_dir,
-           _OWN_METRICS_ENV: "1" if own_dir else "", _SUPERVISOR_ENV: str(os.getpid())}
-    command = [sys.executable, "-m", "gateway", *worker_argv]
-    stopping = False
-    pending: list[int] = []
+    """Run ``workers`` workers until SIGTERM or SIGINT, then stop them; 0 when every one stopped cleanly."""
+    dirs = _Dirs()
+    supervisor = _Supervisor(workers, [sys.executable, "-m", "gateway", *worker_argv], dirs)
+    try:
+        return supervisor.run(shutdown_timeout)
+    finally:
+        supervisor.kill_all()
+        dirs.remove()
 
-    def on_signal(signum: int, frame: object) -> None:
-        pending.append(signum)
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, on_signal)
+class _Dirs:
+    """The run's metrics directory (given in the environment, or a temporary one) and its worker directory."""
 
-    prepare = functools.partial(_prepare_worker, os.getpid())
+    def __init__(self) -> None:
+        given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        self.own_metrics = not given
+        self.metrics = given or tempfile.mkdtemp(prefix="gateway-metrics-")
+        if given:
+            remove_metric_files(self.metrics)  # a previous run's counts would be added to this one's
+        # Private (mkdtemp makes it 0700): where the supervisor marks that it is stopping.
+        self.workers = tempfile.mkdtemp(prefix="gateway-workers-")
 
-    def start() -> subprocess.Popen[bytes]:
+    def environ(self) -> dict[str, str]:
+        """The workers' environment."""
+        return {**os.environ, "PROMETHEUS_MULTIPROC_DIR": self.metrics, WORKER_DIR_ENV: self.workers,
+                _OWN_METRICS_ENV: "1" if self.own_metrics else "", _SUPERVISOR_ENV: str(os.getpid())}
+
+    def remove(self) -> None:
+        """The run's end: a temporary metrics directory removed, a given one emptied of its files."""
+        if self.own_metrics:
+            shutil.rmtree(self.metrics, ignore_errors=True)
+        else:
+            remove_metric_files(self.metrics)
+        shutil.rmtree(self.workers, ignore_errors=True)
+
+
+class _Supervisor:
+    """The worker slots, each with its process (None while it waits for its back-off) and the signals to pass on."""
+
+    def __init__(self, workers: int, command: list[str], dirs: _Dirs) -> None:
+        self.command = command
+        self.dirs = dirs
+        self.env = dirs.environ()
+        self.stopping = False
+        self.pending: list[int] = []
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+        self.prepare = functools.partial(_prepare_worker, os.getpid())
+        self.procs: list[subprocess.Popen[bytes] | None] = [self._start() for _ in range(workers)]
+        self.backoff = [_Backoff(time.monotonic()) for _ in range(workers)]
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.pending.append(signum)
+
+    def _start(self) -> subprocess.Popen[bytes]:
         # A worker is born with SIGHUP blocked (the mask survives fork and exec): a reload asked while it starts waits,
         # pending, until its handler is installed (gateway.cli), then reads the file again. Ignored instead, it was
         # lost: the worker served the file as it read it at start, for ever. The supervisor's own SIGHUP that comes
         # meanwhile is delivered when this returns, and passed on to every worker, this one too.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
         try:
-            return subprocess.Popen(command, env=env, preexec_fn=prepare)
+            return subprocess.Popen(self.command, env=self.env, preexec_fn=self.prepare)
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
 
-    procs: list[subprocess.Popen[bytes] | None] = [start() for _ in range(workers)]
-    backoff = [_Backoff(time.monotonic()) for _ in range(workers)]
-    try:
+    def run(self, shutdown_timeout: float) -> int:
+        """Pass signals on and replace dead workers until told to stop, then stop the workers."""
         while True:
-            while pending:
-                signum = pending.pop(0)
-                if signum in (signal.SIGTERM, signal.SIGINT):
-                    stopping = True
-                    # Before the signal: a worker still starting ignores it, and looks for this mark once its own
-                    # handlers are set (``Peers.stopping``).
-                    Path(worker_dir, _STOPPING).touch()
-                for proc in procs:
-                    if proc is not None and proc.poll() is None:
-                        proc.send_signal(signal.SIGTERM if signum == signal.SIGINT else signum)
-            now = time.monotonic()
-            for slot, proc in enumerate(procs):
-                if proc is not None:
-                    code = proc.poll()
-                    if code is None:
-                        continue
-                    _mark_dead(proc.pid, metrics_dir)
-                    procs[slot] = None
-                    if not stopping:
-                        delay = backoff[slot].died(now)
-                        log.error("worker %s exited with %s after %.1f s; starting another in %.0f s",
-                                  proc.pid, code, now - backoff[slot].started, delay)
-                if not stopping and backoff[slot].due <= now:  # a slot without a worker, its back-off over
-                    procs[slot] = start()
-                    backoff[slot].started = now
-            if stopping:
-                running = [proc for proc in procs if proc is not None]
-                deadline = time.monotonic() + shutdown_timeout + 5
-                for proc in running:
-                    try:
-                        proc.wait(max(0.1, deadline - time.monotonic()))
-                    except subprocess.TimeoutExpired:
-                        log.error("worker %s did not stop in time; killing it", proc.pid)
-                        proc.kill()
-                        proc.wait()
-                procs = []
-                return 0 if all(proc.returncode == 0 for proc in running) else 1
+            self._pass_on_signals()
+            self._reap(time.monotonic())
+            if self.stopping:
+                return self._stop(shutdown_timeout)
             time.sleep(0.1)
-    finally:
-        for proc in procs:
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-        if own_dir:
-            shutil.rmtree(metrics_dir, ignore_errors=True)
-        else:
-            remove_metric_files(metrics_dir)
-        shutil.rmtree(worker_dir, ignore_errors=True)
+
+    def _alive(self) -> list[subprocess.Popen[bytes]]:
+        return [proc for proc in self.procs if proc is not None and proc.poll() is None]
+
+    def _pass_on_signals(self) -> None:
+        while self.pending:
+            signum = self.pending.pop(0)
+            if signum in (signal.SIGTERM, signal.SIGINT):
+                self.stopping = True
+                # Before the signal: a worker still starting ignores it, and looks for this mark once its own
+                # handlers are set (``Peers.stopping``).
+                Path(self.dirs.workers, _STOPPING).touch()
+            for proc in self._alive():
+                proc.send_signal(signal.SIGTERM if signum == signal.SIGINT else signum)
+
+    def _reap(self, now: float) -> None:
+        for slot in range(len(self.procs)):
+            self._reap_slot(slot, now)
+
+    def _reap_slot(self, slot: int, now: float) -> None:
+        proc = self.procs[slot]
+        if proc is not None:
+            code = proc.poll()
+            if code is None:
+                return
+            self._dead(slot, proc, code, now)
+        if not self.stopping and self.backoff[slot].due <= now:  # a slot without a worker, its back-off over
+            self.procs[slot] = self._start()
+            self.backoff[slot].started = now
+
+    def _dead(self, slot: int, proc: subprocess.Popen[bytes], code: int, now: float) -> None:
+        _mark_dead(proc.pid, self.dirs.metrics)
+        self.procs[slot] = None
+        if not self.stopping:
+            delay = self.backoff[slot].died(now)
+            log.error("worker %s exited with %s after %.1f s; starting another in %.0f s",
+                      proc.pid, code, now - self.backoff[slot].started, delay)
+
+    def _stop(self, shutdown_timeout: float) -> int:
+        running = [proc for proc in self.procs if proc is not None]
+        deadline = time.monotonic() + shutdown_timeout + 5
+        for proc in running:
+            _wait_or_kill(proc, deadline)
+        self.procs = []
+        return 0 if all(proc.returncode == 0 for proc in running) else 1
+
+    def kill_all(self) -> None:
+        """Kill the workers still running (the supervisor is leaving without having stopped them)."""
+        for proc in self._alive():
+            proc.kill()
+
+
+def _wait_or_kill(proc: subprocess.Popen[bytes], deadline: float) -> None:
+    try:
+        proc.wait(max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        log.error("worker %s did not stop in time; killing it", proc.pid)
+        proc.kill()
+        proc.wait()
 
 
 # A worker that dies within _YOUNG seconds of its start, again, is started anew after a delay that doubles from 1 s up

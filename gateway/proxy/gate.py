@@ -35,20 +35,17 @@ class Gate:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
-            async with asyncio.timeout(timeout):
-                await waiter
-        except TimeoutError:
-            if waiter.done() and not waiter.cancelled():
-                return True  # handed a turn just as the wait ran out: keep it
-            return False
+            return await _handed(waiter, timeout)
         finally:
-            if not waiter.done():
-                waiter.cancel()
-            try:
-                self._waiters.remove(waiter)
-            except ValueError:
-                pass
-        return True
+            self._forget(waiter)
+
+    def _forget(self, waiter: asyncio.Future[None]) -> None:
+        if not waiter.done():
+            waiter.cancel()
+        try:
+            self._waiters.remove(waiter)
+        except ValueError:
+            pass
 
     def leave(self) -> None:
         """Give the turn to the first waiter still waiting, or free it."""
@@ -58,3 +55,13 @@ class Gate:
                 waiter.set_result(None)  # the turn passes on: busy is unchanged
                 return
         self.busy -= 1
+
+
+async def _handed(waiter: asyncio.Future[None], timeout: float) -> bool:
+    """Whether ``waiter`` was handed a turn within ``timeout`` seconds."""
+    try:
+        async with asyncio.timeout(timeout):
+            await waiter
+    except TimeoutError:
+        return waiter.done() and not waiter.cancelled()  # handed a turn just as the wait ran out: keep it
+    return True

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import AsyncIterable, AsyncIterator
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy, istr
@@ -81,14 +81,20 @@ def _sent_again_or_raise(err: BaseException, attempts: int, unsent: bool, retry_
     reason appended to ``retried``); raises the failure otherwise, as one of aiohttp's client errors."""
     if isinstance(err, _NOT_RETRIED):
         raise err
-    if isinstance(err, (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError, *_UNSENT)):
-        if attempts or not (unsent or retry_safe):
-            if isinstance(err, aiohttp.ClientError):
-                raise err
-            raise aiohttp.ClientOSError(*err.args) from err
-        if retried is not None:
-            retried.append("unsent" if unsent else "safe_method")
-        return
+    retriable = isinstance(err, (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError, *_UNSENT))
+    if not retriable or attempts or not (unsent or retry_safe):
+        _raise_as_client_error(err)
+    if retried is not None:
+        retried.append("unsent" if unsent else "safe_method")
+
+
+def _unsent(attempt: Attempt, tracked: _Tracked | None) -> bool:
+    """Whether no byte of a failed attempt's request left: its head was not written, or its body never read."""
+    return not getattr(attempt, "sent", False) or (tracked is not None and not tracked.started)
+
+
+def _raise_as_client_error(err: BaseException) -> NoReturn:
+    """``err`` raised as one of aiohttp's client errors: an OS error (but a timeout of asyncio's) as ClientOSError."""
     if isinstance(err, aiohttp.ClientError) or not isinstance(err, OSError) or (
             err.errno is None and isinstance(err, asyncio.TimeoutError)):
         raise err
@@ -204,8 +210,7 @@ class UpstreamClient:
             try:
                 return await send(method, base, target, headers, tracked, attempt)
             except (aiohttp.ClientError, OSError) as err:
-                unsent = not getattr(attempt, "sent", False) or (tracked is not None and not tracked.started)
-                _sent_again_or_raise(err, attempts, unsent, retry_safe, retried)
+                _sent_again_or_raise(err, attempts, _unsent(attempt, tracked), retry_safe, retried)
                 attempts += 1
 
     async def _public(self, method: str, base: str, target: str, headers: CIMultiDict[str],

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..core.keys import UNKNOWN_KEY, did_you_mean
 from .behaviour import Behaviour, DateFlag
-from .config import Ramp, RolloutConfig, Shadow, TenantRollout
+from .config import Exemption, Ramp, RolloutConfig, Shadow, TenantRollout
 from .plan import effective_date
 
 if TYPE_CHECKING:
@@ -23,8 +23,11 @@ def _phase_problem(behaviours: Mapping[str, Behaviour], name: str, phase: str | 
     known = behaviours.get(name)
     if known is None:
         return f"unknown behaviour {name!r} (known: {', '.join(behaviours)})"
-    if phase is None:
-        return None
+    return None if phase is None else _phase_rule(known, name, phase, brownout=brownout, bridge=bridge)
+
+
+def _phase_rule(known: Behaviour, name: str, phase: str, *, brownout: bool, bridge: bool) -> str | None:
+    """A phase a brownout applies must be a later one; one an exemption keeps (without a bridge), not the last."""
     if phase not in known.phases:
         return f"unknown phase {phase!r} of {name} (phases: {', '.join(known.phases)})"
     if brownout and phase == known.phases[0]:
@@ -77,14 +80,19 @@ def _exemption_problems(section: RolloutConfig | TenantRollout, where: str, beha
     problems = []
     for j, exemption in enumerate(section.exemptions):
         problem = _phase_problem(behaviours, exemption.behaviour, exemption.phase, brownout=False,
-                                 bridge=exemption.bridge is not None)
-        known = behaviours.get(exemption.behaviour)
-        if problem is None and known is not None and known.security and exemption.header is not None:
-            problem = (f"{known.name} is a security setting: exempt a client by token_fingerprint only (any client "
-                       "can send a header)")
+                                 bridge=exemption.bridge is not None) or _by_header(behaviours, exemption)
         if problem:
             problems.append(f"{where}.exemptions[{j}]: {problem}")
     return problems
+
+
+def _by_header(behaviours: Mapping[str, Behaviour], exemption: Exemption) -> str | None:
+    """A security behaviour's exemption must name its client by token: any client can send a header."""
+    known = behaviours.get(exemption.behaviour)
+    if known is not None and known.security and exemption.header is not None:
+        return (f"{known.name} is a security setting: exempt a client by token_fingerprint only (any client "
+                "can send a header)")
+    return None
 
 
 def _section_problems(section: RolloutConfig | TenantRollout, where: str, behaviours: Mapping[str, Behaviour],
@@ -130,15 +138,22 @@ def _tenant_order(rollout: RolloutConfig, own: TenantRollout, pairs: list[_Pair]
     for early, late, strict in pairs:
         a_own, b_own = own_dates.get(early.name), own_dates.get(late.name)
         a, b = effective_date(own, rollout, early)[0], effective_date(own, rollout, late)[0]
-        if _in_order(a, b, strict) or (a_own is None and b_own is None):
-            continue
-        if b_own is not None:
-            origin = "" if a_own is not None else ", from rollout"
-            problems.append(f"{where}.{late.name}: {b} must be {_after(strict)} {early.name} ({a}{origin})")
-        else:
-            before = "before" if strict else "on or before"
-            problems.append(f"{where}.{early.name}: {a} must be {before} {late.name} ({b}, from rollout)")
+        if not _in_order(a, b, strict) and (a_own is not None or b_own is not None):
+            problems.append(_order_problem(where, (early, a, a_own is not None), (late, b, b_own is not None), strict))
     return problems
+
+
+_Dated = tuple[DateFlag, dt.date | None, bool]  # a flag, its effective date, whether the tenant set it
+
+
+def _order_problem(where: str, early: _Dated, late: _Dated, strict: bool) -> str:
+    """Two of a tenant's dates out of order, named at the later one when the tenant set it, else at the earlier."""
+    (early_flag, a, a_own), (late_flag, b, b_own) = early, late
+    if b_own:
+        origin = "" if a_own else ", from rollout"
+        return f"{where}.{late_flag.name}: {b} must be {_after(strict)} {early_flag.name} ({a}{origin})"
+    before = "before" if strict else "on or before"
+    return f"{where}.{early_flag.name}: {a} must be {before} {late_flag.name} ({b}, from rollout)"
 
 
 def _tenant_checks(tenant: Tenant, own: TenantRollout, behaviours: Mapping[str, Behaviour], where: str
@@ -190,18 +205,39 @@ def _dated_problems(rollout: RolloutConfig, tenant: Tenant, own: TenantRollout, 
     tz = zoneinfo.ZoneInfo(own.timezone or rollout.timezone)
     for name in ("shadows", "ramps"):
         own_list = getattr(own, name)
-        local = own_list is not None
-        path = f"{where}.{name}" if local else "rollout." + name
-        for j, item in enumerate(own_list if local else getattr(rollout, name)):
-            behaviour = behaviours.get(item.behaviour)
-            if behaviour is None or (item.phase is not None and item.phase not in behaviour.phases):
-                continue  # reported by the section's checks
-            problem = (_ramp_problem(item, behaviour, own, rollout) if isinstance(item, Ramp)
-                       else _shadow_problem(item, behaviour, tenant, own, rollout, tz if local else rollout.tzinfo))
-            if problem and (local or f"{path}[{j}]: {problem}" not in reported):
-                reported.add(f"{path}[{j}]: {problem}")
-                problems.append(f"{path}[{j}]: {problem}" + ("" if local else f" (tenant {tenant.name})"))
+        if own_list is None:
+            problems += _global_problems(name, rollout, tenant, own, behaviours, reported)
+        else:
+            problems += [f"{where}.{name}[{j}]: {problem}"
+                         for j, problem in _item_problems(own_list, behaviours, tenant, own, rollout, tz)]
     return problems
+
+
+def _global_problems(name: str, rollout: RolloutConfig, tenant: Tenant, own: TenantRollout,
+                     behaviours: Mapping[str, Behaviour], reported: set[str]) -> list[str]:
+    """The global list ``name`` against a tenant's dates: each problem reported once, naming this tenant."""
+    problems = []
+    for j, problem in _item_problems(getattr(rollout, name), behaviours, tenant, own, rollout, rollout.tzinfo):
+        said = f"rollout.{name}[{j}]: {problem}"
+        if said not in reported:
+            reported.add(said)
+            problems.append(f"{said} (tenant {tenant.name})")
+    return problems
+
+
+def _item_problems(items: Sequence[Shadow | Ramp], behaviours: Mapping[str, Behaviour], tenant: Tenant,
+                   own: TenantRollout, rollout: RolloutConfig, tz: dt.tzinfo) -> list[tuple[int, str]]:
+    """The shadows' or ramps' problems with the tenant's phase dates, by index in their list."""
+    found = []
+    for j, item in enumerate(items):
+        behaviour = behaviours.get(item.behaviour)
+        if behaviour is None or (item.phase is not None and item.phase not in behaviour.phases):
+            continue  # reported by the section's checks
+        problem = (_ramp_problem(item, behaviour, own, rollout) if isinstance(item, Ramp)
+                   else _shadow_problem(item, behaviour, tenant, own, rollout, tz))
+        if problem:
+            found.append((j, problem))
+    return found
 
 
 def _ramp_problem(ramp: Ramp, behaviour: Behaviour, own: TenantRollout, rollout: RolloutConfig) -> str | None:
@@ -219,7 +255,7 @@ def _shadow_problem(shadow: Shadow, behaviour: Behaviour, tenant: Tenant, own: T
     day = None if phase is None else _phase_date(own, rollout, behaviour, phase)
     if day is None:
         return None
-    end = shadow.end if shadow.end.tzinfo else shadow.end.replace(tzinfo=tz)
+    end = _aware(shadow.end, tz)
     tenant_tz = zoneinfo.ZoneInfo(own.timezone or rollout.timezone)
     if end > dt.datetime.combine(day, dt.time(0), tzinfo=tenant_tz):
         return (f"the shadow window ends ({shadow.end.isoformat()}) after {phase}'s own date ({day}): from then the "
@@ -233,6 +269,11 @@ def _next_phase(shadow: Shadow, behaviour: Behaviour, tenant: Tenant, own: Tenan
     base = behaviour.base_of(tenant)
     index = base.index
     if base.dated:
-        start = (shadow.start if shadow.start.tzinfo else shadow.start.replace(tzinfo=tz)).date()
+        start = _aware(shadow.start, tz).date()
         index += sum(1 for flag in behaviour.flags if (day := effective_date(own, rollout, flag)[0]) and day <= start)
     return behaviour.phases[index + 1] if index + 1 < len(behaviour.phases) else None
+
+
+def _aware(moment: dt.datetime, tz: dt.tzinfo) -> dt.datetime:
+    """``moment``, placed in ``tz`` when it has no offset of its own."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=tz)

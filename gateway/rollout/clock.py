@@ -81,13 +81,7 @@ def parse_instant_value(value: object) -> dt.datetime:
     elif isinstance(value, dt.date):
         instant = dt.datetime.combine(value, dt.time())
     elif isinstance(value, str):
-        text = value.strip()
-        try:
-            instant = dt.datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in "Zz" and text else text)
-        except ValueError as err:
-            reason = str(err) if not str(err).startswith("Invalid isoformat") else "not ISO 8601"
-            raise ValueError(f"{_shown(value)} is not a date and time ({reason}); "
-                             f"expected e.g. 2026-10-20T10:00:00 or 2026-10-20T10:00:00+02:00") from None
+        instant = _iso_instant(value)
     else:
         raise ValueError(f"expected a date and time (ISO 8601), got {_kind(value)}")
     _in_range(instant, value)
@@ -97,6 +91,16 @@ def parse_instant_value(value: object) -> dt.datetime:
         except OverflowError:
             raise ValueError(f"{_shown(value)} is outside the years {MIN_YEAR} to {MAX_YEAR}") from None
     return instant
+
+
+def _iso_instant(value: str) -> dt.datetime:
+    text = value.strip()
+    try:
+        return dt.datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in "Zz" and text else text)
+    except ValueError as err:
+        reason = str(err) if not str(err).startswith("Invalid isoformat") else "not ISO 8601"
+        raise ValueError(f"{_shown(value)} is not a date and time ({reason}); "
+                         f"expected e.g. 2026-10-20T10:00:00 or 2026-10-20T10:00:00+02:00") from None
 
 
 def _kind(value: object) -> str:

@@ -167,13 +167,7 @@ class Schedule:
         self._by_token = any(e.fingerprint is not None for e in exemptions) or bool(ramps) or freeze is not None
         self._bridging = any(e.bridge is not None for e in exemptions)
         self.bridge_default = bridge  # the tenant's setting of the behaviour's bridge
-        # Headers that decide a phase for one client: a response that depends on them says so in Vary.
-        names = {e.header.name for e in exemptions if e.header is not None}
-        if self._by_token:
-            names.add("Authorization")
-        if preview is not None:
-            names.add(preview)
-        self.vary = tuple(sorted(names))
+        self.vary = _vary(exemptions, self._by_token, preview)
 
     # --- one client's phase ---------------------------------------------------------------------------------------
 
@@ -252,21 +246,19 @@ class Schedule:
     def bridge(self, now: float, headers: Mapping[str, str]) -> bool:
         """Whether this request gets the behaviour's migration bridge: the first exemption in force that matches the
         client and sets ``bridge`` decides, else the tenant's setting."""
-        default = self.bridge_default
         if not self._bridging:
-            return default
+            return self.bridge_default
         fingerprint = token_fingerprint(headers.get("Authorization")) if self._by_token else None
-        for exempt in self.exemptions:
-            if exempt.bridge is not None and now < exempt.until and exempt.matches(headers, fingerprint):
-                return exempt.bridge
-        return default
+        return self._exempt_bridge(now, headers, fingerprint)
 
     def _bridge_for(self, now: float, client: Client | None) -> bool:
         if not self._bridging or client is None:
             return self.bridge_default
-        fingerprint = client.fingerprint if self._by_token else None
+        return self._exempt_bridge(now, client.headers, client.fingerprint if self._by_token else None)
+
+    def _exempt_bridge(self, now: float, headers: Mapping[str, str], fingerprint: str | None) -> bool:
         for exempt in self.exemptions:
-            if exempt.bridge is not None and now < exempt.until and exempt.matches(client.headers, fingerprint):
+            if exempt.bridge is not None and now < exempt.until and exempt.matches(headers, fingerprint):
                 return exempt.bridge
         return self.bridge_default
 
@@ -279,21 +271,14 @@ class Schedule:
                          None if r.shadow is None else phases[r.shadow])
 
     def _why(self, r: _Resolved, client: Client | None) -> str:
-        cause = r.cause
-        phases = self.behaviour.phases
         if r.kind is Kind.PREVIEW:
             return f"the client asked for it ({self.preview} header)"
-        if isinstance(cause, _Exempt):
-            return f"exemption {cause.name!r} ({cause.client}) until {cause.until_label}"
-        if isinstance(cause, _Freeze):
-            return (f"freeze from {cause.date}: the client was "
-                    + ("not placed (the usage ledger is unavailable)" if r.unplaced else "first seen after it"))
-        if isinstance(cause, Ramp):
-            return f"in the ramp's share of clients that get {phases[cause.index]} before its date"
-        if isinstance(cause, _Window):
-            return f"brownout {cause.label}"
-        if cause is not None:
-            return f"{cause.flag} {cause.date} ({cause.source}) reached"
+        if r.cause is None:
+            return self._why_undated()
+        return _cause_why(r.cause, r.unplaced, self.behaviour.phases)
+
+    def _why_undated(self) -> str:
+        """Why the company is in its base phase: before the first date, or no date at all."""
         if self.steps:
             first = self.steps[0]
             return f"{self.base_why}before {first.flag} {first.date} ({first.source})"
@@ -374,6 +359,30 @@ def effective_date(own: TenantRollout, rollout: RolloutConfig, flag: DateFlag) -
     return value, ("default" if value == flag.default else "rollout")
 
 
+def _vary(exemptions: Sequence[_Exempt], by_token: bool, preview: str | None) -> tuple[str, ...]:
+    """Headers that decide a phase for one client: a response that depends on them says so in Vary."""
+    names = {e.header.name for e in exemptions if e.header is not None}
+    if by_token:
+        names.add("Authorization")
+    if preview is not None:
+        names.add(preview)
+    return tuple(sorted(names))
+
+
+def _cause_why(cause: _Step | _Window | Ramp | _Freeze | _Exempt, unplaced: bool, phases: Sequence[str]) -> str:
+    """Why a dated cause put the client in its phase."""
+    if isinstance(cause, _Exempt):
+        return f"exemption {cause.name!r} ({cause.client}) until {cause.until_label}"
+    if isinstance(cause, _Freeze):
+        return (f"freeze from {cause.date}: the client was "
+                + ("not placed (the usage ledger is unavailable)" if unplaced else "first seen after it"))
+    if isinstance(cause, Ramp):
+        return f"in the ramp's share of clients that get {phases[cause.index]} before its date"
+    if isinstance(cause, _Window):
+        return f"brownout {cause.label}"
+    return f"{cause.flag} {cause.date} ({cause.source}) reached"
+
+
 class _Builder:
     """Builds one tenant's schedule of one behaviour; identical settings give the same (shared) schedule."""
 
@@ -394,11 +403,10 @@ class _Builder:
         quick = (behaviour.name, id(own), base, bridge)
         shared = self._quick.get(quick)
         if shared is None:
-            shared = self._quick[quick] = self._shared_schedule(tenant, own, behaviour, base, bridge)
+            shared = self._quick[quick] = self._shared_schedule(own, behaviour, base, bridge)
         return shared
 
-    def _shared_schedule(self, tenant: Tenant, own: TenantRollout, behaviour: Behaviour, base: Base, bridge: bool
-                         ) -> Schedule:
+    def _shared_schedule(self, own: TenantRollout, behaviour: Behaviour, base: Base, bridge: bool) -> Schedule:
         rollout = self.rollout
         tz_name = own.timezone or rollout.timezone
         days = tuple(effective_date(own, rollout, flag) for flag in behaviour.all_flags())
@@ -407,35 +415,38 @@ class _Builder:
                tuple(own.exemptions), bridge)
         shared = self._shared.get(key)
         if shared is None:
-            shared = self._shared[key] = self._build(tenant, own, behaviour, base, zoneinfo.ZoneInfo(tz_name))
+            shared = self._shared[key] = self._build(own, behaviour, base, bridge, zoneinfo.ZoneInfo(tz_name))
         return shared
 
-    def _build(self, tenant: Tenant, own: TenantRollout, behaviour: Behaviour, base: Base, tz: dt.tzinfo) -> Schedule:
-        rollout = self.rollout
+    def _build(self, own: TenantRollout, behaviour: Behaviour, base: Base, bridge: bool, tz: dt.tzinfo) -> Schedule:
+        exempts, signals = self._exempts(own, behaviour, tz), self._signals(own, behaviour, tz)
+        if not base.dated:  # a phase the company's own setting fixes has no dates, nothing to shadow or ramp to
+            return Schedule(behaviour, base, [], [], exempts, signals, bridge, preview=self.preview)
+        steps = self._steps(own, behaviour, tz)
+        return Schedule(behaviour, base, steps, self._brownouts(own, behaviour, tz), exempts, signals, bridge,
+                        shadows=self._shadows(own, behaviour, base, steps, tz), ramps=self._ramps(own, behaviour, tz),
+                        freeze=self._freeze(own, behaviour, tz), preview=self.preview)
+
+    def _brownouts(self, own: TenantRollout, behaviour: Behaviour, tz: dt.tzinfo) -> list[_Window]:
+        return [self._window(b, b.phase or behaviour.phases[-1], behaviour, btz)
+                for b, btz in self._listed(self.rollout.brownouts, own.brownouts, tz) if b.behaviour == behaviour.name]
+
+    def _freeze(self, own: TenantRollout, behaviour: Behaviour, tz: dt.tzinfo) -> _Freeze | None:
         mine = behaviour.name
-        steps: list[_Step] = []
-        windows: list[_Window] = []
-        shadows: list[_Window] = []
-        ramps: list[Ramp] = []
-        freeze = None
-        if base.dated:  # a phase the company's own setting fixes has no dates, nothing to shadow or ramp to
-            steps = self._steps(own, behaviour, tz)
-            windows = [self._window(b, b.phase or behaviour.phases[-1], behaviour, btz)
-                       for b, btz in self._listed(rollout.brownouts, own.brownouts, tz) if b.behaviour == mine]
-            freeze = next((_Freeze(_midnight(f.start, ftz), len(behaviour.phases) - 1, f.start)
-                           for f, ftz in self._listed(rollout.freezes, own.freezes, tz) if f.behaviour == mine), None)
-            shadows, ramps = self._shadows(own, behaviour, base, steps, tz), self._ramps(own, behaviour, tz)
-        exempts = [
+        return next((_Freeze(_midnight(f.start, ftz), len(behaviour.phases) - 1, f.start)
+                     for f, ftz in self._listed(self.rollout.freezes, own.freezes, tz) if f.behaviour == mine), None)
+
+    def _exempts(self, own: TenantRollout, behaviour: Behaviour, tz: dt.tzinfo) -> list[_Exempt]:
+        return [
             _Exempt(e.name, behaviour.index(e.phase or behaviour.phases[0]), _midnight(e.until, etz), str(e.until),
                     e.token_fingerprint, e.header, e.bridge)
-            for e, etz in [(e, self.global_tz) for e in rollout.exemptions] + [(e, tz) for e in own.exemptions]
-            if e.behaviour == mine
+            for e, etz in [(e, self.global_tz) for e in self.rollout.exemptions] + [(e, tz) for e in own.exemptions]
+            if e.behaviour == behaviour.name
         ]
-        signals = {flag.name: None if (day := effective_date(own, rollout, flag)[0]) is None else _midnight(day, tz)
-                   for flag in behaviour.signals}
-        bridge = behaviour.bridge_of(tenant) if behaviour.bridge_of is not None else False
-        return Schedule(behaviour, base, steps, windows, exempts, signals, bridge, shadows=shadows, ramps=ramps,
-                        freeze=freeze, preview=self.preview)
+
+    def _signals(self, own: TenantRollout, behaviour: Behaviour, tz: dt.tzinfo) -> dict[str, float | None]:
+        return {flag.name: None if (day := effective_date(own, self.rollout, flag)[0]) is None else _midnight(day, tz)
+                for flag in behaviour.signals}
 
     def _steps(self, own: TenantRollout, behaviour: Behaviour, tz: dt.tzinfo) -> list[_Step]:
         steps = []

@@ -86,11 +86,15 @@ def _stages(schedule: Schedule, stamp: float, tz: dt.tzinfo) -> list[str]:
     lines += [_ramp_line(schedule, ramp, stamp, tz) for ramp in schedule.ramps]
     freeze = schedule.freeze
     if freeze is not None:
-        lines.append(f"    freeze: {'since' if freeze.at <= stamp else 'from'} {_fmt(freeze.at, tz)}, a client first "
-                     f"seen after it gets {phases[freeze.index]} at once; one seen before keeps its schedule")
+        lines.append(_freeze_line(phases[freeze.index], freeze.at, stamp, tz))
     if schedule.preview is not None:
         lines.append(f"    preview: a client may ask for a later phase now with the {schedule.preview} header")
     return lines
+
+
+def _freeze_line(phase: str, at: float, stamp: float, tz: dt.tzinfo) -> str:
+    return (f"    freeze: {'since' if at <= stamp else 'from'} {_fmt(at, tz)}, a client first seen after it gets "
+            f"{phase} at once; one seen before keeps its schedule")
 
 
 def _ramp_line(schedule: Schedule, ramp: Ramp, stamp: float, tz: dt.tzinfo) -> str:
@@ -107,19 +111,25 @@ def describe_client(plan: RolloutPlan, now: dt.datetime, tenant: str, client: Cl
     stamp = now.timestamp()
     lines = [f"client {who} of tenant {tenant}"]
     for name, schedule in plan.schedules[tenant].items():
-        explained = schedule.explain(stamp, client, tenant)
-        decision = schedule.resolve(stamp, client, tenant)
-        line = f"  {name}: {explained.phase} [{explained.kind}] {explained.why}"
-        if explained.shadow is not None:
-            line += f"; shadow: {explained.shadow} decided, not applied"
-        lines.append(line)
-        if schedule.behaviour.bridge is not None:
-            lines.append(f"    bridge {schedule.behaviour.bridge}: {'on' if decision.bridge else 'off'}"
-                         " for this client")
-        upcoming = schedule.next_change(stamp)
-        if upcoming is not None and upcoming[1].index > explained.index:
-            at = dt.datetime.fromtimestamp(upcoming[0], zoneinfo.ZoneInfo(plan.timezones[tenant])).isoformat()
-            lines.append(f"    next for the company: {upcoming[1].phase} at {at}")
+        lines += _client_lines(name, schedule, stamp, tenant, client, plan.timezones[tenant])
+    return lines
+
+
+def _client_lines(name: str, schedule: Schedule, stamp: float, tenant: str, client: Client,
+                  timezone: str) -> list[str]:
+    """One behaviour's lines of ``describe_client``."""
+    explained = schedule.explain(stamp, client, tenant)
+    decision = schedule.resolve(stamp, client, tenant)
+    line = f"  {name}: {explained.phase} [{explained.kind}] {explained.why}"
+    if explained.shadow is not None:
+        line += f"; shadow: {explained.shadow} decided, not applied"
+    lines = [line]
+    if schedule.behaviour.bridge is not None:
+        lines.append(f"    bridge {schedule.behaviour.bridge}: {'on' if decision.bridge else 'off'} for this client")
+    upcoming = schedule.next_change(stamp)
+    if upcoming is not None and upcoming[1].index > explained.index:
+        at = dt.datetime.fromtimestamp(upcoming[0], zoneinfo.ZoneInfo(timezone)).isoformat()
+        lines.append(f"    next for the company: {upcoming[1].phase} at {at}")
     return lines
 
 
@@ -127,21 +137,36 @@ def _bridge_state(schedule: Schedule, stamp: float, index: int) -> str:
     """What the bridge does at ``stamp`` for the company, whose phase is ``index``: on or off, and, when on, whether
     that phase is one it acts in, and if not, for which exempted clients it still does."""
     behaviour = schedule.behaviour
-    phases = " or ".join(behaviour.bridge_phases)
-    others = " (exemptions below may say otherwise for a client)"
     if not schedule.bridge_default:
-        return "off for the company" + (others if any(e.bridge for e in schedule.exemptions) else "")
+        return "off for the company" + _others(any(e.bridge for e in schedule.exemptions))
     phase = behaviour.phases[index]
     if phase in behaviour.bridge_phases:
-        return f"on for the company, acting in its phase {phase}" + (
-            others if any(e.bridge is False for e in schedule.exemptions) else "")
-    kept = [e for e in schedule.exemptions if stamp < e.until and e.index < index and e.bridge is not False
+        return f"on for the company, acting in its phase {phase}" + _others(
+            any(e.bridge is False for e in schedule.exemptions))
+    return _idle_or_kept(" or ".join(behaviour.bridge_phases), phase, _kept_in_bridge_phases(schedule, stamp, index))
+
+
+def _kept_in_bridge_phases(schedule: Schedule, stamp: float, index: int) -> list[str]:
+    """The exemptions in force at ``stamp`` that keep their clients before phase ``index``, in one the bridge acts
+    in, and leave the bridge on for them."""
+    behaviour = schedule.behaviour
+    return [e.name for e in schedule.exemptions if stamp < e.until and e.index < index and e.bridge is not False
             and behaviour.phases[e.index] in behaviour.bridge_phases]
+
+
+def _others(some: bool) -> str:
+    return " (exemptions below may say otherwise for a client)" if some else ""
+
+
+def _idle_or_kept(phases: str, phase: str, kept: list[str]) -> str:
+    """The bridge, on for the company but in a phase it does not act in: for the clients exemptions ``kept`` in one
+    of its ``phases``, if any."""
     if not kept:
         return f"on for the company, but idle in its phase {phase}: it acts in {phases} only, where no client is"
-    names = ", ".join(repr(e.name) for e in kept)
+    names = ", ".join(repr(name) for name in kept)
+    plural = len(kept) > 1
     return (f"on for the company, but in its phase {phase} it acts only for the clients that exemption"
-            f"{'s' if len(kept) > 1 else ''} {names} keep{'' if len(kept) > 1 else 's'} at {phases}")
+            f"{'s' if plural else ''} {names} keep{'' if plural else 's'} at {phases}")
 
 
 def report(plan: RolloutPlan, now: dt.datetime) -> dict[str, Any]:
@@ -149,24 +174,26 @@ def report(plan: RolloutPlan, now: dt.datetime) -> dict[str, Any]:
     stamp = now.timestamp()
     out: dict[str, Any] = {"at": now.isoformat(), "tenants": {}}
     for tenant, schedules in plan.schedules.items():
-        behaviours: dict[str, Any] = {}
-        for name, schedule in schedules.items():
-            decision = schedule.decide(stamp)
-            upcoming = schedule.next_change(stamp)
-            behaviours[name] = {
-                **({"bridge": {"name": schedule.behaviour.bridge, "on": schedule.bridge_default}}
-                   if schedule.behaviour.bridge is not None else {}),
-                "phase": decision.phase,
-                "kind": decision.kind,
-                "why": decision.why,
-                "shadow": decision.shadow,
-                "ramp": None if (ramp := schedule.ramp_share(stamp)) is None else {"phase": ramp[0], "share": ramp[1]},
-                "freeze": None if schedule.freeze is None else {
-                    "from": dt.datetime.fromtimestamp(schedule.freeze.at, dt.UTC).isoformat(),
-                    "phase": schedule.behaviour.phases[schedule.freeze.index]},
-                "next_change": None
-                if upcoming is None
-                else {"at": dt.datetime.fromtimestamp(upcoming[0], dt.UTC).isoformat(), "phase": upcoming[1].phase},
-            }
+        behaviours = {name: _behaviour_report(schedule, stamp) for name, schedule in schedules.items()}
         out["tenants"][tenant] = {"timezone": plan.timezones[tenant], "behaviours": behaviours}
     return out
+
+
+def _behaviour_report(schedule: Schedule, stamp: float) -> dict[str, Any]:
+    decision = schedule.decide(stamp)
+    upcoming = schedule.next_change(stamp)
+    return {
+                **({"bridge": {"name": schedule.behaviour.bridge, "on": schedule.bridge_default}}
+                   if schedule.behaviour.bridge is not None else {}),
+        "phase": decision.phase,
+        "kind": decision.kind,
+        "why": decision.why,
+        "shadow": decision.shadow,
+        "ramp": None if (ramp := schedule.ramp_share(stamp)) is None else {"phase": ramp[0], "share": ramp[1]},
+        "freeze": None if schedule.freeze is None else {
+            "from": dt.datetime.fromtimestamp(schedule.freeze.at, dt.UTC).isoformat(),
+            "phase": schedule.behaviour.phases[schedule.freeze.index]},
+        "next_change": None
+        if upcoming is None
+        else {"at": dt.datetime.fromtimestamp(upcoming[0], dt.UTC).isoformat(), "phase": upcoming[1].phase},
+    }

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from aiohttp import web
@@ -77,13 +77,8 @@ class _Connection(web.RequestHandler):
         other one is being served, this one is closed instead (False). The open connections never exceed the
         bound but for the ones being closed."""
         others = [c for c in listener.connections if c is not self and c.transport is not None]
-        if len(others) < listener.max_connections:
-            return True  # room is being made already: a connection is closed, not yet gone
-        for other in others:
-            if isinstance(other, _Connection) and other._phase is not _Phase.BUSY:
-                listener.events(Event.EVICTED)
-                other.force_close()
-                return True
+        if len(others) < listener.max_connections or _evicted(listener, others):
+            return True  # (when there were fewer: room is being made already, a connection closed, not yet gone)
         listener.events(Event.REFUSED)
         self.force_close()
         return False
@@ -127,6 +122,16 @@ class _Connection(web.RequestHandler):
             raise ConnectionError("the response was cut off part way")
         # A request aiohttp's HTTP parser rejected: answered by the edge, like every other, when aiohttp prepares this.
         return _Unparsed(self, unparsed, status, exc)
+
+
+def _evicted(listener: Listener, others: Iterable[object]) -> bool:
+    """Whether the oldest of ``others`` not being served (silent, dripping its head, or idle) was closed."""
+    for other in others:
+        if isinstance(other, _Connection) and other._phase is not _Phase.BUSY:
+            listener.events(Event.EVICTED)
+            other.force_close()
+            return True
+    return False
 
 
 class _Unparsed(web.StreamResponse):

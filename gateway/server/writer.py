@@ -15,7 +15,7 @@ from aiohttp import hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from ..core.aiohttp_fast import reply_response
-from ..core.exchange import BodyBroken, Delivery, Reply
+from ..core.exchange import Body, BodyBroken, Delivery, Reply
 
 __all__ = ("send",)
 
@@ -34,57 +34,77 @@ async def send(request: web.BaseRequest, reply: Reply, delivery: Delivery | None
     """Write ``reply`` whole; raises ConnectionError when the client or the upstream's body went away part way
     (the connection is then closed, so the client sees a short response, never a complete-looking one)."""
     body = reply.take_body()
-    headers = reply.headers  # handed over, not copied: the reply is done with once it is sent
-    if hdrs.CONTENT_LENGTH in headers:
-        del headers[hdrs.CONTENT_LENGTH]
-    linger = reply.linger if reply.linger is not None and not request.content.is_eof() else None
+    linger = None if reply.linger is None else _lingering(request, reply.linger)
     empty = _no_body(request.method, reply.status)
-    if isinstance(body, bytes) and len(body) > _ONE_WRITE:
-        # A large body in hand goes a piece at a time: one write would copy all of it into the transport's buffer at
-        # once, holding the event loop.
-        response = reply_response(reply.status, reply.reason, headers, whole=False)
-        response.content_length = len(body)
-        if reply.close_connection or linger is not None:
-            response.force_close()
-        await response.prepare(request)
-        if not empty:
-            view = memoryview(body)
-            for at in range(0, len(body), _ONE_WRITE):
-                await response.write(view[at : at + _ONE_WRITE])
-        await response.write_eof()
-    elif isinstance(body, bytes):
-        response = reply_response(reply.status, reply.reason, headers, whole=True)
-        response.content_length = len(body)
-        if reply.close_connection or linger is not None:
-            response.force_close()
+    if not isinstance(body, bytes):
+        response = await _send_stream(request, reply, body, empty, linger)
+    elif len(body) > _ONE_WRITE:
+        response = await _send_large(request, reply, body, empty, linger)
+    else:
+        response = _response(reply, linger, True, len(body))
         await response.prepare(request)
         await response.write_eof(b"" if empty else body)
-    else:
-        assert not isinstance(body, bytes)
-        response = reply_response(reply.status, reply.reason, headers, whole=False)
-        if body.length is not None:
-            response.content_length = body.length
-        if reply.close_connection or linger is not None:
-            response.force_close()
-        await response.prepare(request)
-        if empty:
-            body.close()
-        else:
-            try:
-                async for chunk in body.chunks():
-                    await response.write(chunk)
-            except BodyBroken:
-                # The head is sent: all that is left is to cut the connection so the client sees a short response.
-                raise ConnectionResetError("the upstream's body broke off") from None
-            except BaseException:
-                body.close()
-                raise
-        await response.write_eof()
     if delivery is not None:
         delivery.complete = True
     if linger is not None:
         await _linger(request, *linger)
     return response
+
+
+def _lingering(request: web.BaseRequest, linger: tuple[int, float]) -> tuple[int, float] | None:
+    """The reply's lingering limits, when it is sent before the client's body was read to its end."""
+    return None if request.content.is_eof() else linger
+
+
+def _response(reply: Reply, linger: tuple[int, float] | None, whole: bool, length: int | None) -> web.StreamResponse:
+    """The response for ``reply``'s head: its length when known, and closing the connection when asked or lingering."""
+    headers = reply.headers  # handed over, not copied: the reply is done with once it is sent
+    if hdrs.CONTENT_LENGTH in headers:
+        del headers[hdrs.CONTENT_LENGTH]
+    response = reply_response(reply.status, reply.reason, headers, whole=whole)
+    if length is not None:
+        response.content_length = length
+    if reply.close_connection or linger is not None:
+        response.force_close()
+    return response
+
+
+async def _send_large(request: web.BaseRequest, reply: Reply, body: bytes, empty: bool,
+                      linger: tuple[int, float] | None) -> web.StreamResponse:
+    # A large body in hand goes a piece at a time: one write would copy all of it into the transport's buffer at once,
+    # holding the event loop.
+    response = _response(reply, linger, False, len(body))
+    await response.prepare(request)
+    if not empty:
+        view = memoryview(body)
+        for at in range(0, len(body), _ONE_WRITE):
+            await response.write(view[at : at + _ONE_WRITE])
+    await response.write_eof()
+    return response
+
+
+async def _send_stream(request: web.BaseRequest, reply: Reply, body: Body, empty: bool,
+                       linger: tuple[int, float] | None) -> web.StreamResponse:
+    response = _response(reply, linger, False, body.length)
+    await response.prepare(request)
+    if empty:
+        body.close()
+    else:
+        await _write_chunks(response, body)
+    await response.write_eof()
+    return response
+
+
+async def _write_chunks(response: web.StreamResponse, body: Body) -> None:
+    try:
+        async for chunk in body.chunks():
+            await response.write(chunk)
+    except BodyBroken:
+        # The head is sent: all that is left is to cut the connection so the client sees a short response.
+        raise ConnectionResetError("the upstream's body broke off") from None
+    except BaseException:
+        body.close()
+        raise
 
 
 async def _linger(request: web.BaseRequest, max_bytes: int, max_seconds: float) -> None:
@@ -100,16 +120,21 @@ async def _linger(request: web.BaseRequest, max_bytes: int, max_seconds: float) 
         transport.write_eof()
     content = request.content
     if max_bytes > 0 and max_seconds > 0:
-        read = 0
         try:
             async with asyncio.timeout(max_seconds):
-                while read < max_bytes:
-                    chunk = await content.readany()
-                    if not chunk:
-                        break
-                    read += len(chunk)
+                await _drop(content, max_bytes)
         except (TimeoutError, *_BODY_ERRORS):
             pass
     if not content.is_eof():
         # Stop here instead of aiohttp's lingering, which would read the rest of the upload.
         request.protocol.force_close()
+
+
+async def _drop(content: aiohttp.StreamReader, max_bytes: int) -> None:
+    """Read and drop the client's body until its end or ``max_bytes``."""
+    read = 0
+    while read < max_bytes:
+        chunk = await content.readany()
+        if not chunk:
+            return
+        read += len(chunk)

@@ -16,11 +16,12 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ...core.exchange import BodyNotRead, BodyTooLarge, Budget, Exchange, UpstreamFailed
+from ...core.exchange import BodyNotRead, BodyTooLarge, Budget, Exchange, Reply, UpstreamFailed
 from ...core.ratelimit import Pace, Pacer, RateLimited, RateLimits
 from ...core.tenants import canonical_host
 from . import json_splice
@@ -182,17 +183,15 @@ class _Shared:
             return kept
         running = self.running.get(key)
         started = running is None or running.abandoned
-        if running is None or running.abandoned:
+        if started:
             running = self.running[key] = _Running(asyncio.ensure_future(read()))
             running.task.add_done_callback(lambda task: self.finished(key, running, loop.time()))
+        assert running is not None
         running.readers += 1
         try:
             filled = await asyncio.shield(running.task)
         finally:
-            running.readers -= 1
-            if running.readers == 0 and not running.task.done():
-                running.abandoned = True  # every reader left
-                running.task.cancel()
+            _leave(running)
         return filled if started else _as_shared(filled)
 
     def kept(self, key: _Key, now: float) -> Filled | None:
@@ -208,15 +207,26 @@ class _Shared:
         if task.cancelled() or task.exception() is not None or not self.seconds:
             return
         filled = task.result()
-        if filled.size > self.most:
-            return
+        if filled.size <= self.most:
+            self._keep(key, filled, now + self.seconds)
+
+    def _keep(self, key: _Key, filled: Filled, until: float) -> None:
+        """A finished read kept until ``until``; the oldest kept ones let go while they hold more than ``most``."""
         old = self.done.pop(key, None)
         if old is not None:
             self.size -= old[1].size
-        self.done[key] = (now + self.seconds, filled)
+        self.done[key] = (until, filled)
         self.size += filled.size
         while self.size > self.most:
             self.size -= self.done.popitem(last=False)[1][1].size
+
+
+def _leave(running: _Running) -> None:
+    """A reader leaves the read: the last to leave before it is done abandons it."""
+    running.readers -= 1
+    if running.readers == 0 and not running.task.done():
+        running.abandoned = True  # every reader left
+        running.task.cancel()
 
 
 def _as_shared(filled: Filled) -> Filled:
@@ -256,37 +266,51 @@ class _Reader:
             raise BackfillFailed("upstream_error", f"page at offset {offset}: {failed.kind}") from None
         except RateLimited as limited:
             raise BackfillFailed("rate_limited", f"page at offset {offset}: {limited}", limited.seconds) from None
-        if reply.status in (401, 403):
-            reply.discard()
-            raise BackfillFailed("forbidden", f"page at offset {offset}: status {reply.status}")
-        if reply.status != 200:
-            reply.discard()
-            raise BackfillFailed("page_error", f"page at offset {offset}: status {reply.status}")
-        if reply.headers.get("Content-Encoding", "identity").strip().lower() != "identity":
-            reply.discard()
-            raise BackfillFailed("not_json", f"page at offset {offset}: content coding")
-        too_large = BackfillFailed("too_large", f"pages over max_bytes={options.max_bytes}")
+        _check_page_head(reply, offset)
+        body = await self._body(reply, offset)
+        try:
+            ids, raw = await self._parse(body)
+        except BackfillFailed as failed:
+            raise BackfillFailed(failed.reason, f"page at offset {offset}: {failed.detail}") from None
+        return _Page(offset, ids, raw)
+
+    async def _body(self, reply: Reply, offset: int) -> bytes:
+        """A page's body, within what is left of the backfill's bytes."""
+        max_bytes = self.options.max_bytes
+        too_large = BackfillFailed("too_large", f"pages over max_bytes={max_bytes}")
         declared = reply.length
         if declared is not None and declared > self.budget.left:
             reply.discard()
             raise too_large
         try:
-            body = await reply.read(options.max_bytes, budget=self.budget)
+            return await reply.read(max_bytes, budget=self.budget)
         except BodyTooLarge:
             reply.discard()
             raise too_large from None
         except BodyNotRead:
             raise BackfillFailed("upstream_error", f"page at offset {offset}: the body broke off") from None
-        try:
-            if len(body) < _ON_LOOP:
-                # A small page costs less than the trip to a worker thread (a millisecond at most).
-                ids, raw = _read_page(body, options.page_size, self.board, self.stop)
-            else:
-                ids, raw = await asyncio.get_running_loop().run_in_executor(
-                    self.executor, _read_page, body, options.page_size, self.board, self.stop)
-        except BackfillFailed as failed:
-            raise BackfillFailed(failed.reason, f"page at offset {offset}: {failed.detail}") from None
-        return _Page(offset, ids, raw)
+
+    async def _parse(self, body: bytes) -> tuple[list[object], Sequence[bytes | memoryview]]:
+        page_size = self.options.page_size
+        if len(body) < _ON_LOOP:
+            # A small page costs less than the trip to a worker thread (a millisecond at most).
+            return _read_page(body, page_size, self.board, self.stop)
+        return await asyncio.get_running_loop().run_in_executor(
+            self.executor, _read_page, body, page_size, self.board, self.stop)
+
+
+def _check_page_head(reply: Reply, offset: int) -> None:
+    """A page's answer must be a 200 in no content coding; any other is let go and ends the backfill."""
+    if reply.status in (401, 403):
+        failed = BackfillFailed("forbidden", f"page at offset {offset}: status {reply.status}")
+    elif reply.status != 200:
+        failed = BackfillFailed("page_error", f"page at offset {offset}: status {reply.status}")
+    elif reply.headers.get("Content-Encoding", "identity").strip().lower() != "identity":
+        failed = BackfillFailed("not_json", f"page at offset {offset}: content coding")
+    else:
+        return
+    reply.discard()
+    raise failed
 
 
 def _read_page(body: bytes, page_size: int, board: str, stop: threading.Event
@@ -294,12 +318,7 @@ def _read_page(body: bytes, page_size: int, board: str, stop: threading.Event
     """(On the worker thread for a large page.) The page's cards (views into ``body``; a small page's are copies) and
     their ids; ``BackfillFailed`` for a page that is not a list of cards of this board, or is longer than its
     limit."""
-    try:
-        spans = json_splice.array_spans(body, most=page_size)
-    except json_splice.TooManyElements:
-        raise BackfillFailed("inconsistent", "longer than its limit") from None
-    except json_splice.NotJSON:
-        raise BackfillFailed("not_json", "not a JSON array of cards with ids") from None
+    spans = _spans(body, page_size)
     view = memoryview(body)
     ids: list[object] = []
     # A small page (counted already: at most page_size cards) is parsed whole, in one call; a larger one card by card.
@@ -307,24 +326,43 @@ def _read_page(body: bytes, page_size: int, board: str, stop: threading.Event
     for i, (start, end) in enumerate(spans):
         if stop.is_set():
             raise _Stopped()
-        try:
-            if whole is not None:
-                card = whole[i]
-                if not isinstance(card, dict):
-                    raise TypeError("not an object")
-                card_id, board_id = card["id"], card.get("board_id", _ABSENT)
-            else:
-                card_id, board_id = _card_keys(body, start, end, stop)
-        except (ValueError, TypeError, KeyError, IndexError):
-            raise BackfillFailed("not_json", "not a JSON array of cards with ids") from None
-        if type(card_id) not in _ID_TYPES:
-            raise BackfillFailed("not_json", "a card id that is not a number or a string")
-        if board_id is not _ABSENT and not _same_board(board_id, board):
-            raise BackfillFailed("inconsistent", "a card of another board")
-        ids.append(card_id)
+        ids.append(_card_id(_card_at(whole, i, body, start, end, stop), board))
     if whole is not None:
         return ids, [body[start:end] for start, end in spans]  # small: copies cost less than views
     return ids, [view[start:end] for start, end in spans]
+
+
+def _spans(body: bytes, page_size: int) -> list[tuple[int, int]]:
+    """Where each card of the page is in ``body``."""
+    try:
+        return json_splice.array_spans(body, most=page_size)
+    except json_splice.TooManyElements:
+        raise BackfillFailed("inconsistent", "longer than its limit") from None
+    except json_splice.NotJSON:
+        raise BackfillFailed("not_json", "not a JSON array of cards with ids") from None
+
+
+def _card_at(whole: Any, i: int, body: bytes, start: int, end: int, stop: threading.Event) -> tuple[object, object]:
+    """The ``id`` and ``board_id`` of card ``i`` (at ``body[start:end]``), from the parsed page when it is ``whole``."""
+    try:
+        if whole is None:
+            return _card_keys(body, start, end, stop)
+        card = whole[i]
+        if not isinstance(card, dict):
+            raise TypeError("not an object")
+        return card["id"], card.get("board_id", _ABSENT)
+    except (ValueError, TypeError, KeyError, IndexError):
+        raise BackfillFailed("not_json", "not a JSON array of cards with ids") from None
+
+
+def _card_id(keys: tuple[object, object], board: str) -> object:
+    """A card's id, which must be a number or a string, the card being of ``board`` if it names one."""
+    card_id, board_id = keys
+    if type(card_id) not in _ID_TYPES:
+        raise BackfillFailed("not_json", "a card id that is not a number or a string")
+    if board_id is not _ABSENT and not _same_board(board_id, board):
+        raise BackfillFailed("inconsistent", "a card of another board")
+    return card_id
 
 
 def _same_board(board_id: object, board: str) -> bool:
@@ -357,47 +395,72 @@ def _top_level(card: bytes, pos: int, n: int, names: tuple[str, ...], stop: thre
     JSON object at ``card[pos:n]``, without parsing it: each string is skipped with ``bytes.find``, and brackets are
     counted between strings, so Python runs once per string and once per megabyte (the GIL changes hands
     meanwhile). The last of a repeated name wins, as for ``json.loads``."""
-    while pos < n and card[pos] in _WS:
-        pos += 1
-    if pos >= n or card[pos] != 0x7B:
-        raise TypeError("not an object")
+    pos = _object_start(card, pos, n)
     found: dict[str, bytes] = {}
     depth = 0
     strings = 0
     while True:
         quote_at = _find_quote(card, pos, n)
-        end = n if quote_at < 0 else quote_at
-        for window in range(pos, end, _WINDOW):
-            stop_at = min(end, window + _WINDOW)
-            depth += sum(card.count(c, window, stop_at) for c in _OPEN)
-            depth -= sum(card.count(c, window, stop_at) for c in _CLOSE)
+        depth += _depth_change(card, pos, n if quote_at < 0 else quote_at)
         if quote_at < 0:
             return found
-        after = _string_end(card, quote_at, n)
+        pos = _string_end(card, quote_at, n)
         strings += 1
         if strings % _CHECK_EVERY == 0 and stop.is_set():
             raise _Stopped()
         if depth == 1 and _before(card, quote_at) in (0x7B, 0x2C):
-            key = card[quote_at:after]
-            name = key[1:-1].decode("utf-8", "replace") if b"\\" not in key else json.loads(key)
+            name = _key_name(card[quote_at:pos])
             if name in names:
-                colon = after
-                while card[colon] in _WS:
-                    colon += 1
-                start = colon + 1
-                while card[start] in _WS:
-                    start += 1
-                if card[start] == 0x22:
-                    stop_at = _string_end(card, start, n)
-                else:
-                    m = _SCALAR.match(card, start, min(n, start + _ID_BYTES + 1))
-                    stop_at = m.end() if m is not None else start
-                if stop_at == start or stop_at - start > _ID_BYTES:
-                    raise TypeError(f"{name} is not a short string or a number")
-                found[name] = card[start:stop_at]
-                pos = stop_at
-                continue
-        pos = after
+                start, pos = _member_value(card, pos, n, name)
+                found[name] = card[start:pos]
+
+
+def _object_start(card: bytes, pos: int, n: int) -> int:
+    """Where the object at ``card[pos:n]`` opens (after whitespace); TypeError when it is no object."""
+    while pos < n and card[pos] in _WS:
+        pos += 1
+    if pos >= n or card[pos] != 0x7B:
+        raise TypeError("not an object")
+    return pos
+
+
+def _depth_change(card: bytes, pos: int, end: int) -> int:
+    """Brackets opened less those closed in ``card[pos:end]``, which holds no string."""
+    change = 0
+    for window in range(pos, end, _WINDOW):
+        stop_at = min(end, window + _WINDOW)
+        change += sum(card.count(c, window, stop_at) for c in _OPEN)
+        change -= sum(card.count(c, window, stop_at) for c in _CLOSE)
+    return change
+
+
+def _key_name(key: bytes) -> str:
+    """A member's name from its quoted key."""
+    name: str = key[1:-1].decode("utf-8", "replace") if b"\\" not in key else json.loads(key)
+    return name
+
+
+def _member_value(card: bytes, after: int, n: int, name: str) -> tuple[int, int]:
+    """Where the value of the member whose key ends at ``after`` starts and ends: a string or a scalar of at most
+    ``_ID_BYTES``, else TypeError."""
+    colon = after
+    while card[colon] in _WS:
+        colon += 1
+    start = colon + 1
+    while card[start] in _WS:
+        start += 1
+    stop_at = _value_end(card, start, n)
+    if stop_at == start or stop_at - start > _ID_BYTES:
+        raise TypeError(f"{name} is not a short string or a number")
+    return start, stop_at
+
+
+def _value_end(card: bytes, start: int, n: int) -> int:
+    """Just after the string or scalar at ``start`` (``start`` itself when there is neither)."""
+    if card[start] == 0x22:
+        return _string_end(card, start, n)
+    m = _SCALAR.match(card, start, min(n, start + _ID_BYTES + 1))
+    return m.end() if m is not None else start
 
 
 def _find_quote(data: bytes, start: int, n: int) -> int:
@@ -433,54 +496,92 @@ def _before(data: bytes, at: int) -> int:
 
 
 async def _assemble(reader: _Reader, want: int | None) -> list[bytes | memoryview]:
-    options = reader.options
-    size = options.page_size
-    step = size - options.overlap
-    cards: list[bytes | memoryview] = []
-    seen: set[object] = set()
-    last_id: object = None
-    next_offset = 0
-    retried = False
+    assembly = _Assembly(reader.options, want)
     while True:
-        # The first page alone (most boards fit in it), then ``concurrency`` pages at a time.
-        count = 1 if next_offset == 0 else options.concurrency
-        if want is not None:
-            # No more pages in flight than the wanted cards need: the first page brings ``size``, each next ``step``.
-            missing = want - len(cards)
-            needed = 1 + -(-max(missing - size, 0) // step) if next_offset == 0 else -(-missing // step)
-            count = max(1, min(count, needed))
-        wave = await _gather(reader, [next_offset + i * step for i in range(count)])
-        restart = False
+        cards = assembly.take(await _gather(reader, assembly.offsets()))
+        if cards is not None:
+            return cards
+
+
+class _Assembly:
+    """The board's cards read so far, in list order, each once; where the next pages start; whether the list was
+    read again from its start already (it shifted under the backfill)."""
+
+    def __init__(self, options: BackfillOptions, want: int | None) -> None:
+        self.options = options
+        self.want = want
+        self.size = options.page_size
+        self.step = options.page_size - options.overlap
+        self.retried = False
+        self.cards: list[bytes | memoryview] = []
+        self.seen: set[object] = set()
+        self.last_id: object = None
+        self.next_offset = 0
+
+    def offsets(self) -> list[int]:
+        """The next wave's pages: the first page alone (most boards fit in it), then ``concurrency`` at a time."""
+        count = 1 if self.next_offset == 0 else self.options.concurrency
+        if self.want is not None:
+            count = max(1, min(count, self._needed(self.want)))
+        return [self.next_offset + i * self.step for i in range(count)]
+
+    def _needed(self, want: int) -> int:
+        # No more pages in flight than the wanted cards need: the first page brings ``size``, each next ``step``.
+        missing = want - len(self.cards)
+        if self.next_offset == 0:
+            return 1 + -(-max(missing - self.size, 0) // self.step)
+        return -(-missing // self.step)
+
+    def take(self, wave: list[_Page]) -> list[bytes | memoryview] | None:
+        """A wave's pages, in order: the cards once the list (or as much of it as wanted) is read, else None."""
         for page in wave:
-            start = 0
-            if page.offset > 0:
-                # The link: this page must hold the last card of the one before.
-                if last_id not in page.ids:
-                    if not page.ids:
-                        return cards  # the list ended with the previous page, which was full
-                    if retried:
-                        raise BackfillFailed("inconsistent", "the card list shifted by more than the overlap "
-                                             f"between pages (at offset {page.offset}), twice")
-                    retried = restart = True
-                    break
-                start = page.ids.index(last_id) + 1
-            for card_id, raw in zip(page.ids[start:], page.raw[start:], strict=True):
-                if card_id in seen:
-                    continue  # read twice: an insert in front moved the next page's window
-                seen.add(card_id)
-                cards.append(raw)
-                if len(cards) > options.max_cards:
-                    raise BackfillFailed("too_many_cards", f"more than max_cards={options.max_cards}")
-            if page.ids:
-                last_id = page.ids[-1]
-            if len(page.ids) < size:
-                return cards if want is None else cards[:want]
-            if want is not None and len(cards) >= want:
-                return cards[:want]
-            next_offset = page.offset + step
-        if restart:
-            # Read again from the start, once: the cards kept so far may be the very ones that moved.
-            cards, seen, last_id, next_offset = [], set(), None, 0
+            if page.offset > 0 and not page.ids:
+                return self.cards  # the list ended with the previous page, which was full
+            start = self._linked(page)
+            if start is None:
+                # Read again from the start, once: the cards kept so far may be the very ones that moved.
+                self.cards, self.seen, self.last_id, self.next_offset = [], set(), None, 0
+                return None
+            cards = self._add(page, start)
+            if cards is not None:
+                return cards
+        return None
+
+    def _linked(self, page: _Page) -> int | None:
+        """Where the page's new cards start: after the last card of the page before, which it must hold (None when
+        it does not: the list shifted by more than the overlap)."""
+        if page.offset <= 0:
+            return 0
+        if self.last_id in page.ids:
+            return page.ids.index(self.last_id) + 1
+        if self.retried:
+            raise BackfillFailed("inconsistent", "the card list shifted by more than the overlap "
+                                 f"between pages (at offset {page.offset}), twice")
+        self.retried = True
+        return None
+
+    def _add(self, page: _Page, start: int) -> list[bytes | memoryview] | None:
+        """The page's cards from ``start``, those not read before: the cards when this page ends what is read."""
+        cards, seen, most = self.cards, self.seen, self.options.max_cards
+        for card_id, raw in zip(page.ids[start:], page.raw[start:], strict=True):
+            if card_id in seen:
+                continue  # read twice: an insert in front moved the next page's window
+            seen.add(card_id)
+            cards.append(raw)
+            if len(cards) > most:
+                raise BackfillFailed("too_many_cards", f"more than max_cards={most}")
+        if page.ids:
+            self.last_id = page.ids[-1]
+        return self._ended(page)
+
+    def _ended(self, page: _Page) -> list[bytes | memoryview] | None:
+        cards, want = self.cards, self.want
+        if len(page.ids) < self.size:
+            return cards if want is None else cards[:want]
+        if want is not None and len(cards) >= want:
+            return cards[:want]
+        self.next_offset = page.offset + self.step
+        return None
 
 
 async def _gather(reader: _Reader, offsets: list[int]) -> list[_Page]:

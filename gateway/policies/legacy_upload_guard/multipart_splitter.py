@@ -113,24 +113,31 @@ def _head(part: PartHeaders) -> PartHead:
     if coding is not None and coding.decode("latin-1").lower() not in _PLAIN_CODINGS:
         raise Ambiguous("content_transfer_encoding",
                         f"part {index} has a Content-Transfer-Encoding that some parsers decode and others do not")
-    content_type = media_value = None
     raw_type = fields.get(b"content-type")
-    if raw_type is not None:
-        media_value = raw_type.decode("latin-1")
-        try:
-            media = parse_media_type(media_value)
-        except MalformedValue as err:  # a problem of the part's, so refused before this; kept for the type checker
-            raise Ambiguous("malformed_part_content_type",
-                            f"part {index} has a Content-Type that cannot be parsed") from err
-        if media.type == "multipart":
-            raise Ambiguous("nested_multipart", f"part {index} is a nested multipart part (several files in one)")
-        content_type = media.essence
-    filename: str | None = None
+    media_value = None if raw_type is None else raw_type.decode("latin-1")
+    content_type = None if media_value is None else _essence(index, media_value)
+    return PartHead(index, part.raw, _raw_text(params["name"]), _filename(params), content_type, part.file_reason,
+                    media_value)
+
+
+def _essence(index: int, media_value: str) -> str:
+    """A part's Content-Type as type/subtype; a nested multipart part is refused."""
+    try:
+        media = parse_media_type(media_value)
+    except MalformedValue as err:  # a problem of the part's, so refused before this; kept for the type checker
+        raise Ambiguous("malformed_part_content_type",
+                        f"part {index} has a Content-Type that cannot be parsed") from err
+    if media.type == "multipart":
+        raise Ambiguous("nested_multipart", f"part {index} is a nested multipart part (several files in one)")
+    return media.essence
+
+
+def _filename(params: dict[str, str]) -> str | None:
     if "filename*" in params:
-        filename = extended_value(params["filename*"])
-    elif "filename" in params:
-        filename = _raw_text(params["filename"])
-    return PartHead(index, part.raw, _raw_text(params["name"]), filename, content_type, part.file_reason, media_value)
+        return extended_value(params["filename*"])
+    if "filename" in params:
+        return _raw_text(params["filename"])
+    return None
 
 
 def _raw_text(value: str) -> str:

@@ -313,6 +313,13 @@ async def _enforce_file_parts(exchange: Exchange, next: Next, settings: _Setting
     # it until it decides: nothing reaches the upstream before, and nothing at all if it refuses.
     exchange.body.add_filter(_FileParts(exchange, settings, settings.sniffer(boundary)))
     reply = await next(exchange)
+    _decided_in_passing(exchange, settings, upgrade)
+    return reply
+
+
+def _decided_in_passing(exchange: Exchange, settings: _Settings, upgrade: Upgrade | None) -> None:
+    """The decision on a body the filter watched on its way upstream: refused (cut short before a verdict, or by
+    the filter), else passed."""
     if NAME not in exchange.decisions and exchange.body_error is not None:
         _refused_incomplete(exchange, settings)
     if upgrade is not None and exchange.decisions.get(NAME) == "refused":
@@ -320,7 +327,6 @@ async def _enforce_file_parts(exchange: Exchange, next: Next, settings: _Setting
         # and counted among its outcomes too.
         upgrade.count(exchange, Outcome.ABORTED if exchange.body_error is not None else Outcome.REFUSED)
     exchange.decisions.setdefault(NAME, "passed")
-    return reply
 
 
 async def _read_then_decide(exchange: Exchange, next: Next, settings: _Settings, upgrade: Upgrade,
@@ -418,12 +424,18 @@ def _multipart_boundary(headers: CIMultiDictProxy[str]) -> Boundary | None:
             raise Ambiguous("content_type_mentions_multipart", f"a {media.essence} Content-Type names multipart")
         return None
     boundary = form_data_boundary(media)
+    _check_upload_codings(headers)
+    return boundary
+
+
+def _check_upload_codings(headers: CIMultiDictProxy[str]) -> None:
+    """A multipart upload's body as sent is the body parsers read: no content coding, no transfer coding but
+    chunked."""
     if "Content-Encoding" in headers:
         raise Ambiguous("content_encoding", "a multipart upload body must not carry a Content-Encoding")
     codings = [t.strip().lower() for v in headers.getall("Transfer-Encoding", ()) for t in v.split(",")]
     if codings and codings != ["chunked"]:
         raise Ambiguous("transfer_coding", "a multipart upload body must use no transfer coding but chunked")
-    return boundary
 
 
 def _declares_multipart(headers: CIMultiDictProxy[str]) -> bool:
@@ -507,13 +519,18 @@ class _Watch(RequestBodyFilter):
         return Flow.CONTINUE
 
 
+async def _observe_route(exchange: Exchange, next: Next, settings: _Settings, shadow: bool) -> Reply:
+    """With ``detect: route``: a request with a body (or one that says it is multipart) is counted as an upload."""
+    if not (exchange.has_body or _declares_multipart(exchange.headers)):
+        return await _pass(exchange, next)
+    return _allowed(exchange, settings, await next(exchange), shadow)
+
+
 async def _observe(exchange: Exchange, next: Next, settings: _Settings, *, shadow: bool = False) -> Reply:
     """Uploads pass unchanged; they are counted and their responses say the route is deprecated. In a shadow window
     of the forbidden phase they are recorded as ``would_block``: what that phase would have done to them."""
     if settings.options.detect == "route":
-        if not (exchange.has_body or _declares_multipart(exchange.headers)):
-            return await _pass(exchange, next)
-        return _allowed(exchange, settings, await next(exchange), shadow)
+        return await _observe_route(exchange, next, settings, shadow)
     try:
         boundary = _multipart_boundary(exchange.headers)
     except Ambiguous:

@@ -267,20 +267,24 @@ def _lost_comment(run: Run, reply: Reply, card: dict[str, Any], text: bytes | No
     comments = comments_of(card)
     if comments is None:
         return None
-    before = comments_of(run.card) if run.card is not None else None
-    is_new = New(None if before is None else {str(c.get("id")) for c in before},
-                 service_time(reply.headers.get("Date")), window)
+    is_new = _new_since_lookup(run, reply, window)
     wanted = None if text is None else text.decode("utf-8", "replace")
     found = [c for c in comments if c.get("text") == wanted and is_new(str(c.get("id")), c)]
     return found[0] if len(found) == 1 else None
+
+
+def _new_since_lookup(run: Run, reply: Reply, window: float) -> New:
+    """Which comments are new: not among those the card lookup listed, or dated within ``window`` of the answer."""
+    before = comments_of(run.card) if run.card is not None else None
+    return New(None if before is None else {str(c.get("id")) for c in before},
+               service_time(reply.headers.get("Date")), window)
 
 
 async def _existing(run: Run, comment_id: str, card_uid: str) -> CommentRecord:
     """A comment updated with files alone: its uid and record from the card lookup (made for this request, so
     that the answer is the comment as it is now)."""
     card = run.card if run.card is not None else await run.lookup()
-    wanted = str(int(comment_id))
-    found = next((c for c in comments_of(card) or () if str(c.get("id")) == wanted), None)
+    found = _comment_in(card, str(int(comment_id)))
     if found is None:
         raise Stop(Ending(Outcome.DENIED, run.error(404, "LEGACY_UPLOAD_UPGRADE_NOT_FOUND", "the comment is not "
                                                     "among the card's comments as the service lists them"),
@@ -291,6 +295,11 @@ async def _existing(run: Run, comment_id: str, card_uid: str) -> CommentRecord:
     run.target = Target(run.up.comment_upload.render({"card_uid": card_uid, "comment_uid": uid}, encode=True),
                         file_ids(found.get("files")))
     return CommentRecord(found.get("id"), uid, found)
+
+
+def _comment_in(card: dict[str, Any], comment_id: str) -> dict[str, Any] | None:
+    """The comment of ``card`` with this id, as the card lists it."""
+    return next((c for c in comments_of(card) or () if str(c.get("id")) == comment_id), None)
 
 
 class _Spooler:

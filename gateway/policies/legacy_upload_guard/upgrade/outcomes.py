@@ -120,10 +120,11 @@ class FileEntry:
     @property
     def may_remain(self) -> str | None:
         """What names a file the service may still hold for it (its id, its candidates, "?"), else None."""
+        named = self.id or "/".join(self.candidates)  # (candidates are ids: "" only when there are none)
         if self.status is FileStatus.UNKNOWN:
-            return self.id or "/".join(self.candidates) or "?"
-        if self.status is FileStatus.ROLLBACK_FAILED and (self.id or self.candidates):
-            return self.id or "/".join(self.candidates)
+            return named or "?"
+        if self.status is FileStatus.ROLLBACK_FAILED and named:
+            return named
         return None
 
 
@@ -197,6 +198,16 @@ def refusal_answer(run: Run, err: Refusal) -> Reply:
 def partial_answer(run: Run, status: int, reason: str, message: str) -> Reply:
     """The answer that names what was created and what was not (bounded: at most ``max_files + 1`` file parts are
     listed, the rest counted in ``files_not_listed``)."""
+    payload = _partial_payload(run, reason)
+    done = "the comment was saved" if run.saved is not None else "the request was partly carried out"
+    text = sentence(f"{done}, but not every file was uploaded: {message}; the files are listed with what became of "
+                    f"each ({', '.join(FileStatus)})")
+    return Reply.json(status, {"code": PARTIAL_CODE, "message": text,
+                               "request_id": run.exchange.ensure_request_id(), **payload})
+
+
+def _partial_payload(run: Run, reason: str) -> dict[str, Any]:
+    """What a partial answer names: the comment, each file part listed with what became of it, the replacement."""
     comment = run.saved
     files = run.files
     payload: dict[str, Any] = {
@@ -210,11 +221,7 @@ def partial_answer(run: Run, status: int, reason: str, message: str) -> Reply:
         payload["files_not_listed"] = files.unlisted
     if run.target is not None:
         payload["replacement"] = f"POST {run.target.path}"
-    done = "the comment was saved" if comment is not None else "the request was partly carried out"
-    text = sentence(f"{done}, but not every file was uploaded: {message}; the files are listed with what became of "
-                    f"each ({', '.join(FileStatus)})")
-    return Reply.json(status, {"code": PARTIAL_CODE, "message": text,
-                               "request_id": run.exchange.ensure_request_id(), **payload})
+    return payload
 
 
 def _partial_ending(run: Run, status: int, reason: str, message: str) -> Ending:
@@ -369,9 +376,13 @@ def _warn(run: Run, outcome: Outcome, note: str) -> None:
     left = [name for f in run.files.entries if (name := f.may_remain) is not None]
     if not ((outcome in _LEFT_DONE and run.changed) or left or run.comment_unknown):
         return
-    details = f"; files that may remain: {', '.join(left)}" if left else ""
-    if run.comment_unknown:
-        details += "; the comment may have been saved (its answer was lost)"
     exchange = run.exchange
-    log.warning("legacy_upload_guard: upload upgrade %s%s; tenant %s, card %s, request id %s", note, details,
-                exchange.tenant.name, run.card_id, exchange.request_id)
+    log.warning("legacy_upload_guard: upload upgrade %s%s; tenant %s, card %s, request id %s", note,
+                _what_may_remain(left, run.comment_unknown), exchange.tenant.name, run.card_id, exchange.request_id)
+
+
+def _what_may_remain(files: list[str], comment_unknown: bool) -> str:
+    details = f"; files that may remain: {', '.join(files)}" if files else ""
+    if comment_unknown:
+        details += "; the comment may have been saved (its answer was lost)"
+    return details

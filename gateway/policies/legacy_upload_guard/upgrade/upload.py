@@ -262,9 +262,13 @@ def _same_file(entity: Any, name: str, size: str, mine: set[str]) -> str | None:
     file_id = entity.get("id")
     if not isinstance(file_id, str) or not ID_RE.fullmatch(file_id) or file_id in mine:
         return None
-    if entity.get("type", RESTRICTED_FILE_TYPE) != RESTRICTED_FILE_TYPE or entity.get("name") != name:
-        return None
-    return file_id if str(entity.get("size")) == size else None
+    return file_id if _restricted_file_of(entity, name, size) else None
+
+
+def _restricted_file_of(entity: dict[str, Any], name: str, size: str) -> bool:
+    """Whether a listed file is a restricted file of this name and size."""
+    return (entity.get("type", RESTRICTED_FILE_TYPE) == RESTRICTED_FILE_TYPE and entity.get("name") == name
+            and str(entity.get("size")) == size)
 
 
 async def _answer_record(run: Run, reply: Reply) -> dict[str, Any] | None:
