@@ -1,6 +1,6 @@
 """Benchmarks of the migration bridges, each side by side with what a migrated client would do itself.
 
-    .venv/bin/python bench/bridges.py [--rounds 5] [--requests 40] [--upload-mb 100] [--json FILE]
+    .venv/bin/python bench/bridges.py [--rounds 5] [--requests 40] [--upload-mb 100] [--json FILE] [--only-limits]
 
 Starts the sandbox (playing the service after it withdrew cards: no cards on the board route) and a gateway in front
 of it whose legacy client (User-Agent ``bench-legacy/``) is exempted onto the ``full`` phase with both bridges on.
@@ -14,6 +14,12 @@ of it whose legacy client (User-Agent ``bench-legacy/``) is exempted onto the ``
   sent directly to the restricted route on the sandbox (``POST /api/v1/cards/{uid}/files``), and through the gateway
   without a bridge. Throughput of each (the ratio is upgraded / direct), the gateway's RSS sampled during each
   (``VmRSS``), and its peak over its life (``VmHWM``) after the upgraded upload.
+- **Within the service's limits** (``--limits``, on by default): a second sandbox allowing a token 5 requests a second
+  (``--rate-limit 5``) and a third without a limit, each with a 2,000-card board (20 pages of 100), behind one gateway
+  (``share_seconds: 0``: each measure a fresh backfill). The bridged read of the limited board (time to the whole
+  answer, and the 429s the service sent), against a client that reads the board and its pages from the service itself
+  and waits for ``Retry-After`` on each 429; then 20 legacy readers of the unlimited board on one token at once (the
+  page requests the service received, the readers' p99), against one reader alone.
 - **Adversarial backfill** (``--adversarial``, on by default): a second gateway (``backfill.max_bytes`` 64 MiB) in
   front of a small hostile card list served from this process, pages made ahead of time: pages of 16 MB read four at
   a time (64 MiB and more together), one page of 3 million ids (about 50 MB), and two cards of 28 MB. For each: the
@@ -274,6 +280,134 @@ async def adversarial(tmp: Path) -> list[dict[str, Any]]:
     return results
 
 
+LIMITED_CARDS = 2000
+
+
+def start_limits(tmp: Path) -> tuple[list[subprocess.Popen[bytes]], str, str, str, str]:
+    """A sandbox limiting a token to 5 requests a second, one without a limit (each with the 2,000-card board 4),
+    and a gateway in front of both (tenant ``limited`` at Host ``limited.localhost``)."""
+    limited_port, free_port_, port, admin = free_port(), free_port(), free_port(), free_port()
+    common = ["--cards-cap-from", "2026-10-01", "--cards-removal-from", "2026-11-01", "--now", "2026-11-24T12:00:00Z",
+              "--log-level", "warning", "--extra-board", str(LIMITED_CARDS)]
+    procs = [subprocess.Popen([PYTHON, "-m", "sandbox", "--port", str(p), *common, *extra], cwd=ROOT,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for p, extra in ((limited_port, ["--rate-limit", "5"]), (free_port_, []))]
+    config = yaml.safe_load((ROOT / "config/gateway.yaml").read_text())
+    config["tenants"] = [
+        {"name": "limited", "hosts": ["limited.localhost"], "upstream": f"http://127.0.0.1:{limited_port}"},
+        {"name": "free", "hosts": ["127.0.0.1", "localhost"], "upstream": f"http://127.0.0.1:{free_port_}"}]
+    config["access_log"] = {"enabled": False}
+    config["rollout"]["now"] = "2026-11-24T12:00:00Z"
+    config["rollout"]["exemptions"] = [
+        {"name": "bench-board", "phase": "full", "until": "2099-01-01",
+         "header": {"name": "User-Agent", "prefix": "bench-legacy/"}, "bridge": True}]
+    for route in config["routes"]:
+        if route["name"] == "board":
+            route["chain"] = [{"board_cards": {"backfill": {"share_seconds": 0}}}]
+    path = tmp / "limits.yaml"
+    path.write_text(yaml.safe_dump(config))
+    procs.append(subprocess.Popen([PYTHON, "-m", "gateway", "serve", "--config", str(path), "--listen",
+                                   f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}", "--log-level",
+                                   "warning"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    return (procs, f"http://127.0.0.1:{limited_port}", f"http://127.0.0.1:{free_port_}", f"http://127.0.0.1:{port}",
+            f"http://127.0.0.1:{admin}")
+
+
+async def _journal(client: aiohttp.ClientSession, sandbox: str, *, clear: bool = False) -> list[dict[str, Any]]:
+    async with client.get(f"{sandbox}/_sandbox/journal") as resp:
+        entries: list[dict[str, Any]] = await resp.json()
+    if clear:
+        async with client.delete(f"{sandbox}/_sandbox/journal") as resp:
+            await resp.read()
+    return [e for e in entries if e["path"].startswith("/api/")]
+
+
+async def waiting_client_read(client: aiohttp.ClientSession, sandbox: str) -> None:
+    """A client that reads the board and its pages from the service itself, one after another, and waits for
+    ``Retry-After`` whenever it is answered 429."""
+
+    async def get(url: str) -> bytes:
+        while True:
+            async with client.get(url, headers=TOKEN) as resp:
+                body = await resp.read()
+                if resp.status != 429:
+                    return body
+                await asyncio.sleep(float(resp.headers.get("Retry-After", "1")))
+
+    await get(f"{sandbox}/api/latest/boards/4")
+    cards, offset = 0, 0
+    while True:
+        page = json.loads(await get(f"{sandbox}/api/latest/cards?board_id=4&limit=100&offset={offset}"))
+        cards += len(page)
+        offset += 100
+        if len(page) < 100:
+            break
+    assert cards == LIMITED_CARDS
+
+
+async def limits_round(client: aiohttp.ClientSession, limited: str, free: str, gateway: str) -> dict[str, Any]:
+    """One round of both cases (each after a pause that lets the service's window reset)."""
+    row: dict[str, Any] = {}
+    await _journal(client, limited, clear=True)
+    await asyncio.sleep(1.1)
+    started = time.perf_counter()
+    async with client.get(f"{gateway}/api/latest/boards/4", headers={**LEGACY, "Host": "limited.localhost"}) as resp:
+        body = await resp.read()
+        assert resp.headers.get("X-Gateway-Backfill", "").startswith(f"done; cards={LIMITED_CARDS}"), resp.headers
+    row["bridged_s"] = time.perf_counter() - started
+    assert len(json.loads(body)["cards"]) == LIMITED_CARDS
+    row["bridged_429"] = sum(e["status"] == 429 for e in await _journal(client, limited, clear=True))
+    await asyncio.sleep(1.1)
+    started = time.perf_counter()
+    await waiting_client_read(client, limited)
+    row["client_s"] = time.perf_counter() - started
+    row["client_429"] = sum(e["status"] == 429 for e in await _journal(client, limited, clear=True))
+
+    async def reader() -> float:
+        began = time.perf_counter()
+        async with client.get(f"{gateway}/api/latest/boards/4", headers=LEGACY) as resp:
+            await resp.read()
+            assert resp.headers.get("X-Gateway-Backfill", "").startswith("done"), resp.headers
+        return time.perf_counter() - began
+
+    await _journal(client, free, clear=True)
+    row["one_s"] = await reader()
+    row["one_pages"] = sum(e["path"] == "/api/latest/cards" for e in await _journal(client, free, clear=True))
+    times = await asyncio.gather(*(reader() for _ in range(20)))
+    row["twenty_p99_s"] = percentile(list(times), 0.99)
+    row["twenty_pages"] = sum(e["path"] == "/api/latest/cards" for e in await _journal(client, free, clear=True))
+    return row
+
+
+async def limits(tmp: Path, rounds: int) -> list[dict[str, Any]]:
+    procs, limited, free, gateway, admin = start_limits(tmp)
+    try:
+        await wait_ready(limited + "/_sandbox/journal")
+        await wait_ready(free + "/_sandbox/journal")
+        await wait_ready(admin + "/readyz")
+        rows = []
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as client:
+            for r in range(rounds):
+                row = await limits_round(client, limited, free, gateway)
+                rows.append(row)
+                print(f"limits round {r + 1}: 2,000 cards under 5 requests a second: bridged {row['bridged_s']:.2f} s "
+                      f"({row['bridged_429']} 429s), a client waiting for Retry-After itself {row['client_s']:.2f} s "
+                      f"({row['client_429']} 429s); 20 readers on one token: {row['twenty_pages']} page requests, "
+                      f"p99 {row['twenty_p99_s'] * 1000:.0f} ms, against one reader {row['one_pages']} and "
+                      f"{row['one_s'] * 1000:.0f} ms", flush=True)
+        print(f"limits: median bridged / waiting client {statistics.median(r['bridged_s'] / r['client_s'] for r in rows):.2f}; "
+              f"20 readers' p99 / one reader {statistics.median(r['twenty_p99_s'] / r['one_s'] for r in rows):.2f}")
+        return rows
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -282,7 +416,16 @@ async def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--no-adversarial", dest="adversarial", action="store_false",
                         help="skip the adversarial backfills")
+    parser.add_argument("--no-limits", dest="limits", action="store_false",
+                        help="skip the rate-limited and the 20-reader backfills")
+    parser.add_argument("--only-limits", action="store_true", help="only the rate-limited and 20-reader backfills")
     args = parser.parse_args()
+    if args.only_limits:
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = await limits(Path(tmp), args.rounds)
+            if args.json:
+                args.json.write_text(json.dumps({"limits": rows}, indent=2))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         procs, sandbox, gateway, admin, pid = start(Path(tmp))
         try:
@@ -333,6 +476,8 @@ async def main() -> None:
                       f"peak over its life (VmHWM) {hwm:.0f} MiB")
             if args.adversarial:
                 results["adversarial"] = await adversarial(Path(tmp))
+            if args.limits:
+                results["limits"] = await limits(Path(tmp), args.rounds)
             if args.json:
                 args.json.write_text(json.dumps(results, indent=2))
         finally:

@@ -4,9 +4,10 @@ edge, the route's chain (policies), proxy."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from aiohttp import web
 from .config import ConfigError, LoadedConfig, expand_references, parse_model, read_document
 from .core.chain import fold
 from .core.exchange import Next
+from .core.ratelimit import RateLimits
 from .core.spool import SpoolArea
 from .edge.classify import parser_error_text
 from .edge.route_table import RouteTable
@@ -22,6 +24,7 @@ from .edge.serve import Edge, GatewayState, InFlight
 from .edge.tenancy import TenantResolver
 from .ops.access_log import AccessLogWriter, LineSink, Recorder
 from .ops.admin import COOKIE as ADMIN_COOKIE
+from .ops.gc_pauses import freeze_built, let_go, paused, quick_handover
 from .ops.ledger import Ledger, LedgerFamilies
 from .ops.metrics import Metrics
 from .ops.tracing import Tracing
@@ -29,7 +32,7 @@ from .ops.usage import UsageCounter
 from .policies import POLICIES, BuildContext, check_config
 from .proxy.core import ProxyCore
 from .proxy.upstream import UpstreamClient
-from .rollout import Clock, clock_from_config
+from .rollout import Clock, RolloutPlan, clock_from_config
 from .server.listener import make_listener, metric_events
 from .server.writer import send
 
@@ -67,30 +70,34 @@ def _upstream_urls(data: Any) -> list[str]:
 def load_config(path: str | Path, environ: Mapping[str, str] = os.environ, *,
                 unneeded: Callable[[Sequence[int | str]], bool] | None = None) -> LoadedConfig:
     """The file's config, or ConfigError with every problem, each with its key's path and line."""
-    document = read_document(path)
-    try:
-        return parse_config(document.data, str(path), environ, unneeded=unneeded)
-    except ConfigError as err:
-        raise ConfigError(document.annotate(err.problems), err.source) from None
+    with paused():
+        document = read_document(path)
+        try:
+            return parse_config(document.data, str(path), environ, unneeded=unneeded)
+        except ConfigError as err:
+            raise ConfigError(document.annotate(err.problems), err.source) from None
 
 
 def build_state(config: LoadedConfig, proxy: Next, clock: Clock, metrics: Metrics,
-                spool: SpoolArea | None = None) -> GatewayState:
+                spool: SpoolArea | None = None, limits: RateLimits | None = None) -> GatewayState:
     """The routes (built whole), each route's chain folded around ``proxy``, and the rollout plan of ``config``."""
     model = config.model
     if spool is None:
         spool = SpoolArea(model.spool)
+    if limits is None:
+        limits = RateLimits()
     routes = RouteTable.of(config, POLICIES)
-    plan = config.rollout_plan()
+    tenants = config.tenants()  # one Tenant per company, shared by the host map and the rollout plan
+    plan = config.rollout_plan(tenants)
     timezone = model.rollout.tzinfo
     handlers: dict[str, Next] = {}
     for route in [*routes.routes, routes.catch_all]:
         ctx = BuildContext(route=route.name, params=route.params, clock=clock, timezone=timezone, rollout=plan,
-                           families=metrics.families, spool=spool)
+                           families=metrics.families, companies=metrics.companies, spool=spool, limits=limits)
         policies = [POLICIES[name].make(options, ctx) for name, options in config.chains[route.name]]
         handlers[route.name] = fold(policies, proxy)
     server = model.server
-    return GatewayState(config, TenantResolver.of(config), routes, handlers, plan,
+    return GatewayState(config, TenantResolver.of(config, tenants), routes, handlers, plan,
                         body_timeout=server.client_body_timeout, look_ahead=server.method_override_look_ahead)
 
 
@@ -124,12 +131,16 @@ class Gateway:
     ) -> None:
         self.access_log: LineSink = access_log if access_log is not None else AccessLogWriter()
         self.metrics = metrics or Metrics()
+        self.metrics.companies.limit = config.model.metrics.max_companies
         self.clock = clock or clock_from_config(config.model.rollout)
         self._own_client = client is None
         self._client = client
         self._config = config
         # One spool area for the process's lifetime (its budget is the config's; a reload changes it in place).
         self.spool = SpoolArea(config.model.spool)
+        # The service's limits on each token, as the bridges learnt them: kept for the process's lifetime, reloads
+        # included (the service's limits do not change with the gateway's config).
+        self.limits = RateLimits()
         self._state: GatewayState | None = None
         self.ready = False
         model = config.model
@@ -149,10 +160,10 @@ class Gateway:
         # gateway_rollout_phase: the plan in force (swapped on reload) at the gateway's clock, at each scrape.
         self.metrics.rollout_phase.source = self._phases
 
-    def _phases(self) -> Iterable[tuple[str, str, str, float]]:
+    def _phases(self) -> tuple[RolloutPlan, float] | None:
         if self._state is None:
-            return ()
-        return self._state.rollout.phase_samples(self.clock.now().timestamp())
+            return None
+        return self._state.rollout, self.clock.now().timestamp()
 
     @property
     def state(self) -> GatewayState:
@@ -169,7 +180,7 @@ class Gateway:
             max_concurrent_per_tenant=upstream.max_concurrent_per_tenant, queue_timeout=upstream.queue_timeout,
             strip_cookie=ADMIN_COOKIE,
         )
-        self._state = build_state(self._config, self.proxy, self.clock, self.metrics, self.spool)
+        self._state = build_state(self._config, self.proxy, self.clock, self.metrics, self.spool, self.limits)
         self.tracing.start()
         self.edge = Edge(lambda: self.state, self.proxy, self.recorder, self.in_flight, send, self.tracing,
                          self.clock)
@@ -181,21 +192,41 @@ class Gateway:
         """The public listener, serving through the edge (``server.listener``)."""
         return make_listener(self.edge, self._config.model.server, metric_events(self.metrics))
 
-    def reload(self, config: LoadedConfig) -> list[str]:
-        """Build everything from the new config first, then swap it in with one assignment.
+    async def reload_file(self, path: str | Path) -> tuple[LoadedConfig, list[str]]:
+        """SIGHUP's reload: the file read, validated and everything built from it in a thread, so that the event loop
+        serves meanwhile; then swapped in with one assignment. ConfigError (or whatever building it raised) leaves the
+        running config in place.
 
-        Returns the sections that changed but only take effect on restart (listeners, upstream pool, access log,
-        usage ledger).
+        Returns the new config, and the sections that changed but only take effect on restart (listeners, upstream
+        pool, access log, usage ledger, tracing).
         """
+        state = await asyncio.to_thread(self._build_file, path)
+        replaced = [self._state]
+        changed = self._swap(state)
+        await asyncio.to_thread(let_go, replaced)  # not freed here: at 10,000 companies, tens of ms of the loop
+        return state.config, changed
+
+    def _build_file(self, path: str | Path) -> GatewayState:
+        with paused(), quick_handover():
+            state = self._build(load_config(path))
+            freeze_built()
+            return state
+
+    def _build(self, config: LoadedConfig) -> GatewayState:
+        """Everything the running state is made of, built from ``config``; the running state is left as it is (the
+        spool area's budget and directory are the new config's from here, the old ones again if this fails)."""
         previous = self._config.model.spool
         self.spool.configure(config.model.spool)
         try:
-            self._state = build_state(config, self.proxy, self.clock, self.metrics, self.spool)
+            return build_state(config, self.proxy, self.clock, self.metrics, self.spool, self.limits)
         except BaseException:
             self.spool.configure(previous)
             raise
-        old, self._config = self._config.model, config
-        new = config.model
+
+    def _swap(self, state: GatewayState) -> list[str]:
+        old, self._config, self._state = self._config.model, state.config, state
+        new = state.config.model
+        self.metrics.companies.limit = new.metrics.max_companies
         restart = ("server", "upstream", "access_log", "usage", "tracing")
         return [name for name in restart if _restart_part(old, name) != _restart_part(new, name)]
 

@@ -1,42 +1,30 @@
 """Command line: ``gateway serve``, ``gateway check-config``, ``gateway rollout``, ``gateway usage``,
-``gateway migrate``, ``gateway --version``. Parsing and wiring only."""
+``gateway migrate``, ``gateway --version``: the arguments parsed, the config loaded (or its problems printed, exit
+status 2), the command run; ``serve``'s process lifecycle is ``gateway.lifecycle``'s."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
+import datetime as dt
 import os
 import re
-import resource
-import signal
-import socket
 import sys
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from aiohttp import web
-
-from . import __version__
-from .app import Gateway, load_config
-from .config import ADMIN_PATHS, ConfigError, ListenAddress, LoadedConfig, parse_listen
+from . import __version__, lifecycle
+from .app import load_config
+from .config import ConfigError, ListenAddress, LoadedConfig, parse_listen
 from .core import aiohttp_fast
 from .edge.tenancy import TenantResolver
-from .ops.admin import make_admin_app
-from .ops.gc_pauses import freeze_startup
-from .ops.heap import keep_freed_memory
+from .lifecycle import ServeOptions
 from .ops.ledger import commands as ledger_commands
-from .ops.log_format import RedactingFormatter, setup_logging
+from .ops.log_format import setup_logging
 from .ops.probe import ADMIN_LISTEN_ENV
-from .ops.status import ConfigHistory
-from .ops.workers import Peers, become_supervisor
-from .server.acceptor import Acceptor, listening_socket
-from .server.listener import admin_listener, admin_metric_events
 
 __all__ = ("main",)
 
 DEFAULT_CONFIG = "config/gateway.yaml"
-log = logging.getLogger("gateway")
 
 
 def _listen(value: str) -> ListenAddress:
@@ -129,203 +117,71 @@ def _describe(config: LoadedConfig) -> str:
     return "\n".join(lines)
 
 
-def _raise_file_limit(config: LoadedConfig) -> None:
-    """Raise the soft limit on open files to the hard one: each client connection holds a descriptor, and so does each
-    upstream connection (at most upstream.pool_size). Warn when even the hard limit is below that need."""
-    model = config.model
-    need = model.server.max_connections + model.upstream.pool_size + 64
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or hard > soft:
-        target = hard if hard != resource.RLIM_INFINITY else max(soft, need)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-        except (ValueError, OSError):
-            pass
-    if model.server.max_connections and soft < need:
-        log.warning("open-file limit %d is below what server.max_connections (%d) and upstream.pool_size (%d) may "
-                    "need (%d): raise the hard limit (ulimit -Hn, the container runtime's nofile) or lower them",
-                    soft, model.server.max_connections, model.upstream.pool_size, need)
+class _Refused(Exception):
+    """A command cannot run with what it was given: ``str()`` goes to stderr and the exit status is 2."""
 
 
-async def _serve(config_path: str, config: LoadedConfig, listen: ListenAddress, admin_listen: ListenAddress,
-                 *, reuse_port: bool = False, formatter: RedactingFormatter | None = None) -> None:
-    _raise_file_limit(config)
-    keep_freed_memory()
-    gateway = Gateway(config)
-    history = ConfigHistory()
-    peers = Peers.from_environ()  # under --workers: the supervisor's marks
-    await gateway.start()
-    server = config.model.server
-    # aiohttp's own shutdown closes connections and drops the rest of a body still arriving: it runs only after the
-    # gateway's drain (below), when nothing is left in flight but what the deadline cuts.
-    runner = web.ServerRunner(gateway.make_server(), shutdown_timeout=_CUT_GRACE)
-    admin_runner = web.AppRunner(make_admin_app(gateway, history=history), access_log=None)
-    await runner.setup()
-    await admin_runner.setup()
-    assert admin_runner.server is not None
-    admin = admin_listener(admin_runner.server, server, admin_metric_events(gateway.metrics))
-    freeze_startup()  # before the first request: no full collection walks start-up's objects again
-    acceptor: Acceptor | None = None
-    admin_acceptor: Acceptor | None = None
-    backoffs = gateway.metrics.accept_backoffs
+def _load(path: str, unneeded: Callable[[Sequence[int | str]], bool] | None = None) -> LoadedConfig:
+    """The config of ``path``, or _Refused with every problem."""
     try:
-        sock = _listening(listen, server.backlog, reuse_port)
-        assert runner.server is not None
-        acceptor = Acceptor(sock, runner.server, backed_off=backoffs.labels("public").inc)
-        admin_sock = _listening(admin_listen, _ADMIN_BACKLOG, reuse_port)
-        admin_acceptor = Acceptor(admin_sock, admin, name="admin", backed_off=backoffs.labels("admin").inc)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        if peers is not None and (peers.orphaned() or peers.stopping()):
-            stop.set()  # the supervisor died or was stopped while this worker started (its SIGTERM came too early)
-        loop.add_signal_handler(signal.SIGHUP, _reload, gateway, config_path, history, formatter)
-        # A worker under --workers starts with SIGHUP blocked (gateway.ops.workers): one that came since it read the
-        # file is delivered now, to this handler, which reads it again. (Nothing blocked: nothing changes.)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
-        print(f"gateway {__version__} listening on http://{listen} (admin http://{admin_listen}"
-              f"{_admin_access(config)})", flush=True)
-        log.info("%s", aiohttp_fast.describe())  # which of aiohttp's private pieces are used, and why not the others
-        await stop.wait()
-        # Readiness turns 503 first, so load balancers stop sending before the listener closes.
-        gateway.ready = False
-        log.info("stopping: draining for %ss, then finishing in-flight requests (up to %ss)",
-                 server.drain_delay, server.shutdown_timeout)
-        await asyncio.sleep(server.drain_delay)
-        # No new connections; every exchange in flight finishes (uploads still being sent, downloads still being
-        # received), each answered with Connection: close.
-        await acceptor.close()
-        acceptor = None
-        left = await gateway.drain(server.shutdown_timeout)
-        if left:
-            log.warning("shutdown_timeout (%ss) reached: cutting %d request(s) still in flight",
-                        server.shutdown_timeout, left)
-    finally:
-        if acceptor is not None:
-            await acceptor.close()
-        if admin_acceptor is not None:
-            await admin_acceptor.close()
-        await runner.cleanup()
-        await admin.shutdown(_CUT_GRACE)
-        await admin_runner.cleanup()
-        await gateway.close()  # the usage ledger's last write, within usage.ledger.flush_timeout
-        if peers is not None:
-            peers.leave()
-
-
-# After the drain: how long aiohttp's shutdown gives the requests the deadline cut to unwind (their records).
-_CUT_GRACE = 1.0
-# The admin listener's backlog (its connections are few: probes, scrapes, an operator's browser).
-_ADMIN_BACKLOG = 128
-
-
-def _listening(address: ListenAddress, backlog: int, reuse_port: bool) -> socket.socket:
-    try:
-        return listening_socket(address.host, address.port, backlog=backlog, reuse_port=reuse_port)
-    except OSError as err:
-        raise OSError(err.errno, f"{address}: {err.strerror or err}") from None
-
-
-def _admin_access(config: LoadedConfig) -> str:
-    server = config.model.server
-    if server.admin_token is None and len(server.admin_open_paths()) < len(ADMIN_PATHS):
-        return ": /livez and /readyz only until server.admin_token is set"
-    return ""
-
-
-def _reload(gateway: Gateway, config_path: str, history: ConfigHistory | None = None,
-            formatter: RedactingFormatter | None = None) -> None:
-    """SIGHUP: validate the file again and swap it in whole; a bad file leaves the running config in place (and so
-    does anything that fails while the new config is built: the swap is one assignment, after everything is built).
-    Either way the refusal is counted and logged, never raised into the event loop."""
-    try:
-        config = load_config(config_path)
-        changed = gateway.reload(config)
+        return load_config(path, unneeded=unneeded)
     except ConfigError as err:
-        _refused(gateway, history, len(err.problems))
-        log.error("reload refused, the running configuration stays: %s", err)
-        return
-    except Exception as err:  # noqa: BLE001 - a bug building a valid config must not end or bypass the refusal
-        _refused(gateway, history, 1)
-        log.error("reload refused, the running configuration stays: building it failed: %s", err, exc_info=True)
-        return
-    if formatter is not None:
-        formatter.use_secrets(config.secrets.redact)
-    gateway.metrics.config_reloads.labels("success").inc()
-    gateway.metrics.config_last_reload.set_to_current_time()
-    if history is not None:
-        history.reloaded()
-    log.info("configuration reloaded from %s", config_path)
-    if changed:
-        log.warning("reload does not apply %s: restart the gateway for them", ", ".join(changed))
-
-
-def _refused(gateway: Gateway, history: ConfigHistory | None, problems: int) -> None:
-    gateway.metrics.config_reloads.labels("failure").inc()
-    if history is not None:
-        history.refused(problems)
+        raise _Refused(str(err)) from None
 
 
 def _rollout(config_path: str, at: str | None, host: str | None, client: str | None = None,
              user_agent: str | None = None) -> int:
-    from .rollout import HeaderClient, clock_from_config, describe, describe_client, parse_instant
+    from .rollout import HeaderClient, describe, describe_client
 
-    try:
-        config = load_config(config_path)
-    except ConfigError as err:
-        print(err, file=sys.stderr)
-        return 2
-    rollout = config.model.rollout
-    try:
-        # The problem names where the instant came from: --at, or GATEWAY_NOW (clock_from_config says so).
-        now = parse_instant(at, rollout.tzinfo) if at is not None else clock_from_config(rollout).now()
-    except ValueError as err:
-        print(f"gateway: --at: {err}" if at is not None else f"gateway: {err}", file=sys.stderr)
-        return 2
-    if (client is not None or user_agent is not None) and host is None:
-        print("gateway: --client and --user-agent need --host (a client belongs to one company)", file=sys.stderr)
-        return 2
-    if client is not None and not re.fullmatch(r"[0-9a-f]{12}", client):
-        print(f"gateway: --client: {client[:40]!r} is not a token fingerprint (12 lowercase hex digits)",
-              file=sys.stderr)
-        return 2
-    names = None
-    if host is not None:
-        tenant = TenantResolver.of(config).resolve(host)
-        if tenant is None:
-            print(f"gateway: no tenant serves the host {host!r}", file=sys.stderr)
-            return 2
-        names = [tenant.name]
+    config = _load(config_path)
+    now = _instant(config, at)
+    one_client = client is not None or user_agent is not None
+    if one_client:
+        _check_client(client, host)
+    name = _tenant_of(config, host) if host is not None else None
     print(f"rollout at {now.isoformat()} ({config.source})")
     plan = config.rollout_plan()
-    if names is not None and (client is not None or user_agent is not None):
-        headers = {"User-Agent": user_agent} if user_agent is not None else {}
-        who = " ".join(part for part in (client and f"fingerprint {client}", user_agent and f"User-Agent {user_agent!r}")
-                       if part)
-        print("\n".join(describe_client(plan, now, names[0], HeaderClient(headers, client), who)))
+    if name is None or not one_client:
+        print("\n".join(describe(plan, now, None if name is None else [name])))
         return 0
-    print("\n".join(describe(plan, now, names)))
+    headers = {"User-Agent": user_agent} if user_agent is not None else {}
+    who = " ".join(part for part in (client and f"fingerprint {client}", user_agent and f"User-Agent {user_agent!r}")
+                   if part)
+    print("\n".join(describe_client(plan, now, name, HeaderClient(headers, client), who)))
     return 0
 
 
-def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """``auto``: uvloop when it is installed (it is, from requirements.lock), else asyncio's own loop."""
-    if choice == "asyncio":
-        return None
+def _instant(config: LoadedConfig, at: str | None) -> dt.datetime:
+    """``--at``, or the gateway's clock (``GATEWAY_NOW``, ``rollout.now``); the problem names where it came from."""
+    from .rollout import clock_from_config, parse_instant
+
+    rollout = config.model.rollout
     try:
-        import uvloop
-    except ImportError:
-        if choice == "uvloop":
-            raise ValueError("server.event_loop is uvloop but uvloop is not installed") from None
-        return None
-    return uvloop.new_event_loop
+        return parse_instant(at, rollout.tzinfo) if at is not None else clock_from_config(rollout).now()
+    except ValueError as err:
+        raise _Refused(f"gateway: --at: {err}" if at is not None else f"gateway: {err}") from None
+
+
+def _check_client(client: str | None, host: str | None) -> None:
+    if host is None:
+        raise _Refused("gateway: --client and --user-agent need --host (a client belongs to one company)")
+    if client is not None and not re.fullmatch(r"[0-9a-f]{12}", client):
+        raise _Refused(f"gateway: --client: {client[:40]!r} is not a token fingerprint (12 lowercase hex digits)")
+
+
+def _tenant_of(config: LoadedConfig, host: str) -> str:
+    tenant = TenantResolver.of(config).resolve(host)
+    if tenant is None:
+        raise _Refused(f"gateway: no tenant serves the host {host!r}")
+    return tenant.name
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
+    except _Refused as err:
+        print(err, file=sys.stderr)
+        return 2
     except BrokenPipeError:
         # `gateway rollout | head`: the reader left; stop quietly, and keep Python from complaining at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -343,71 +199,56 @@ def _admin_listen_from_env() -> ListenAddress | None:
     """GATEWAY_ADMIN_LISTEN, between --admin-listen and the file: the container image sets it, and its health check
     (``gateway.ops.probe``) reads it too, so that both follow the admin listener wherever it is moved."""
     value = os.environ.get(ADMIN_LISTEN_ENV)
-    return parse_listen(value) if value else None
+    try:
+        return parse_listen(value) if value else None
+    except ValueError as err:
+        raise _Refused(f"gateway: {ADMIN_LISTEN_ENV}: {err}") from None
 
 
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "rollout":
         return _rollout(args.config, args.at, args.host, args.client, args.user_agent)
-    if args.command in ("usage", "migrate"):
-        try:
-            config = load_config(args.config, unneeded=_outside_the_ledger)
-        except ConfigError as err:
-            print(err, file=sys.stderr)
-            return 2
-        if args.command == "migrate":
-            return ledger_commands.migrate(config)
-        output: Literal["text", "json", "csv"] = "json" if args.json else "csv" if args.csv else "text"
-        return ledger_commands.usage(config, since=args.since, until=args.until, tenant=args.tenant,
-                                     behaviour=args.behaviour, top=args.top, order=args.order, output=output)
+    if args.command == "migrate":
+        return ledger_commands.migrate(_load(args.config, _outside_the_ledger))
+    if args.command == "usage":
+        return _usage(args)
     if args.command == "check-config":
         if args.config and args.config_option and args.config != args.config_option:
-            print("gateway check-config: give the configuration file once (--config FILE or FILE)", file=sys.stderr)
-            return 2
-        try:
-            config = load_config(args.config_option or args.config or DEFAULT_CONFIG)
-        except ConfigError as err:
-            print(err, file=sys.stderr)
-            return 2
-        print(_describe(config))
+            raise _Refused("gateway check-config: give the configuration file once (--config FILE or FILE)")
+        print(_describe(_load(args.config_option or args.config or DEFAULT_CONFIG)))
         return 0
+    return _serve(args)
+
+
+def _usage(args: argparse.Namespace) -> int:
+    config = _load(args.config, _outside_the_ledger)
+    output: Literal["text", "json", "csv"] = "json" if args.json else "csv" if args.csv else "text"
+    return ledger_commands.usage(config, since=args.since, until=args.until, tenant=args.tenant,
+                                 behaviour=args.behaviour, top=args.top, order=args.order, output=output)
+
+
+def _serve(args: argparse.Namespace) -> int:
     formatter = setup_logging(args.log_level)
-    try:
-        config = load_config(args.config)
-    except ConfigError as err:
-        print(err, file=sys.stderr)
-        return 2
+    config = _load(args.config)
     formatter.use_secrets(config.secrets.redact)
     try:
         aiohttp_fast.check()
     except ValueError as err:  # a wrong GATEWAY_AIOHTTP_FAST_PATHS
-        print(f"gateway: {err}", file=sys.stderr)
-        return 2
+        raise _Refused(f"gateway: {err}") from None
     server = config.model.server
-    listen = args.listen or server.listen
-    try:
-        admin_listen = args.admin_listen or _admin_listen_from_env() or server.admin_listen
-    except ValueError as err:
-        print(f"gateway: {ADMIN_LISTEN_ENV}: {err}", file=sys.stderr)
-        return 2
+    admin_listen = args.admin_listen or _admin_listen_from_env() or server.admin_listen
     if not 1 <= args.workers <= 64:
-        print("gateway: --workers must be between 1 and 64", file=sys.stderr)
-        return 2
-    if args.workers > 1:
-        worker_argv = ["serve", "--config", args.config, "--listen", str(listen), "--admin-listen", str(admin_listen),
-                       "--log-level", args.log_level, "--reuse-port"]
-        # A worker's SIGTERM budget: the drain, the requests in flight, then the usage ledger's last write.
-        budget = server.drain_delay + server.shutdown_timeout + config.model.usage.ledger.flush_timeout
-        become_supervisor(args.workers, worker_argv, budget, args.log_level)  # exec: does not return
+        raise _Refused("gateway: --workers must be between 1 and 64")
+    options = ServeOptions(args.config, args.listen or server.listen, admin_listen, workers=args.workers,
+                           reuse_port=args.reuse_port, log_level=args.log_level)
+    if options.workers > 1:
+        lifecycle.supervise(config, options)  # exec: does not return
     try:
-        with asyncio.Runner(loop_factory=_loop_factory(server.event_loop)) as runner:
-            runner.run(_serve(args.config, config, listen, admin_listen, reuse_port=args.reuse_port,
-                              formatter=formatter))
+        lifecycle.run(config, options, formatter)
     except OSError as err:
         print(f"gateway: cannot listen: {err.strerror or err}", file=sys.stderr)
         return 1
     except ValueError as err:  # GATEWAY_NOW and similar environment mistakes
-        print(f"gateway: {err}", file=sys.stderr)
-        return 2
+        raise _Refused(f"gateway: {err}") from None
     return 0

@@ -28,6 +28,12 @@ def _instant(text: str) -> datetime:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _rate(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"not a number of requests a second (1 or more): {text!r}")
+    return int(text)
+
+
 def _card_count(text: str) -> int:
     try:
         value = int(text)
@@ -61,6 +67,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help=f"fixed sandbox clock (default: ${NOW_ENV}, else real time)")
     parser.add_argument("--extra-board", type=_card_count, action="append", dest="extra_boards", metavar="N",
                         help="add a board (ids 4, 5, ...) holding N generated cards; repeatable")
+    parser.add_argument("--rate-limit", type=_rate, default=None, metavar="N",
+                        help="at most N requests a second per token (429 with Retry-After over it)")
     return parser.parse_args(argv)
 
 
@@ -79,6 +87,7 @@ def settings_from_args(args: argparse.Namespace) -> SandboxSettings:
         cards_removal_from=args.cards_removal_from,
         now=args.now,
         extra_boards=tuple(args.extra_boards or ()),
+        rate_limit=args.rate_limit,
         **overrides,  # type: ignore[arg-type]
     )
 

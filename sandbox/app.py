@@ -17,9 +17,11 @@ from sandbox.files import file_routes
 from sandbox.journal import journal_middleware, journal_routes
 from sandbox.journal_types import Journal
 from sandbox.legacy_files import legacy_file_routes
+from sandbox.ratelimit import rate_limit_middleware
+from sandbox.ratelimit_types import RateWindows
 from sandbox.seed import build_store
 from sandbox.settings import SandboxSettings
-from sandbox.state import FAULTS, JOURNAL, SETTINGS, STORE
+from sandbox.state import FAULTS, JOURNAL, RATE_WINDOWS, SETTINGS, STORE
 
 __all__ = ["API_PREFIXES", "SandboxSettings", "create_app"]
 
@@ -30,12 +32,14 @@ def create_app(settings: SandboxSettings | None = None) -> web.Application:
     """A fresh sandbox: its own seeded data, an empty journal, no faults."""
     settings = settings or SandboxSettings()
     # Outermost first: the journal sees every answer, including errors,
-    # injected faults and 401s produced further in.
-    app = web.Application(middlewares=[journal_middleware, error_middleware, fault_middleware, auth_middleware])
+    # injected faults, 429s of the rate limit and 401s produced further in.
+    app = web.Application(middlewares=[journal_middleware, error_middleware, rate_limit_middleware, fault_middleware,
+                                       auth_middleware])
     app[SETTINGS] = settings
     app[STORE] = build_store(settings.seed, settings.extra_boards)
     app[JOURNAL] = Journal(settings.journal_size)
     app[FAULTS] = FaultTable()
+    app[RATE_WINDOWS] = RateWindows()
     for prefix in API_PREFIXES:
         app.add_routes(board_routes(prefix))
         app.add_routes(card_routes(prefix))

@@ -1,9 +1,10 @@
 """Restricted access file routes for cards, comments and custom properties.
 
 The card base path is shared with earlier file routes; requests are told
-apart by what they carry: a multipart POST is a restricted upload, a JSON
-POST attaches by URL; a numeric file id is an earlier file, a UUID a
-restricted one.
+apart by what they carry: a multipart POST is a restricted upload (with the
+card's numeric id in the path instead of its uid, an earlier file, as the
+service answers the clients that send it so), a JSON POST attaches by URL;
+a numeric file id is an earlier file, a UUID a restricted one.
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ from sandbox.bodies import MALFORMED_MULTIPART, is_multipart, open_multipart, re
 from sandbox.cards import card_from_path
 from sandbox.comments import comment_from_path
 from sandbox.errors import ApiError
-from sandbox.legacy_files import attach_by_url, delete_legacy_file, get_legacy_file, update_file, update_legacy_file
+from sandbox.legacy_files import (
+    attach_by_url,
+    delete_legacy_file,
+    get_legacy_file,
+    update_file,
+    update_legacy_file,
+    upload_legacy_file,
+)
 from sandbox.params import base_url, query_bool
 from sandbox.responses import json_response
 from sandbox.signing import default_disposition
@@ -129,13 +137,19 @@ async def _delete(request: web.Request, parent: _Parent) -> web.Response:
 
 async def card_files_post(request: web.Request) -> web.Response:
     if is_multipart(request):
+        if _is_number(request.match_info["card_ref"]):
+            return await upload_legacy_file(request)  # the card's number: the upload is an earlier file
         return await _upload(request, _parent(request, "card"))
     return await attach_by_url(request, card_from_path(request))
 
 
+def _is_number(ref: str) -> bool:
+    return ref.isascii() and ref.isdigit() and len(ref) <= 18
+
+
 def _legacy_id(request: web.Request) -> int | None:
     ref = request.match_info["file_ref"]
-    return int(ref) if ref.isascii() and ref.isdigit() and len(ref) <= 18 else None
+    return int(ref) if _is_number(ref) else None
 
 
 async def card_file_get(request: web.Request) -> web.Response:

@@ -50,6 +50,8 @@ class SandboxSettings:
     routes return at most 100 cards / no cards (see README); ``None`` never.
     ``now`` pins the sandbox clock that decides this; ``None`` is real time.
     ``extra_boards`` adds boards 4, 5, ... holding exactly that many cards.
+    ``rate_limit``: at most this many requests a second per token (1 or more; 429 over it: ``sandbox.ratelimit``);
+    ``None``: no limit.
     """
 
     tokens: frozenset[str] = frozenset({DEFAULT_TOKEN})
@@ -67,6 +69,7 @@ class SandboxSettings:
     cards_removal_from: datetime | None = None
     now: datetime | None = None
     extra_boards: tuple[int, ...] = ()
+    rate_limit: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("cards_cap_from", "cards_removal_from", "now"):

@@ -6,15 +6,17 @@ from aiohttp import web
 
 from sandbox.fault_types import FaultTable
 from sandbox.journal_types import BodyTap, Journal
+from sandbox.ratelimit_types import RateWindows
 from sandbox.settings import SandboxSettings
 from sandbox.store import Store
 
-__all__ = ["BODY_TAP", "FAULTS", "JOURNAL", "SETTINGS", "STORE", "body_tap"]
+__all__ = ["BODY_TAP", "FAULTS", "JOURNAL", "RATE_WINDOWS", "SETTINGS", "STORE", "body_tap"]
 
 SETTINGS = web.AppKey("sandbox_settings", SandboxSettings)
 STORE = web.AppKey("sandbox_store", Store)
 JOURNAL = web.AppKey("sandbox_journal", Journal)
 FAULTS = web.AppKey("sandbox_faults", FaultTable)
+RATE_WINDOWS = web.AppKey("sandbox_rate_windows", RateWindows)
 BODY_TAP = web.RequestKey("sandbox_body_tap", BodyTap)
 
 

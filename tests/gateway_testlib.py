@@ -249,12 +249,45 @@ GUARD_OPTIONS: dict[str, dict[str, Any]] = {
 }
 
 
+# The restricted upload routes' paths with an earlier id where a uid belongs (config/gateway.yaml): legacy uploads.
+LEGACY_ID_ROUTES: list[dict[str, Any]] = [
+    {"name": "legacy_id_card_file_upload", "methods": ["POST"], "paths": ["/cards/{card_id:not_uuid}/files"],
+     "guard": {"detect": "file_parts", "successor": "/api/v1/cards/{card_uid}/files", "upgrade": {"flow": "card_file"}}},
+    {"name": "legacy_id_comment_file_upload", "methods": ["POST"],
+     "paths": ["/cards/{card_id:not_uuid}/comments/{comment_uid:uuid}/files",
+               "/cards/{card_id:not_uuid}/comments/{comment_id}/files",
+               "/cards/{card_uid}/comments/{comment_id:not_uuid}/files"],
+     "guard": {"detect": "file_parts", "successor": "/api/v1/cards/{card_uid}/comments/{comment_uid}/files",
+               "upgrade": {"flow": "comment_file"}}},
+    {"name": "legacy_id_property_file_upload", "methods": ["POST"],
+     "paths": ["/cards/{card_id:not_uuid}/custom-properties/{property_uid:uuid}/files",
+               "/cards/{card_id:not_uuid}/custom-properties/{property_id}/files",
+               "/cards/{card_uid}/custom-properties/{property_id:not_uuid}/files"],
+     "guard": {"detect": "file_parts", "successor": "/api/v1/cards/{card_uid}/custom-properties/{property_uid}/files",
+               "upgrade": {"flow": "none"}}},
+]
+
+
+def legacy_id_routes(**options: Any) -> list[dict[str, Any]]:
+    """``LEGACY_ID_ROUTES`` as route entries, their guards' options with ``options`` on top (an ``upgrade`` merged)."""
+    out = []
+    for entry in LEGACY_ID_ROUTES:
+        guard = {**entry["guard"], **options}
+        guard["upgrade"] = {**entry["guard"]["upgrade"], **options.get("upgrade", {})}
+        out.append({"name": entry["name"], "methods": entry["methods"], "paths": entry["paths"],
+                    "chain": [{"legacy_upload_guard": guard}]})
+    return out
+
+
 def guarded_routes(**options: Any) -> list[dict[str, Any]]:
-    """BASE_CONFIG's routes with ``legacy_upload_guard`` on the deprecated ones, plus the restricted file routes."""
+    """BASE_CONFIG's routes with ``legacy_upload_guard`` on the deprecated ones and on the restricted upload routes'
+    paths with an earlier id (``legacy_id_routes``, before the restricted ones), plus the restricted file routes."""
     routes: list[dict[str, Any]] = copy.deepcopy(BASE_CONFIG["routes"])
     for route in routes:
         if route["name"] in GUARD_OPTIONS:
             route["chain"] = [{"legacy_upload_guard": {**GUARD_OPTIONS[route["name"]], **options}}]
+    at = next(i for i, route in enumerate(routes) if route["name"] == "card_file_upload")
+    routes[at:at] = legacy_id_routes(**options)
     routes += [
         {"name": "card_file", "methods": ["GET", "HEAD", "PATCH", "DELETE"], "paths": ["/cards/{card_uid}/files/{file_id}"]},
         {"name": "comment_file_upload", "methods": ["POST"], "paths": ["/cards/{card_uid}/comments/{comment_uid}/files"]},

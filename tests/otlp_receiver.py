@@ -1,15 +1,20 @@
 """A small OpenTelemetry collector for the tests: an OTLP/HTTP receiver (``POST /v1/traces``, protobuf) that decodes
 what it is sent with the official ``opentelemetry-proto`` messages and keeps every span, and every body as it came
 (for the tests that look for secrets in it). It can also be made to misbehave: ``hang`` (takes the request, never
-answers) or ``fail`` (answers 503 to every export).
+answers) or ``fail`` (answers 503 to every export). ``tls_receiver`` serves it over TLS that asks for a client
+certificate, with a certificate authority of its own made by ``openssl`` (``Tls``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import gzip
-from collections.abc import Iterator
+import shutil
+import ssl
+import subprocess
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 
-__all__ = ("ExportedSpan", "OtlpReceiver", "otlp")
+__all__ = ("ExportedSpan", "OtlpReceiver", "Tls", "otlp", "tls_receiver")
 
 KINDS = {ProtoSpan.SPAN_KIND_SERVER: "server", ProtoSpan.SPAN_KIND_CLIENT: "client"}
 
@@ -56,6 +61,7 @@ class OtlpReceiver:
     spans: list[ExportedSpan] = field(default_factory=list)
     requests: int = 0
     content_types: set[str] = field(default_factory=set)
+    encodings: list[str] = field(default_factory=list)  # each export's Content-Encoding ("" for none)
     _hanging: list[asyncio.Future[None]] = field(default_factory=list)
 
     @property
@@ -67,6 +73,7 @@ class OtlpReceiver:
         if request.method != "POST" or request.path != "/v1/traces":
             return web.Response(status=404)
         body = await request.read()
+        self.encodings.append(request.headers.get("Content-Encoding", ""))
         if request.headers.get("Content-Encoding") == "gzip":
             body = gzip.decompress(body)
         self.content_types.add(request.headers.get("Content-Type", ""))
@@ -102,7 +109,56 @@ class OtlpReceiver:
 @pytest.fixture
 async def otlp(aiohttp_raw_server: Any) -> OtlpReceiver:
     receiver = OtlpReceiver()
-    server = await aiohttp_raw_server(receiver.handle)
+    server = await aiohttp_raw_server(receiver.handle, auto_decompress=False)  # a gzipped export is gunzipped here
     receiver.port = server.port
     receiver.url = f"http://127.0.0.1:{server.port}"
     return receiver
+
+
+@dataclass(frozen=True)
+class Tls:
+    """PEM files of a certificate authority, a server certificate for 127.0.0.1 and a client certificate it signed."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+
+    @classmethod
+    def make(cls, directory: Path) -> Tls:
+        openssl = shutil.which("openssl")
+        if openssl is None:
+            pytest.fail("these tests need the openssl command (Debian's openssl package)")
+
+        def run(*args: str) -> None:
+            subprocess.run([openssl, *args], cwd=directory, check=True, capture_output=True, timeout=30)
+
+        key = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+        run("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=test ca",
+            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign")
+        for name, usage in (("server", "serverAuth"), ("client", "clientAuth")):
+            run("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
+            (directory / f"{name}.ext").write_text(f"subjectAltName=IP:127.0.0.1\nextendedKeyUsage={usage}\n")
+            run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext")
+        return cls(directory / "ca.pem", directory / "server.pem", directory / "server.key", directory / "client.pem",
+                   directory / "client.key")
+
+
+@pytest.fixture
+async def tls_receiver(tmp_path: Path) -> AsyncIterator[tuple[OtlpReceiver, Tls]]:
+    """An OTLP receiver on https://127.0.0.1 whose TLS wants a client certificate signed by its authority."""
+    tls = Tls.make(tmp_path)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(tls.ca))
+    context.load_cert_chain(tls.server_cert, tls.server_key)
+    context.verify_mode = ssl.CERT_REQUIRED
+    receiver = OtlpReceiver()
+    runner = web.ServerRunner(web.Server(receiver.handle, auto_decompress=False))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+    await site.start()
+    receiver.port = runner.addresses[0][1]
+    receiver.url = f"https://127.0.0.1:{receiver.port}"
+    yield receiver, tls
+    await runner.cleanup()

@@ -16,12 +16,13 @@ from aiohttp.test_utils import make_mocked_request
 
 from gateway.app import parse_config
 from gateway.config import LoadedConfig
-from gateway.core.exchange import Exchange, Policy, Reply
+from gateway.core.exchange import Exchange, Next, Policy, Reply
 from gateway.core.route import Route
 from gateway.core.template import PathTemplate
 from gateway.ops.metrics import Metrics
 from gateway.policies import POLICIES, BuildContext
-from gateway.rollout import FixedClock
+from gateway.rollout import Clock, FixedClock, RolloutPlan
+from gateway.rollout.request import RequestClient, RequestRollout
 
 
 def mocked_request(
@@ -45,7 +46,8 @@ def mocked_request(
 
 def exchange_for(config: LoadedConfig, request: web.BaseRequest, route: str, params: dict[str, str],
                  tenant: str = "acme", request_id: str | None = None) -> Exchange:
-    """The exchange the edge would make for ``request`` on ``route`` of ``config``, for a tenant it knows."""
+    """The exchange the edge would make for ``request`` on ``route`` of ``config``, for a tenant it knows (its
+    rollout is given by ``with_rollout``, or by the policy ``build_policy`` makes, as the edge gives it)."""
     found = next(t for t in config.tenants() if t.name == tenant)
     path = request.raw_path.partition("?")[0]
     exchange = Exchange(request, 0.0, found, Route.build(route, None, (), ()), params, path, "", request.method,
@@ -54,15 +56,32 @@ def exchange_for(config: LoadedConfig, request: web.BaseRequest, route: str, par
     return exchange
 
 
+def with_rollout(exchange: Exchange, plan: RolloutPlan, clock: Clock) -> Exchange:
+    """The exchange with its one rollout decision per behaviour, as the edge gives it (no record of the fleet's
+    clients: a freeze cannot place a client)."""
+    exchange.rollout = RequestRollout(plan, exchange.tenant.name, clock, RequestClient(exchange, None, plan.preview))
+    return exchange
+
+
 def build_policy(config: LoadedConfig, route: str, name: str, at: str, metrics: Metrics | None = None) -> Policy:
-    """The policy ``name`` of ``route``'s chain, built as the gateway builds it, with the clock fixed at ``at``."""
+    """The policy ``name`` of ``route``'s chain, built as the gateway builds it, with the clock fixed at ``at``; an
+    exchange it is given without a rollout gets one from the same plan and clock, as the edge would give it."""
     metrics = metrics or Metrics()
     options = dict(config.chains[route])[name]
     params = frozenset(p for r in config.model.routes if r.name == route for path in r.paths
                        for p in PathTemplate.of(path).params)
-    ctx = BuildContext(route=route, params=params, clock=FixedClock(dt.datetime.fromisoformat(at)),
-                       timezone=config.model.rollout.tzinfo, rollout=config.rollout_plan(), families=metrics.families)
-    return POLICIES[name].make(options, ctx)
+    clock = FixedClock(dt.datetime.fromisoformat(at))
+    plan = config.rollout_plan()
+    ctx = BuildContext(route=route, params=params, clock=clock, timezone=config.model.rollout.tzinfo, rollout=plan,
+                       families=metrics.families)
+    policy = POLICIES[name].make(options, ctx)
+
+    async def as_at_the_edge(exchange: Exchange, next: Next) -> Reply:
+        if exchange.rollout is None:
+            with_rollout(exchange, plan, clock)
+        return await policy(exchange, next)
+
+    return as_at_the_edge
 
 
 def config_of(data: dict[str, Any]) -> LoadedConfig:

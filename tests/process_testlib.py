@@ -96,9 +96,9 @@ def write_config(path: Path, data: dict[str, Any]) -> None:
 
 
 async def start(data: dict[str, Any], tmp_path: Path, *, env: dict[str, str] | None = None,
-                name: str = "gateway", preexec: Callable[[], None] | None = None) -> Proc:
-    """A gateway process serving ``data`` (its listen addresses are set here); returns once it is ready.
-    ``preexec``: run in the child before the gateway starts (a resource limit)."""
+                name: str = "gateway", preexec: Callable[[], None] | None = None, timeout: float = 15) -> Proc:
+    """A gateway process serving ``data`` (its listen addresses are set here); returns once it is ready, within
+    ``timeout`` seconds. ``preexec``: run in the child before the gateway starts (a resource limit)."""
     port, admin = free_port(), free_port()
     data = {**data, "server": {"admin_token": ADMIN_TOKEN, **data.get("server", {}), "listen": f"127.0.0.1:{port}",
                                "admin_listen": f"127.0.0.1:{admin}"}}
@@ -120,7 +120,7 @@ async def start(data: dict[str, Any], tmp_path: Path, *, env: dict[str, str] | N
             return False
 
     try:
-        await wait_for(ready, 15)
+        await wait_for(ready, timeout)
     except BaseException:
         item.stop()
         raise

@@ -16,7 +16,7 @@ from gateway.ops.metrics import Metrics
 from gateway.policies import BEHAVIOURS, BuildContext
 from gateway.rollout import FixedClock, RolloutConfig, RolloutPlan, rollout_problems
 from tests.gateway_testlib import make_config
-from tests.policy_testlib import Terminal, exchange_for, mocked_request
+from tests.policy_testlib import Terminal, exchange_for, mocked_request, with_rollout
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
 
@@ -45,11 +45,12 @@ async def test_the_documented_policy_runs_as_documented() -> None:
     metrics = Metrics()
 
     async def run(at: str) -> tuple[str, dict[str, str]]:
-        ctx = BuildContext(route="card_list", params=frozenset(), clock=FixedClock(dt.datetime.fromisoformat(at)),
-                           timezone=dt.UTC, rollout=plan, families=metrics.families)
+        clock = FixedClock(dt.datetime.fromisoformat(at))
+        ctx = BuildContext(route="card_list", params=frozenset(), clock=clock, timezone=dt.UTC, rollout=plan,
+                           families=metrics.families)
         policy = module.SPEC.make(module.Options(), ctx)
         request = mocked_request("GET", "/api/latest/cards?board_id=1&expand=all")
-        exchange = exchange_for(config, request, "card_list", {})
+        exchange = with_rollout(exchange_for(config, request, "card_list", {}), plan, clock)
         exchange.query = "board_id=1&expand=all"
         core = Terminal()
         reply = await policy(exchange, core)

@@ -46,7 +46,7 @@ def test_phases_and_actions_keep_their_labels() -> None:
         (0, "full"), (1, "capped"), (2, "removed")]
     assert [a.value for a in board_cards.Action] == [
         "untouched", "capped", "removed", "passed_through_unparsed", "too_large", "not_ok", "not_modified",
-        "backfilled", "backfill_failed"]
+        "backfilled", "backfill_failed", "would_cap", "would_remove", "backfill_rate_limited"]
     assert f"{board_cards.Action.NOT_OK}" == "not_ok"
 
 

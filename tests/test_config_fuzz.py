@@ -25,7 +25,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway import cli
+from gateway import cli, lifecycle
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "config/gateway.yaml"
@@ -150,7 +150,7 @@ def no_clock_override(monkeypatch: pytest.MonkeyPatch, workdir: Path) -> Iterato
     def reached(*args: Any, **kwargs: Any) -> Any:
         raise Reached
 
-    monkeypatch.setattr(cli, "listening_socket", reached)
+    monkeypatch.setattr(lifecycle, "listening_socket", reached)
     yield
 
 

@@ -16,13 +16,13 @@ from gateway.ops.metrics import Metrics
 from tests.process_testlib import ROOT, samples
 
 _OBSERVATIONS = [
-    ("acme", "board", "GET", 200, 0.0012, 0.0009),
-    ("acme", "board", "GET", 204, 0.001, None),  # exactly on a bucket bound
-    ("oldco", "board", "GET", 200, 0.002, 0.001),
-    ("acme", "catch_all", "PROPFIND", 404, 0.3, 0.2),
-    ("acme", "catch_all", "POST", 503, 301.0, 300.5),  # above the largest bound
-    ("none", "other", "HEAD", 99, 0.0, 0.0),
-    ("none", "other", "GET", 799, 5, 10),
+    ("board", "GET", 200, 0.0012, 0.0009),
+    ("board", "GET", 204, 0.001, None),  # exactly on a bucket bound
+    ("board", "PUT", 200, 0.002, 0.001),
+    ("catch_all", "PROPFIND", 404, 0.3, 0.2),
+    ("catch_all", "POST", 503, 301.0, 300.5),  # above the largest bound
+    ("other", "HEAD", 99, 0.0, 0.0),
+    ("other", "GET", 799, 5, 10),
 ]
 
 # Run as a worker runs: PROMETHEUS_MULTIPROC_DIR set before prometheus-client is imported; prints what a scrape reads.
@@ -35,7 +35,7 @@ for observation in {_OBSERVATIONS!r}:
     metrics.observe_request(*observation)
     metrics.in_flight.dec()
 metrics.in_flight.inc()
-metrics.requests.labels("acme", "board", "GET", "2xx").inc(2.5)
+metrics.requests.labels("board", "GET", "2xx").inc(2.5)
 print(metrics.scrape().decode())
 """
 
@@ -46,7 +46,7 @@ def _exercise(metrics: Metrics) -> None:
         metrics.observe_request(*observation)
         metrics.in_flight.dec()
     metrics.in_flight.inc()
-    metrics.requests.labels("acme", "board", "GET", "2xx").inc(2.5)
+    metrics.requests.labels("board", "GET", "2xx").inc(2.5)
 
 
 _PER_REQUEST = ("gateway_requests_", "gateway_request_duration_seconds", "gateway_upstream_duration_seconds",
@@ -76,28 +76,49 @@ def test_values_are_readable_from_the_registry() -> None:
     _exercise(metrics)
     registry = metrics.registry
     assert registry.get_sample_value("gateway_requests_in_flight") == 1
-    labels = {"tenant": "acme", "route": "board", "method": "GET", "status_class": "2xx"}
+    labels = {"route": "board", "method": "GET", "status_class": "2xx"}
     assert registry.get_sample_value("gateway_requests_total", labels) == 4.5
-    assert registry.get_sample_value("gateway_requests_total", {**labels, "tenant": "oldco"}) == 1
+    assert registry.get_sample_value("gateway_requests_total", {**labels, "method": "PUT"}) == 1
     assert registry.get_sample_value("gateway_request_duration_seconds_count", {"route": "catch_all"}) == 2
     assert registry.get_sample_value("gateway_request_duration_seconds_bucket", {"route": "board", "le": "0.001"}) == 1
     assert registry.get_sample_value("gateway_request_duration_seconds_count", {"route": "board"}) == 3
     assert registry.get_sample_value("gateway_upstream_duration_seconds_sum", {"route": "other"}) == 10
 
 
-def test_created_samples_follow_prometheus_clients_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_created_samples_whatever_prometheus_clients_switch_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 38: a counter's _created twin doubled every series; the gateway turns prometheus-client's switch off."""
     from prometheus_client import metrics as prometheus_metrics
 
-    for created in (True, False):
-        monkeypatch.setattr(prometheus_metrics, "_use_created", created)
-        metrics = Metrics(multiprocess=False)
-        _exercise(metrics)
-        assert ("gateway_requests_created" in generate_latest(metrics.registry).decode()) is created
+    monkeypatch.setattr(prometheus_metrics, "_use_created", True)
+    metrics = Metrics(multiprocess=False)
+    _exercise(metrics)
+    text = generate_latest(metrics.registry).decode()
+    assert "gateway_requests_total" in text and "_created" not in text
 
 
 def test_a_counter_refuses_to_go_down() -> None:
     metrics = Metrics(multiprocess=False)
     with pytest.raises(ValueError):
-        metrics.requests.labels("acme", "board", "GET", "2xx").inc(-1)
+        metrics.requests.labels("board", "GET", "2xx").inc(-1)
     with pytest.raises(ValueError):
         metrics.request_duration.labels("board", "extra")
+
+
+def test_companies_over_the_bound_share_one_series_and_one_child() -> None:
+    """Issue 38: per-company series are bounded, in the exposition and in memory; their counts are not lost."""
+    from prometheus_client import Counter
+
+    from gateway.core.series import OTHER, CompanyCounter
+
+    metrics = Metrics(multiprocess=False, max_companies=2)
+    family = Counter("gateway_test_decisions", "Test.", ("tenant", "decision"), registry=metrics.registry)
+    counter = CompanyCounter(family, metrics.companies)
+    assert "gateway_test_decisions_total{" not in generate_latest(metrics.registry).decode()  # nobody counted yet
+    for i in range(1000):
+        counter.inc((f"c{i}", "blocked"))
+    counter.inc(("c1", "allowed"), 2)
+    sample = metrics.registry.get_sample_value
+    assert sample("gateway_test_decisions_total", {"tenant": "c0", "decision": "blocked"}) == 1
+    assert sample("gateway_test_decisions_total", {"tenant": "c1", "decision": "allowed"}) == 2
+    assert sample("gateway_test_decisions_total", {"tenant": OTHER, "decision": "blocked"}) == 998
+    assert len(counter.children) == 4 and list(metrics.companies.named) == ["c0", "c1"]

@@ -154,10 +154,31 @@ def test_next_change_and_description() -> None:
 def test_the_phase_gauge_shows_one_phase_per_behaviour() -> None:
     plan = plan_of(config())
     metrics = Metrics()
-    metrics.rollout_phase.source = lambda: plan.phase_samples(at("2026-10-15T00:00:00").timestamp())
+    metrics.rollout_phase.source = lambda: (plan, at("2026-10-15T00:00:00").timestamp())
+    metrics.companies.label("acme")  # counted in a deprecation family: the company has phase series of its own
     values = [metrics.registry.get_sample_value("gateway_rollout_phase", {"tenant": "acme", "behaviour": "board_cards",
                                                                           "phase": p}) for p in ("full", "capped", "removed")]
     assert values == [0, 1, 0]
+
+
+def test_phase_series_per_company_only_for_counted_companies_and_a_census_for_all() -> None:
+    """Issue 38: gateway_rollout_phase had 5 series per configured company; an idle one now has none, and
+    gateway_rollout_companies counts every company per behaviour and phase."""
+    plan = plan_of(config())
+    metrics = Metrics()
+    metrics.rollout_phase.source = lambda: (plan, at("2026-10-15T00:00:00").timestamp())
+    sample = metrics.registry.get_sample_value
+    assert sample("gateway_rollout_phase", {"tenant": "acme", "behaviour": "board_cards", "phase": "capped"}) is None
+    census = {(b, p): sample("gateway_rollout_companies", {"behaviour": b, "phase": p})
+              for b, p in [("board_cards", "full"), ("board_cards", "capped"), ("board_cards", "removed"),
+                           ("legacy_uploads", "allowed"), ("legacy_uploads", "forbidden")]}
+    assert census == {("board_cards", "full"): 0, ("board_cards", "capped"): 3, ("board_cards", "removed"): 0,
+                      ("legacy_uploads", "allowed"): 2, ("legacy_uploads", "forbidden"): 1}
+    metrics.companies.label("staged")
+    metrics.companies.label("gone")  # counted before a reload that dropped it: no phase
+    phases = {labels["tenant"] for family in metrics.registry.collect() if family.name == "gateway_rollout_phase"
+              for labels in (s.labels for s in family.samples)}
+    assert phases == {"staged"}
 
 
 @pytest.mark.parametrize(

@@ -109,6 +109,45 @@ def test_route_table_first_match_and_catch_all() -> None:
     assert table.match("GET", "/api/v2/boards/7")[0].name == "catch_all"
 
 
+UID = "4f2e42af-43d7-4092-a74f-f556bf0f95d0"
+
+
+def test_a_parameters_shape_tells_an_earlier_id_from_a_uid() -> None:
+    """``{name:not_uuid}`` and ``{name:uuid}``: the restricted routes' paths with an earlier id are another route, and
+    each path is matched once per request (the table keeps each route's result)."""
+    legacy = Route.build("legacy_id", ["POST"], ["/cards/{card_id:not_uuid}/files"], ["/api/v1"], guarded=True)
+    comments = Route.build("legacy_id_comment", ["POST"], ["/cards/{card_id:not_uuid}/comments/{comment_uid:uuid}/files",
+                                                           "/cards/{card_id:not_uuid}/comments/{comment_id}/files",
+                                                           "/cards/{card_uid}/comments/{comment_id:not_uuid}/files"],
+                           ["/api/v1"], guarded=True)
+    upload = Route.build("upload", ["POST"], ["/cards/{card_uid}/files", "/cards/{card_uid}/comments/{c}/files"],
+                         ["/api/v1"])
+    table = RouteTable([legacy, comments, upload], Route.build("catch_all", None, (), ()))
+    assert table.match("POST", "/api/v1/cards/42/files") == (legacy, {"card_id": "42"})
+    for spelled in (UID, UID.upper(), UID[:9] + UID[9:].upper()):
+        assert table.match("POST", f"/api/v1/cards/{spelled}/files") == (upload, {"card_uid": spelled})
+    for not_a_uid in (UID.replace("-", ""), UID + "0", "0" + UID, UID[:-1] + "g", "{" + UID + "}", "x"):
+        assert table.match("POST", f"/api/v1/cards/{not_a_uid}/files") == (legacy, {"card_id": not_a_uid})
+    assert table.match("POST", f"/api/v1/cards/7/comments/{UID}/files") == (comments, {"card_id": "7",
+                                                                                       "comment_uid": UID})
+    assert table.match("POST", "/api/v1/cards/7/comments/8/files") == (comments, {"card_id": "7", "comment_id": "8"})
+    assert table.match("POST", f"/api/v1/cards/{UID}/comments/8/files") == (comments, {"card_uid": UID,
+                                                                                      "comment_id": "8"})
+    assert table.match("POST", f"/api/v1/cards/{UID}/comments/{UID}/files")[0] is upload
+    assert comments.params == {"card_id", "card_uid", "comment_id", "comment_uid"}
+    assert legacy.templates == ("/api/v1/cards/{card_id:not_uuid}/files",)
+
+
+def test_a_route_path_names_only_known_shapes() -> None:
+    from gateway.config import ConfigError, parse_model
+
+    route = {"name": "r", "paths": ["/cards/{card_id:number}/files"]}
+    with pytest.raises(ConfigError, match=r"routes\.0\.paths|routes\[0\]\.paths"):
+        parse_model({"tenants": [{"name": "t", "hosts": ["h"], "upstream": "http://127.0.0.1:1"}], "routes": [route]})
+    route["paths"] = ["/cards/{card_id:not_uuid}/files"]
+    parse_model({"tenants": [{"name": "t", "hosts": ["h"], "upstream": "http://127.0.0.1:1"}], "routes": [route]})
+
+
 def test_an_override_reaches_a_guarded_route_only_where_its_paths_and_the_table_order_allow() -> None:
     legacy = Route.build("legacy", ["PUT"], ["/cards/{card_id}/files"], ["/api/v1"], guarded=True)
     shadow = Route.build("shadow", ["PATCH"], ["/cards/shadowed/files"], ["/api/v1"])

@@ -43,6 +43,18 @@ def test_remembered_spellings_are_bounded() -> None:
     assert len(resolver._seen) <= tenants._SEEN_MAX
 
 
+def test_configured_names_take_no_place_among_the_remembered_spellings() -> None:
+    """Issue 38: a request of each of 10,000 companies in turn, each Host as configured, evicted one spelling each
+    from a cache of 4,096 (and canonicalised its name again); a configured name is now found in the host map."""
+    companies = [_tenant(f"c{i}", f"c{i}.example.test") for i in range(10_000)]
+    resolver = TenantResolver(companies, None)
+    for _ in range(2):
+        for i, company in enumerate(companies):
+            assert resolver.resolve(f"c{i}.example.test") is company
+    assert len(resolver._seen) == 0
+    assert resolver.resolve("C1.example.test:443") is companies[1] and len(resolver._seen) == 1
+
+
 def test_upstream_prefix_and_host_header_are_derived_once() -> None:
     tenant = _tenant("acme", "acme.test")
     assert tenant.upstream_prefix == "http://up.test:8080/base"

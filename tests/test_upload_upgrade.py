@@ -284,7 +284,8 @@ def test_the_bridges_words_on_the_wire_are_its_enums_values() -> None:
     from gateway.policies.legacy_upload_guard.upgrade import OUTCOMES, Outcome
     from gateway.policies.legacy_upload_guard.upgrade.outcomes import FileStatus
 
-    assert OUTCOMES == ("upgraded", "partial", "failed", "rolled_back", "left_stored", "denied", "aborted", "refused")
+    assert OUTCOMES == ("upgraded", "partial", "failed", "rolled_back", "left_stored", "denied", "aborted", "refused",
+                        "rate_limited")
     assert [o.value for o in Outcome] == list(OUTCOMES) and f"{Outcome.LEFT_STORED}" == "left_stored"
     assert [s.value for s in FileStatus] == ["uploaded", "failed", "not_sent", "rolled_back", "rollback_failed",
                                              "not_found", "unknown"]

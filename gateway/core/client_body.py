@@ -125,14 +125,15 @@ class _Stage:
     """One request-body filter and the chunks held for it. ``skip``: chunks it saw while it peeked (they pass it by
     now); ``ended``: its ``on_end`` has been called."""
 
-    __slots__ = ("filter", "held", "size", "skip", "ended")
+    __slots__ = ("filter", "held", "size", "skip", "ended", "peeked")
 
-    def __init__(self, body_filter: RequestBodyFilter, skip: int = 0) -> None:
+    def __init__(self, body_filter: RequestBodyFilter, skip: int = 0, *, peeked: bool = False) -> None:
         self.filter = body_filter
         self.held: list[bytes] = []
         self.size = 0
         self.skip = skip
         self.ended = False
+        self.peeked = peeked  # the filter peeked before it was added: it watches, holding nothing back
 
     def feed(self, chunk: bytes) -> list[bytes]:
         if self.skip:
@@ -206,6 +207,12 @@ class ClientBody:
         return [stage.filter for stage in self._stages]
 
     @property
+    def watched_only(self) -> bool:
+        """Whether every filter is one that peeked and reads on as the body streams (the edge's form-body
+        ``_method``): the body is still the client's as it came, and another peek may read it."""
+        return all(stage.peeked for stage in self._stages)
+
+    @property
     def changes_length(self) -> bool:
         """Whether a filter may change the body's length (the upstream is then sent it chunked)."""
         return any(stage.filter.changes_length for stage in self._stages)
@@ -220,15 +227,16 @@ class ClientBody:
         streams (it is not shown the bytes it has seen again); it must be the first."""
         if peeked and self._stages:
             raise RuntimeError("a filter that peeked must be the first")
-        self._stages.append(_Stage(body_filter, len(self._peeked) if peeked else 0))
+        self._stages.append(_Stage(body_filter, len(self._peeked), peeked=True) if peeked else _Stage(body_filter))
 
     async def peek(self, body_filter: RequestBodyFilter) -> None:
         """Read the body through ``body_filter`` alone (the bytes an earlier peek read first), until it lets a byte
         through or the body ends; the bytes read are kept, to be passed on first. ``Refuse`` from the filter comes
         through; a body that breaks or stalls raises ``BodyBroken`` with the core's answer (or the filter's own on
-        its idle timeout)."""
-        if self._stages:
-            raise RuntimeError("the body is peeked at before any filter is added")
+        its idle timeout). Only a filter that peeked itself may come before (``watched_only``): it is shown what this
+        peek reads later, as the body streams."""
+        if not self.watched_only:
+            raise RuntimeError("the body is peeked at before any filter but a watching one is added")
         stage = _Stage(body_filter)
         out: list[bytes] = []
         for chunk in self._peeked:

@@ -54,7 +54,11 @@ class Decision:
 
 
 class Decider(Protocol):
-    """One request's rollout (``gateway.rollout.request.RequestRollout``): each behaviour decided once."""
+    """One request's rollout (``gateway.rollout.request.RequestRollout``): each behaviour decided once, at one
+    instant (``now``, POSIX seconds)."""
+
+    @property
+    def now(self) -> float: ...
 
     def decide(self, behaviour: str) -> Decision: ...
 

@@ -16,9 +16,10 @@ class TenantResolver:
     """Exact host names first, then ``*.suffix`` wildcards (longest suffix wins), then the default tenant."""
 
     @classmethod
-    def of(cls, config: LoadedConfig) -> TenantResolver:
-        """Host -> tenant for this config (``default_tenant`` for hosts no tenant names)."""
-        tenants = config.tenants()
+    def of(cls, config: LoadedConfig, tenants: Sequence[Tenant] | None = None) -> TenantResolver:
+        """Host -> tenant for this config (``default_tenant`` for hosts no tenant names); ``tenants``: its
+        ``tenants()``, when the caller has them already."""
+        tenants = config.tenants() if tenants is None else tenants
         default = next((t for t in tenants if t.name == config.model.default_tenant), None)
         return cls(tenants, default)
 
@@ -41,6 +42,11 @@ class TenantResolver:
     def resolve(self, host: str | None) -> Tenant | None:
         if not host:
             return self.default
+        # A name as configured (the spelling nearly every client sends) is found at once, and takes no place among
+        # the remembered spellings: with more companies than those hold, each request would otherwise evict one.
+        tenant = self._exact.get(host)
+        if tenant is not None:
+            return tenant
         try:
             return self._seen[host]
         except KeyError:

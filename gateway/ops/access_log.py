@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from ..core.exchange import BodyError, Exchange, SubRequest, UpstreamError
 from ..core.http import token_fingerprint
 from ..core.tracecontext import TraceContext
-from .metrics import NO_TENANT, Metrics
+from .metrics import Metrics
 from .usage import UsageCounter
 
 __all__ = ("AccessLogWriter", "LineSink", "Recorder", "SubRequestFamilies")
@@ -40,8 +40,8 @@ class SubRequestFamilies:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.requests = Counter(
             "gateway_subrequests", "Requests a policy sent upstream of its own (the bridges' lookups, pages, uploads, "
-            "deletions), by tenant, purpose and result (the response's status class, or why none came: connect, "
-            "timeout, reset, busy, other).", ("tenant", "purpose", "result"), registry=registry,
+            "deletions), by purpose and result (the response's status class, or why none came: connect, timeout, "
+            "reset, busy, other).", ("purpose", "result"), registry=registry,
         )
         self.duration = Histogram(
             "gateway_subrequest_duration_seconds", "Time from sending a policy's own request to its response head, by "
@@ -99,13 +99,13 @@ class Recorder:
             if seen.queue_full:
                 metrics.upstream_busy.inc()
             if seen.subrequests:
-                self._subrequests(exchange.tenant.name, seen.subrequests)
+                self._subrequests(seen.subrequests)
             if exchange.decisions and self.usage is not None:
                 self.usage.record(exchange.decisions, client, request.headers.get(hdrs.USER_AGENT), tenant)
         if refused is not None:
             metrics.refused.labels(refused).inc()
         if self.observe:
-            metrics.observe_request(NO_TENANT if tenant is None else tenant, route, method, status, duration, upstream)
+            metrics.observe_request(route, method, status, duration, upstream)
         sink = self.sink
         if sink is None:
             return
@@ -156,7 +156,7 @@ class Recorder:
             line = _json_encode(record)
         sink.write(line)
 
-    def _subrequests(self, tenant: str, subrequests: list[SubRequest]) -> None:
+    def _subrequests(self, subrequests: list[SubRequest]) -> None:
         """A policy's own requests: counted as the client's are (upstream errors, busy answers) and by purpose."""
         metrics = self.metrics
         families = metrics.families(SubRequestFamilies)
@@ -165,7 +165,7 @@ class Recorder:
                 metrics.upstream_busy.inc()
             elif sub.error is not None:
                 metrics.upstream_errors.labels(sub.error).inc()
-            families.requests.labels(tenant, sub.purpose, _result(sub)).inc()
+            families.requests.labels(sub.purpose, _result(sub)).inc()
             families.duration.labels(sub.purpose).observe(sub.seconds)
 
 

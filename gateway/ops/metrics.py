@@ -1,7 +1,9 @@
 """The gateway's own metric families, on a registry owned by the app; policies add theirs through ``families``. Labels
-are bounded: tenant and route names from the config, methods, status classes, decisions and phases, never raw paths,
-ids, hosts or tokens. Every family is prometheus-client's, in one process and under ``--workers N``, where ``scrape``
-reads every worker's files (its multiprocess mode)."""
+are bounded: route names from the config, methods, status classes, decisions and phases, never raw paths, ids, hosts
+or tokens; the company (``tenant``) only in the deprecation families, where a company's series appear with its first
+count and at most ``metrics.max_companies`` companies get their own (``core.series``). No ``_created`` twins. Every
+family is prometheus-client's, in one process and under ``--workers N``, where ``scrape`` reads every worker's files
+(its multiprocess mode)."""
 
 from __future__ import annotations
 
@@ -10,11 +12,13 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar, cast
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metric, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metric, disable_created_metrics, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from .. import __version__
+from ..core.series import OTHER, Companies
+from ..rollout import RolloutPlan
 
 __all__ = ("NO_TENANT", "Metrics", "PhaseCollector", "scrape")
 
@@ -22,7 +26,7 @@ F = TypeVar("F")
 
 _KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 _STATUS_CLASSES = ("0xx", "1xx", "2xx", "3xx", "4xx", "5xx")
-# The tenant label of a request refused before its tenant was known (no Host, an unknown one, a bad request target).
+# The tenant of a request refused before its tenant was known (no Host, an unknown one, a bad request target).
 NO_TENANT = "none"
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
@@ -34,15 +38,21 @@ class Metrics:
     what ``scrape`` reads: this registry, or every worker's files.
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None, *, multiprocess: bool | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, *, multiprocess: bool | None = None,
+                 max_companies: int = 1000) -> None:
+        # A counter's _created twin doubles its series, and the gateway's counters start with the process: the
+        # process's own start time says as much. (prometheus-client's switch is the process's: it is the gateway's.)
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
         if multiprocess is None:
             multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self.multiprocess = multiprocess
+        # The companies with series of their own in the per-company families (the policies' deprecation families).
+        self.companies = Companies(max_companies)
         self.requests = Counter(
-            "gateway_requests", "Requests answered, by tenant, route, method and status class.",
-            ("tenant", "route", "method", "status_class"), registry=r,
+            "gateway_requests", "Requests answered, by route, method and status class (every company's: the "
+            "company is a label of the deprecation families only).", ("route", "method", "status_class"), registry=r,
         )
         self.request_duration = Histogram(
             "gateway_request_duration_seconds", "Time from request head to the last response byte, by route.",
@@ -101,7 +111,7 @@ class Metrics:
             self.admin_connections_closed.labels(reason)
         # Computed at each scrape from the plan in force and the clock (never stored): a date that passes, a reload
         # that drops a tenant, and a scrape answered by any worker all show the phases of now.
-        self.rollout_phase = PhaseCollector()
+        self.rollout_phase = PhaseCollector(self.companies)
         r.register(self.rollout_phase)
         self.config_reloads = Counter(
             "gateway_config_reloads", "Configuration reloads (SIGHUP), by result (success, failure).", ("result",),
@@ -120,7 +130,7 @@ class Metrics:
         )
         self.build_info.labels(__version__).set(1)
         self._families: dict[Callable[[CollectorRegistry], Any], Any] = {}
-        self._request_children: dict[tuple[str, str, str, str], Counter] = {}
+        self._request_children: dict[tuple[str, str, str], Counter] = {}
         self._duration_children: dict[str, Histogram] = {}
         self._upstream_children: dict[str, Histogram] = {}
 
@@ -128,12 +138,9 @@ class Metrics:
         """A gauge without labels, updated per request or connection: the sum over the live workers."""
         return Gauge(name, documentation, registry=self.registry, multiprocess_mode="livesum")
 
-    def observe_request(
-        self, tenant: str, route: str, method: str, status: int, seconds: float, upstream: float | None
-    ) -> None:
-        """``tenant``: a tenant name from the config, or ``NO_TENANT``."""
+    def observe_request(self, route: str, method: str, status: int, seconds: float, upstream: float | None) -> None:
         # Children are cached: labels() builds a label tuple and takes the family's lock per call.
-        key = (tenant, route, method if method in _KNOWN_METHODS else "OTHER", _STATUS_CLASSES[min(status // 100, 5)])
+        key = (route, method if method in _KNOWN_METHODS else "OTHER", _STATUS_CLASSES[min(status // 100, 5)])
         child = self._request_children.get(key)
         if child is None:
             child = self._request_children[key] = self.requests.labels(*key)
@@ -152,9 +159,12 @@ class Metrics:
         """The Prometheus text of this process (or, under --workers, of every worker)."""
         if not self.multiprocess:
             return generate_latest(self.registry)
+        files = _WorkerFiles(None, os.environ["PROMETHEUS_MULTIPROC_DIR"])
+        found = list(files.collect())
+        # The one family no file holds: the per-company phases of every company the workers counted.
+        found += self.rollout_phase.metrics(_companies_in(found))
         registry = CollectorRegistry()
-        _WorkerFiles(registry, os.environ["PROMETHEUS_MULTIPROC_DIR"])
-        registry.register(self.rollout_phase)  # the one family no file holds
+        registry.register(_Found(found))
         return generate_latest(registry)
 
     def families(self, make: Callable[[CollectorRegistry], F]) -> F:
@@ -167,23 +177,57 @@ class Metrics:
 
 
 class PhaseCollector(Collector):
-    """``gateway_rollout_phase``: 1 for the phase in force now per tenant and dated behaviour, 0 for the others;
-    ``source`` gives those samples (the gateway sets it to its plan and clock)."""
+    """The rollout's phases now, from ``source`` (the plan in force and the instant; the gateway sets it):
 
-    name = "gateway_rollout_phase"
-    documentation = "1 for the phase in force now per tenant and dated behaviour, 0 for the others."
+    - ``gateway_rollout_companies``: per dated behaviour and phase, how many companies are in it (a few series,
+      whatever the number of companies);
+    - ``gateway_rollout_phase``: per company, 1 for the phase in force and 0 for the others, for the companies that
+      have series of their own (``companies``: those counted in a deprecation family), so that an alert can join a
+      company's counts with its phase."""
 
-    def __init__(self) -> None:
-        self.source: Callable[[], Iterable[tuple[str, str, str, float]]] | None = None
+    documentation = "1 for the phase in force now per company and dated behaviour, 0 for the others; for the " \
+        "companies counted in a deprecation family (gateway_rollout_companies counts every company)."
+    census_documentation = "Companies in each phase of each dated behaviour, now."
+
+    def __init__(self, companies: Companies) -> None:
+        self.companies = companies
+        self.source: Callable[[], tuple[RolloutPlan, float] | None] | None = None
 
     def describe(self) -> Iterable[Metric]:
-        return [Metric(self.name, self.documentation, "gauge")]
+        return [Metric("gateway_rollout_companies", self.census_documentation, "gauge"),
+                Metric("gateway_rollout_phase", self.documentation, "gauge")]
 
     def collect(self) -> Iterable[Metric]:
-        metric = Metric(self.name, self.documentation, "gauge")
-        for tenant, behaviour, phase, value in self.source() if self.source is not None else ():
-            metric.add_sample(self.name, {"tenant": tenant, "behaviour": behaviour, "phase": phase}, value)
-        return [metric]
+        return self.metrics(tuple(self.companies.named))  # (a copy: the event loop adds to it meanwhile)
+
+    def metrics(self, tenants: Iterable[str]) -> list[Metric]:
+        census = Metric("gateway_rollout_companies", self.census_documentation, "gauge")
+        phases = Metric("gateway_rollout_phase", self.documentation, "gauge")
+        found = self.source() if self.source is not None else None
+        if found is not None:
+            plan, now = found
+            for behaviour, phase, count in plan.phase_counts(now):
+                census.add_sample("gateway_rollout_companies", {"behaviour": behaviour, "phase": phase}, count)
+            for tenant, behaviour, phase, value in plan.phase_samples(now, tenants):
+                phases.add_sample("gateway_rollout_phase", {"tenant": tenant, "behaviour": behaviour, "phase": phase},
+                                  value)
+        return [census, phases]
+
+
+def _companies_in(found: Iterable[Metric]) -> set[str]:
+    """The companies named in the samples of per-company families."""
+    return {tenant for metric in found for sample in metric.samples
+            if (tenant := sample.labels.get("tenant")) is not None and tenant != OTHER}
+
+
+class _Found(Collector):
+    """Metrics collected already, for one scrape."""
+
+    def __init__(self, found: list[Metric]) -> None:
+        self.found = found
+
+    def collect(self) -> Iterable[Metric]:
+        return self.found
 
 
 _HEADER = 8  # prometheus-client's file header: the bytes used (4) and padding (4)
@@ -199,7 +243,7 @@ class _WorkerFiles(MultiProcessCollector):
     directory is listed again if one vanished: a file without a header holds no sample yet, and a vanished one
     belongs to a worker that is gone."""
 
-    def __init__(self, registry: CollectorRegistry, path: str) -> None:
+    def __init__(self, registry: CollectorRegistry | None, path: str) -> None:
         super().__init__(registry, path)  # type: ignore[no-untyped-call]
         self._directory = path
 

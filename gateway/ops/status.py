@@ -1,7 +1,10 @@
-"""The status page's data (admin ``/status.json``, and what ``/status`` renders): per company, each dated behaviour's
-timeline and its requests per day from the usage ledger; per deprecated behaviour, the clients in the window; the
-config in force, the last reload, the ledger's state and the build. Nothing that another admin endpoint does not
-already serve; times are laid out for people once, here, so the renderers only place them."""
+"""The status page's data (admin ``/status.json``, and what ``/status`` renders; its shape: ``status_model``): a
+summary of every company (how many are in each phase, how many need attention), then a page of companies, those
+that need attention first, each dated behaviour's timeline and its requests per day from the usage ledger; per
+deprecated behaviour, the clients in the window; the config in force, the last reload, the ledger's state and the
+build. Nothing that another admin endpoint does not already serve; times are laid out for people once, here, so the
+renderer only places them. Built in a thread: at 10,000 companies, the work is per distinct schedule and per
+company shown, a pass over the company names aside."""
 
 from __future__ import annotations
 
@@ -10,18 +13,24 @@ import datetime as dt
 import hashlib
 import json
 import time
+import weakref
 import zoneinfo
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..rollout import Clock, FixedClock, RolloutPlan, Schedule
+from .status_model import (
+    Axis, Bar, BehaviourCensus, BehaviourTimeline, Chart, ClientRow, Company, CompanyPage, ConfigState, Event,
+    Exemption, LedgerState, Marker, NextChange, PhaseCount, PolicyUsage, Segment, StatusData, Tick, UsageLine, Window,
+)
 
 if TYPE_CHECKING:
     from ..config import LoadedConfig
 
-__all__ = ("ConfigHistory", "config_digest", "shown_config", "status_data")
+__all__ = ("PAGE_COMPANIES", "CompanyView", "ConfigHistory", "Selection", "config_digest", "select_companies",
+           "shown_config", "status_data")
 
 _DAY = 86400.0
 
@@ -68,10 +77,33 @@ def shown_config(config: LoadedConfig) -> dict[str, Any]:
 
 def config_digest(config: LoadedConfig) -> str:
     """``sha256:`` and the hex SHA-256 of ``/config``'s ``config`` object as canonical JSON (sorted keys, no spaces):
-    two processes serving the same configuration show the same digest. (A fraction of a millisecond: computed when
-    asked, by the admin endpoints only.)"""
-    text = json.dumps(shown_config(config), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    two processes serving the same configuration show the same digest. Worked out once per config in force (at
+    10,000 companies, a tenth of a second), a company at a time."""
+    global _digest
+    found = _digest
+    if found is not None and found[0]() is config:
+        return found[1]
+    digest = "sha256:" + hashlib.sha256(_canonical(shown_config(config)).encode()).hexdigest()
+    _digest = (weakref.ref(config), digest)
+    return digest
+
+
+_digest: tuple[weakref.ref[LoadedConfig], str] | None = None
+
+
+def _canonical(data: Mapping[str, Any]) -> str:
+    """``json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``, a list item of the top level
+    at a time (the C encoder holds the GIL for a whole call)."""
+    parts = []
+    for key in sorted(data):
+        value = data[key]
+        text = ("[" + ",".join(_json(item) for item in value) + "]") if isinstance(value, list) else _json(value)
+        parts.append(_json(key) + ":" + text)
+    return "{" + ",".join(parts) + "}"
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 # --- formatting -----------------------------------------------------------------------------------------------
@@ -160,7 +192,8 @@ def _others(schedule: Schedule) -> list[float]:
 
 
 def _range(plan: RolloutPlan, now: float, usage_days: Sequence[float] = ()) -> _Range:
-    schedules = [s for per in plan.schedules.values() for s in per.values()]
+    """Over every company: the plan's distinct schedules (companies alike share theirs)."""
+    schedules = [s for groups in plan.shared().values() for s in groups]
     core = [now, *usage_days, *(at for s in schedules for at in _changes(s))]
     low, high = min(core), max(core)
     if high - low < _MIN_SPAN:
@@ -181,20 +214,20 @@ _STEPS: tuple[tuple[str, int], ...] = (
 _STEP_DAYS = {"day": 1.0, "month": 30.44, "year": 365.25}
 
 
-def _ticks(scale: _Range) -> list[dict[str, Any]]:
+def _ticks(scale: _Range) -> list[Tick]:
     """Round dates (UTC) every day, week, month, quarter, year, decade...: at most _MAX_TICKS. The label's form
     follows the step (2026-10-05, 2026-10, 2026)."""
     days = (scale.end - scale.start) / _DAY
     unit, count = next(((u, c) for u, c in _STEPS if days / (_STEP_DAYS[u] * c) < _MAX_TICKS), _STEPS[-1])
     first = dt.datetime.fromtimestamp(scale.start, dt.UTC)
-    out: list[dict[str, Any]] = []
+    out: list[Tick] = []
     if unit == "day":
         # Whole days; steps of 7 and 14 fall on Mondays.
         moment = dt.datetime(first.year, first.month, first.day, tzinfo=dt.UTC) + dt.timedelta(days=1)
         if count >= 7:
             moment += dt.timedelta(days=(7 - moment.weekday()) % 7)
         while moment.timestamp() <= scale.end:
-            out.append({"pct": scale.pct(moment.timestamp()), "label": moment.strftime("%Y-%m-%d")})
+            out.append(Tick(pct=scale.pct(moment.timestamp()), label=moment.strftime("%Y-%m-%d")))
             moment += dt.timedelta(days=count)
         return out
     if unit == "month":
@@ -206,14 +239,14 @@ def _ticks(scale: _Range) -> list[dict[str, Any]]:
             ts = dt.datetime(year, month, 1, tzinfo=dt.UTC).timestamp()
             if ts > scale.end:
                 return out
-            out.append({"pct": scale.pct(ts), "label": f"{year}-{month:02d}"})
+            out.append(Tick(pct=scale.pct(ts), label=f"{year}-{month:02d}"))
             month += count
     year = (first.year // count + 1) * count
     while True:
         ts = calendar.timegm((year, 1, 1, 0, 0, 0))
         if ts > scale.end:
             return out
-        out.append({"pct": scale.pct(ts), "label": str(year)})
+        out.append(Tick(pct=scale.pct(ts), label=str(year)))
         year += count
 
 
@@ -229,96 +262,130 @@ def _date(ts: float, tz: dt.tzinfo) -> str:
     return dt.datetime.fromtimestamp(ts, tz).strftime("%Y-%m-%d")
 
 
-def _behaviour(schedule: Schedule, now: float, tz: dt.tzinfo, scale: _Range) -> dict[str, Any]:
-    behaviour = schedule.behaviour
-    phases = behaviour.phases
-    count = len(phases)
+@dataclass(slots=True)
+class _Drawn:
+    """One behaviour's timeline as it is put together: its events (with their instants, to sort them), markers,
+    windows and exemptions."""
+
+    schedule: Schedule
+    now: float
+    tz: dt.tzinfo
+    scale: _Range
+    events: list[tuple[float | None, Event]]
+    markers: list[Marker]
+
+    @property
+    def phases(self) -> tuple[str, ...]:
+        return self.schedule.behaviour.phases
+
+    def severity(self, index: int) -> int:
+        return _severity(index, len(self.phases))
+
+    def event(self, at: float | None, when: str, kind: str, state: str, index: int | None, text: str) -> None:
+        phase, severity = (None, None) if index is None else (self.phases[index], self.severity(index))
+        self.events.append((at, Event(when=when, kind=kind, state=state, phase=phase, severity=severity, text=text)))
+
+    def marker(self, at: float, kind: str, name: str, label: str) -> None:
+        self.markers.append(Marker(pct=self.scale.pct(at), kind=kind, far=self.scale.far(at),
+                                   date=_date(at, self.tz), name=name, label=label))
+
+
+def _behaviour(schedule: Schedule, now: float, tz: dt.tzinfo, scale: _Range) -> BehaviourTimeline:
+    drawn = _Drawn(schedule, now, tz, scale, [], [])
+    _dated(drawn)
+    _signals(drawn)
+    brownouts = _brownouts(drawn)
+    exemptions = _exemptions(drawn)
     decision = schedule.decide(now)
-    upcoming = schedule.next_change(now)
-    # The phase by dates alone; brownouts are drawn over it.
-    segments: list[tuple[float | None, float | None, int]] = []
+    drawn.events.sort(key=lambda item: (item[0] is not None, item[0] or 0.0))
+    return BehaviourTimeline(
+        name=schedule.behaviour.name, phases=list(drawn.phases), phase=decision.phase,
+        severity=drawn.severity(decision.index), kind=decision.kind, why=decision.why, next=_next(drawn),
+        segments=_segments(drawn), brownouts=brownouts, markers=drawn.markers, exemptions=exemptions,
+        events=[event for _, event in drawn.events], chart=None,
+    )
+
+
+def _segments(drawn: _Drawn) -> list[Segment]:
+    """The phase by dates alone; brownouts are drawn over it."""
+    schedule, scale = drawn.schedule, drawn.scale
+    spans: list[tuple[float | None, float | None, int]] = []
     start: float | None = None
     index = schedule.base
     for step in schedule.steps:
         if step.index != index:
-            segments.append((start, step.at, index))
+            spans.append((start, step.at, index))
             start, index = step.at, step.index
-    segments.append((start, None, index))
-    base_why = schedule.base_why.rstrip("; ")
-    # The date (or the base) that puts the phase in force now, brownouts and exemptions aside.
-    passed = sum(1 for step in schedule.steps if step.at <= now)
+    spans.append((start, None, index))
+    return [Segment(from_pct=scale.pct(a, 0.0), to_pct=scale.pct(b, 100.0), phase=drawn.phases[i],
+                    severity=drawn.severity(i)) for a, b, i in spans]
 
-    def dated_state(position: int) -> str:  # 0: the base, i: the i-th step
+
+def _dated(drawn: _Drawn) -> None:
+    """The base phase and each date, marked done, in force (the one that puts the phase in force now, brownouts and
+    exemptions aside) or ahead."""
+    schedule, tz, phases = drawn.schedule, drawn.tz, drawn.phases
+    passed = sum(1 for step in schedule.steps if step.at <= drawn.now)
+
+    def state(position: int) -> str:  # 0: the base, i: the i-th step
         return "now" if position == passed else ("past" if position < passed else "ahead")
 
-    events: list[dict[str, Any]] = [{
-        "at": None, "when": "from the start", "kind": "base", "state": dated_state(0),
-        "phase": phases[schedule.base], "severity": _severity(schedule.base, count),
-        "text": f"{phases[schedule.base]} ({schedule.base_kind}{': ' + base_why if base_why else ''})",
-    }]
-    markers = []
-    for flag in behaviour.signals:
-        at = schedule.signals.get(flag.name)
-        if at is None:
-            events.append({"at": None, "when": "always", "kind": "signal", "state": "past", "phase": None,
-                           "severity": None, "text": f"{flag.label}: {flag.unset}"})
-            continue
-        events.append({"at": at, "when": _local(at, tz), "kind": "signal", "state": _state(at, None, now),
-                       "phase": None, "severity": None, "text": f"{flag.label} from here ({flag.name})"})
-        markers.append({"pct": scale.pct(at), "kind": "signal", "far": scale.far(at), "date": _date(at, tz),
-                        "name": flag.name, "label": f"{flag.name} {_local(at, tz)}"})
+    why = schedule.base_why.rstrip("; ")
+    drawn.event(None, "from the start", "base", state(0), schedule.base,
+                f"{phases[schedule.base]} ({schedule.base_kind}{': ' + why if why else ''})")
     for position, step in enumerate(schedule.steps, 1):
-        events.append({"at": step.at, "when": _local(step.at, tz), "kind": "date", "state": dated_state(position),
-                       "phase": phases[step.index], "severity": _severity(step.index, count),
-                       "text": f"{step.flag} {step.date} ({step.source}): {phases[step.index]}"})
-        markers.append({"pct": scale.pct(step.at), "kind": "date", "far": scale.far(step.at),
-                        "date": _date(step.at, tz), "name": step.flag,
-                        "label": f"{step.flag}: {phases[step.index]} from {_local(step.at, tz)}"})
-    brownouts = []
-    for window in schedule.windows:
-        state = _state(window.start, window.end, now)
-        text = f"brownout: {phases[window.index]} until {_local(window.end, tz)}"
-        events.append({"at": window.start, "when": _local(window.start, tz), "kind": "brownout", "state": state,
-                       "phase": phases[window.index], "severity": _severity(window.index, count), "text": text})
-        brownouts.append({"from_pct": scale.pct(window.start), "to_pct": scale.pct(window.end), "state": state,
-                          "phase": phases[window.index], "severity": _severity(window.index, count),
-                          "label": f"brownout {phases[window.index]}: {_local(window.start, tz)} to "
-                                   f"{_local(window.end, tz)}"})
-    exemptions = []
-    for exempt in schedule.exemptions:
-        state = "now" if now < exempt.until else "past"
-        keeps = phases[exempt.index]
-        events.append({"at": exempt.until, "when": _local(exempt.until, tz), "kind": "exemption",
-                       "state": "ahead" if state == "now" else "past", "phase": None, "severity": None,
-                       "text": f"exemption {exempt.name!r} ends ({exempt.client} kept at most {keeps})"})
-        exemptions.append({"name": exempt.name, "client": exempt.client, "phase": keeps, "state": state,
-                           "until": _local(exempt.until, tz), "to_pct": scale.pct(exempt.until),
-                           "far": scale.far(exempt.until)})
-    events.sort(key=lambda e: (e["at"] is not None, e["at"] or 0.0))
-    next_change = None
-    if upcoming is not None:
-        at, later = upcoming
-        next_change = {"phase": later.phase, "severity": _severity(later.index, count), "at": _iso(at),
-                       "when": _local(at, tz), "in": _duration_label(at - now), "why": later.why}
-    return {
-        "name": behaviour.name,
-        "phases": list(phases),
-        "phase": decision.phase,
-        "severity": _severity(decision.index, count),
-        "kind": decision.kind,
-        "why": decision.why,
-        "next": next_change,
-        "segments": [
-            {"from_pct": scale.pct(a, 0.0), "to_pct": scale.pct(b, 100.0), "phase": phases[i],
-             "severity": _severity(i, count)}
-            for a, b, i in segments
-        ],
-        "brownouts": brownouts,
-        "markers": markers,
-        "exemptions": exemptions,
-        "events": [{k: v for k, v in event.items() if k != "at"} for event in events],
-        "chart": None,
-    }
+        drawn.event(step.at, _local(step.at, tz), "date", state(position), step.index,
+                    f"{step.flag} {step.date} ({step.source}): {phases[step.index]}")
+        drawn.marker(step.at, "date", step.flag, f"{step.flag}: {phases[step.index]} from {_local(step.at, tz)}")
+
+
+def _signals(drawn: _Drawn) -> None:
+    for flag in drawn.schedule.behaviour.signals:
+        at = drawn.schedule.signals.get(flag.name)
+        if at is None:
+            drawn.event(None, "always", "signal", "past", None, f"{flag.label}: {flag.unset}")
+            continue
+        drawn.event(at, _local(at, drawn.tz), "signal", _state(at, None, drawn.now), None,
+                    f"{flag.label} from here ({flag.name})")
+        drawn.marker(at, "signal", flag.name, f"{flag.name} {_local(at, drawn.tz)}")
+
+
+def _brownouts(drawn: _Drawn) -> list[Window]:
+    out = []
+    tz, scale = drawn.tz, drawn.scale
+    for window in drawn.schedule.windows:
+        state = _state(window.start, window.end, drawn.now)
+        phase = drawn.phases[window.index]
+        drawn.event(window.start, _local(window.start, tz), "brownout", state, window.index,
+                    f"brownout: {phase} until {_local(window.end, tz)}")
+        out.append(Window(from_pct=scale.pct(window.start), to_pct=scale.pct(window.end), state=state, phase=phase,
+                          severity=drawn.severity(window.index),
+                          label=f"brownout {phase}: {_local(window.start, tz)} to {_local(window.end, tz)}"))
+    return out
+
+
+def _exemptions(drawn: _Drawn) -> list[Exemption]:
+    out = []
+    tz, scale = drawn.tz, drawn.scale
+    for exempt in drawn.schedule.exemptions:
+        state = "now" if drawn.now < exempt.until else "past"
+        keeps = drawn.phases[exempt.index]
+        drawn.event(exempt.until, _local(exempt.until, tz), "exemption", "ahead" if state == "now" else "past", None,
+                    f"exemption {exempt.name!r} ends ({exempt.client} kept at most {keeps})")
+        out.append(Exemption(name=exempt.name, client=exempt.client, phase=keeps, state=state,
+                             until=_local(exempt.until, tz), to_pct=scale.pct(exempt.until),
+                             far=scale.far(exempt.until)))
+    return out
+
+
+def _next(drawn: _Drawn) -> NextChange | None:
+    upcoming = drawn.schedule.next_change(drawn.now)
+    if upcoming is None:
+        return None
+    at, later = upcoming
+    change: NextChange = {"phase": later.phase, "severity": drawn.severity(later.index), "at": _iso(at),
+                          "when": _local(at, drawn.tz), "in": _duration_label(at - drawn.now), "why": later.why}
+    return change
 
 
 # --- the usage charts -------------------------------------------------------------------------------------------
@@ -343,7 +410,7 @@ def _bin_end(start: int, unit: str) -> int:
     return calendar.timegm((year, month, 1, 0, 0, 0))
 
 
-def _chart(days: Mapping[int, int], scale: _Range) -> dict[str, Any] | None:
+def _chart(days: Mapping[int, int], scale: _Range) -> Chart | None:
     """Requests per day (UTC) as bars on the page's axis; per week or per month when days would be under a pixel
     or two wide. None when there is nothing."""
     if not days:
@@ -359,13 +426,137 @@ def _chart(days: Mapping[int, int], scale: _Range) -> dict[str, Any] | None:
     for start, requests in sorted(bins.items()):
         end = _bin_end(start, unit)
         label = dt.datetime.fromtimestamp(start, dt.UTC).strftime("%Y-%m-%d" if unit != "month" else "%Y-%m")
-        bars.append({"from_pct": scale.pct(start), "to_pct": scale.pct(end),
-                     "height_pct": round(requests / peak * 100, 2), "requests": requests,
-                     "label": f"{'week of ' if unit == 'week' else ''}{label}: {requests:,} requests"})
+        bars.append(Bar(from_pct=scale.pct(start), to_pct=scale.pct(end), height_pct=round(requests / peak * 100, 2),
+                        requests=requests,
+                        label=f"{'week of ' if unit == 'week' else ''}{label}: {requests:,} requests"))
     first, last = min(days), max(days)
-    return {"unit": unit, "peak": peak, "total": sum(days.values()), "bars": bars,
-            "first": dt.datetime.fromtimestamp(first, dt.UTC).strftime("%Y-%m-%d"),
-            "last": dt.datetime.fromtimestamp(last, dt.UTC).strftime("%Y-%m-%d")}
+    return Chart(unit=unit, peak=peak, total=sum(days.values()), bars=bars,
+                 first=dt.datetime.fromtimestamp(first, dt.UTC).strftime("%Y-%m-%d"),
+                 last=dt.datetime.fromtimestamp(last, dt.UTC).strftime("%Y-%m-%d"))
+
+
+# --- which companies the page shows -------------------------------------------------------------------------------
+
+# Companies per page: their timelines are the page's weight (a few kB each).
+PAGE_COMPANIES = 20
+# A change of phase this close needs attention from a company whose clients still use the behaviour, and this
+# close from any company.
+_AHEAD = 30 * _DAY
+_SOON = 7 * _DAY
+
+
+@dataclass(frozen=True, slots=True)
+class CompanyView:
+    """The page's choice of companies, from its query: ``company`` (a part of the name, any case), ``phase``
+    (``behaviour:phase``: the companies in it now) and ``page`` (from 1)."""
+
+    company: str = ""
+    phase: str = ""
+    page: int = 1
+
+    @classmethod
+    def of(cls, params: Mapping[str, str]) -> CompanyView:
+        """ValueError naming a bad parameter (400)."""
+        company = params.get("company", "").strip()
+        if len(company) > 64:
+            raise ValueError("company must be at most 64 characters (a part of a company's name)")
+        phase = params.get("phase", "").strip()
+        if phase and (len(phase) > 130 or phase.count(":") != 1):
+            raise ValueError("phase must be behaviour:phase, as the page's summary links it")
+        text = params.get("page", "1")
+        if not (text.isascii() and text.isdigit() and 1 <= len(text) <= 6 and int(text) >= 1):
+            raise ValueError("page must be an integer from 1")
+        return cls(company, phase, int(text))
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The companies of one page, in order, with why each needs attention; and what the page says of the rest."""
+
+    names: list[str]
+    attention: dict[str, list[str]]
+    page: CompanyPage
+
+
+def select_companies(plan: RolloutPlan, now: float, usage: Mapping[str, Any] | None, view: CompanyView,
+                     per_page: int = PAGE_COMPANIES) -> Selection:
+    """Every company of the plan counted per phase; those the view keeps, the ones that need attention first (the
+    config's order among equals); the view's page of them. ``usage``: the ledger's report over the page's window."""
+    needs = _needs(plan, now, usage)
+    census, in_phase = _census(plan, now, view.phase)
+    wanted = view.company.lower()
+    kept = [name for name in plan.timezones
+            if (not wanted or wanted in name.lower()) and (in_phase is None or name in in_phase)]
+    kept.sort(key=lambda name: needs[name][0] if name in needs else len(_RANKS))
+    pages = max(1, -(-len(kept) // per_page))
+    first = (min(view.page, pages) - 1) * per_page
+    names = kept[first:first + per_page]
+    page = CompanyPage(total=len(plan.timezones), attention=len(needs), census=census, company=view.company,
+                       phase=view.phase, matching=len(kept), page=min(view.page, pages), pages=pages,
+                       first=first + 1 if names else 0, last=first + len(names))
+    return Selection(names, {name: needs[name][1] for name in names if name in needs}, page)
+
+
+# Why a company needs attention, most pressing first (the index is its rank).
+_RANKS = ("affected", "change ahead", "in use", "change soon")
+
+
+def _needs(plan: RolloutPlan, now: float, usage: Mapping[str, Any] | None) -> dict[str, tuple[int, list[str]]]:
+    """The companies that need attention: (rank, reasons, most pressing first). Worked out per distinct schedule,
+    then per company only where it used deprecated behaviour in the window or its schedule changes soon."""
+    used = {name: report["by_tenant"] for name, report in usage["behaviours"].items()} if usage is not None else {}
+    found: dict[str, list[tuple[int, str]]] = {}
+    for behaviour, groups in plan.shared().items():
+        by_tenant = used.get(behaviour, {})
+        for schedule, tenants in groups.items():
+            reason = _reason(behaviour, schedule, now)
+            for tenant in tenants:
+                decisions = by_tenant.get(tenant)
+                said = reason(sum(decisions.values())) if decisions else reason(0)
+                if said is not None:
+                    found.setdefault(tenant, []).append(said)
+    return {tenant: (min(rank for rank, _ in said), [text for _, text in sorted(said)]) for tenant, said in found.items()}
+
+
+def _reason(behaviour: str, schedule: Schedule, now: float) -> Callable[[int], tuple[int, str] | None]:
+    """For one schedule: requests in the window -> (rank, why), or None when that needs no attention."""
+    index = schedule.phase_index(now)
+    phases = schedule.behaviour.phases
+    upcoming = schedule.next_change(now)
+    ahead = None if upcoming is None else upcoming[0] - now
+    change = "" if upcoming is None else f"{upcoming[1].phase} in {_duration_label(upcoming[0] - now)}"
+
+    def why(requests: int) -> tuple[int, str] | None:
+        used = f"{behaviour}: {requests:,} request{'' if requests == 1 else 's'} in the window"
+        if requests and index == len(phases) - 1:
+            return 0, f"{used}, {phases[index]} now"
+        if requests and ahead is not None and ahead <= _AHEAD:
+            return 1, f"{used}, {change}"
+        if requests:
+            return 2, used
+        if ahead is not None and ahead <= _SOON:
+            return 3, f"{behaviour}: {change}"
+        return None
+
+    return why
+
+
+def _census(plan: RolloutPlan, now: float, wanted: str) -> tuple[list[BehaviourCensus], set[str] | None]:
+    """Every company counted per behaviour and phase; the companies of the ``wanted`` one (None: no filter)."""
+    census: list[BehaviourCensus] = []
+    chosen: set[str] | None = None if not wanted else set()
+    for behaviour, groups in plan.shared().items():
+        phases = plan.behaviours[behaviour].phases
+        counts = [0] * len(phases)
+        for schedule, tenants in groups.items():
+            index = schedule.phase_index(now)
+            counts[index] += len(tenants)
+            if chosen is not None and wanted == f"{behaviour}:{phases[index]}":
+                chosen.update(tenants)
+        census.append(BehaviourCensus(name=behaviour, phases=[
+            PhaseCount(phase=phase, severity=_severity(i, len(phases)), companies=counts[i],
+                       filter=f"{behaviour}:{phase}") for i, phase in enumerate(phases)]))
+    return census, chosen
 
 
 # --- the page's data --------------------------------------------------------------------------------------------
@@ -384,89 +575,86 @@ def status_data(
     ledger: Mapping[str, Any] | None = None,
     usage_problem: str | None = None,
     wall: float | None = None,
-) -> dict[str, Any]:
+    selection: Selection | None = None,
+) -> StatusData:
     """``usage``: the ledger's report over the page's window (``Store.report``'s shape, most recently seen first),
     None when it could not be read (``usage_problem`` says why); ``daily``: (tenant, behaviour, day, requests)
-    rows for the charts; ``ledger``: ``Ledger.status()`` (None when the ledger is off)."""
+    rows for the charts of the companies shown; ``ledger``: ``Ledger.status()`` (None when the ledger is off);
+    ``selection``: the companies shown (``select_companies``; by default the first page)."""
     wall = time.time() if wall is None else wall
     moment = clock.now()
     now = moment.timestamp()
-    utc = dt.UTC
+    if selection is None:
+        selection = select_companies(plan, now, usage, CompanyView())
+    days = [day for _, _, day, _ in daily]
+    scale = _range(plan, now, [min(days), max(days) + _DAY] if days else [])
+    return StatusData(
+        generated_at=_iso(wall), generated=_local(wall, dt.UTC),
+        now={"iso": moment.isoformat(), "label": _local(now, dt.UTC), "fixed": isinstance(clock, FixedClock)},
+        build={"version": __version__},
+        config=_config_state(config, history, wall),
+        ledger=None if ledger is None else _ledger(ledger, wall),
+        timeline=Axis(now_pct=scale.pct(now), ticks=_ticks(scale), start=_local(scale.start, dt.UTC),
+                      end=_local(scale.end, dt.UTC)),
+        companies=selection.page,
+        tenants=_companies(plan, now, scale, usage, daily, selection),
+        usage={"window": _window_label(usage, wall) if usage is not None else "", "problem": usage_problem,
+               "policies": _policies(usage, wall)},
+    )
+
+
+def _companies(plan: RolloutPlan, now: float, scale: _Range, usage: Mapping[str, Any] | None,
+               daily: Sequence[tuple[str, str, int, int]], selection: Selection) -> list[Company]:
     per_day: dict[tuple[str, str], dict[int, int]] = {}
     for tenant_name, behaviour_name, day, requests in daily:
         per_day.setdefault((tenant_name, behaviour_name), {})[day] = requests
-    days = [day for _, _, day, _ in daily]
-    scale = _range(plan, now, [min(days), max(days) + _DAY] if days else [])
     behaviours = usage["behaviours"] if usage is not None else {}
-    window = _window_label(usage, wall) if usage is not None else ""
-    tenants = []
-    for tenant, schedules in plan.schedules.items():
+    out = []
+    for tenant in selection.names:
         tz = zoneinfo.ZoneInfo(plan.timezones[tenant])
         blocks = []
-        for schedule in schedules.values():
+        for schedule in plan.schedules[tenant].values():
             block = _behaviour(schedule, now, tz, scale)
             block["chart"] = _chart(per_day.get((tenant, schedule.behaviour.name), {}), scale)
             blocks.append(block)
-        tenants.append({
-            "name": tenant,
-            "timezone": plan.timezones[tenant],
-            "local_now": _local(now, tz),
-            "behaviours": blocks,
-            "usage": [
-                {"behaviour": name, "decisions": _most_first(decisions)}
-                for name, report in sorted(behaviours.items())
-                if (decisions := report["by_tenant"].get(tenant))
-            ],
-        })
+        out.append(Company(
+            name=tenant, timezone=plan.timezones[tenant], local_now=_local(now, tz),
+            attention=selection.attention.get(tenant, []), behaviours=blocks,
+            usage=[UsageLine(behaviour=name, decisions=_most_first(decisions))
+                   for name, report in sorted(behaviours.items()) if (decisions := report["by_tenant"].get(tenant))],
+        ))
+    return out
+
+
+def _config_state(config: LoadedConfig, history: ConfigHistory, wall: float) -> ConfigState:
     last = history.last_reload
-    policies = []
-    for name, report in sorted(behaviours.items()):
-        rows = []
-        for row in report["top_clients"]:
-            seen = float(row["last_seen"])
-            stopped = wall - seen > _STOPPED
-            rows.append({
-                "client": row["client"],
-                "tenant": row["tenant"],
-                "user_agent": row["user_agent"],
-                "requests": row["requests"],
-                "decisions": ", ".join(f"{d} {n}" for d, n in _most_first(row["decisions"])),
-                "first_seen": _local(float(row["first_seen"]), utc),
-                "last_seen": ("not seen since " if stopped else "") + _local(seen, utc),
-                "last_seen_ago": _ago(wall - seen),
-                "stopped": stopped,
-            })
-        policies.append({
-            "name": name,
-            "requests": report["requests"],
-            "by_decision": _most_first(report["by_decision"]),
-            "untracked": report["untracked_clients_requests"],
-            "clients": report["clients"],
-            "variants": report["variants"],
-            "rows": rows,
-        })
-    return {
-        "generated_at": _iso(wall),
-        "generated": _local(wall, utc),
-        "now": {"iso": moment.isoformat(), "label": _local(now, utc), "fixed": isinstance(clock, FixedClock)},
-        "build": {"version": __version__},
-        "config": {
-            "source": config.source,
-            "digest": config_digest(config),
-            "loaded": _local(history.loaded_at, utc),
-            "loaded_ago": _ago(wall - history.loaded_at),
-            "last_reload": None if last is None else {
-                "result": last.result, "at": _local(last.at, utc), "ago": _ago(wall - last.at),
-                "problems": last.problems,
-            },
-            "reloads": {"success": history.successes, "failure": history.failures},
-        },
-        "ledger": None if ledger is None else _ledger(ledger, wall),
-        "timeline": {"now_pct": scale.pct(now), "ticks": _ticks(scale), "start": _local(scale.start, utc),
-                     "end": _local(scale.end, utc)},
-        "tenants": tenants,
-        "usage": {"window": window, "problem": usage_problem, "policies": policies},
-    }
+    return ConfigState(
+        source=config.source, digest=config_digest(config), loaded=_local(history.loaded_at, dt.UTC),
+        loaded_ago=_ago(wall - history.loaded_at),
+        last_reload=None if last is None else {"result": last.result, "at": _local(last.at, dt.UTC),
+                                               "ago": _ago(wall - last.at), "problems": last.problems},
+        reloads={"success": history.successes, "failure": history.failures},
+    )
+
+
+def _policies(usage: Mapping[str, Any] | None, wall: float) -> list[PolicyUsage]:
+    behaviours = usage["behaviours"] if usage is not None else {}
+    return [PolicyUsage(name=name, requests=report["requests"], by_decision=_most_first(report["by_decision"]),
+                        untracked=report["untracked_clients_requests"], clients=report["clients"],
+                        variants=report["variants"], rows=[_client(row, wall) for row in report["top_clients"]])
+            for name, report in sorted(behaviours.items())]
+
+
+def _client(row: Mapping[str, Any], wall: float) -> ClientRow:
+    seen = float(row["last_seen"])
+    stopped = wall - seen > _STOPPED
+    return ClientRow(
+        client=row["client"], tenant=row["tenant"], user_agent=row["user_agent"], requests=row["requests"],
+        decisions=", ".join(f"{d} {n}" for d, n in _most_first(row["decisions"])),
+        first_seen=_local(float(row["first_seen"]), dt.UTC),
+        last_seen=("not seen since " if stopped else "") + _local(seen, dt.UTC), last_seen_ago=_ago(wall - seen),
+        stopped=stopped,
+    )
 
 
 def _window_label(usage: Mapping[str, Any], wall: float) -> str:
@@ -477,20 +665,20 @@ def _window_label(usage: Mapping[str, Any], wall: float) -> str:
     return f"{_local(since, dt.UTC)} to {_local(until, dt.UTC)}"
 
 
-def _ledger(status: Mapping[str, Any], wall: float) -> dict[str, Any]:
+def _ledger(status: Mapping[str, Any], wall: float) -> LedgerState:
     written = status["last_written"]
-    return {
-        "database": status["database"],
-        "state": status["state"],
-        "since": _local(status["since"], dt.UTC),
-        "since_ago": _ago(wall - status["since"]),
-        "error": status["error"],
-        "written": "" if written is None else _ago(wall - written),
-        "pending": status["pending"],
-        "dropped": status["dropped"],
-        "notice": status.get("notice") or "",
-        "refused": "" if not status.get("refused") else (
+    return LedgerState(
+        database=status["database"],
+        state=status["state"],
+        since=_local(status["since"], dt.UTC),
+        since_ago=_ago(wall - status["since"]),
+        error=status["error"],
+        written="" if written is None else _ago(wall - written),
+        pending=status["pending"],
+        dropped=status["dropped"],
+        notice=status.get("notice") or "",
+        refused="" if not status.get("refused") else (
             f"{status['refused']} request(s) whose rows the database refused, left out ({status.get('refused_why')})"),
-        "flush_interval": f"{status['flush_interval']:g} s",
-        "retention_days": status["retention_days"],
-    }
+        flush_interval=f"{status['flush_interval']:g} s",
+        retention_days=status["retention_days"],
+    )

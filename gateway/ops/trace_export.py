@@ -11,8 +11,10 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from aiohttp import web
+import requests
 from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http import Compression
@@ -251,6 +253,19 @@ class _RecordedTrace(TraceContext):
         return _RecordedClientSpan(traceparent, self.tracestate, span)
 
 
+class _ConfiguredSession(requests.Session):
+    """The exporter's HTTP session, whose CA file (``certificate_file``, set on the session by the exporter) is the
+    one used: a plain session takes REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE from the environment over its own, so that in
+    a container that sets one (many do) the collector's authority was silently not trusted."""
+
+    def merge_environment_settings(self, url: str, proxies: Any, stream: Any, verify: Any,
+                                   cert: Any) -> dict[str, Any]:
+        settings: dict[str, Any] = super().merge_environment_settings(url, proxies, stream, verify, cert)
+        if isinstance(self.verify, str):  # the exporter passes no verify of its own to a request
+            settings["verify"] = self.verify
+        return settings
+
+
 class SpanExport:
     """The SDK's tracer provider (ratio sampler honouring the parent's decision), its batch processor and the OTLP/HTTP
     exporter, for one gateway process."""
@@ -262,6 +277,7 @@ class SpanExport:
         self._ids = _Ids()
         self.sampler = ParentBased(TraceIdRatioBased(config.sample_ratio))
         exporter = OTLPSpanExporter(
+            session=_ConfiguredSession(),
             endpoint=export.endpoint,
             certificate_file=export.certificate_file,
             client_key_file=export.client_key_file,

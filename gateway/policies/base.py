@@ -13,6 +13,8 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
 from ..core.exchange import Policy
+from ..core.ratelimit import RateLimits
+from ..core.series import Companies
 from ..core.spool import SpoolArea
 from ..rollout.behaviour import Behaviour
 from ..rollout.clock import Clock
@@ -40,8 +42,13 @@ class BuildContext:
     timezone: dt.tzinfo  # rollout.timezone: the zone in which configured dates begin
     rollout: RolloutPlan  # built once per config: every policy asks this one for phases
     families: Families
+    # The companies with series of their own in the per-company families (one bound for the process: core.series).
+    companies: Companies = field(default_factory=Companies)
     # The process's spool area (one budget for every policy's spool files; swept of dead processes' files at start).
     spool: SpoolArea = field(default_factory=SpoolArea)
+    # The service's limits on each token as the process's bridges learnt them (one for the process: both bridges of a
+    # client share what either learnt).
+    limits: RateLimits = field(default_factory=RateLimits)
 
 
 @dataclass(frozen=True, slots=True)

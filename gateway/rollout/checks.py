@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..core.keys import UNKNOWN_KEY, did_you_mean
-from .behaviour import Behaviour
+from .behaviour import Behaviour, DateFlag
 from .config import Ramp, RolloutConfig, Shadow, TenantRollout
 from .plan import effective_date
 
@@ -34,27 +34,33 @@ def _phase_problem(behaviours: Mapping[str, Behaviour], name: str, phase: str | 
     return None
 
 
-def _section_problems(section: RolloutConfig | TenantRollout, where: str, behaviours: Mapping[str, Behaviour],
-                      flags: Mapping[str, dt.date | None], *, is_global: bool) -> list[str]:
-    problems: list[str] = []
+def _date_problems(section: RolloutConfig | TenantRollout, where: str, flags: Mapping[str, dt.date | None],
+                   is_global: bool) -> list[str]:
+    problems = []
     for key, value in section.dates().items():
         if key not in flags:
             keys = [*flags, *type(section).model_fields]
             problems.append(f"{where}.{key}: {UNKNOWN_KEY}{did_you_mean(key, keys)}")
         elif is_global and value is None and flags[key] is not None:
             problems.append(f"{where}.{key}: Input should be a valid date (the default is {flags[key]})")
-    for j, brownout in enumerate(section.brownouts or ()):
-        problem = _phase_problem(behaviours, brownout.behaviour, brownout.phase, brownout=True)
-        if problem:
-            problems.append(f"{where}.brownouts[{j}]: {problem}")
-    for j, shadow in enumerate(section.shadows or ()):
-        problem = _phase_problem(behaviours, shadow.behaviour, shadow.phase, brownout=True)
-        if problem:
-            problems.append(f"{where}.shadows[{j}]: {problem}")
-    for j, ramp in enumerate(section.ramps or ()):
-        problem = _phase_problem(behaviours, ramp.behaviour, ramp.phase, brownout=True)
-        if problem:
-            problems.append(f"{where}.ramps[{j}]: {problem}")
+    return problems
+
+
+def _later_phases(section: RolloutConfig | TenantRollout, where: str, behaviours: Mapping[str, Behaviour]
+                  ) -> list[str]:
+    """Brownouts, shadows and ramps: each names a known behaviour and, where it names one, a later phase."""
+    problems = []
+    for name in ("brownouts", "shadows", "ramps"):
+        for j, item in enumerate(getattr(section, name) or ()):
+            problem = _phase_problem(behaviours, item.behaviour, item.phase, brownout=True)
+            if problem:
+                problems.append(f"{where}.{name}[{j}]: {problem}")
+    return problems
+
+
+def _freeze_problems(section: RolloutConfig | TenantRollout, where: str, behaviours: Mapping[str, Behaviour]
+                     ) -> list[str]:
+    problems = []
     seen: set[str] = set()
     for j, freeze in enumerate(section.freezes or ()):
         problem = _phase_problem(behaviours, freeze.behaviour, None, brownout=False)
@@ -63,6 +69,12 @@ def _section_problems(section: RolloutConfig | TenantRollout, where: str, behavi
         seen.add(freeze.behaviour)
         if problem:
             problems.append(f"{where}.freezes[{j}]: {problem}")
+    return problems
+
+
+def _exemption_problems(section: RolloutConfig | TenantRollout, where: str, behaviours: Mapping[str, Behaviour]
+                        ) -> list[str]:
+    problems = []
     for j, exemption in enumerate(section.exemptions):
         problem = _phase_problem(behaviours, exemption.behaviour, exemption.phase, brownout=False,
                                  bridge=exemption.bridge is not None)
@@ -75,6 +87,73 @@ def _section_problems(section: RolloutConfig | TenantRollout, where: str, behavi
     return problems
 
 
+def _section_problems(section: RolloutConfig | TenantRollout, where: str, behaviours: Mapping[str, Behaviour],
+                      flags: Mapping[str, dt.date | None], *, is_global: bool) -> list[str]:
+    return [*_date_problems(section, where, flags, is_global), *_later_phases(section, where, behaviours),
+            *_freeze_problems(section, where, behaviours), *_exemption_problems(section, where, behaviours)]
+
+
+# (earlier flag, later flag, strictly later)
+_Pair = tuple[DateFlag, DateFlag, bool]
+
+
+def _in_order(a: dt.date | None, b: dt.date | None, strict: bool) -> bool:
+    return a is None or b is None or (a < b if strict else a <= b)
+
+
+def _after(strict: bool) -> str:
+    return "after" if strict else "on or after"
+
+
+def _ordered_pairs(behaviours: Mapping[str, Behaviour]) -> list[_Pair]:
+    """The flags that must come in order: each signal on or before a behaviour's first flag, its flags rising."""
+    return [pair for b in behaviours.values() for pair in (
+        *((signal, b.flags[0], False) for signal in b.signals),
+        *((b.flags[i], b.flags[i + 1], True) for i in range(len(b.flags) - 1)),
+    )]
+
+
+def _global_order(rollout: RolloutConfig, pairs: list[_Pair]) -> list[str]:
+    dates = rollout.dates()
+    problems = []
+    for early, late, strict in pairs:
+        a, b = dates.get(early.name, early.default), dates.get(late.name, late.default)
+        if not _in_order(a, b, strict):
+            problems.append(f"rollout.{late.name}: {b} must be {_after(strict)} {early.name} ({a})")
+    return problems
+
+
+def _tenant_order(rollout: RolloutConfig, own: TenantRollout, pairs: list[_Pair], where: str) -> list[str]:
+    """A tenant's effective dates in order; the problem named at the date the tenant itself set."""
+    own_dates = own.dates()
+    problems = []
+    for early, late, strict in pairs:
+        a_own, b_own = own_dates.get(early.name), own_dates.get(late.name)
+        a, b = effective_date(own, rollout, early)[0], effective_date(own, rollout, late)[0]
+        if _in_order(a, b, strict) or (a_own is None and b_own is None):
+            continue
+        if b_own is not None:
+            origin = "" if a_own is not None else ", from rollout"
+            problems.append(f"{where}.{late.name}: {b} must be {_after(strict)} {early.name} ({a}{origin})")
+        else:
+            before = "before" if strict else "on or before"
+            problems.append(f"{where}.{early.name}: {a} must be {before} {late.name} ({b}, from rollout)")
+    return problems
+
+
+def _tenant_checks(tenant: Tenant, own: TenantRollout, behaviours: Mapping[str, Behaviour], where: str
+                   ) -> list[str]:
+    """What each behaviour requires of a tenant (its own check, given the tenant's own flags and brownouts)."""
+    problems: list[str] = []
+    own_dates = own.dates()
+    for behaviour in behaviours.values():
+        if behaviour.check_tenant is not None:
+            names = {flag.name for flag in behaviour.all_flags()}
+            own_flags = {name: day for name, day in own_dates.items() if name in names}
+            problems += behaviour.check_tenant(tenant, own_flags, list(own.brownouts or ()), where)
+    return problems
+
+
 def rollout_problems(
     rollout: RolloutConfig,
     tenants: Sequence[tuple[Tenant, TenantRollout]],
@@ -83,51 +162,16 @@ def rollout_problems(
     """Known flags and phases, the order of the effective dates per tenant, and what each behaviour requires of a
     tenant; each with its path."""
     flags = {flag.name: flag.default for b in behaviours.values() for flag in b.all_flags()}
-    problems = _section_problems(rollout, "rollout", behaviours, flags, is_global=True)
-    # (earlier flag, later flag, strictly later)
-    pairs = [
-        pair
-        for b in behaviours.values()
-        for pair in (
-            *((signal, b.flags[0], False) for signal in b.signals),
-            *((b.flags[i], b.flags[i + 1], True) for i in range(len(b.flags) - 1)),
-        )
-    ]
-    dates = rollout.dates()
-
-    def in_order(a: dt.date | None, b: dt.date | None, strict: bool) -> bool:
-        return a is None or b is None or (a < b if strict else a <= b)
-
-    def after(strict: bool) -> str:
-        return "after" if strict else "on or after"
-
-    for early, late, strict in pairs:
-        a, b = dates.get(early.name, early.default), dates.get(late.name, late.default)
-        if not in_order(a, b, strict):
-            problems.append(f"rollout.{late.name}: {b} must be {after(strict)} {early.name} ({a})")
+    pairs = _ordered_pairs(behaviours)
+    problems = [*_section_problems(rollout, "rollout", behaviours, flags, is_global=True),
+                *_global_order(rollout, pairs)]
     reported: set[str] = set()
     for i, (tenant, own) in enumerate(tenants):
         where = f"tenants[{i}].rollout"
         problems += _section_problems(own, where, behaviours, flags, is_global=False)
-        own_dates = own.dates()
-        for early, late, strict in pairs:
-            a_own, b_own = own_dates.get(early.name), own_dates.get(late.name)
-            a, b = effective_date(own, rollout, early)[0], effective_date(own, rollout, late)[0]
-            if in_order(a, b, strict) or (a_own is None and b_own is None):
-                continue
-            if b_own is not None:
-                origin = "" if a_own is not None else ", from rollout"
-                problems.append(f"{where}.{late.name}: {b} must be {after(strict)} {early.name} ({a}{origin})")
-            else:
-                before = "before" if strict else "on or before"
-                problems.append(f"{where}.{early.name}: {a} must be {before} {late.name} ({b}, from rollout)")
+        problems += _tenant_order(rollout, own, pairs, where)
         problems += _dated_problems(rollout, tenant, own, behaviours, where, reported)
-        for behaviour in behaviours.values():
-            if behaviour.check_tenant is None:
-                continue
-            names = {flag.name for flag in behaviour.all_flags()}
-            own_flags = {name: day for name, day in own_dates.items() if name in names}
-            problems += behaviour.check_tenant(tenant, own_flags, list(own.brownouts or ()), where)
+        problems += _tenant_checks(tenant, own, behaviours, where)
     return problems
 
 

@@ -15,7 +15,7 @@ import datetime as dt
 import hashlib
 import hmac
 import zoneinfo
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
 
@@ -27,7 +27,7 @@ from .config import Brownout, HeaderMatch, RolloutConfig, Shadow, TenantRollout
 if TYPE_CHECKING:
     from ..core.tenants import Tenant
 
-__all__ = ("Client", "Explained", "RolloutPlan", "Schedule", "effective_date")
+__all__ = ("Client", "Explained", "Ramp", "RolloutPlan", "Schedule", "effective_date")
 
 _TWO_64 = float(1 << 64)
 _T = TypeVar("_T")
@@ -77,7 +77,7 @@ class _Window:
 
 
 @dataclass(frozen=True, slots=True)
-class _Ramp:
+class Ramp:
     """A phase reaching a share of clients before its date: (from, share in percent) steps, rising."""
 
     index: int
@@ -135,7 +135,7 @@ def _midnight(day: dt.date, tz: dt.tzinfo) -> float:
 class _Resolved(NamedTuple):
     phase: int
     kind: Kind
-    cause: _Step | _Window | _Ramp | _Freeze | _Exempt | None  # None: the base phase
+    cause: _Step | _Window | Ramp | _Freeze | _Exempt | None  # None: the base phase
     shadow: int | None
     unplaced: bool
 
@@ -149,7 +149,7 @@ class Schedule:
 
     def __init__(self, behaviour: Behaviour, base: Base, steps: Sequence[_Step], windows: Sequence[_Window],
                  exemptions: Sequence[_Exempt], signals: Mapping[str, float | None], bridge: bool = False, *,
-                 shadows: Sequence[_Window] = (), ramps: Sequence[_Ramp] = (), freeze: _Freeze | None = None,
+                 shadows: Sequence[_Window] = (), ramps: Sequence[Ramp] = (), freeze: _Freeze | None = None,
                  preview: str | None = None) -> None:
         self.behaviour = behaviour
         self.base = base.index
@@ -203,25 +203,31 @@ class Schedule:
 
     def _for_client(self, now: float, client: Client, tenant: str, resolved: _Resolved) -> _Resolved:
         fingerprint = client.fingerprint if self._by_token else None
-        name = self.behaviour.name
         if fingerprint is not None:
-            for ramp in self.ramps:
-                share = ramp.share(now)
-                if ramp.index > resolved.phase and share and ramp.takes(name, fingerprint, share):
-                    resolved = resolved._replace(phase=ramp.index, kind=Kind.RAMP, cause=ramp)
-            resolved = self._frozen(now, client, tenant, resolved)
+            resolved = self._frozen(now, client, tenant, self._ramped(now, fingerprint, resolved))
+        resolved = self._exempted(now, client, fingerprint, resolved)
+        return self._previewed(client, resolved) if self.preview is not None else resolved
+
+    def _ramped(self, now: float, fingerprint: str, resolved: _Resolved) -> _Resolved:
+        for ramp in self.ramps:
+            share = ramp.share(now)
+            if ramp.index > resolved.phase and share and ramp.takes(self.behaviour.name, fingerprint, share):
+                resolved = resolved._replace(phase=ramp.index, kind=Kind.RAMP, cause=ramp)
+        return resolved
+
+    def _exempted(self, now: float, client: Client, fingerprint: str | None, resolved: _Resolved) -> _Resolved:
         for exempt in self.exemptions:
             if now < exempt.until and exempt.index < resolved.phase and exempt.matches(client.headers, fingerprint):
-                resolved = resolved._replace(phase=exempt.index, kind=Kind.EXEMPTION, cause=exempt)
-                break
-        if self.preview is not None:
-            wanted = client.previewed(name)
-            if wanted is not None:
-                phases = self.behaviour.phases
-                later = phases.index(wanted) if wanted in phases else len(phases) - 1
-                if later > resolved.phase:
-                    resolved = resolved._replace(phase=later, kind=Kind.PREVIEW, cause=None)
+                return resolved._replace(phase=exempt.index, kind=Kind.EXEMPTION, cause=exempt)
         return resolved
+
+    def _previewed(self, client: Client, resolved: _Resolved) -> _Resolved:
+        wanted = client.previewed(self.behaviour.name)
+        if wanted is None:
+            return resolved
+        phases = self.behaviour.phases
+        later = phases.index(wanted) if wanted in phases else len(phases) - 1
+        return resolved._replace(phase=later, kind=Kind.PREVIEW, cause=None) if later > resolved.phase else resolved
 
     def _frozen(self, now: float, client: Client, tenant: str, resolved: _Resolved) -> _Resolved:
         freeze = self.freeze
@@ -281,7 +287,7 @@ class Schedule:
         if isinstance(cause, _Freeze):
             return (f"freeze from {cause.date}: the client was "
                     + ("not placed (the usage ledger is unavailable)" if r.unplaced else "first seen after it"))
-        if isinstance(cause, _Ramp):
+        if isinstance(cause, Ramp):
             return f"in the ramp's share of clients that get {phases[cause.index]} before its date"
         if isinstance(cause, _Window):
             return f"brownout {cause.label}"
@@ -377,15 +383,27 @@ class _Builder:
         self.key = rollout.ramp_key.encode()
         self.preview = rollout.preview.header if rollout.preview.enabled else None
         self._shared: dict[tuple[object, ...], Schedule] = {}
+        self._quick: dict[tuple[str, int, Base, bool], Schedule] = {}
 
     def schedule(self, tenant: Tenant, own: TenantRollout, behaviour: Behaviour) -> Schedule:
-        rollout = self.rollout
         base = behaviour.base_of(tenant)
+        bridge = behaviour.bridge_of(tenant) if behaviour.bridge_of is not None else False
+        # Companies that set no rollout overrides share one (frozen) TenantRollout: theirs is found without working
+        # out their dates (the plan holds every ``own`` while it lives, so an id is not reused meanwhile).
+        quick = (behaviour.name, id(own), base, bridge)
+        shared = self._quick.get(quick)
+        if shared is None:
+            shared = self._quick[quick] = self._shared_schedule(tenant, own, behaviour, base, bridge)
+        return shared
+
+    def _shared_schedule(self, tenant: Tenant, own: TenantRollout, behaviour: Behaviour, base: Base, bridge: bool
+                         ) -> Schedule:
+        rollout = self.rollout
         tz_name = own.timezone or rollout.timezone
         days = tuple(effective_date(own, rollout, flag) for flag in behaviour.all_flags())
         own_lists = (own.brownouts, own.shadows, own.ramps, own.freezes)
         key = (behaviour.name, base, tz_name, days, tuple(None if x is None else tuple(x) for x in own_lists),
-               tuple(own.exemptions), behaviour.bridge_of(tenant) if behaviour.bridge_of is not None else False)
+               tuple(own.exemptions), bridge)
         shared = self._shared.get(key)
         if shared is None:
             shared = self._shared[key] = self._build(tenant, own, behaviour, base, zoneinfo.ZoneInfo(tz_name))
@@ -397,7 +415,7 @@ class _Builder:
         steps: list[_Step] = []
         windows: list[_Window] = []
         shadows: list[_Window] = []
-        ramps: list[_Ramp] = []
+        ramps: list[Ramp] = []
         freeze = None
         if base.dated:  # a phase the company's own setting fixes has no dates, nothing to shadow or ramp to
             steps = self._steps(own, behaviour, tz)
@@ -438,8 +456,8 @@ class _Builder:
                 shadows.append(self._window(shadow, phase, behaviour, stz))
         return shadows
 
-    def _ramps(self, own: TenantRollout, behaviour: Behaviour, tz: dt.tzinfo) -> list[_Ramp]:
-        return [_Ramp(behaviour.index(ramp.phase), tuple((_midnight(step.start, rtz), step.share) for step in ramp.steps),
+    def _ramps(self, own: TenantRollout, behaviour: Behaviour, tz: dt.tzinfo) -> list[Ramp]:
+        return [Ramp(behaviour.index(ramp.phase), tuple((_midnight(step.start, rtz), step.share) for step in ramp.steps),
                       self.key)
                 for ramp, rtz in self._listed(self.rollout.ramps, own.ramps, tz) if ramp.behaviour == behaviour.name]
 
@@ -485,12 +503,29 @@ class _TenantSchedules(Mapping[str, Schedule]):
 class _Schedules(Mapping[str, Mapping[str, Schedule]]):
     """Every tenant's schedules, by tenant name, built when first asked for."""
 
-    __slots__ = ("_builder", "_tenants", "_made")
+    __slots__ = ("_builder", "_tenants", "_made", "behaviours")
 
     def __init__(self, builder: _Builder, tenants: Sequence[tuple[Tenant, TenantRollout]]) -> None:
         self._builder = builder
         self._tenants = {tenant.name: (tenant, own) for tenant, own in tenants}
         self._made: dict[str, _TenantSchedules] = {}
+        self.behaviours = builder.behaviours
+
+    def shared(self) -> dict[str, dict[Schedule, list[str]]]:
+        """Per behaviour, each schedule in the plan and the tenants that have it, in the config's order (one pass
+        over the tenants, without their own objects)."""
+        builder = self._builder
+        out: dict[str, dict[Schedule, list[str]]] = {}
+        for name, known in builder.behaviours.items():
+            groups = out[name] = {}
+            for tenant, own in self._tenants.values():
+                schedule = builder.schedule(tenant, own, known)
+                found = groups.get(schedule)
+                if found is None:
+                    groups[schedule] = [tenant.name]
+                else:
+                    found.append(tenant.name)
+        return out
 
     def __getitem__(self, name: str) -> _TenantSchedules:
         made = self._made.get(name)
@@ -509,11 +544,12 @@ class _Schedules(Mapping[str, Mapping[str, Schedule]]):
 class RolloutPlan:
     """Every tenant's schedules (built when first asked for), from the config (and again on reload)."""
 
-    def __init__(self, schedules: Mapping[str, Mapping[str, Schedule]], timezones: Mapping[str, str],
-                 preview: str | None = None) -> None:
-        self.schedules = schedules
+    def __init__(self, schedules: _Schedules, timezones: Mapping[str, str], preview: str | None = None) -> None:
+        self.schedules: Mapping[str, Mapping[str, Schedule]] = schedules
+        self._all = schedules
         self.timezones = timezones
         self.preview = preview  # the header a client previews a later phase with (None: off)
+        self._shared: dict[str, dict[Schedule, list[str]]] | None = None
 
     @classmethod
     def build(cls, rollout: RolloutConfig, tenants: Sequence[tuple[Tenant, TenantRollout]],
@@ -522,6 +558,10 @@ class RolloutPlan:
         builder = _Builder(rollout, behaviours)
         return cls(_Schedules(builder, tenants), timezones, builder.preview)
 
+    @property
+    def behaviours(self) -> Mapping[str, Behaviour]:
+        return self._all.behaviours
+
     def schedule(self, tenant: str, behaviour: str) -> Schedule:
         return self.schedules[tenant][behaviour]
 
@@ -529,14 +569,33 @@ class RolloutPlan:
                headers: Mapping[str, str] | None = None) -> Explained:
         return self.schedules[tenant][behaviour].decide(now.timestamp(), headers)
 
-    def phase_samples(self, now: float) -> Iterator[tuple[str, str, str, float]]:
+    def phase_samples(self, now: float, tenants: Iterable[str]) -> Iterator[tuple[str, str, str, float]]:
         """``gateway_rollout_phase`` at ``now``: (tenant, behaviour, phase, 1 for the phase in force else 0), for
-        every tenant, dated behaviour and phase of this plan (a tenant no longer configured has none)."""
-        for tenant, per in self.schedules.items():
-            for name, schedule in per.items():
+        every dated behaviour and phase of ``tenants`` in this plan (a tenant no longer configured has none)."""
+        schedules = self.schedules
+        for tenant in tenants:
+            per = schedules.get(tenant)
+            for name, schedule in per.items() if per is not None else ():
                 current = schedule.phase_index(now)
                 for i, phase in enumerate(schedule.behaviour.phases):
                     yield tenant, name, phase, 1.0 if i == current else 0.0
+
+    def phase_counts(self, now: float) -> Iterator[tuple[str, str, int]]:
+        """(behaviour, phase, how many tenants are in it at ``now``) for every dated behaviour and phase."""
+        for name, groups in self.shared().items():
+            phases = self.behaviours[name].phases
+            tally = [0] * len(phases)
+            for schedule, tenants in groups.items():
+                tally[schedule.phase_index(now)] += len(tenants)
+            for phase, count in zip(phases, tally, strict=True):
+                yield name, phase, count
+
+    def shared(self) -> dict[str, dict[Schedule, list[str]]]:
+        """Per behaviour, each distinct schedule of the plan and the tenants that have it (worked out once)."""
+        shared = self._shared
+        if shared is None:
+            shared = self._shared = self._all.shared()
+        return shared
 
 
 def _instant(value: dt.datetime, tz: dt.tzinfo) -> float:

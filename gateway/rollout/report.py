@@ -7,7 +7,7 @@ import zoneinfo
 from collections.abc import Iterable
 from typing import Any
 
-from .plan import Client, RolloutPlan, Schedule
+from .plan import Client, Ramp, RolloutPlan, Schedule
 
 __all__ = ("describe", "describe_client", "report")
 
@@ -25,64 +25,81 @@ def describe(plan: RolloutPlan, now: dt.datetime, tenants: Iterable[str] | None 
         tz = zoneinfo.ZoneInfo(tz_name)
         lines.append(f"tenant {tenant} (timezone {tz_name}, local time {now.astimezone(tz).isoformat()})")
         for name, schedule in plan.schedules[tenant].items():
-            decision = schedule.decide(stamp)
-            lines.append(f"  {name}: {decision.phase} [{decision.kind}] {decision.why}")
-            upcoming = schedule.next_change(stamp)
-            if upcoming is None:
-                lines.append("    next change: none scheduled")
-            else:
-                at, later = upcoming
-                lines.append(f"    next change: {later.phase} at {_fmt(at, tz)} ({later.why})")
-            for window in schedule.windows:
-                if window.end > stamp:
-                    state = "now" if window.start <= stamp else "scheduled"
-                    lines.append(f"    brownout ({state}): {schedule.behaviour.phases[window.index]} "
-                                 f"from {_fmt(window.start, tz)} to {_fmt(window.end, tz)}")
-            lines += _stages(schedule, stamp, tz)
-            bridge = schedule.behaviour.bridge
-            if bridge is not None:
-                lines.append(f"    bridge {bridge}: {_bridge_state(schedule, stamp, decision.index)}")
-            for exempt in schedule.exemptions:
-                state = "active" if stamp < exempt.until else "expired"
-                keeps = schedule.behaviour.phases[exempt.index]
-                line = f"    exemption {exempt.name!r} ({state}): {exempt.client} keeps at most {keeps}"
-                if exempt.bridge is not None and bridge is not None:
-                    line += f", bridge {bridge} {'on' if exempt.bridge else 'off'}"
-                lines.append(f"{line} until {_fmt(exempt.until, tz)}")
-            for flag in schedule.behaviour.signals:
-                start = schedule.signals[flag.name]
-                if start is None:
-                    lines.append(f"    {flag.label}: {flag.unset}")
-                else:
-                    state = "since" if start <= stamp else "from"
-                    lines.append(f"    {flag.label}: {state} {_fmt(start, tz)} ({flag.name})")
+            lines += _behaviour_lines(name, schedule, stamp, tz)
+    return lines
+
+
+def _behaviour_lines(name: str, schedule: Schedule, stamp: float, tz: dt.tzinfo) -> list[str]:
+    decision = schedule.decide(stamp)
+    return [f"  {name}: {decision.phase} [{decision.kind}] {decision.why}", _next_line(schedule, stamp, tz),
+            *_brownouts(schedule, stamp, tz), *_stages(schedule, stamp, tz), *_bridge_lines(schedule, stamp, tz),
+            *_signal_lines(schedule, stamp, tz)]
+
+
+def _next_line(schedule: Schedule, stamp: float, tz: dt.tzinfo) -> str:
+    upcoming = schedule.next_change(stamp)
+    if upcoming is None:
+        return "    next change: none scheduled"
+    at, later = upcoming
+    return f"    next change: {later.phase} at {_fmt(at, tz)} ({later.why})"
+
+
+def _brownouts(schedule: Schedule, stamp: float, tz: dt.tzinfo) -> list[str]:
+    return [f"    brownout ({'now' if window.start <= stamp else 'scheduled'}): "
+            f"{schedule.behaviour.phases[window.index]} from {_fmt(window.start, tz)} to {_fmt(window.end, tz)}"
+            for window in schedule.windows if window.end > stamp]
+
+
+def _bridge_lines(schedule: Schedule, stamp: float, tz: dt.tzinfo) -> list[str]:
+    """The bridge's state for the company, then each exemption (what it keeps, its bridge)."""
+    bridge = schedule.behaviour.bridge
+    lines = []
+    if bridge is not None:
+        lines.append(f"    bridge {bridge}: {_bridge_state(schedule, stamp, schedule.decide(stamp).index)}")
+    for exempt in schedule.exemptions:
+        state = "active" if stamp < exempt.until else "expired"
+        keeps = schedule.behaviour.phases[exempt.index]
+        line = f"    exemption {exempt.name!r} ({state}): {exempt.client} keeps at most {keeps}"
+        if exempt.bridge is not None and bridge is not None:
+            line += f", bridge {bridge} {'on' if exempt.bridge else 'off'}"
+        lines.append(f"{line} until {_fmt(exempt.until, tz)}")
+    return lines
+
+
+def _signal_lines(schedule: Schedule, stamp: float, tz: dt.tzinfo) -> list[str]:
+    lines = []
+    for flag in schedule.behaviour.signals:
+        start = schedule.signals[flag.name]
+        if start is None:
+            lines.append(f"    {flag.label}: {flag.unset}")
+        else:
+            lines.append(f"    {flag.label}: {'since' if start <= stamp else 'from'} {_fmt(start, tz)} ({flag.name})")
     return lines
 
 
 def _stages(schedule: Schedule, stamp: float, tz: dt.tzinfo) -> list[str]:
     """The staged rollout's lines of one schedule: shadows, ramps, the freeze, the preview."""
     phases = schedule.behaviour.phases
-    lines = []
-    for window in schedule.shadows:
-        if window.end > stamp:
-            state = "now" if window.start <= stamp else "scheduled"
-            lines.append(f"    shadow ({state}): {phases[window.index]} decided for every request but not applied, "
-                         f"from {_fmt(window.start, tz)} to {_fmt(window.end, tz)}")
-    for ramp in schedule.ramps:
-        steps = ", then ".join(f"{share:g}% of clients from {_fmt(at, tz)}" for at, share in ramp.steps)
-        at_date = next((s.at for s in schedule.steps if s.index == ramp.index), None)
-        everyone = f", everyone from {_fmt(at_date, tz)}" if at_date is not None else ""
-        now = ramp.share(stamp)
-        lines.append(f"    ramp ({f'now {now:g}%' if now else 'not started'}): {phases[ramp.index]} for {steps}"
-                     f"{everyone} (chosen by a keyed hash of the token fingerprint)")
-    if schedule.freeze is not None:
-        freeze = schedule.freeze
-        state = "since" if freeze.at <= stamp else "from"
-        lines.append(f"    freeze: {state} {_fmt(freeze.at, tz)}, a client first seen after it gets {phases[freeze.index]} "
-                     "at once; one seen before keeps its schedule")
+    lines = [f"    shadow ({'now' if window.start <= stamp else 'scheduled'}): {phases[window.index]} decided for "
+             f"every request but not applied, from {_fmt(window.start, tz)} to {_fmt(window.end, tz)}"
+             for window in schedule.shadows if window.end > stamp]
+    lines += [_ramp_line(schedule, ramp, stamp, tz) for ramp in schedule.ramps]
+    freeze = schedule.freeze
+    if freeze is not None:
+        lines.append(f"    freeze: {'since' if freeze.at <= stamp else 'from'} {_fmt(freeze.at, tz)}, a client first "
+                     f"seen after it gets {phases[freeze.index]} at once; one seen before keeps its schedule")
     if schedule.preview is not None:
         lines.append(f"    preview: a client may ask for a later phase now with the {schedule.preview} header")
     return lines
+
+
+def _ramp_line(schedule: Schedule, ramp: Ramp, stamp: float, tz: dt.tzinfo) -> str:
+    steps = ", then ".join(f"{share:g}% of clients from {_fmt(at, tz)}" for at, share in ramp.steps)
+    at_date = next((s.at for s in schedule.steps if s.index == ramp.index), None)
+    everyone = f", everyone from {_fmt(at_date, tz)}" if at_date is not None else ""
+    now = ramp.share(stamp)
+    return (f"    ramp ({f'now {now:g}%' if now else 'not started'}): {schedule.behaviour.phases[ramp.index]} for "
+            f"{steps}{everyone} (chosen by a keyed hash of the token fingerprint)")
 
 
 def describe_client(plan: RolloutPlan, now: dt.datetime, tenant: str, client: Client, who: str) -> list[str]:

@@ -18,7 +18,7 @@ FILE_HEAD = (f"--{B}\r\nContent-Disposition: form-data; name=\"file\"; filename=
 CLOSE = f"\r\n--{B}--\r\n".encode()
 
 
-def head(length: int, target: str = "/api/v1/cards/u1/files", ct: str = f"multipart/form-data; boundary={B}") -> bytes:
+def head(length: int, target: str = "/api/v1/cards/0d6c1a5e-3b7f-4c2a-9e8d-1f2a3b4c5d6e/files", ct: str = f"multipart/form-data; boundary={B}") -> bytes:
     return (f"POST {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {ct}\r\nContent-Length: {length}\r\n"
             "Connection: close\r\n\r\n").encode()  # fmt: skip
 

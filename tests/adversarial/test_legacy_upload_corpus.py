@@ -31,6 +31,10 @@ FILE = (['Content-Disposition: form-data; name="files[]"; filename="report.pdf"'
 TEXT_BODY = multipart_body([TEXT], B)
 FILE_BODY = multipart_body([TEXT, FILE], B)
 JSON_BODY = b'{"text": "edited comment"}'
+# The uids of the restricted file routes (an earlier, numeric id in their place is a legacy upload).
+U = "0d6c1a5e-3b7f-4c2a-9e8d-1f2a3b4c5d6e"
+C = "5a0b9c8d-7e6f-4a1b-8c2d-3e4f5a6b7c8d"
+P = "9f8e7d6c-5b4a-4392-8180-7a6b5c4d3e2f"
 
 
 def with_part(*headers: str, content: bytes = b"data") -> bytes:
@@ -141,6 +145,63 @@ def post_files(body: bytes, ct: str | None = MP, *, target: str = "/api/v1/cards
     return http("POST", target, head, body, **kw)  # type: ignore[arg-type]
 
 
+def post_to(target: str, body: bytes = FILE_BODY, ct: str = MP, **kw: object) -> bytes:
+    return http("POST", target, [("Content-Type", ct)], body, **kw)  # type: ignore[arg-type]
+
+
+EMPTY_FORM = f"--{B}--\r\n".encode()
+# The restricted upload routes' paths with an earlier id (anything but a UUID) where a uid belongs: the service takes
+# such an upload as a legacy one (docs/policies/legacy_upload_guard.md, "Where it runs").
+LEGACY_IDS: list[Case] = [
+    blocked("legacy-id-card-post", post_to("/api/v1/cards/1/files")),
+    blocked("legacy-id-card-post-latest", post_to("/api/latest/cards/42/files")),
+    blocked("legacy-id-card-post-file-field", post_to("/api/v1/cards/42/files", multipart_body([(
+            ['Content-Disposition: form-data; name="file"; filename="a.png"', "Content-Type: image/png"], b"png")], B))),
+    blocked("legacy-id-card-post-zero-padded", post_to("/api/v1/cards/0042/files")),
+    blocked("legacy-id-card-post-percent-encoded", post_to("/api/v1/cards/%34%32/files")),
+    blocked("legacy-id-card-post-upper-case-path", post_to("/API/V1/CARDS/42/FILES")),
+    blocked("legacy-id-card-post-trailing-slash", post_to("/api/v1/cards/42/files/")),
+    blocked("legacy-id-card-post-dot-segments", post_to("/api/v1/x/../cards/./42/files")),
+    blocked("legacy-id-card-post-name-not-a-number", post_to("/api/v1/cards/my-card/files")),
+    blocked("legacy-id-card-post-uuid-without-dashes", post_to("/api/v1/cards/" + U.replace("-", "") + "/files")),
+    blocked("legacy-id-card-post-uuid-and-more", post_to(f"/api/v1/cards/{U}0/files")),
+    blocked("legacy-id-card-post-chunked", http("POST", "/api/v1/cards/42/files", [
+            ("Content-Type", MP), ("Transfer-Encoding", "chunked")]) + chunked(FILE_BODY, 9)),  # fmt: skip
+    blocked("legacy-id-card-post-typed-part", post_to("/api/v1/cards/42/files", multipart_body([(
+            ['Content-Disposition: form-data; name="attachment"', "Content-Type: application/octet-stream"], b"x")], B))),
+    blocked("legacy-id-put-override-to-post", http("PUT", "/api/v1/cards/1/files", [
+            ("Content-Type", MP), ("X-HTTP-Method-Override", "POST")], FILE_BODY)),  # fmt: skip
+    blocked("legacy-id-comment-both-numbers", post_to("/api/v1/cards/1/comments/2/files")),
+    blocked("legacy-id-comment-card-number", post_to(f"/api/v1/cards/1/comments/{C}/files")),
+    blocked("legacy-id-comment-comment-number", post_to(f"/api/latest/cards/{U}/comments/2/files")),
+    blocked("legacy-id-property-both-numbers", post_to("/api/v1/cards/1/custom-properties/3/files")),
+    blocked("legacy-id-property-card-number", post_to(f"/api/v1/cards/1/custom-properties/{P}/files")),
+    blocked("legacy-id-property-property-number", post_to(f"/api/v1/cards/{U}/custom-properties/3/files")),
+    refused("legacy-id-comment-ambiguous-body", post_to("/api/v1/cards/1/comments/2/files",
+            FILE_BODY.replace(b"\r\n", b"\n")), "line_endings"),  # fmt: skip
+    # What is not an upload passes, as before: JSON with a URL, a form without a file part, the UUID paths.
+    passed("legacy-id-card-post-json-url", post_to("/api/v1/cards/42/files", j := b'{"url": "https://e.test/a.pdf"}',
+                                                   "application/json"),
+           Sent("POST", "/api/v1/cards/42/files", j)),  # fmt: skip
+    passed("legacy-id-card-post-text-only", post_to("/api/v1/cards/42/files", TEXT_BODY),
+           Sent("POST", "/api/v1/cards/42/files", TEXT_BODY)),
+    passed("legacy-id-card-post-empty-form", post_to("/api/v1/cards/42/files", EMPTY_FORM),
+           Sent("POST", "/api/v1/cards/42/files", EMPTY_FORM)),
+    passed("legacy-id-comment-text-only", post_to("/api/v1/cards/1/comments/2/files", TEXT_BODY),
+           Sent("POST", "/api/v1/cards/1/comments/2/files", TEXT_BODY)),
+    passed("restricted-card-upload-upper-case-uuid", post_to(f"/api/v1/cards/{U.upper()}/files"),
+           Sent("POST", f"/api/v1/cards/{U.upper()}/files", FILE_BODY)),
+    passed("restricted-comment-upload-both-uuids", post_to(f"/api/v1/cards/{U}/comments/{C}/files"),
+           Sent("POST", f"/api/v1/cards/{U}/comments/{C}/files", FILE_BODY)),
+    passed("legacy-id-file-rename-by-number", http("PATCH", "/api/v1/cards/1/files/7", [
+           ("Content-Type", "application/json")], r := b'{"name": "b.pdf"}'), Sent("PATCH", "/api/v1/cards/1/files/7", r)),
+    passed("forbid-off-legacy-id-card-post", post_to("/api/v1/cards/42/files", host="old.test"),
+           Sent("POST", "/api/v1/cards/42/files", FILE_BODY), deprecated="yes"),
+    passed("forbid-off-legacy-id-comment-post", post_to("/api/v1/cards/1/comments/2/files", host="old.test"),
+           Sent("POST", "/api/v1/cards/1/comments/2/files", FILE_BODY), deprecated="yes"),
+]
+
+
 BODY_OVERRIDES: list[Case] = [
     # --- a form body's _method (docs/policies/legacy_upload_guard.md, "Method overrides") --------------------------
     blocked("put-via-body-method-urlencoded", post_files(b"_method=PUT&note=x", FORM)),
@@ -188,23 +249,23 @@ BODY_OVERRIDES: list[Case] = [
     Case("body-method-undecided-urlencoded", post_files(BIG_FORM, FORM), (413,), "METHOD_OVERRIDE_UNDECIDED",
          "look_ahead_exceeded"),
     passed("restricted-upload-body-method-post", post_files(r1 := multipart_body([OVERRIDE_POST, FILE], B),
-                                                             target="/api/v1/cards/u1/files"),
-           Sent("POST", "/api/v1/cards/u1/files", r1)),  # fmt: skip
+                                                             target=f"/api/v1/cards/{U}/files"),
+           Sent("POST", f"/api/v1/cards/{U}/files", r1)),  # fmt: skip
     passed("restricted-upload-body-method-post-after-file",
-           post_files(r2 := multipart_body([FILE, OVERRIDE_POST], B), target="/api/v1/cards/u1/files"),
-           Sent("POST", "/api/v1/cards/u1/files", r2)),  # fmt: skip
-    passed("restricted-upload-file-first-chunked", post_files(b"", target="/api/v1/cards/u1/files",
+           post_files(r2 := multipart_body([FILE, OVERRIDE_POST], B), target=f"/api/v1/cards/{U}/files"),
+           Sent("POST", f"/api/v1/cards/{U}/files", r2)),  # fmt: skip
+    passed("restricted-upload-file-first-chunked", post_files(b"", target=f"/api/v1/cards/{U}/files",
            headers=[("Transfer-Encoding", "chunked")]) + chunked(r3 := multipart_body([FILE, TEXT], B), 4),
-           Sent("POST", "/api/v1/cards/u1/files", r3, length=None)),  # fmt: skip
-    passed("restricted-text-only-multipart", post_files(TEXT_BODY, target="/api/v1/cards/u1/files"),
-           Sent("POST", "/api/v1/cards/u1/files", TEXT_BODY)),
+           Sent("POST", f"/api/v1/cards/{U}/files", r3, length=None)),  # fmt: skip
+    passed("restricted-text-only-multipart", post_files(TEXT_BODY, target=f"/api/v1/cards/{U}/files"),
+           Sent("POST", f"/api/v1/cards/{U}/files", TEXT_BODY)),
     passed("restricted-urlencoded-without-override", post_files(b"url=https%3A%2F%2Fexample.test%2Fa.pdf", FORM,
-                                                                target="/api/v1/cards/u1/files"),
-           Sent("POST", "/api/v1/cards/u1/files", b"url=https%3A%2F%2Fexample.test%2Fa.pdf")),  # fmt: skip
+                                                                target=f"/api/v1/cards/{U}/files"),
+           Sent("POST", f"/api/v1/cards/{U}/files", b"url=https%3A%2F%2Fexample.test%2Fa.pdf")),  # fmt: skip
     passed("restricted-upload-body-method-expect-100-continue",
-           post_files(r4 := multipart_body([OVERRIDE_POST, FILE], B), target="/api/v1/cards/u1/files",
+           post_files(r4 := multipart_body([OVERRIDE_POST, FILE], B), target=f"/api/v1/cards/{U}/files",
                       headers=[("Expect", "100-continue")]),
-           Sent("POST", "/api/v1/cards/u1/files", r4), wait_for_continue=True, continue_expected=True),  # fmt: skip
+           Sent("POST", f"/api/v1/cards/{U}/files", r4), wait_for_continue=True, continue_expected=True),  # fmt: skip
     passed("forbid-off-put-via-body-method", post_files(f1 := multipart_body([OVERRIDE_PUT, FILE], B), host="old.test"),
            Sent("PUT", "/api/v1/cards/1/files", f1), deprecated="yes"),
     passed("comment-create-body-method-post", comment(c1 := multipart_body([OVERRIDE_POST, TEXT], B)),
@@ -417,27 +478,27 @@ CASES: list[Case] = [
     passed("restricted-card-upload", http("POST", "/api/v1/cards/6f1c0de4-7a7e-4d4e-9a52-0c1f2a3b4c5d/files",
                                           [("Content-Type", MP)], FILE_BODY),
            Sent("POST", "/api/v1/cards/6f1c0de4-7a7e-4d4e-9a52-0c1f2a3b4c5d/files", FILE_BODY)),  # fmt: skip
-    passed("restricted-comment-upload", http("POST", "/api/latest/cards/u1/comments/c1/files", [("Content-Type", MP)],
+    passed("restricted-comment-upload", http("POST", f"/api/latest/cards/{U}/comments/{C}/files", [("Content-Type", MP)],
                                              FILE_BODY),
-           Sent("POST", "/api/latest/cards/u1/comments/c1/files", FILE_BODY)),  # fmt: skip
-    passed("restricted-property-upload", http("POST", "/api/v1/cards/u1/custom-properties/p1/files",
+           Sent("POST", f"/api/latest/cards/{U}/comments/{C}/files", FILE_BODY)),  # fmt: skip
+    passed("restricted-property-upload", http("POST", f"/api/v1/cards/{U}/custom-properties/{P}/files",
                                               [("Content-Type", MP)], FILE_BODY),
-           Sent("POST", "/api/v1/cards/u1/custom-properties/p1/files", FILE_BODY)),  # fmt: skip
-    passed("restricted-upload-gzip-stays-encoded", http("POST", "/api/v1/cards/u1/files",
+           Sent("POST", f"/api/v1/cards/{U}/custom-properties/{P}/files", FILE_BODY)),  # fmt: skip
+    passed("restricted-upload-gzip-stays-encoded", http("POST", f"/api/v1/cards/{U}/files",
                                                         [("Content-Type", MP), ("Content-Encoding", "gzip")],
                                                         b"\x1f\x8b\x08\x00gz"),
-           Sent("POST", "/api/v1/cards/u1/files", b"\x1f\x8b\x08\x00gz", encoding="gzip")),  # fmt: skip
-    passed("restricted-file-metadata", http("GET", "/api/v1/cards/u1/files/f1?redirect=true"),
-           Sent("GET", "/api/v1/cards/u1/files/f1?redirect=true", length=None)),
-    passed("restricted-file-delete", http("DELETE", "/api/v1/cards/u1/files/f1"),
-           Sent("DELETE", "/api/v1/cards/u1/files/f1", length=False)),
+           Sent("POST", f"/api/v1/cards/{U}/files", b"\x1f\x8b\x08\x00gz", encoding="gzip")),  # fmt: skip
+    passed("restricted-file-metadata", http("GET", f"/api/v1/cards/{U}/files/f1?redirect=true"),
+           Sent("GET", f"/api/v1/cards/{U}/files/f1?redirect=true", length=None)),
+    passed("restricted-file-delete", http("DELETE", f"/api/v1/cards/{U}/files/f1"),
+           Sent("DELETE", f"/api/v1/cards/{U}/files/f1", length=False)),
     passed("get-on-deprecated-path", http("GET", "/api/v1/cards/1/files"), Sent("GET", "/api/v1/cards/1/files", length=None)),
     passed("options-on-deprecated-path", http("OPTIONS", "/api/v1/cards/1/files"),
            Sent("OPTIONS", "/api/v1/cards/1/files", length=False)),
-    passed("put-override-to-post-is-the-restricted-upload", http("PUT", "/api/v1/cards/1/files",
+    passed("put-override-to-post-is-the-restricted-upload", http("PUT", f"/api/v1/cards/{U}/files",
                                                                  [("Content-Type", MP), ("X-HTTP-Method-Override", "POST")],
                                                                  FILE_BODY),
-           Sent("POST", "/api/v1/cards/1/files", FILE_BODY)),  # fmt: skip
+           Sent("POST", f"/api/v1/cards/{U}/files", FILE_BODY)),  # fmt: skip
     passed("put-without-body", http("PUT", "/api/v1/cards/1/files"), Sent("PUT", "/api/v1/cards/1/files", length=False)),
     # --- the forbid setting off: uploads pass unchanged and say the route is deprecated ------------------------
     passed("forbid-off-put-upload", put_files(host="old.test"), Sent("PUT", "/api/v1/cards/1/files", FILE_BODY),
@@ -453,6 +514,7 @@ CASES: list[Case] = [
     passed("forbid-off-text-comment-not-marked", comment(TEXT_BODY, host="old.test"),
            Sent("POST", "/api/v1/cards/1/comments", TEXT_BODY), deprecated="no"),
     *BODY_OVERRIDES,
+    *LEGACY_IDS,
 ]
 
 

@@ -41,9 +41,17 @@ FILE_BODY = multipart_body([(['Content-Disposition: form-data; name="text"'], b"
 OVERRIDE_HEADERS = ("X-HTTP-Method-Override", "X-Method-Override", "X-HTTP-Method")
 # The guarded routes as a lenient upstream reads them: (method, path regex on the normalised path).
 # The card files route takes any body as an upload; the comment routes only a body with a file part in it.
+# The restricted upload routes with an earlier id (anything but a UUID) in a uid's place take a file as a legacy upload.
+_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_NOT_UUID = rf"(?!{_UUID}/)[^/]+"
 GUARDED = [("PUT", re.compile(r"/api/(v1|latest)/cards/[^/]+/files"), False),
            ("POST", re.compile(r"/api/(v1|latest)/cards/[^/]+/comments"), True),
-           ("PATCH", re.compile(r"/api/(v1|latest)/cards/[^/]+/comments/[^/]+"), True)]
+           ("PATCH", re.compile(r"/api/(v1|latest)/cards/[^/]+/comments/[^/]+"), True),
+           ("POST", re.compile(rf"/api/(v1|latest)/cards/{_NOT_UUID}/files"), True),
+           ("POST", re.compile(rf"/api/(v1|latest)/cards/({_NOT_UUID}/comments/[^/]+|[^/]+/comments/{_NOT_UUID})/files"),
+            True),
+           ("POST", re.compile(rf"/api/(v1|latest)/cards/({_NOT_UUID}/custom-properties/[^/]+|[^/]+/custom-properties/"
+                               rf"{_NOT_UUID})/files"), True)]
 
 
 # --- The lenient reading -----------------------------------------------------------------------------------------
@@ -217,11 +225,14 @@ class Spelling:
 
 def spelling(rng: random.Random, n: int) -> Spelling:
     prefix = rng.choice([["api", "v1"], ["api", "latest"]])
-    kind = rng.choice(["put_files", "post_comment", "patch_comment"])
-    segments = prefix + ["cards", str(rng.randint(1, 999)), "files" if kind == "put_files" else "comments"]
+    kind = rng.choice(["put_files", "post_comment", "patch_comment", "post_files", "post_comment_files"])
+    segments = prefix + ["cards", str(rng.randint(1, 999)), "files" if kind.endswith("files") else "comments"]
     if kind == "patch_comment":
         segments.append(str(rng.randint(1, 999)))
-    wanted = {"put_files": "PUT", "post_comment": "POST", "patch_comment": "PATCH"}[kind]
+    elif kind == "post_comment_files":
+        segments[-1:] = ["comments", rng.choice([str(rng.randint(1, 999)), "5a0b9c8d-7e6f-4a1b-8c2d-3e4f5a6b7c8d"]),
+                         "files"]
+    wanted = {"put_files": "PUT", "patch_comment": "PATCH"}.get(kind, "POST")
     headers: list[tuple[str, str]] = [("Host", "127.0.0.1"), ("X-Fuzz-Id", str(n))]
     query: list[str] = []
     method = wanted
@@ -322,6 +333,12 @@ def test_the_lenient_reading_sees_the_tricks() -> None:
     assert not lands_on_guarded_route("POST", "/api/v1/cards/1/comments", [])
     assert not lands_on_guarded_route("PUT", "/api/v1/cards/1/comments/2", [], b"_method=PATCH")
     assert not lands_on_guarded_route("POST", "/api/v1/cards/1/files", [])
+    # The restricted upload routes' paths with an earlier id: a file part is a legacy upload; a UUID path is not.
+    assert lands_on_guarded_route("POST", "/api/v1/cards/1/files", [], FILE_BODY)
+    assert lands_on_guarded_route("POST", "/api/v1/cards/1/comments/5a0b9c8d-7e6f-4a1b-8c2d-3e4f5a6b7c8d/files", [],
+                                  FILE_BODY)
+    assert lands_on_guarded_route("POST", "/api/v1/cards/%30/custom-properties/2/files", [], FILE_BODY)
+    assert not lands_on_guarded_route("POST", "/api/v1/cards/0D6C1A5E-3b7f-4c2a-9e8d-1f2a3b4c5d6e/files", [], FILE_BODY)
     assert not lands_on_guarded_route("GET", "/api/v1/cards/1/comments", [])
 
 

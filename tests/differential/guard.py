@@ -1,4 +1,5 @@
-"""The guard's real decision on a body, in-process: the legacy_upload_guard policy of the comment update route, built
+"""The guard's real decision on a body, in-process: the legacy_upload_guard policy of the comment update route (or of
+another guarded route of ``ROUTES``), built
 from the test config as the gateway builds it, with tests/policy_testlib.py's stand-in for the proxy core (which runs
 the request-body filter with the core's own pipeline). Tenant ``acme`` has the forbid setting on."""
 
@@ -24,6 +25,12 @@ __all__ = ("Decision", "Guard")
 
 ROUTE = "legacy_comment_update"
 TARGET = "/api/v1/cards/7/comments/9"
+# The route each decision is asked of: (route, method, target, path parameters). Besides the comment update: a
+# restricted upload route's path with the card's number where its uid belongs (a legacy upload, config/gateway.yaml).
+ROUTES = {
+    "legacy_comment_update": ("PATCH", TARGET, {"card_id": "7", "comment_id": "9"}),
+    "legacy_id_card_file_upload": ("POST", "/api/v1/cards/7/files", {"card_id": "7"}),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +53,13 @@ class Decision:
 
 
 class Guard:
-    def __init__(self) -> None:
+    def __init__(self, route: str = ROUTE) -> None:
         config = config_of(make_config("http://127.0.0.1:1", routes=guarded_routes()))
         self._config = config
-        self._policy: Policy = build_policy(config, ROUTE, NAME, "2026-07-01T00:00:00+00:00", Metrics())
-        options = dict(config.chains[ROUTE])[NAME]
+        self._route = route
+        self._method, self._target, self._params = ROUTES[route]
+        self._policy: Policy = build_policy(config, route, NAME, "2026-07-01T00:00:00+00:00", Metrics())
+        options = dict(config.chains[route])[NAME]
         self._file_fields = options.file_fields
         self._max_header_bytes = options.max_part_header_bytes
         self._look_ahead = options.look_ahead_bytes
@@ -58,11 +67,11 @@ class Guard:
         self._clones = 0
 
     async def decide(self, ct: str, body: bytes, chunks: Sequence[int] = ()) -> Decision:
-        """The answer to ``PATCH`` of a comment with this body; ``chunks``: the sizes it arrives in (all at once by
-        default), each delivered after the guard has read the one before."""
+        """The answer to the route's request (``PATCH`` of a comment by default) with this body; ``chunks``: the sizes
+        it arrives in (all at once by default), each delivered after the guard has read the one before."""
         first = body[: chunks[0]] if chunks else body
         request = self._request(ct, first, eof=not chunks)
-        exchange = exchange_for(self._config, request, ROUTE, {"card_id": "7", "comment_id": "9"}, request_id="r")
+        exchange = exchange_for(self._config, request, self._route, dict(self._params), request_id="r")
         feeder = asyncio.create_task(self._trickle(request.content, body, chunks)) if chunks else None
         core = Terminal()
         try:
@@ -78,7 +87,7 @@ class Guard:
         # stream (BaseRequest.clone keeps the stream it was made with, hence the private attribute). Its mocks record
         # every call made on them, so a new one is made now and then.
         if self._template is None or self._clones >= 1000:
-            self._template = mocked_request("PATCH", TARGET, [], b"")
+            self._template = mocked_request(self._method, self._target, [], b"")
             self._clones = 0
         self._clones += 1
         request = self._template.clone(headers={"Content-Type": ct})

@@ -84,6 +84,25 @@ def test_precision_every_exception_is_a_documented_rule_with_a_parser_behind_it(
         assert counter[" differ"] > 0, f"{rule}: no parser reads any body it refuses differently from the others"
 
 
+async def test_an_earlier_id_on_the_restricted_card_route_is_decided_as_a_comment_upload(clients: list[Sample]) -> None:
+    """``POST /cards/{card_id}/files`` with the card's number (a legacy upload, config/gateway.yaml's
+    legacy_id_card_file_upload) is read by the same rules as the comment routes: on every client body and on mutated
+    ones, its guard decides exactly as the comment update's, whose decisions the invariants above check against the
+    parsers."""
+    comment, card = Guard(), Guard("legacy_id_card_file_upload")
+    samples = next(iter(generate(SEED + 1, clients, bodies=len(clients) + 400, batch=10_000)))
+    differ = []
+    blocked = forwarded = 0
+    for s in samples:
+        one, other = await comment.decide(s.ct, s.body, s.chunks), await card.decide(s.ct, s.body, s.chunks)
+        if (one.label, one.code, one.rule) != (other.label, other.code, other.rule):
+            differ.append((s.family, one.label, other.label))
+        blocked += other.blocked
+        forwarded += other.forwarded
+    assert not differ, differ[:5]
+    assert blocked >= 100 and forwarded >= 50  # both sides reached
+
+
 def test_generation_is_reproducible(clients: list[Sample]) -> None:
     again = list(next(iter(generate(SEED, clients, bodies=len(clients) + 300, batch=10_000))))
     once = list(next(iter(generate(SEED, clients, bodies=len(clients) + 300, batch=10_000))))

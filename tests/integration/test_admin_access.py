@@ -25,7 +25,7 @@ import yaml
 import yarl
 from aiohttp import web
 
-from gateway.cli import _reload
+from gateway.lifecycle import Reloads
 from gateway.ops.admin import make_admin_app, session_cookie
 from tests.gateway_testlib import (
     ADMIN_TOKEN, GatewayFactory, RecordingUpstream, closed_within, free_port, make_config, parse_responses,
@@ -215,7 +215,7 @@ async def test_a_shorter_lifetime_on_reload_applies_to_the_cookies_given(admin: 
     config = make_config("http://127.0.0.1:1")
     config["server"] = {**config["server"], "admin_login_lifetime": 600}
     path.write_text(yaml.safe_dump(config))
-    _reload(gw.gateway, str(path))
+    await Reloads(gw.gateway, str(path)).reload()
     assert (await status_of(port, "/config", headers={"Cookie": f"{COOKIE}={value}"}))[0] == 401
     value, line = await _login(port)
     assert "Max-Age=600" in line
@@ -230,7 +230,7 @@ async def test_a_new_token_on_reload_applies_at_once(admin: Admin, tmp_path: Pat
     path.write_text(yaml.safe_dump(config))
     cookie = {"Cookie": f"{COOKIE}=" + (await _cookie(port))}
     assert (await status_of(port, "/config", headers=cookie))[0] == 200
-    _reload(gw.gateway, str(path))
+    await Reloads(gw.gateway, str(path)).reload()
     assert gw.gateway.metrics.config_reloads.labels("success")._value.get() == 1  # noqa: SLF001
     assert (await status_of(port, "/config", headers=BEARER))[0] == 401
     assert (await status_of(port, "/config", headers=cookie))[0] == 401, "a cookie of the old token"

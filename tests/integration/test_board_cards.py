@@ -282,6 +282,23 @@ async def test_gzip_from_the_upstream_is_decoded_and_the_client_gets_gzip(upstre
     assert json.loads(plain) == doc
 
 
+async def test_compress_min_bytes_and_level_decide_the_rewritten_boards_gzip(upstream, start_gateway, client) -> None:
+    upstream.responder = json_responder(board_bytes(300))
+
+    async def board(**options: Any) -> tuple[str | None, bytes]:
+        gw = await start(start_gateway, upstream, CAPPED, options={"cap": 100, **options})
+        async with client.get(gw.url + "/api/latest/boards/1", headers={"Accept-Encoding": "gzip"}) as resp:
+            return resp.headers.get("Content-Encoding"), await resp.read()
+
+    plain_encoding, plain = await board(compress_min_bytes=len(board_bytes(300)))  # more than the capped board
+    assert plain_encoding is None and len(json.loads(plain)["cards"]) == 100
+    fast_encoding, fast = await board(compress_level=1)
+    best_encoding, best = await board(compress_level=9)
+    assert fast_encoding == best_encoding == "gzip"
+    assert gzip.decompress(fast) == gzip.decompress(best) == plain
+    assert len(best) < len(fast)
+
+
 async def test_a_compression_bomb_passes_through_as_too_large(upstream, start_gateway, client) -> None:
     bomb = gzip.compress(b'{"cards":[' + b" " * 5_000_000 + b"]}")
 

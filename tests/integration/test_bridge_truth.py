@@ -79,9 +79,10 @@ async def _send(gw: RunningGateway, method: str, path: str, body: bytes, auth: s
                 return resp.status, resp.headers, raw
 
 
-def _upgrades(gw: RunningGateway, outcome: str) -> float | None:
+def _upgrades(gw: RunningGateway, outcome: str) -> float:
+    """A company's series appears with its first count (issue 38): none yet is 0."""
     return samples(generate_latest(gw.metrics.registry).decode()).get(
-        ("gateway_legacy_upload_upgrades_total", (("outcome", outcome), ("tenant", "acme"))))
+        ("gateway_legacy_upload_upgrades_total", (("outcome", outcome), ("tenant", "acme"))), 0.0)
 
 
 

@@ -85,6 +85,14 @@ async def test_every_card_in_the_lists_order(sandbox: Any, start_gateway: Gatewa
     assert -(-max(size - 1, 1) // step) <= result["pages"] <= -(-max(size - 1, 1) // step) + 3
 
 
+async def test_overlap_is_what_each_page_shares_with_the_one_before(sandbox: Any, start_gateway: GatewayFactory) -> None:
+    """overlap 25 of pages of 50: each page moves on 25 cards, so the 250 cards take 9 pages (overlap 1: 6)."""
+    gw = await start_gateway(make_config(f"http://127.0.0.1:{sandbox.port}"))
+    result = await _get(await _through(gw, BackfillOptions(page_size=50, overlap=25, concurrency=1)), 1)
+    assert result["ids"] == await _list(sandbox, 1)
+    assert 9 <= result["pages"] <= 10
+
+
 @pytest.mark.parametrize("want", [0, 1, 99, 100, 101, 250])
 async def test_the_first_cards_only_when_that_is_all_the_phase_shows(sandbox: Any, start_gateway: GatewayFactory,
                                                                      want: int) -> None:

@@ -53,7 +53,7 @@ def _upload(kind: str) -> tuple[str, str, str | None, bytes]:
     payload = os.urandom(SIZE)
     if kind == "restricted":
         part = (['Content-Disposition: form-data; name="file"; filename="big.bin"'], payload)
-        return "POST", "/api/v1/cards/0b9a6a4e/files", None, multipart_body([part], B)
+        return "POST", "/api/v1/cards/0b9a6a4e-5c1d-4e7f-9a2b-3c4d5e6f7a8b/files", None, multipart_body([part], B)
     if kind == "legacy_put":
         return "PUT", "/api/v1/cards/7/files", "legacy.test", payload
     part = (['Content-Disposition: form-data; name="files[]"; filename="big.bin"'], payload)

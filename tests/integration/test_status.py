@@ -14,8 +14,8 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-from gateway.cli import _reload
 from gateway.core.http import token_fingerprint
+from gateway.lifecycle import Reloads
 from gateway.ops.admin import make_admin_app
 from gateway.ops.status import ConfigHistory
 from gateway.rollout import FixedClock, parse_instant
@@ -106,7 +106,7 @@ async def test_the_data_behind_the_page(upstream: RecordingUpstream, start_gatew
                     assert resp.status in (200, 403)
             bad = tmp_path / "bad.yaml"
             bad.write_text(yaml.safe_dump({"tenants": [{"name": "x"}]}))
-            _reload(gw.gateway, str(bad), history)
+            await Reloads(gw.gateway, str(bad), history).reload()
             async with client.get(admin + "/status.json") as resp:
                 data = await resp.json()
             async with client.get(admin + "/status") as resp:

@@ -2,7 +2,8 @@
 (the plain one, the upload upgrade's lookup and upload, the card backfill's board and pages), each upstream request
 with a span of its own; the access log names the trace and the gateway's span; with export on, the spans arrive at an
 OTLP/HTTP receiver (decoded with the official protobuf messages) as one tree, sampled as configured, without a
-secret; and a collector that hangs or refuses costs no request anything: its spans are dropped and counted."""
+secret, gzipped if asked, over TLS with the collector's authority and the gateway's client certificate; and a
+collector that hangs or refuses costs no request anything: its spans are dropped and counted."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import aiohttp
 from tests import process_testlib
 from tests.adversarial_upstream import AdversarialUpstream, Board, adversarial  # noqa: F401 - fixture
 from tests.gateway_testlib import RecordingUpstream, bridged_routes, multipart_body
-from tests.otlp_receiver import OtlpReceiver, otlp  # noqa: F401 - fixture
+from tests.otlp_receiver import OtlpReceiver, Tls, otlp, tls_receiver  # noqa: F401 - fixtures
 from tests.process_testlib import Proc, wait_for
 
 B = "trace-boundary"
@@ -325,3 +326,53 @@ async def test_a_collector_that_hangs_or_refuses_costs_requests_nothing_and_its_
         finally:
             proc.stop()
     assert otlp.requests >= 1  # the hanging one was reached
+
+
+async def _exports_of_one_request(proc: Proc, receiver: OtlpReceiver) -> bool:
+    """A request through ``proc``; whether its spans reached ``receiver`` (False: the export failed, counted)."""
+    before = len(receiver.spans)
+    async with aiohttp.ClientSession() as client, client.get(f"{proc.url}/traced") as resp:
+        assert resp.status == 200
+
+    async def settled() -> bool:
+        failed = (await proc.metrics()).get(("gateway_trace_spans_dropped_total", (("reason", "export_failed"),)), 0)
+        return len(receiver.spans) > before or failed > 0
+
+    await wait_for(settled, 10)
+    return len(receiver.spans) > before
+
+
+async def test_compression_gzip_gzips_every_export(upstream: RecordingUpstream, otlp: OtlpReceiver,  # noqa: F811
+                                                   tmp_path: Path) -> None:
+    for compression, encoding in (("gzip", "gzip"), ("none", "")):
+        data = process_testlib.config(upstream.url, 0, 0)
+        data["tracing"] = {"export": _export(otlp, compression=compression)}
+        proc = await process_testlib.start(data, tmp_path, name=compression)
+        try:
+            otlp.encodings.clear()
+            assert await _exports_of_one_request(proc, otlp)
+            assert otlp.encodings and set(otlp.encodings) == {encoding}
+        finally:
+            proc.stop()
+
+
+async def test_tls_to_the_collector_with_its_authority_and_a_client_certificate(
+        upstream: RecordingUpstream, tls_receiver: tuple[OtlpReceiver, Tls], tmp_path: Path) -> None:  # noqa: F811
+    """certificate_file: the collector's authority (not one the system trusts), also where the environment names
+    another CA bundle for HTTP clients (REQUESTS_CA_BUNDLE, as many containers set); client_certificate_file and
+    client_key_file: the certificate the collector asks the gateway for. Without either, no span arrives."""
+    receiver, tls = tls_receiver
+    env = {**os.environ, "REQUESTS_CA_BUNDLE": str(tls.server_cert), "CURL_CA_BUNDLE": str(tls.server_cert)}
+    both = {"certificate_file": str(tls.ca), "client_certificate_file": str(tls.client_cert),
+            "client_key_file": str(tls.client_key)}
+    without_client = {"certificate_file": str(tls.ca)}
+    without_authority = {"client_certificate_file": str(tls.client_cert), "client_key_file": str(tls.client_key)}
+    for name, files, arrives in (("both", both, True), ("without_client", without_client, False),
+                                 ("without_authority", without_authority, False)):
+        data = process_testlib.config(upstream.url, 0, 0)
+        data["tracing"] = {"export": _export(receiver, timeout=2, **files)}
+        proc = await process_testlib.start(data, tmp_path, name=name, env=env)
+        try:
+            assert await _exports_of_one_request(proc, receiver) is arrives, name
+        finally:
+            proc.stop()

@@ -5,8 +5,11 @@ routes instead. The file bytes the sandbox stored are read back through its sign
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+from datetime import datetime
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,7 @@ from gateway.core.http import token_fingerprint
 from sandbox.settings import READONLY_TOKEN
 from tests.gateway_testlib import AdminFactory, GatewayFactory, LineCollector, multipart_body
 from tests.integration.upload_upgrade_testlib import (  # noqa: F401 - fixtures
+    add_fault,
     AUTH,
     B,
     chunked,
@@ -105,6 +109,158 @@ async def test_without_the_bridge_the_put_is_blocked_as_before(sandbox: Any, spo
     status, headers, answer = await send("PUT", f"{gw.url}/api/v1/cards/{card.id}/files", body)
     assert status == 200 and headers["X-Gateway-Upload-Upgrade"] == "upgraded; files=1"
     assert upgrades(gw, "upgraded") == 1
+
+
+# --- a restricted route's path with an earlier id (config/gateway.yaml's legacy_id_* routes) ------------------------
+
+
+async def test_a_post_with_the_cards_number_is_uploaded_to_its_restricted_route(
+    sandbox: Any, spool: Path, start_gateway: GatewayFactory
+) -> None:
+    gw = await start(start_gateway, sandbox, spool)
+    card = public_card(sandbox)
+    content = os.urandom(200 * KiB)
+    body = multipart_body([file_part(content, "scan.png", name="file", media="image/png")], B)
+    status, headers, answer = await send("POST", f"{gw.url}/api/v1/cards/{card.id}/files", chunked(body, size=7000))
+    assert status == 200 and headers["X-Gateway-Upload-Upgrade"] == "upgraded; files=1", answer
+    assert answer["type"] == 11 and answer["card_uid"] == card.uid and answer["card_id"] == card.id
+    assert await download(answer["url"]) == content
+    assert [(e["method"], e["path"]) for e in await journal(sandbox)] == [
+        ("GET", f"/api/v1/cards/{card.id}"), ("POST", f"/api/v1/cards/{card.uid}/files")]
+    assert guard_decisions(gw, "legacy_id_card_file_upload", "bridged") == 1 and upgrades(gw, "upgraded") == 1
+
+
+async def test_a_comment_upload_with_numbers_goes_to_the_comments_restricted_route(
+    sandbox: Any, spool: Path, start_gateway: GatewayFactory
+) -> None:
+    gw = await start(start_gateway, sandbox, spool)
+    store = store_of(sandbox)
+    card = store.cards[1]
+    (comment,) = store.card_comments(card)[:1]
+    body = multipart_body([file_part(b"minutes", "minutes.txt", name="file", media="text/plain")], B)
+    for path in (f"/api/v1/cards/{card.id}/comments/{comment.id}/files",
+                 f"/api/v1/cards/{card.id}/comments/{comment.uid}/files"):
+        status, headers, answer = await send("POST", gw.url + path, body)
+        assert status == 200 and headers["X-Gateway-Upload-Upgrade"] == "upgraded; files=1", answer
+        assert answer["entity_type"] == "comment" and answer["type"] == 11 and answer["card_id"] == card.id
+        assert headers["Link"] == f"</api/v1/cards/{card.uid}/comments/{comment.uid}/files>; rel=\"successor-version\""
+    uploads = [e["path"] for e in await journal(sandbox) if e["method"] == "POST"]
+    assert uploads == [f"/api/v1/cards/{card.uid}/comments/{comment.uid}/files"] * 2
+    # The card by its uid and the comment by its number: the comment's uid cannot be looked up (the card lookup
+    # takes the card's number).
+    status, _, answer = await send("POST", f"{gw.url}/api/v1/cards/{card.uid}/comments/{comment.id}/files", body)
+    assert (status, answer["code"], answer["rule"]) == (400, "LEGACY_UPLOAD_UPGRADE_UNSUPPORTED", "card_id")
+
+
+async def test_what_the_bridge_does_not_take_on_a_restricted_path(sandbox: Any, spool: Path,
+                                                                 start_gateway: GatewayFactory) -> None:
+    gw = await start(start_gateway, sandbox, spool)
+    card = public_card(sandbox)
+    before = restricted(sandbox)
+    upload = multipart_body([file_part(b"x", name="file")], B)
+    # A custom property's file: no flow (nothing the service answers turns a property's number into its uid).
+    status, headers, answer = await send("POST", f"{gw.url}/api/v1/cards/{card.id}/custom-properties/1/files", upload)
+    assert (status, answer["code"]) == (403, "PUBLIC_API_LEGACY_FILE_UPLOAD_DISABLED")
+    assert "X-Gateway-Upload-Upgrade" not in headers
+    # A card named neither by its number nor by its uid.
+    status, _, answer = await send("POST", f"{gw.url}/api/v1/cards/my-card/files", upload)
+    assert (status, answer["rule"]) == (400, "card_id")
+    # A _method after the file part (the edge watches for one; the bridge takes the body over from it): the one file
+    # part alone is the upload, anything after it is refused, before the upload's end is sent.
+    late = multipart_body([file_part(b"y" * 1000, name="file"), text_part("PUT", name="_method")], B)
+    cut = late.index(b"y" * 1000) + 500
+
+    async def slowly() -> AsyncIterator[bytes]:
+        yield late[:cut]
+        await asyncio.sleep(0.2)  # the edge has seen the file part and watches on; the guard hands over to the bridge
+        yield late[cut:]
+
+    status, _, answer = await send("POST", f"{gw.url}/api/v1/cards/{card.id}/files", slowly())
+    assert (status, answer["rule"]) == (400, "several_parts")
+    # Nothing else reached the service but the lookup and one upload, broken off before its end: no file was made.
+    sent = [(e["method"], e["path"], e["status"]) for e in await journal(sandbox)]
+    assert [(m, p) for m, p, _ in sent] == [("GET", f"/api/v1/cards/{card.id}"), ("POST", f"/api/v1/cards/{card.uid}/files")]
+    assert sent[-1][2] != 200 and restricted(sandbox) == before
+    # JSON with a URL is not an upload: it passes, whatever the bridge.
+    link = json.dumps({"url": "https://e.test/a.pdf", "name": "a.pdf"}).encode()
+    status, headers, answer = await send("POST", f"{gw.url}/api/v1/cards/{card.id}/files", link,
+                                         content_type="application/json")
+    assert status == 200 and answer["type"] == 1 and "X-Gateway-Upload-Upgrade" not in headers
+
+
+# --- within the service's limits on the client's token -------------------------------------------------------------
+
+
+async def _limited_sandbox(aiohttp_server: Any, rate: int) -> Any:
+    from sandbox.app import create_app
+    from sandbox.settings import SandboxSettings
+
+    return await aiohttp_server(create_app(SandboxSettings(rate_limit=rate)))
+
+
+async def test_uploads_wait_for_the_services_limit_when_the_wait_fits(aiohttp_server: Any, spool: Path,
+                                                                      start_gateway: GatewayFactory) -> None:
+    sandbox = await _limited_sandbox(aiohttp_server, 2)  # the lookup and one upload a second
+    gw = await start(start_gateway, sandbox, spool)
+    card = public_card(sandbox)
+    body = multipart_body([file_part(b"paced", name="file")], B)
+    for _ in range(3):
+        status, headers, answer = await send("PUT", f"{gw.url}/api/v1/cards/{card.id}/files", body)
+        assert status == 200 and headers["X-Gateway-Upload-Upgrade"] == "upgraded; files=1", answer
+    sent = await journal(sandbox)
+    assert [e["status"] for e in sent] == [200] * 4  # one lookup (then the id cache), three uploads: no 429
+    assert upgrades(gw, "upgraded") == 3
+
+
+async def test_the_bridges_own_caps_pace_its_requests(sandbox: Any, spool: Path,
+                                                      start_gateway: GatewayFactory) -> None:
+    gw = await start(start_gateway, sandbox, spool, rate_per_token=2, rate_per_company=3)
+    card = public_card(sandbox)
+    body = multipart_body([file_part(b"capped", name="file")], B)
+    for _ in range(3):
+        status, _, answer = await send("PUT", f"{gw.url}/api/v1/cards/{card.id}/files", body)
+        assert status == 200, answer
+    times = [datetime.fromisoformat(e["received_at"].replace("Z", "+00:00")).timestamp()
+             for e in await journal(sandbox)]
+    assert len(times) == 4  # the lookup, three uploads: two a second at most
+    assert times[2] - times[0] >= 0.99 and times[3] - times[1] >= 0.99
+    assert upgrades(gw, "upgraded") == 3
+
+
+async def test_a_wait_longer_than_the_stage_allows_is_answered_429_with_retry_after(
+    aiohttp_server: Any, spool: Path, start_gateway: GatewayFactory
+) -> None:
+    sandbox = await _limited_sandbox(aiohttp_server, 1)
+    lines = LineCollector()
+    gw = await start(start_gateway, sandbox, spool, lookup_timeout=0.3, access_log=lines)
+    card = public_card(sandbox)
+    async with aiohttp.ClientSession() as client:  # the client's token spends its request of this second elsewhere
+        async with client.get(f"http://127.0.0.1:{sandbox.port}/api/v1/cards/{card.id}", headers=AUTH) as resp:
+            assert resp.status == 200
+    body = multipart_body([file_part(b"later", name="file")], B)
+    status, headers, answer = await send("PUT", f"{gw.url}/api/v1/cards/{card.id}/files", body)
+    assert (status, answer["code"]) == (429, "LEGACY_UPLOAD_UPGRADE_RATE_LIMITED"), answer
+    assert headers["Retry-After"] == "1" and "send the upload again in 1 s" in answer["message"]
+    assert headers["X-Gateway-Upload-Upgrade"] == "rate_limited; reason=lookup_rate_limited"
+    assert [e["status"] for e in await journal(sandbox)] == [200, 429]  # the lookup's 429: no upload went
+    assert upgrades(gw, "rate_limited") == 1 and guard_decisions(gw, "legacy_card_file_upload", "bridged") == 1
+    line = json.loads(lines.lines[-1])
+    assert line["decisions"]["legacy_upload_guard"] == "upgrade_rate_limited"
+    assert line["notes"]["legacy_upload_guard.upgrade"] == "rate_limited reason=lookup_rate_limited"
+
+
+async def test_an_upload_answered_429_is_not_sent_twice(sandbox: Any, spool: Path,
+                                                        start_gateway: GatewayFactory) -> None:
+    gw = await start(start_gateway, sandbox, spool)
+    card = public_card(sandbox)
+    before = restricted(sandbox)
+    await add_fault(sandbox, method="POST", path=f"/api/v1/cards/{card.uid}/files", status=429, times=1)
+    body = multipart_body([file_part(os.urandom(64 * KiB), name="file")], B)
+    status, headers, answer = await send("PUT", f"{gw.url}/api/v1/cards/{card.id}/files", body)
+    assert (status, answer["code"], headers["Retry-After"]) == (429, "LEGACY_UPLOAD_UPGRADE_RATE_LIMITED", "1")
+    assert headers["X-Gateway-Upload-Upgrade"] == "rate_limited; reason=upload_rate_limited"
+    uploads = [e for e in await journal(sandbox) if e["method"] == "POST"]
+    assert [e["status"] for e in uploads] == [429] and restricted(sandbox) == before
 
 
 # --- what is not upgraded -----------------------------------------------------------------------------------------

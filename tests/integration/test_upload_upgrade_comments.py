@@ -153,6 +153,24 @@ async def test_an_upload_that_fails_after_the_comment_exists_is_named(sandbox: A
     assert "signed" not in json.dumps(record) and "Bearer" not in json.dumps(record)
 
 
+async def test_an_upload_the_services_limit_refuses_after_the_comment_is_partial_with_retry_after(
+    sandbox: Any, spool: Path, start_gateway: GatewayFactory
+) -> None:
+    gw = await start(start_gateway, sandbox, spool)
+    card = public_card(sandbox)
+    uploads = "/api/v1/cards/*/comments/*/files"
+    await add_fault(sandbox, method="POST", path=uploads, delay=0.01)
+    await add_fault(sandbox, method="POST", path=uploads, status=429)
+    body = multipart_body([text_part("two files"), file_part(b"1" * 1000, "a.txt"), file_part(b"2" * 1000, "b.txt")],
+                          B)
+    status, headers, answer = await send("POST", f"{gw.url}/api/v1/cards/{card.id}/comments", body)
+    assert (status, answer["code"], answer["reason"]) == (429, "LEGACY_UPLOAD_UPGRADE_PARTIAL", "rate_limited")
+    assert headers["Retry-After"] == "1" and headers["X-Gateway-Upload-Upgrade"] == "partial; reason=rate_limited"
+    assert [f["status"] for f in answer["files"]] == ["uploaded", "failed"]
+    assert [e["status"] for e in await journal(sandbox) if e["method"] == "POST"][-1] == 429  # not sent twice
+    assert upgrades(gw, "partial") == 1
+
+
 async def test_a_comment_the_service_refuses_creates_nothing(sandbox: Any, spool: Path,
                                                              start_gateway: GatewayFactory) -> None:
     gw = await start(start_gateway, sandbox, spool)

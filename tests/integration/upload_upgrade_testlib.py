@@ -124,10 +124,9 @@ async def add_fault(sandbox: Any, **fault: Any) -> None:
 
 
 def upgrades(gw: RunningGateway, outcome: str, tenant: str = "acme") -> float:
-    value = gw.metrics.registry.get_sample_value("gateway_legacy_upload_upgrades_total",
-                                                 {"tenant": tenant, "outcome": outcome})
-    assert value is not None, "every configured tenant's series exists from the start"
-    return value
+    """A company's series appears with its first count (issue 38): none yet is 0."""
+    return gw.metrics.registry.get_sample_value("gateway_legacy_upload_upgrades_total",
+                                                {"tenant": tenant, "outcome": outcome}) or 0.0
 
 
 def guard_decisions(gw: RunningGateway, route: str, decision: str) -> float:

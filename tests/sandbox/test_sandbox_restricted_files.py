@@ -227,7 +227,15 @@ async def test_bad_boolean_query_is_400(client):
 
 
 async def test_restricted_routes_accept_numeric_card_id(client):
-    meta = await upload(client, "/api/v1/cards/1/files")
+    meta = await upload(client, "/api/v1/cards/4f2e42af-43d7-4092-a74f-f556bf0f95d0/files")
     resp = await client.get(f"/api/v1/cards/1/files/{meta['id']}", headers=AUTH)
     assert resp.status == 200
     assert (await resp.json())["entity_type"] == "card"
+
+
+async def test_a_multipart_post_naming_the_card_by_its_number_makes_an_earlier_file(client):
+    """As the service answers the clients that upload so (an MCP server): an ordinary attachment with a public link,
+    not a restricted file."""
+    meta = await upload(client, "/api/v1/cards/1/files")
+    assert meta["type"] == 1 and isinstance(meta["id"], int) and "/public-files/" in meta["url"]
+    assert "entity_type" not in meta

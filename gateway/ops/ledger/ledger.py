@@ -455,8 +455,11 @@ class Ledger:
         ``fresh``: how old an identical read's answer may be to be given again (``_shared``)."""
         return await self._shared(("report", query), lambda store: store.report(query), fresh)
 
-    async def daily(self, since: int, until: int, *, fresh: float = 0.0) -> list[tuple[str, str, int, int]]:
-        return await self._shared(("daily", since, until), lambda store: store.daily(since, until), fresh)
+    async def daily(self, since: int, until: int, *, tenants: frozenset[str] | None = None, fresh: float = 0.0
+                    ) -> list[tuple[str, str, int, int]]:
+        """``Store.daily``; ``tenants``: only theirs (the status page's companies), None: every tenant's."""
+        return await self._shared(("daily", since, until, tenants), lambda store: store.daily(since, until, tenants),
+                                  fresh)
 
     async def _shared(self, key: tuple[Any, ...], read: Callable[[Store], T], fresh: float) -> T:
         """Identical reads share one query: a read that arrives while another is running waits for its answer, and

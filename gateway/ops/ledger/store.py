@@ -324,15 +324,19 @@ class Store:
                 top_rows += [(behaviour, names, row) for row in conn.execute(statement)]
         return fold_report(query, total_rows, counts, top_rows)
 
-    def daily(self, since: int, until: int) -> list[tuple[str, str, int, int]]:
-        """(tenant, behaviour, day, requests): every request per UTC day (``day``: its midnight, Unix seconds)."""
+    def daily(self, since: int, until: int, tenants: frozenset[str] | None = None) -> list[tuple[str, str, int, int]]:
+        """(tenant, behaviour, day, requests): every request per UTC day (``day``: its midnight, Unix seconds), of
+        ``tenants`` only when given."""
         # The day's length inline: as two bound parameters, PostgreSQL could not tell the grouped expression is the
         # selected one.
         day = (totals.c.bucket - totals.c.bucket % literal_column(str(DAY))).label("day")
+        where = [totals.c.bucket >= since, totals.c.bucket < until]
+        if tenants is not None:
+            where.append(totals.c.tenant.in_(sorted(tenants)))
         with self._transaction(write=False, timeout=self.read_timeout) as conn:
             rows = conn.execute(
                 select(totals.c.tenant, totals.c.behaviour, day, func.sum(totals.c.requests))
-                .where(totals.c.bucket >= since, totals.c.bucket < until)
+                .where(*where)
                 .group_by(totals.c.tenant, totals.c.behaviour, day)
                 .order_by(totals.c.tenant, totals.c.behaviour, day)).all()
         return [(str(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in rows]

@@ -1,15 +1,19 @@
 """The card backfill bridge: a board's ``cards`` rebuilt from the paginated card list (spec, "List cards", "Versioning"
 5), for a client whose phase still shows cards after the service has stopped returning them. How pages are linked
-(``overlap``), when it fails, and the bounds that hold by construction (bytes, a page's length, copies, the event
-loop): docs/policies/board_cards.md ("The card backfill bridge")."""
+(``overlap``), when it fails, the service's limits on the client's token (``core.ratelimit``: waited out within the
+timeout, else ``rate_limited``), backfills shared by the readers of one board on one token (``_Shared``), and the
+bounds that hold by construction (bytes, a page's length, copies, the event loop): docs/policies/board_cards.md
+("The card backfill bridge")."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
 import threading
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from urllib.parse import quote
@@ -17,6 +21,8 @@ from urllib.parse import quote
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ...core.exchange import BodyNotRead, BodyTooLarge, Budget, Exchange, UpstreamFailed
+from ...core.ratelimit import Pace, Pacer, RateLimited, RateLimits
+from ...core.tenants import canonical_host
 from . import json_splice
 
 __all__ = ("REASONS", "BackfillFailed", "BackfillOptions", "CardBackfill", "Filled", "fetch_cards")
@@ -25,7 +31,7 @@ LIST_PATH = "/api/latest/cards"
 MiB = 1 << 20
 # Why a backfill did not happen (bounded: the label of gateway_board_backfills_total and the response header).
 REASONS = ("forbidden", "page_error", "upstream_error", "timeout", "too_many_pages", "too_many_cards", "too_large",
-           "inconsistent", "not_json")
+           "inconsistent", "not_json", "rate_limited")
 # A card's id, as cards are told apart by it (spec: a number; a string is as good). Anything else (null, an object)
 # could make two cards look like one, and the list shorter than it is.
 _ID_TYPES = (int, str)
@@ -55,6 +61,14 @@ class BackfillOptions(BaseModel):
     max_cards: int = Field(default=20_000, ge=1, le=10_000_000)
     max_bytes: int = Field(default=64 * MiB, ge=1024, le=4096 * MiB)
     timeout: float = Field(default=10.0, gt=0, le=600)
+    # The bridge's own caps on its page requests, per second, per token and per company (0: none); the service's
+    # limits, as its answers say them, are kept whatever these say.
+    rate_per_token: int = Field(default=0, ge=0, le=1000)
+    rate_per_company: int = Field(default=0, ge=0, le=1000)
+    # A finished backfill is kept this long for the readers of the same board, company, Host and token (0: not
+    # kept; concurrent ones share their page reads all the same), within share_bytes of page bodies kept together.
+    share_seconds: float = Field(default=3.0, ge=0, le=60)
+    share_bytes: int = Field(default=64 * MiB, ge=0, le=4096 * MiB)
 
     @model_validator(mode="after")
     def _overlap_below_page(self) -> BackfillOptions:
@@ -64,12 +78,14 @@ class BackfillOptions(BaseModel):
 
 
 class BackfillFailed(Exception):
-    """``reason``: one of ``REASONS``; ``detail``: for the log (never a token, never a card)."""
+    """``reason``: one of ``REASONS``; ``detail``: for the log (never a token, never a card); ``retry_after``: for
+    ``rate_limited``, the seconds until the service takes the token's requests again."""
 
-    def __init__(self, reason: str, detail: str) -> None:
+    def __init__(self, reason: str, detail: str, retry_after: int | None = None) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +93,9 @@ class Filled:
     # Each card's raw JSON, in the list's order: views into the page bodies (never copied; ``fetch_cards``: bytes).
     cards: Sequence[bytes | memoryview]
     pages: int  # page requests made
+    size: int = 0  # bytes of the page bodies it holds
+    waited: float = 0.0  # seconds waited for the service's limits (or the bridge's caps)
+    shared: bool = False  # read for another reader of the same board and token (its pages were not read again)
 
 
 @dataclass(slots=True)
@@ -91,17 +110,32 @@ class _Stopped(Exception):
 
 
 class CardBackfill:
-    """Built once per route: the options, and the worker thread(s) pages are read on (``None``: asyncio's default
-    executor)."""
+    """Built once per route: the options, the worker thread(s) pages are read on (``None``: asyncio's default
+    executor), the process's learnt limits of the service (``core.ratelimit``), and the backfills shared by readers
+    of one board on one token."""
 
-    def __init__(self, options: BackfillOptions, executor: Executor | None = None) -> None:
+    def __init__(self, options: BackfillOptions, limits: RateLimits, executor: Executor | None = None) -> None:
         self.options = options
         self.executor = executor
+        self.limits = limits
+        self.pace = Pace(options.rate_per_token, options.rate_per_company)
+        self.shared = _Shared(options.share_seconds, options.share_bytes)
 
     async def cards(self, exchange: Exchange, board: str, want: int | None) -> Filled:
-        """The board's cards in the list's order: all of them (``want`` None) or the first ``want``."""
+        """The board's cards in the list's order: all of them (``want`` None) or the first ``want``. A backfill of the
+        same board, company, Host and token in progress (or just done) is shared: its page reads are not made again,
+        and no other token's ever are."""
+        auth = exchange.headers.get("Authorization", "")
+        key = (exchange.tenant.name, canonical_host(exchange.headers.get("Host", "")),
+               hashlib.sha256(auth.encode("utf-8", "surrogateescape")).digest(), board, want)
+        return await self.shared.get(key, lambda: self.read(exchange, board, want))
+
+    async def read(self, exchange: Exchange, board: str, want: int | None) -> Filled:
+        """One backfill's page reads, within the timeout and the service's limits."""
         options = self.options
-        reader = _Reader(exchange, board, options, self.executor)
+        loop = asyncio.get_running_loop()
+        pacer = self.limits.pacer(exchange, self.pace)
+        reader = _Reader(exchange, board, options, self.executor, pacer, loop.time() + options.timeout)
         try:
             async with asyncio.timeout(options.timeout):
                 cards = await _assemble(reader, want)
@@ -109,18 +143,92 @@ class CardBackfill:
             raise BackfillFailed("timeout", f"not done within {options.timeout} s") from None
         finally:
             reader.stop.set()  # a page still being read on the worker thread stops there
-        return Filled(cards, reader.pages)
+        return Filled(cards, reader.pages, options.max_bytes - reader.budget.left, pacer.waited)
 
 
 async def fetch_cards(exchange: Exchange, board: str, want: int | None, options: BackfillOptions) -> Filled:
-    """``CardBackfill(options).cards(...)``, on asyncio's default executor, each card as bytes of its own."""
-    filled = await CardBackfill(options).cards(exchange, board, want)
+    """``CardBackfill(options, ...).cards(...)``, on asyncio's default executor, each card as bytes of its own."""
+    filled = await CardBackfill(options, RateLimits()).cards(exchange, board, want)
     return Filled([bytes(card) for card in filled.cards], filled.pages)
 
 
+_Key = tuple[str, str, bytes, str, int | None]  # company, Host, the token's SHA-256, board, cards wanted
+
+
+@dataclass(slots=True)
+class _Running:
+    task: asyncio.Future[Filled]
+    readers: int = 0
+    abandoned: bool = False  # every reader left: cancelled (a new reader starts another)
+
+
+class _Shared:
+    """The backfills in progress, and those done in the last ``seconds`` (within ``most`` bytes of page bodies kept
+    together), by key: a reader of the same board on the same token waits for the one in progress or takes the one
+    kept. The backfill runs in a task of its own: a reader that leaves does not cut it short for the others (the
+    last one to leave does)."""
+
+    def __init__(self, seconds: float, most: int) -> None:
+        self.seconds = seconds
+        self.most = most
+        self.running: dict[_Key, _Running] = {}
+        self.done: OrderedDict[_Key, tuple[float, Filled]] = OrderedDict()  # by expiry: the first expires first
+        self.size = 0
+
+    async def get(self, key: _Key, read: Callable[[], Awaitable[Filled]]) -> Filled:
+        loop = asyncio.get_running_loop()
+        kept = self.kept(key, loop.time())
+        if kept is not None:
+            return kept
+        running = self.running.get(key)
+        started = running is None or running.abandoned
+        if running is None or running.abandoned:
+            running = self.running[key] = _Running(asyncio.ensure_future(read()))
+            running.task.add_done_callback(lambda task: self.finished(key, running, loop.time()))
+        running.readers += 1
+        try:
+            filled = await asyncio.shield(running.task)
+        finally:
+            running.readers -= 1
+            if running.readers == 0 and not running.task.done():
+                running.abandoned = True  # every reader left
+                running.task.cancel()
+        return filled if started else _as_shared(filled)
+
+    def kept(self, key: _Key, now: float) -> Filled | None:
+        while self.done and next(iter(self.done.values()))[0] <= now:
+            self.size -= self.done.popitem(last=False)[1][1].size
+        found = self.done.get(key)
+        return None if found is None else _as_shared(found[1])
+
+    def finished(self, key: _Key, running: _Running, now: float) -> None:
+        if self.running.get(key) is running:
+            del self.running[key]
+        task = running.task
+        if task.cancelled() or task.exception() is not None or not self.seconds:
+            return
+        filled = task.result()
+        if filled.size > self.most:
+            return
+        old = self.done.pop(key, None)
+        if old is not None:
+            self.size -= old[1].size
+        self.done[key] = (now + self.seconds, filled)
+        self.size += filled.size
+        while self.size > self.most:
+            self.size -= self.done.popitem(last=False)[1][1].size
+
+
+def _as_shared(filled: Filled) -> Filled:
+    return Filled(filled.cards, filled.pages, filled.size, filled.waited, shared=True)
+
+
 class _Reader:
-    def __init__(self, exchange: Exchange, board: str, options: BackfillOptions, executor: Executor | None) -> None:
+    def __init__(self, exchange: Exchange, board: str, options: BackfillOptions, executor: Executor | None,
+                 pacer: Pacer, deadline: float) -> None:
         self.exchange = exchange
+        self.pacer = pacer
+        self.deadline = deadline  # the event loop's time the backfill's timeout ends at
         self.board = board
         # One query value, whatever the path segment holds ('&', '=', '+' escaped; its own escapes kept): the board
         # id cannot add a parameter (a second ``limit`` would cut every page short, and the list with it).
@@ -142,10 +250,12 @@ class _Reader:
         self.pages += 1
         query = f"board_id={self.board_query}&limit={options.page_size}&offset={offset}"
         try:
-            reply = await self.exchange.fetch("GET", LIST_PATH, query=query, headers=self.headers,
-                                              purpose="backfill_page")
+            reply = await self.pacer.fetch("GET", LIST_PATH, query=query, headers=self.headers, purpose="backfill_page",
+                                           deadline=self.deadline)
         except UpstreamFailed as failed:
             raise BackfillFailed("upstream_error", f"page at offset {offset}: {failed.kind}") from None
+        except RateLimited as limited:
+            raise BackfillFailed("rate_limited", f"page at offset {offset}: {limited}", limited.seconds) from None
         if reply.status in (401, 403):
             reply.discard()
             raise BackfillFailed("forbidden", f"page at offset {offset}: status {reply.status}")

@@ -39,6 +39,7 @@ from ...core.representation import (
     not_modified,
     to_304,
 )
+from ...core.series import CompanyCounter
 from ...core.spec import deprecation_link, deprecation_value, http_date, successor_link
 from ...rollout.behaviour import Behaviour, DateFlag
 from ...rollout.plan import Schedule
@@ -87,9 +88,18 @@ class Action(enum.StrEnum):
     NOT_MODIFIED = "not_modified"
     BACKFILLED = "backfilled"
     BACKFILL_FAILED = "backfill_failed"
+    # In a shadow window: the upstream's board went as it came; the phase decided beside it would have done this.
+    WOULD_CAP = "would_cap"
+    WOULD_REMOVE = "would_remove"
+    # The service's limits on the client's token did not let the backfill finish in time: the board without cards.
+    BACKFILL_RATE_LIMITED = "backfill_rate_limited"
 
 
 _PHASES = tuple(Phase)  # the rollout's index to its Phase, without Enum's call
+_PHASE_NAMES = tuple(phase.name.lower() for phase in Phase)  # the phase label of gateway_board_responses_total
+# A shadow window's record: what the phase decided beside the one applied would have done to a board it read.
+_WOULD = {Action.CAPPED: Action.WOULD_CAP, Action.REMOVED: Action.WOULD_REMOVE}
+_READ = frozenset({Action.UNTOUCHED, Action.CAPPED, Action.REMOVED})
 _IDENTITY = ("", "identity")
 _REWRITING = (CAPPED, REMOVED)
 
@@ -106,7 +116,6 @@ BOARD_CARDS = Behaviour(
 )
 # The phases the card backfill bridge acts in, as the behaviour declares them.
 _BACKFILL_PHASES = frozenset(_PHASES[BOARD_CARDS.index(phase)] for phase in BOARD_CARDS.bridge_phases)
-_BACKFILL_OUTCOMES = ("done", *REASONS)
 # The response header that says what the card backfill bridge did (only on bridged requests that needed it).
 BACKFILL_HEADER = "X-Gateway-Backfill"
 
@@ -244,28 +253,29 @@ class _Signals:
 
 
 class _Call:
-    """One request's view of the policy: its tenant, phase and label, whether the bridge applies, and how its
+    """One request's view of the policy: its tenant, phase and label (the request's rollout decision, turned into
+    this policy's terms here and nowhere else), whether the bridge applies, a shadow window's phase, and how its
     outcome is recorded."""
 
-    __slots__ = ("policy", "exchange", "tenant", "phase", "label", "bridged", "board", "now")
+    __slots__ = ("policy", "exchange", "tenant", "phase", "label", "bridged", "shadow", "would", "vary", "board", "now")
 
-    def __init__(self, policy: BoardCards, exchange: Exchange, now: float) -> None:
-        tenant = exchange.tenant.name
-        schedule = policy.schedules[tenant]
-        # The rollout's decision, turned into this policy's terms here and nowhere else.
-        index, kind = schedule.phase_and_kind(now, exchange.headers)
-        phase = _PHASES[index]
-        label = BOARD_CARDS.phases[index]
+    def __init__(self, policy: BoardCards, exchange: Exchange) -> None:
+        decision = exchange.decide(BOARD_CARDS.name)
+        phase = _PHASES[decision.index]
         self.policy = policy
         self.exchange = exchange
-        self.tenant = tenant
+        self.tenant = exchange.tenant.name
         self.phase = phase
-        self.label = label if kind not in ("brownout", "exemption") else f"{label}({kind})"
+        self.label = decision.label
         # The card backfill bridge: for a client whose phase shows cards (all, or up to the cap), when the tenant or
         # an exemption says so.
-        self.bridged = phase in _BACKFILL_PHASES and schedule.bridge(now, exchange.headers)
+        self.bridged = phase in _BACKFILL_PHASES and decision.bridge
+        self.shadow = None if decision.shadow is None or self.bridged else _PHASES[decision.shadow]
+        self.would: Action | None = None  # what the shadow's phase would have done to the board read
+        self.vary = decision.vary
         self.board = exchange.params.get("board_id", "")
-        self.now = now
+        assert exchange.rollout is not None
+        self.now = exchange.rollout.now
 
     @property
     def if_none_match(self) -> str | None:
@@ -280,13 +290,24 @@ class _Call:
     def gzip_ok(self) -> bool:
         return accepts_gzip(self.exchange.headers.get("Accept-Encoding"))
 
+    def saw(self, layout: json_splice.Layout, cap: int) -> None:
+        """The board read, in a shadow window: what its phase would have done to it, if other than the phase's."""
+        if self.shadow is not None:
+            self.would = _WOULD.get(_action_of(layout, self.shadow, cap)[0])
+
     def finish(self, action: Action, reply: Reply) -> Reply:
-        self.policy.counters[(self.tenant, self.phase, action)].inc()
+        if self.would is not None and action in _READ:
+            action = self.would  # recorded as what the shadow's phase would have done; the answer is as it is
+        self.policy.responses.inc((self.tenant, _PHASE_NAMES[self.phase], action))
         self.exchange.decisions[NAME] = self.label + ":" + action
         return reply
 
     def signal(self, headers: CIMultiDict[str]) -> None:
         self.policy.signal_headers(headers, self.tenant, self.board, self.now)
+
+    def vary_rewritten(self, headers: CIMultiDict[str]) -> None:
+        """A rewritten (or re-encoded) answer varies on the encoding, and on what the decision read."""
+        add_vary(headers, ("Accept-Encoding", *self.vary))
 
     def passed_through(self, reply: Reply, skip: _PassThrough) -> Reply:
         """The upstream's bytes, as read: counted, logged, signalled."""
@@ -310,7 +331,6 @@ class BoardCards:
                 "gcc to build it"
             )
         self.options = options
-        self.clock = ctx.clock
         self.cap = options.cap
         self.page_limit = options.page_limit or options.cap
         self.empty_array = options.removal == "empty_array"
@@ -326,32 +346,28 @@ class BoardCards:
         self.workers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="board_cards")
         weakref.finalize(self, self.workers.shutdown, wait=False)
         self.coding = Coding(options.compress_min_bytes, options.compress_level, self.workers)
-        self.backfill = CardBackfill(options.backfill, self.workers)
+        self.backfill = CardBackfill(options.backfill, ctx.limits, self.workers)
 
     def _per_tenant(self, options: Options, ctx: BuildContext) -> None:
-        """Per tenant, once: its schedule, its signal headers, what a rewritten response varies on, its counters."""
-        self.schedules: dict[str, Schedule] = {tenant: per[BOARD_CARDS.name]
-                                               for tenant, per in ctx.rollout.schedules.items()}
-        self.signals = {tenant: _Signals.of(s) for tenant, s in self.schedules.items()} if options.signal else {}
-        self.rewritten_vary = {tenant: ("Accept-Encoding", *s.vary) for tenant, s in self.schedules.items()}
-        self._counters(ctx.families(Families))
-
-    def _counters(self, families: Families) -> None:
-        """Every series of every configured tenant exists from the start (at 0), so that increase() sees the first."""
-        tenants = self.schedules
-        self.counters = {
-            (tenant, phase, action): families.responses.labels(tenant, BOARD_CARDS.phases[phase], action.value)
-            for tenant in tenants for phase in Phase for action in Action
-        }
-        self.removed_counters = {tenant: families.cards_removed.labels(tenant) for tenant in tenants}
-        self.backfill_counters = {(tenant, outcome): families.backfills.labels(tenant, outcome)
-                                  for tenant in tenants for outcome in _BACKFILL_OUTCOMES}
+        """Per tenant, when first needed: its signal headers (shared by tenants whose schedule is shared) and its
+        series (a company's appear with its first board response: core.series)."""
+        self.plan = ctx.rollout
+        self.signals: dict[Schedule, _Signals] = {}
+        families = ctx.families(Families)
+        self.responses = CompanyCounter(families.responses, ctx.companies)
+        self.removed = CompanyCounter(families.cards_removed, ctx.companies)
+        self.backfills = CompanyCounter(families.backfills, ctx.companies)
 
     # --- headers ------------------------------------------------------------------------------------------------
 
     def signal_headers(self, headers: CIMultiDict[str], tenant: str, board: str, now: float) -> None:
-        own = self.signals.get(tenant)
-        if own is None or not own.dates(headers, now):
+        if not self.options.signal:
+            return
+        schedule = self.plan.schedule(tenant, BOARD_CARDS.name)
+        own = self.signals.get(schedule)
+        if own is None:
+            own = self.signals[schedule] = _Signals.of(schedule)
+        if not own.dates(headers, now):
             return
         headers.add("Link", successor_link(f"{SUCCESSOR}?board_id={board}"))
         if self.doc_link is not None:
@@ -457,9 +473,10 @@ class BoardCards:
     # --- the policy ---------------------------------------------------------------------------------------------
 
     async def __call__(self, exchange: Exchange, next: Next) -> Reply:
-        call = _Call(self, exchange, self.clock.now().timestamp())
+        call = _Call(self, exchange)
         if call.phase is FULL and not call.bridged:
-            return self.untouched(call, await next(exchange))
+            reply = await next(exchange)
+            return self.untouched(call, reply) if call.shadow is None else await self.shadowed(call, reply)
         self.ask_upstream(call)
         reply = await next(exchange)
         if reply.status == 304:
@@ -473,8 +490,22 @@ class BoardCards:
         if reply.status not in (200, 304):
             return call.finish(Action.NOT_OK, reply)
         call.signal(reply.headers)
-        add_vary(reply.headers, self.schedules[call.tenant].vary)
+        add_vary(reply.headers, call.vary)
         return call.finish(Action.UNTOUCHED, reply)
+
+    async def shadowed(self, call: _Call, reply: Reply) -> Reply:
+        """The full phase in a shadow window: the request went upstream as it came and its answer goes back as it
+        came; the board is read on the way to record what the phase decided beside it would have done to it."""
+        if reply.status != 200:
+            return self.untouched(call, reply)
+        try:
+            _, entry = await self.read_board(reply, call.key)
+        except _PassThrough as skip:
+            return call.passed_through(reply, skip)
+        except BodyUnavailable:
+            return call.finish(Action.NOT_OK, reply)
+        call.saw(entry.layout, self.cap)
+        return self.untouched(call, reply)
 
     def ask_upstream(self, call: _Call) -> None:
         """A rewriting phase, or the bridge: the upstream is asked for bytes the policy can read and for validators
@@ -496,7 +527,7 @@ class BoardCards:
         # phase would.)
         if call.phase is not FULL:
             self.derived[call.phase].revalidated(reply.headers)
-        add_vary(reply.headers, self.rewritten_vary[call.tenant])
+        call.vary_rewritten(reply.headers)
         call.signal(reply.headers)
         return call.finish(Action.NOT_MODIFIED, reply)
 
@@ -510,6 +541,7 @@ class BoardCards:
             return call.finish(Action.NOT_OK, reply)  # the upstream broke off part way: the core's error answer
         if call.bridged:
             return await self.bridge(call, reply, body, entry)
+        call.saw(entry.layout, self.cap)
         return await self.rewritten(call, reply, body, entry)
 
     async def bridge(self, call: _Call, reply: Reply, body: json_splice.Text, entry: _MemoEntry) -> Reply:
@@ -525,7 +557,7 @@ class BoardCards:
         see ``ask_upstream``)."""
         headers = reply.headers
         call.signal(headers)
-        add_vary(headers, self.rewritten_vary[call.tenant])
+        call.vary_rewritten(headers)
         if not_modified(call.if_none_match, headers.get("ETag")):
             to_304(reply)
             return call.finish(Action.NOT_MODIFIED, reply)
@@ -541,10 +573,10 @@ class BoardCards:
         out, gzipped = await self.rendered(call, entry, body, action)
         headers = reply.headers
         self.derived[call.phase].label(headers, rewritten=action is not Action.UNTOUCHED, gzipped=gzipped)
-        add_vary(headers, self.rewritten_vary[call.tenant])
+        call.vary_rewritten(headers)
         call.signal(headers)
         if withheld:
-            self.removed_counters[call.tenant].inc(withheld)
+            self.removed.inc((call.tenant,), withheld)
         if call.bridged and not_modified(call.if_none_match, headers.get("ETag")):
             to_304(reply)
             return call.finish(Action.NOT_MODIFIED, reply)
@@ -557,7 +589,7 @@ class BoardCards:
                          ) -> Reply:
         """The board with its cards rebuilt from the card list; on any failure, the upstream's board as it came."""
         headers = reply.headers
-        add_vary(headers, self.rewritten_vary[call.tenant])
+        call.vary_rewritten(headers)
         call.signal(headers)
         try:
             # All of them, or the cap and one more: enough to know whether the phase withholds any.
@@ -571,9 +603,9 @@ class BoardCards:
             headers.popall(name, None)
         # The gateway's own validator: the answer is assembled from several upstream responses.
         headers["ETag"] = etag
-        headers[BACKFILL_HEADER] = f"done; cards={count}; pages={filled.pages}"
-        self.backfill_counters[(call.tenant, "done")].inc()
-        call.exchange.notes["board_cards.backfill"] = f"done cards={count} pages={filled.pages}"
+        headers[BACKFILL_HEADER] = f"done; cards={count}; pages={filled.pages}" + ("; shared" if filled.shared else "")
+        self.backfills.inc((call.tenant, "done"))
+        call.exchange.notes["board_cards.backfill"] = _done_note(count, filled)
         if not_modified(call.if_none_match, etag):
             to_304(reply)
             return call.finish(Action.NOT_MODIFIED, reply)
@@ -583,12 +615,16 @@ class BoardCards:
         return call.finish(Action.BACKFILLED, reply)
 
     def backfill_failed(self, call: _Call, reply: Reply, failed: BackfillFailed) -> Reply:
-        """The bytes read: never a partial array presented as whole."""
-        self.backfill_counters[(call.tenant, failed.reason)].inc()
+        """The bytes read: never a partial array presented as whole. Over the service's limits, the outcome is named
+        ``rate_limited``, with the seconds until the service takes the token's requests again."""
+        self.backfills.inc((call.tenant, failed.reason))
         call.exchange.notes["board_cards.backfill"] = failed.reason
-        reply.headers[BACKFILL_HEADER] = f"failed; reason={failed.reason}"
         log.warning("board_cards: card backfill not done (%s); tenant %s, board %s, request id %s",
                     failed.detail, call.tenant, call.board, call.exchange.request_id)
+        if failed.retry_after is not None:
+            reply.headers[BACKFILL_HEADER] = f"rate_limited; retry_after={failed.retry_after}"
+            return call.finish(Action.BACKFILL_RATE_LIMITED, reply)
+        reply.headers[BACKFILL_HEADER] = f"failed; reason={failed.reason}"
         return call.finish(Action.BACKFILL_FAILED, reply)
 
     def shown(self, call: _Call, filled: Filled) -> tuple[int, bytes | None]:
@@ -628,6 +664,17 @@ class BoardCards:
 
 def build(options: Options, ctx: BuildContext) -> Policy:
     return BoardCards(options, ctx)
+
+
+def _done_note(count: int, filled: Filled) -> str:
+    """The access log's note of a backfill done: its cards and pages, whether another reader's was shared, and how
+    long the service's limits made it wait."""
+    note = f"done cards={count} pages={filled.pages}"
+    if filled.shared:
+        note += " shared"
+    if filled.waited:
+        note += f" waited={filled.waited:.1f}"
+    return note
 
 
 def _board_pieces(body: json_splice.Text, layout: json_splice.Layout, cards: Sequence[bytes | memoryview],

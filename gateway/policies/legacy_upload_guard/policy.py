@@ -23,6 +23,7 @@ from pydantic import AnyHttpUrl, BaseModel, BeforeValidator, ConfigDict, Field, 
 
 from ...core.exchange import BodyBroken, BodyError, Exchange, Flow, Next, Policy, Refuse, Reply, RequestBodyFilter
 from ...core.multipart import Ambiguous, Boundary, form_data_boundary, request_media_type
+from ...core.series import CompanyCounter
 from ...core.template import PathTemplate
 from ...core.spec import (
     RESTRICTED_BY_DEFAULT_FROM,
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from ...core.tenants import Tenant
     from ...rollout.config import Brownout
 
-__all__ = ("DISABLED_CODE", "Families", "LEGACY_UPLOADS", "NAME", "Options", "SPEC", "build")
+__all__ = ("DECISIONS", "DISABLED_CODE", "Families", "LEGACY_UPLOADS", "NAME", "Options", "SPEC", "build")
 
 NAME = "legacy_upload_guard"
 DISABLED_CODE = "PUBLIC_API_LEGACY_FILE_UPLOAD_DISABLED"
@@ -106,7 +107,10 @@ LEGACY_UPLOADS = Behaviour(
     bridge_of=lambda tenant: tenant.upload_upgrade,
     bridge_phases=("forbidden",),  # where the answer would be 403
 )
-_DECISIONS = ("allowed", "blocked", "refused", "bridged")
+# The decisions counted (bridged: taken on by the upload upgrade; would_block: allowed in a shadow window of the
+# forbidden phase: the upload went through; forbidden, it would not).
+DECISIONS = ("allowed", "blocked", "refused", "bridged", "would_block")
+_FORBIDDEN = LEGACY_UPLOADS.index("forbidden")
 
 
 def _date_or_instant(value: object) -> object:
@@ -126,8 +130,8 @@ class Families:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.uploads = Counter(
-            "gateway_legacy_uploads", "Uploads on deprecated routes, by tenant, route and decision (allowed, blocked, "
-            "refused, bridged: taken on by the upload upgrade).", ("tenant", "route", "decision"), registry=registry,
+            "gateway_legacy_uploads", "Uploads on deprecated routes, by tenant, route and decision (" + ", ".join(DECISIONS)
+            + "; bridged: taken on by the upload upgrade).", ("tenant", "route", "decision"), registry=registry,
         )
 
 
@@ -198,8 +202,8 @@ class _Successor:
         """The successor as a URL a client can follow from a request for ``path``; None when it is not one: a
         placeholder this request does not fill (``{card_uid}`` on a route that has only the numeric id), or the
         request's own path (the replacement differs by method only)."""
-        if not self.filled:
-            return None
+        if not (self.filled and self.template.fills(params)):
+            return None  # (a route of several paths may name the successor's parameters in some of them only)
         target = self.template.render(params)
         return None if target.lower() == path.lower() else target
 
@@ -212,7 +216,10 @@ class _Settings:
     route: str
     successor: _Successor
     deprecation: str  # the Deprecation header's value
-    counters: Mapping[tuple[str, str], Counter]  # (tenant, decision) -> this route's counter
+    uploads: CompanyCounter  # gateway_legacy_uploads_total: (tenant, route, decision)
+
+    def count(self, tenant: str, decision: str) -> None:
+        self.uploads.inc((tenant, self.route, decision))
 
     def sniffer(self, boundary: Boundary) -> MultipartSniffer:
         options = self.options
@@ -228,44 +235,40 @@ class _Settings:
 
 
 def build(options: Options, ctx: BuildContext) -> Policy:
-    counter = ctx.families(Families).uploads
+    file_parts = options.detect == "file_parts"
     settings = _Settings(
         options=options,
         route=ctx.route,
         successor=_Successor.of(options.successor_method, options.successor, ctx.params),
         deprecation=deprecation_value(epoch(options.deprecated_since, ctx.timezone)),
-        # Every configured tenant's series exist from the start (at 0), so that increase() sees the first upload.
-        counters={(tenant, d): counter.labels(tenant, ctx.route, d)
-                  for tenant in ctx.rollout.schedules for d in _DECISIONS},
+        uploads=CompanyCounter(ctx.families(Families).uploads, ctx.companies),
     )
-    clock = ctx.clock
-    # The dated, per-tenant rollout of the forbid setting (the company setting, or rollout.forbid_legacy_uploads).
-    schedules = {tenant: per[LEGACY_UPLOADS.name] for tenant, per in ctx.rollout.schedules.items()}
-    file_parts = options.detect == "file_parts"
-
     def count(exchange: Exchange, decision: str) -> None:
-        settings.counters[(exchange.tenant.name, decision)].inc()
+        settings.count(exchange.tenant.name, decision)
 
     hooks = GuardHooks(
         name=NAME, refuse=lambda exchange, err: _refuse(exchange, settings, err), count=count,
         mark=lambda reply, exchange, successor: _mark_deprecated(reply, settings, exchange, successor),
         splitter=settings.splitter, linger=(options.linger_bytes, options.linger_seconds),
     )
-    upgrade = Upgrade(options.upgrade, hooks, ctx.families(UpgradeFamilies).upgrades, ctx.rollout.schedules,
-                      ctx.spool)
+    upgrade = Upgrade(options.upgrade, hooks, CompanyCounter(ctx.families(UpgradeFamilies).upgrades, ctx.companies),
+                      ctx.spool, ctx.limits, default_flow="comment" if file_parts else "card_file")
+
+    bridged = upgrade.flow != "none"
 
     async def legacy_upload_guard(exchange: Exchange, next: Next) -> Reply:
-        schedule = schedules[exchange.tenant.name]
-        now = clock.now().timestamp()
-        if schedule.phase_index(now, exchange.headers) == 1:
+        # The forbid setting's phase for this request: the company setting, its date, and the rollout's rules for
+        # this client (the request's one decision, ``exchange.decide``).
+        decision = exchange.decide(LEGACY_UPLOADS.name)
+        if decision.index == _FORBIDDEN:
             # Where the answer would be 403, the upload upgrade may carry the upload out instead.
-            bridge = upgrade if schedule.bridge(now, exchange.headers) else None
+            bridge = upgrade if decision.bridge and bridged else None
             if file_parts:
                 return await _enforce_file_parts(exchange, next, settings, bridge)
             if bridge is not None:
                 return await _upgrade_route(exchange, next, settings, bridge)
             return await _enforce_route(exchange, next, settings)
-        return await _observe(exchange, next, settings)
+        return await _observe(exchange, next, settings, shadow=decision.shadow == _FORBIDDEN)
 
     return legacy_upload_guard
 
@@ -302,7 +305,7 @@ async def _enforce_file_parts(exchange: Exchange, next: Next, settings: _Setting
     if not exchange.has_body:
         return _refuse_unbridged(exchange, settings, Ambiguous("unterminated_body", "the multipart body is empty"),
                                  upgrade)
-    if upgrade is not None and not exchange.body.filters:
+    if upgrade is not None and upgrade.may_take(exchange.body):
         # The guard is the first to read the body (it sees it as the client sent it): it may hand it to the bridge.
         return await _read_then_decide(exchange, next, settings, upgrade, boundary)
     # The proxy core reads the body (inviting it with 100 Continue only now) and shows it to the filter, which holds
@@ -338,7 +341,7 @@ async def _read_then_decide(exchange: Exchange, next: Next, settings: _Settings,
     if watch.file_found:
         # The explicit step: the request is the bridge's from here, with the bytes read so far; the rest of the body
         # is read with the server's idle timeout, as for an upload the gateway forwards.
-        return await upgrade.comment(exchange, boundary, exchange.body.take_over())
+        return await upgrade.take_over(exchange, boundary)
     return await _pass(exchange, next)
 
 
@@ -346,7 +349,7 @@ def _refused_incomplete(exchange: Exchange, settings: _Settings) -> None:
     """The body broke off or stalled before the guard could decide: refused (the proxy core's answer says why)."""
     exchange.decisions[NAME] = "refused"
     exchange.notes[f"{NAME}.rule"] = "incomplete_body" if exchange.body_error is not BodyError.TIMEOUT else "body_timeout"
-    settings.counters[(exchange.tenant.name, "refused")].inc()
+    settings.count(exchange.tenant.name, "refused")
 
 
 class _FileParts(RequestBodyFilter):
@@ -427,7 +430,7 @@ def _declares_multipart(headers: CIMultiDictProxy[str]) -> bool:
 
 def _block(exchange: Exchange, settings: _Settings) -> Reply:
     exchange.decisions[NAME] = "blocked"
-    settings.counters[(exchange.tenant.name, "blocked")].inc()
+    settings.count(exchange.tenant.name, "blocked")
     return _blocked(exchange, settings)
 
 
@@ -444,7 +447,7 @@ def _blocked(exchange: Exchange, settings: _Settings) -> Reply:
 def _refuse(exchange: Exchange, settings: _Settings, err: Ambiguous) -> Reply:
     exchange.decisions[NAME] = "refused"
     exchange.notes[f"{NAME}.rule"] = err.rule
-    settings.counters[(exchange.tenant.name, "refused")].inc()
+    settings.count(exchange.tenant.name, "refused")
     status = _STATUS_OF_RULE.get(err.rule, 400)
     return _answer(settings, Reply.json(status, {
         "code": _CODE_OF_STATUS[status],
@@ -502,17 +505,18 @@ class _Watch(RequestBodyFilter):
         return Flow.CONTINUE
 
 
-async def _observe(exchange: Exchange, next: Next, settings: _Settings) -> Reply:
-    """Uploads pass unchanged; they are counted and their responses say the route is deprecated."""
+async def _observe(exchange: Exchange, next: Next, settings: _Settings, *, shadow: bool = False) -> Reply:
+    """Uploads pass unchanged; they are counted and their responses say the route is deprecated. In a shadow window
+    of the forbidden phase they are recorded as ``would_block``: what that phase would have done to them."""
     if settings.options.detect == "route":
         if not (exchange.has_body or _declares_multipart(exchange.headers)):
             return await _pass(exchange, next)
-        return _allowed(exchange, settings, await next(exchange))
+        return _allowed(exchange, settings, await next(exchange), shadow)
     try:
         boundary = _multipart_boundary(exchange.headers)
     except Ambiguous:
         # Nothing to enforce, and a file part cannot be ruled out: counted as an allowed upload.
-        return _allowed(exchange, settings, await next(exchange))
+        return _allowed(exchange, settings, await next(exchange), shadow)
     if boundary is None or not exchange.has_body:
         return await _pass(exchange, next)
     watch = _Watch(settings.sniffer(boundary), settings.options.look_ahead_bytes)
@@ -522,12 +526,13 @@ async def _observe(exchange: Exchange, next: Next, settings: _Settings) -> Reply
         exchange.decisions[NAME] = "passed"
         return reply
     # A file part, or a body that could not be read to a verdict (cut short, ambiguous, too long): an upload.
-    return _allowed(exchange, settings, reply)
+    return _allowed(exchange, settings, reply, shadow)
 
 
-def _allowed(exchange: Exchange, settings: _Settings, reply: Reply) -> Reply:
-    exchange.decisions[NAME] = "allowed"
-    settings.counters[(exchange.tenant.name, "allowed")].inc()
+def _allowed(exchange: Exchange, settings: _Settings, reply: Reply, shadow: bool = False) -> Reply:
+    decision = "would_block" if shadow else "allowed"
+    exchange.decisions[NAME] = decision
+    settings.count(exchange.tenant.name, decision)
     _mark_deprecated(reply, settings, exchange)
     return reply
 

@@ -6,14 +6,15 @@ docs/policies/legacy_upload_guard.md ("Upload upgrade bridge")."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from cachetools import TTLCache
-from prometheus_client import Counter
 
-from ....core.exchange import Exchange, Reply
+from ....core.exchange import ClientBody, Exchange, Reply
 from ....core.multipart import Ambiguous, Boundary
+from ....core.ratelimit import Pace, RateLimits
+from ....core.series import CompanyCounter
 from ....core.template import PathTemplate
 from ....core.spool import SpoolArea
 from ..multipart_splitter import MultipartSplitter
@@ -46,10 +47,15 @@ class Upgrade:
     """Built once per route: the options, the id cache, the spool directory, the counters; ``card_file`` and
     ``comment`` serve one request each (their state lives in a ``Run``)."""
 
-    def __init__(self, options: UpgradeOptions, hooks: GuardHooks, counter: Counter, tenants: Iterable[str],
-                 spool: SpoolArea) -> None:
+    def __init__(self, options: UpgradeOptions, hooks: GuardHooks, counter: CompanyCounter, spool: SpoolArea,
+                 limits: RateLimits, *, default_flow: str = "card_file") -> None:
         self.options = options
         self.hooks = hooks
+        # The service's limits on each token (the process's, shared with the card backfill), and this bridge's caps.
+        self.limits = limits
+        self.pace = Pace(options.rate_per_token, options.rate_per_company)
+        # How this route's legacy upload is performed (``UpgradeOptions.flow``; unset: the guard's default).
+        self.flow = options.flow_or(default_flow)
         self.card_lookup = PathTemplate.of(options.card_lookup)
         self.card_upload = PathTemplate.of(options.card_upload)
         self.comment_upload = PathTemplate.of(options.comment_upload)
@@ -63,14 +69,26 @@ class Upgrade:
                                                                  ttl=options.id_cache_ttl)
         # Swept of the spool files of processes that are gone, now (at start).
         self.spool = spool.directory(options.spool_dir)
-        # Every configured tenant's series exist from the start (at 0), so that increase() sees the first one.
-        self.counters = {(tenant, outcome): counter.labels(tenant, outcome.value)
-                         for tenant in tenants for outcome in Outcome}
+        self.counter = counter  # gateway_legacy_upload_upgrades_total: (tenant, outcome)
 
     def count(self, exchange: Exchange, outcome: Outcome) -> None:
         """Counts a request among the bridge's outcomes (the guard calls it for a request it ended before handing it
         over: refused as without the bridge)."""
-        self.counters[(exchange.tenant.name, outcome)].inc()
+        self.counter.inc((exchange.tenant.name, outcome))
+
+    def may_take(self, body: ClientBody) -> bool:
+        """Whether the bridge may take over a body the guard peeks at: one no policy before it reads; and for a flow
+        that sends one file part alone, also one the edge watches for a late ``_method`` (such a flow refuses any
+        other part, so that nothing of a ``_method`` reaches the service)."""
+        return not body.filters or (self.flow != "comment" and body.watched_only)
+
+    async def take_over(self, exchange: Exchange, boundary: Boundary) -> Reply:
+        """A body the guard peeked at and found a file part in: the bridge's from here (``flow``)."""
+        if self.flow == "comment":
+            return await self.comment(exchange, boundary, exchange.body.take_over())
+        run = Run(self, exchange)
+        one = card.card_file if self.flow == "card_file" else comment.comment_file
+        return await settle(run, one(run, boundary))
 
     async def card_file(self, exchange: Exchange, boundary: Boundary | None) -> Reply:
         """``PUT /cards/{card_id}/files``: its one file part uploaded to the card."""

@@ -1,4 +1,6 @@
-"""The card flow: ``PUT /cards/{card_id}/files`` performed as ``POST /cards/{card_uid}/files``.
+"""The card flow: ``PUT /cards/{card_id}/files`` (or ``POST /cards/{card_id}/files`` with the card's number) performed
+as ``POST /cards/{card_uid}/files``; and the upload of one file part to a target (``one_file``), which the comment
+file flow shares.
 
 The card's uid comes from the card lookup (or the id cache, for these very credentials), before any body byte is read
 (and before ``100 Continue``): a client without access gets the service's answer. The body must hold one file part,
@@ -19,15 +21,21 @@ from .outcomes import Ending, Refusal
 from .run import Run, Target, file_ids
 from .upload import upload
 
-__all__ = ("card_file",)
+__all__ = ("card_file", "multipart", "one_file")
 
 
 async def card_file(run: Run, boundary: Boundary | None) -> Ending:
     run.need_card_id()
-    boundary = _multipart(run, boundary)
+    boundary = multipart(run, boundary)
     card_uid = await run.resolve_card()
     run.target = Target(run.up.card_upload.render({"card_uid": card_uid}, encode=True),
                         None if run.card is None else file_ids(run.card.get("files")))
+    return await one_file(run, boundary)
+
+
+async def one_file(run: Run, boundary: Boundary) -> Ending:
+    """The body's one file part, uploaded to ``run.target`` (the client's body from its first byte: what the guard
+    peeked at, then the rest); answered as an earlier file's record looks."""
     parts = run.parts = Parts(run.exchange.body.take_over(), run.up.hooks.splitter(boundary))
     head = _the_file_part(run, await parts.next_part())
     entry = run.add_file(head)
@@ -40,7 +48,7 @@ async def card_file(run: Run, boundary: Boundary | None) -> Ending:
     return Ending(Outcome.UPGRADED, reply)
 
 
-def _multipart(run: Run, boundary: Boundary | None) -> Boundary:
+def multipart(run: Run, boundary: Boundary | None) -> Boundary:
     if boundary is None:
         raise Refusal("no_file_part", "the body is not multipart/form-data: it has no file part to upload")
     if not run.exchange.has_body:

@@ -1,6 +1,7 @@
 """The comment flow: ``POST /cards/{card_id}/comments`` and ``PATCH /cards/{card_id}/comments/{comment_id}`` with file
 parts, performed as the comment (its text parts, to the same route) and then one restricted upload per file part to
-``POST /cards/{card_uid}/comments/{comment_uid}/files``, in the body's order.
+``POST /cards/{card_uid}/comments/{comment_uid}/files``, in the body's order; and the comment file flow
+(``comment_file``): that upload route's path with a number where a uid belongs, one file part to the comment.
 
 A file part that comes before the comment's text is spooled to disk (the process's spool area: ``spool_bytes`` per
 request, ``spool.max_bytes`` for the process) until the comment exists. The comment's own request is never broken
@@ -19,12 +20,13 @@ from ....core.multipart import Ambiguous, Boundary
 from ....core.spool import SpoolError, SpoolFile, SpoolFull
 from ..multipart_splitter import PartHead
 from .body import Parts
+from .card import multipart, one_file
 from .options import Outcome
 from .outcomes import CommentRecord, Ending, FileEntry, FileStatus, Partial, Refusal, Stop, log
 from .run import CARD_ID_RE, ID_RE, New, Run, Target, comments_of, file_ids, service_time
 from .upload import upload
 
-__all__ = ("comment",)
+__all__ = ("comment", "comment_file")
 
 # Refusals after which the rest of a comment's body is still read to list its file parts.
 _LISTABLE = ("too_many_files", "text_after_files")
@@ -50,6 +52,31 @@ async def comment(run: Run, boundary: Boundary, source: AsyncIterator[bytes]) ->
     finally:
         spooler.close()
     return Ending(Outcome.UPGRADED, _answer(run))
+
+
+async def comment_file(run: Run, boundary: Boundary) -> Ending:
+    """``POST /cards/{card_id}/comments/{comment_id}/files`` with a number where a uid belongs (the card's, the
+    comment's or both): the one file part uploaded to the comment's restricted route, the uids found as for an
+    update of files alone (the card lookup, or the id cache for the card's uid when the comment's is in the path)."""
+    boundary = multipart(run, boundary)
+    params = run.exchange.params
+    comment_uid = params.get("comment_uid")
+    if "card_id" not in params:
+        raise Refusal("card_id", "the card is named by its uid and the comment by a number: the comment's uid is "
+                      "looked up through the card, which the card lookup names by its number")
+    run.need_card_id()
+    if comment_uid is not None:
+        card_uid = await run.resolve_card()
+        run.saved = CommentRecord(None, comment_uid, {})
+        run.target = Target(run.up.comment_upload.render({"card_uid": card_uid, "comment_uid": comment_uid},
+                                                         encode=True), None)
+    else:
+        comment_id = params.get("comment_id", "")
+        if not CARD_ID_RE.fullmatch(comment_id):
+            raise Refusal("comment_id", "the comment id in the path is neither a number nor a uid")
+        card_uid = await run.resolve_card()
+        run.saved = await _existing(run, comment_id, card_uid)
+    return await one_file(run, boundary)
 
 
 def _answer(run: Run) -> Reply:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import enum
 import os
-from typing import Any
+from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ....core.template import PARAM, PathTemplate
 
-__all__ = ("OUTCOMES", "PARTIAL_CODE", "PATH_TEMPLATE_PATTERN", "UPGRADE_HEADER", "Outcome", "UpgradeFamilies",
-           "UpgradeOptions")
+__all__ = ("OUTCOMES", "PARTIAL_CODE", "PATH_TEMPLATE_PATTERN", "RATE_LIMITED_CODE", "UPGRADE_HEADER", "Outcome",
+           "UpgradeFamilies", "UpgradeOptions")
 
 
 class Outcome(enum.StrEnum):
@@ -30,12 +30,16 @@ class Outcome(enum.StrEnum):
     DENIED = "denied"
     ABORTED = "aborted"
     REFUSED = "refused"
+    # The service's limits on the client's token did not let the bridge's requests go in time: nothing was created,
+    # the client is told when to send again (429 with Retry-After).
+    RATE_LIMITED = "rate_limited"
 
 
 OUTCOMES = tuple(outcome.value for outcome in Outcome)
 # The response header that says what the bridge did.
 UPGRADE_HEADER = "X-Gateway-Upload-Upgrade"
 PARTIAL_CODE = "LEGACY_UPLOAD_UPGRADE_PARTIAL"
+RATE_LIMITED_CODE = "LEGACY_UPLOAD_UPGRADE_RATE_LIMITED"
 MiB = 1 << 20
 
 # A path template of the options (and the guard's successor): percent-encoded characters and {placeholders}.
@@ -48,6 +52,11 @@ class UpgradeOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)  # "5" is not 5
 
+    # What the route's legacy upload is, and so how the bridge performs it: "card_file", one file part to the card
+    # (PUT .../files, or a POST naming the card by its number); "comment", a comment's text and its files; "comment_file",
+    # one file part to an existing comment; "none": the bridge does not apply on this route. Unset: "card_file" for
+    # detect: route, "comment" for detect: file_parts.
+    flow: Literal["card_file", "comment", "comment_file", "none"] | None = None
     # The service's routes: the card lookup (GET, JSON with "uid", "files", and "comments" with their uids and files)
     # and the restricted access uploads.
     card_lookup: str = Field(default="/api/v1/cards/{card_id}", pattern=PATH_TEMPLATE_PATTERN, max_length=500)
@@ -76,9 +85,17 @@ class UpgradeOptions(BaseModel):
     spool_dir: str | None = Field(default=None, max_length=4096)
     # The most read of one answer of the service (the card lookup's, a comment's, an upload's).
     max_answer_bytes: int = Field(default=8 * MiB, ge=64 << 10, le=256 * MiB)
+    # The bridge's own caps on its requests, per second, per token and per company (0: none); the service's limits,
+    # as its answers say them, are kept whatever these say.
+    rate_per_token: int = Field(default=0, ge=0, le=1000)
+    rate_per_company: int = Field(default=0, ge=0, le=1000)
     # After a comment's upload failed: how much more of the body is read (and dropped) to list the file parts that
     # were not sent (0: only those already read are listed). At most max_files + 1 are listed; the rest are counted.
     rest_bytes: int = Field(default=64 * MiB, ge=0, le=64 << 30)
+
+    def flow_or(self, default: str) -> str:
+        """``flow``, or ``default`` when it is unset."""
+        return self.flow or default
 
     @field_validator("spool_dir")
     @classmethod

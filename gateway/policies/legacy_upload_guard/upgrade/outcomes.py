@@ -62,11 +62,12 @@ class Partial(Exception):
     """The run ends after it changed something (a comment saved, a file uploaded): the answer names what was done,
     built when the run ends (``status``: the answer's; ``reason``: bounded, for the header, the log and the note)."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: str, message: str, *, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason
         self.message = message
+        self.retry_after = retry_after  # seconds, for the answer's Retry-After (the service's limits)
 
 
 class Stop(Exception):
@@ -235,7 +236,10 @@ def _stopped(err: Stop, run: Run) -> Ending:
 
 @_ending.register(Partial)
 def _partly_done(err: Partial, run: Run) -> Ending:
-    return _partial_ending(run, err.status, err.reason, err.message)
+    ending = _partial_ending(run, err.status, err.reason, err.message)
+    if err.retry_after is not None:
+        ending.reply.headers["Retry-After"] = str(err.retry_after)
+    return ending
 
 
 @_ending.register(Ambiguous)

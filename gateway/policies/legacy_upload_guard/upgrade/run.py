@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from ....core.exchange import BodyNotRead, Exchange, Reply, UpstreamFailed
+from ....core.ratelimit import RateLimited
 from ....core.tenants import canonical_host
 from ..multipart_splitter import PartHead
 from .body import Parts
-from .options import Outcome, UpgradeOptions, sentence
+from .options import RATE_LIMITED_CODE, Outcome, UpgradeOptions, sentence
 from .outcomes import CommentRecord, Ending, FileEntry, FileStatus, Files, Partial, Refusal, Stop, log
 
 if TYPE_CHECKING:
@@ -52,12 +53,14 @@ class Target:
 class Run:
     """One request the bridge took on: what it has done so far, so that every ending can say so."""
 
-    __slots__ = ("up", "exchange", "auth", "card_id", "files", "card", "target", "saved", "changed", "comment_unknown",
-                 "parts", "body_usable")
+    __slots__ = ("up", "exchange", "pacer", "auth", "card_id", "files", "card", "target", "saved", "changed",
+                 "comment_unknown", "parts", "body_usable")
 
     def __init__(self, up: Upgrade, exchange: Exchange) -> None:
         self.up = up
         self.exchange = exchange
+        # Every request of the bridge's own goes through it: within the service's limits on the client's token.
+        self.pacer = up.limits.pacer(exchange, up.pace)
         auth = exchange.headers.get("Authorization")
         # The only header of the client's that the bridge's requests carry.
         self.auth: Mapping[str, str] = {} if auth is None else {"Authorization": auth}
@@ -145,9 +148,9 @@ class Run:
         assert entry.path is not None and entry.id is not None
         entry.status = FileStatus.ROLLBACK_FAILED
         try:
-            reply = await self.exchange.fetch("DELETE", f"{entry.path}/{quote(entry.id, safe='')}",
-                                              headers=self.auth, purpose="delete")
-        except UpstreamFailed:
+            reply = await self.pacer.fetch("DELETE", f"{entry.path}/{quote(entry.id, safe='')}", headers=self.auth,
+                                           purpose="delete", deadline=self.deadline(self.options.request_timeout))
+        except (UpstreamFailed, RateLimited):
             return
         reply.discard()
         if 200 <= reply.status < 300 or reply.status == 404:
@@ -180,13 +183,16 @@ class Run:
         sent = {**self.auth, "Accept": "application/json", **(headers or {})}
         try:
             async with asyncio.timeout(timeout):
-                reply = await self.exchange.fetch(method, path, query=query, headers=sent, body=body,
-                                                  purpose=purpose or _PURPOSES.get(stage, stage))
+                reply = await self.pacer.fetch(method, path, query=query, headers=sent, body=body,
+                                               purpose=purpose or _PURPOSES.get(stage, stage),
+                                               deadline=self.deadline(timeout))
                 if not 200 <= reply.status < 300:
                     return reply, None
                 data = await self.read_json(reply, stage)
         except UpstreamFailed as failed:
             raise Stop(Ending(Outcome.FAILED, failed.reply, f"{stage}_{failed.kind}")) from None
+        except RateLimited as limited:
+            raise self.rate_limited(stage, limited) from None
         except TimeoutError:
             raise Stop(Ending(Outcome.FAILED, self.error(504, "LEGACY_UPLOAD_UPGRADE_TIMEOUT", f"the service did not "
                                                          f"answer the {stage} request within {timeout:g} s"),
@@ -204,7 +210,24 @@ class Run:
                                   f"{self.options.max_answer_bytes} bytes or broke off") from None
         return json_object(raw)
 
+    @staticmethod
+    def deadline(timeout: float) -> float:
+        """The event loop's time ``timeout`` seconds from now: how long a request of the bridge's may wait for the
+        service's limits (a wait that would end later is not begun)."""
+        return asyncio.get_running_loop().time() + timeout
+
     # --- answers ------------------------------------------------------------------------------------------------
+
+    def rate_limited(self, stage: str, limited: RateLimited) -> Stop | Partial:
+        """The service's limits on the client's token keep a request of the bridge's from going in time: nothing
+        made, ``429`` with ``Retry-After``; after something was, the partial answer, with it too."""
+        if self.changed:
+            return Partial(429, "rate_limited", f"the service's limits on this client's requests kept the {stage} "
+                           "request from going in time", retry_after=limited.seconds)
+        reply = self.error(429, RATE_LIMITED_CODE, f"the service's limits on this client's requests kept the bridge's "
+                           f"{stage} request from going in time; send the upload again in {limited.seconds} s")
+        reply.headers["Retry-After"] = str(limited.seconds)
+        return Stop(Ending(Outcome.RATE_LIMITED, reply, f"{stage}_rate_limited"))
 
     def error(self, status: int, code: str, message: str) -> Reply:
         return Reply.error(status, code, sentence(message), self.exchange.ensure_request_id())

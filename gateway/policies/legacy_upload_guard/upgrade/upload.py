@@ -9,9 +9,10 @@ import asyncio
 import json
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from ....core.exchange import BodyNotRead, Reply, UpstreamFailed
+from ....core.ratelimit import RateLimited
 from ..multipart_splitter import PartHead
 from .body import Pipe, form_head, sent_name
 from .options import Outcome
@@ -68,8 +69,9 @@ class _Upload:
         self.started = asyncio.get_running_loop().time()
         # A task of its own, so that a client that leaves once its whole file was sent does not cancel the upload
         # half way through its answer: the file it made is then deleted (``abandon``).
-        task = asyncio.ensure_future(run.exchange.fetch("POST", run.target.path, headers=headers,
-                                                        body=self.pipe.body(), purpose="upload"))
+        task = asyncio.ensure_future(run.pacer.fetch("POST", run.target.path, headers=headers, body=self.pipe.body(),
+                                                     purpose="upload",
+                                                     deadline=run.deadline(run.options.request_timeout)))
         try:
             reply = await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -77,6 +79,8 @@ class _Upload:
             raise
         except UpstreamFailed as failed:
             return await self.unanswered(failed)
+        except RateLimited as limited:
+            return await self.limited(limited)
         if not self.pipe.tail_sent:
             return await self.answered_early(reply)
         return await self.answered(reply)
@@ -97,6 +101,14 @@ class _Upload:
         await self.find_stored(certain=False)
         return self.lost("the connection to the service broke after the whole file was sent, before its answer",
                          f"upload_{failed.kind}")
+
+    async def limited(self, limited: RateLimited) -> NoReturn:
+        """The service's limits kept the upload from going in time, or it answered the upload 429 (or 503 with
+        Retry-After: it made nothing): the client is told when to send it again."""
+        run = self.run
+        self.entry.status, self.entry.upstream_status = FileStatus.FAILED, limited.status
+        run.body_usable = await self.pipe.stop(run.options.request_timeout)
+        raise run.rate_limited("upload", limited)
 
     async def answered_early(self, reply: Reply) -> Ending:
         """The service answered before it had the whole file (an early refusal): it made nothing."""
@@ -170,7 +182,7 @@ class _Upload:
                     entry.status = FileStatus.FAILED
                     return True
                 record = await _answer_record(self.run, reply)
-        except (TimeoutError, UpstreamFailed):
+        except (TimeoutError, UpstreamFailed, RateLimited):
             return False
         file_id = record.get("id") if record is not None else None
         if not isinstance(file_id, str):
