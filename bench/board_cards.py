@@ -22,8 +22,9 @@ each board with ``wrk -c4 -t2``:
 Rows and boards take turns for ``--rounds`` rounds, so a change in the machine's load during the run falls on every
 row alike. For each row and board: requests per second and the gateway process's CPU time per board
 (``/proc/PID/stat``), and both as ratios to the same board's pass-through in the same round, each as the median and
-the least and greatest of the rounds. ``--pin``: the gateways on the first CPU, nginx and wrk on the second. It also times the rewrite itself in-process
-(scan + splice, the memo hit, and the longest the event loop is held by one piece of the body).
+the least and greatest of the rounds. ``--pin``: the gateways on the first CPU, nginx and wrk on the second. It also
+times the rewrite itself in-process (scan + splice, the memo hit, and the longest the event loop is held by one piece
+of the body).
 
 ``--baseline DIR``: another checkout of the gateway (an earlier commit, its C module built), measured in the same
 rounds; its rows are compared with its own pass-through.
@@ -480,7 +481,8 @@ def throughput(args: argparse.Namespace, work: Path, upstream_port: int, results
     ``--rounds`` rounds. Per row, board and round: requests per second and the gateway process's CPU per board; the
     ratios to the same tree's pass-through of the same board in the same round."""
     rows = [(name + suffix, phase, options, tree) for suffix, tree in trees(args) for name, phase, options in ROWS]
-    samples: dict[tuple[str, str], list[dict[str, float]]] = {(name, board): [] for name, *_ in rows for board in BOARDS}
+    samples: dict[tuple[str, str], list[dict[str, float]]] = {
+        (name, board): [] for name, *_ in rows for board in BOARDS}
     procs: list[subprocess.Popen[bytes]] = []
     try:
         gateways: dict[str, subprocess.Popen[bytes]] = {}
@@ -523,8 +525,10 @@ def throughput(args: argparse.Namespace, work: Path, upstream_port: int, results
     print("| row | board | req/s | vs pass-through | gateway CPU per board | CPU vs pass-through |")
     print("|---|---|---:|---:|---:|---:|")
     for (name, board), row in out.items():
-        print(f"| {name} | {board} | {fmt_spread(row['rps_rounds'], 1)} | {fmt_spread(row['vs_pass_through_rounds'], 2, suffix='x')} "
-              f"| {fmt_spread(row['cpu_ms_rounds'], 2, ' ms')} | {fmt_spread(row['cpu_vs_pass_through_rounds'], 2, suffix='x')} |")
+        print(f"| {name} | {board} | {fmt_spread(row['rps_rounds'], 1)} | "
+              f"{fmt_spread(row['vs_pass_through_rounds'], 2, suffix='x')} | "
+              f"{fmt_spread(row['cpu_ms_rounds'], 2, ' ms')} | "
+              f"{fmt_spread(row['cpu_vs_pass_through_rounds'], 2, suffix='x')} |")
     if args.baseline is not None:
         print()
         print("| row | board | this tree vs baseline: req/s | CPU per board |")
@@ -799,8 +803,9 @@ def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: d
                     small_requests(name, board, port, "idle")
                     start = time.monotonic()
                     path = board_path(board)
-                    load: BoardLoad | SinkLoad = (SinkLoad(board_ports[name], args.board_rate, GATEWAY_CPU, path)
-                                                  if name == SINK else BoardLoad(board_ports[name], args.board_rate, path))
+                    load: BoardLoad | SinkLoad = (
+                        SinkLoad(board_ports[name], args.board_rate, GATEWAY_CPU, path) if name == SINK
+                        else BoardLoad(board_ports[name], args.board_rate, path))
                     with load:
                         small_requests(name, board, port, "boards")
                     seconds[(name, board)] += time.monotonic() - start
@@ -865,7 +870,8 @@ def print_latency(args: argparse.Namespace, out: dict[tuple[str, str], dict[str,
     for (name, board), row in out.items():
         floor = fmt_spread(row["vs_floor_rounds"], 2, suffix="x") if "vs_floor_rounds" in row else ""
         print(f"| {name} | {board} | {fmt_spread(row['idle_p99_ms_rounds'], 2, ' ms')} | "
-              f"{fmt_spread(row['boards_p99_ms_rounds'], 2, ' ms')} | {fmt_spread(row['p99_ratio_rounds'], 2, suffix='x')} "
+              f"{fmt_spread(row['boards_p99_ms_rounds'], 2, ' ms')} | "
+              f"{fmt_spread(row['p99_ratio_rounds'], 2, suffix='x')} "
               f"| {floor} | {row['idle_rps']:.0f} / {row['boards_rps']:.0f} | {row['boards_per_s']:.1f} |")
     print()
     print("The same 1 KB requests timed inside the gateway (its access log's duration: from the request's head read to "
@@ -905,12 +911,12 @@ def main() -> int:
                         "ways (compact, indented, escaped), instead of the wrk rows")
     parser.add_argument("--board-rate", type=float, default=10.0, help="boards a second during --latency "
                         "(default: %(default)s)")
-    parser.add_argument("--rate", type=float, help="--latency: pace the 1 KB requests to about this many a second (each "
-                        "wrk connection waits connections/rate seconds before each request), below what the gateway "
-                        "can take, instead of as many as it answers")
-    parser.add_argument("--pin", action="store_true", help="the gateways on one CPU, everything else (the upstream, wrk, "
-                        "--latency's board client) on another, so the load's own work does not take the gateway's "
-                        "CPU (needs 2 CPUs and taskset)")
+    parser.add_argument("--rate", type=float, help="--latency: pace the 1 KB requests to about this many a second "
+                        "(each wrk connection waits connections/rate seconds before each request), below what the "
+                        "gateway can take, instead of as many as it answers")
+    parser.add_argument("--pin", action="store_true", help="the gateways on one CPU, everything else (the upstream, "
+                        "wrk, --latency's board client) on another, so the load's own work does not take the "
+                        "gateway's CPU (needs 2 CPUs and taskset)")
     parser.add_argument("--upstream", choices=("nginx", "python"), default="nginx", help="what serves the boards: "
                         "nginx from files (default), or the aiohttp upstream of the earlier runs")
     parser.add_argument("--seed", type=int, default=37, help="the realistic board's seed (default: %(default)s)")

@@ -146,12 +146,14 @@ def realistic_card(i: int, rng: random.Random) -> dict[str, Any]:
         "size": rng.choice((1, 2, 3, 5, 8, 13, None)),
         "sort_order": round(rng.uniform(0, 100000), 4),
         "state": rng.randrange(1, 4),
-        "tags": [{"id": k, "name": _TAG_NAMES[k], "color": k * 7 % 16} for k in rng.sample(range(10), rng.randrange(5))],
+        "tags": [{"id": k, "name": _TAG_NAMES[k], "color": k * 7 % 16}
+                 for k in rng.sample(range(10), rng.randrange(5))],
         "members": [_person(rng) for _ in range(rng.randrange(1, 5))],
         "owner": _person(rng),
         "files": [
             {"id": rng.randrange(10**6), "name": f"{rng.choice(_TAG_NAMES)}-{k}.{ext}", "type": mime,
-             "size": rng.randrange(1000, 50_000_000), "url": f"https://files.example.test/{i}/{k}?sig={rng.getrandbits(64):016x}",
+             "size": rng.randrange(1000, 50_000_000),
+             "url": f"https://files.example.test/{i}/{k}?sig={rng.getrandbits(64):016x}",
              "created": _stamp(rng), "author": _person(rng)["full_name"]}
             for k, (ext, mime) in enumerate(rng.sample(_MIME, rng.randrange(4)))
         ],
