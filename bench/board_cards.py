@@ -1,12 +1,17 @@
-"""Benchmark of board_cards: a ~10 MB board of 5,000 cards through the gateway in each phase, in one run.
+"""Benchmark of board_cards: two ~10 MB boards of 5,000 cards through the gateway in each phase, in one run.
 
-    .venv/bin/python bench/board_cards.py [--duration 5] [--rounds 3] [--baseline DIR] [--json FILE]
+    .venv/bin/python bench/board_cards.py [--duration 5] [--rounds 5] [--pin] [--baseline DIR] [--json FILE]
     .venv/bin/python bench/board_cards.py --instructions 12 [--baseline DIR]   # callgrind, user-space instructions
     .venv/bin/python bench/board_cards.py --latency [--pin] [--rate R] [--baseline DIR]   # 1 KB p99 under boards
     .venv/bin/python bench/board_cards.py --scan [--baseline DIR]              # the scan alone, in-process
 
-Starts an upstream that serves the board (with a strong ETag) and a 1 KB JSON document (``/small``), then one
-gateway per row, each with its clock fixed by GATEWAY_NOW, and drives each with ``wrk -c4 -t2``:
+Every run has two boards: the bench's own (``board_bytes``: long descriptions that are mostly one run of text) and
+a board of realistic cards (``realistic_board_bytes``, seeded: several sentences with quotes, backslashes, tabs,
+newlines and non-ASCII text, members, tags, files, custom properties, checklists). The upstream is nginx (one
+worker, ``sendfile on``, each board served from a file with its ETag, and a 1 KB JSON document at ``/small``), so it
+costs little CPU and the gateway is the bottleneck (``--upstream python``: the aiohttp upstream of earlier runs).
+Then one gateway per row (access log on, its own usage ledger), each with its clock fixed by GATEWAY_NOW, driven on
+each board with ``wrk -c4 -t2``:
 
 - ``pass-through``: the board route with no policy (the baseline the ratios are against);
 - ``full``: board_cards before the cap date (bytes untouched, headers added);
@@ -14,10 +19,12 @@ gateway per row, each with its clock fixed by GATEWAY_NOW, and drives each with 
 - ``capped, cold`` and ``removed, cold``: the same with ``memo_bytes: 0``, so every request scans the body (a board
   never seen before, every time).
 
-Rows take turns for ``--rounds`` rounds (medians are reported), so a change in the machine's load during the
-run falls on every row alike. For each row: requests per second, mean and p99 latency, the gateway process's CPU time
-per request (``/proc/PID/stat``), and both as ratios to pass-through. It also times the rewrite itself in-process
-(scan + splice, the memo hit, and the longest the event loop is held by one piece of the body).
+Rows and boards take turns for ``--rounds`` rounds, so a change in the machine's load during the run falls on every
+row alike. For each row and board: requests per second and the gateway process's CPU time per board
+(``/proc/PID/stat``), and both as ratios to the same board's pass-through in the same round, each as the median and
+the least and greatest of the rounds. ``--pin``: the gateways on the first CPU, nginx and wrk on the second. It also
+times the rewrite itself in-process (scan + splice, the memo hit, and the longest the event loop is held by one piece
+of the body).
 
 ``--baseline DIR``: another checkout of the gateway (an earlier commit, its C module built), measured in the same
 rounds; its rows are compared with its own pass-through.
@@ -68,20 +75,45 @@ sys.path.insert(0, str(ROOT))
 from benchlib import cpu_seconds, free_port, percentile, tool, wait_port
 
 from gateway.policies.board_cards import json_splice  # noqa: E402
-from tests.board_fixtures import board_bytes  # noqa: E402
+from tests.board_fixtures import board_bytes, realistic_board_bytes  # noqa: E402
 
 PYTHON = sys.executable
 # --pin: the gateways on the first CPU, the load (the upstream, wrk, this process's board client) on the second.
 GATEWAY_CPU = "0"
 LOAD_CPUS = "1"
 INSTANTS = {"full": "2026-09-15T00:00:00Z", "capped": "2026-10-15T00:00:00Z", "removed": "2026-11-15T00:00:00Z"}
+# The two boards of every run: the bench's own (5,000 cards whose long descriptions are mostly one run of text) and a
+# board of realistic cards (tests/board_fixtures.py: several sentences with quotes, backslashes, tabs, newlines and
+# non-ASCII text, members, tags, files, custom properties and checklists: many short strings and nested arrays).
+BOARDS = ("own", "realistic")
+BOARD_IDS = {"own": "1", "realistic": "2"}
+
+
+def board_path(board: str) -> str:
+    return f"/api/latest/boards/{BOARD_IDS[board]}"
+
+
+def make_boards(cards: int, padding: int, seed: int) -> dict[str, bytes]:
+    return {"own": board_bytes(cards, padding=padding), "realistic": realistic_board_bytes(cards, seed=seed)}
+
+
+def spread(values: list[float]) -> tuple[float, float, float]:
+    """The median of ``values``, and their least and greatest."""
+    return statistics.median(values), min(values), max(values)
+
+
+def fmt_spread(values: list[float], digits: int = 2, unit: str = "", suffix: str = "") -> str:
+    """``median (min–max)`` of ``values``."""
+    mid, low, high = spread(values)
+    return f"{mid:.{digits}f}{suffix}{unit} ({low:.{digits}f}–{high:.{digits}f})"
 
 UPSTREAM = r'''
 import sys
 from aiohttp import web
-body = open(sys.argv[2], "rb").read()
+boards = {name: open(path, "rb").read() for name, path in zip(("1", "2"), sys.argv[2:4])}
 small = (b'{"id":1,"title":"' + b"x" * 1000)[:1022] + b'"}'
 async def board(request):
+    body = boards.get(request.path.rpartition("/")[2], boards["1"])
     if request.headers.get("If-None-Match") == '"board-v1"':
         return web.Response(status=304, headers={"ETag": '"board-v1"'})
     return web.Response(body=body, content_type="application/json", headers={"ETag": '"board-v1"'})
@@ -112,18 +144,20 @@ http {{
         listen 127.0.0.1:{port};
         root {work}/www;
         location = /small {{ try_files /small.json =404; }}
-        location / {{ try_files /board.json =404; }}
+        location ~ /boards/2$ {{ try_files /board-2.json =404; }}
+        location / {{ try_files /board-1.json =404; }}
     }}
 }}
 """
 
-
-def start_nginx_upstream(work: Path, port: int, body: bytes, pin: list[str]) -> subprocess.Popen[bytes]:
-    """--latency's upstream: nginx serving the board (with its ETag) and the 1 KB document from files, so that the
-    upstream takes little of the machine's CPU while it serves 100 MB of boards a second."""
+def start_nginx_upstream(work: Path, port: int, bodies: dict[str, bytes], pin: list[str]) -> subprocess.Popen[bytes]:
+    """The upstream: nginx (one worker, ``sendfile on``) serving each board from a file (``/boards/1``: the bench's
+    own, ``/boards/2``: the realistic one), with its ETag, and the 1 KB document, so that it takes little of the
+    machine's CPU while it serves 100 MB of boards a second and the gateway is the bottleneck."""
     www = work / "www"
-    www.mkdir(exist_ok=True)
-    (www / "board.json").write_bytes(body)
+    www.mkdir(mode=0o755, exist_ok=True)
+    for name, body in bodies.items():
+        (www / f"board-{BOARD_IDS[name]}.json").write_bytes(body)
     (www / "small.json").write_bytes((b'{"id":1,"title":"' + b"x" * 1000)[:1022] + b'"}')
     conf = work / "nginx.conf"
     conf.write_text(NGINX_UPSTREAM.format(work=work, port=port))
@@ -131,9 +165,22 @@ def start_nginx_upstream(work: Path, port: int, body: bytes, pin: list[str]) -> 
     return subprocess.Popen([*pin, nginx, "-p", str(work), "-c", str(conf)], stderr=subprocess.DEVNULL)
 
 
-def gateway_config(upstream_port: int, port: int, options: dict[str, Any] | None, *, production: bool = False) -> str:
+def start_python_upstream(work: Path, port: int, bodies: dict[str, bytes], pin: list[str]) -> subprocess.Popen[bytes]:
+    """``--upstream python``: the aiohttp upstream of the earlier runs (it takes about as much CPU as the boards it
+    serves, so the gateway shares the machine with it)."""
+    (work / "upstream.py").write_text(UPSTREAM)
+    paths = []
+    for name in BOARDS:
+        paths.append(work / f"board-{BOARD_IDS[name]}.json")
+        paths[-1].write_bytes(bodies[name])
+    return subprocess.Popen([*pin, PYTHON, str(work / "upstream.py"), str(port), *map(str, paths)])
+
+
+def gateway_config(upstream_port: int, port: int, options: dict[str, Any] | None, *, production: bool = False,
+                   ledger: Path | None = None) -> str:
     """The board route with board_cards (``options``; None: no policy). ``production``: the access log and the
-    request_id chain on, as bench/run.py's gateway (for the 1 KB requests of ``--latency``)."""
+    request_id chain on, as bench/run.py's gateway. ``ledger``: the usage ledger's SQLite file (not the default, in
+    the working directory: the repository's)."""
     route: dict[str, Any] = {"name": "board", "methods": ["GET", "HEAD"], "paths": ["/boards/{board_id}"]}
     if options is not None:
         route["chain"] = [{"board_cards": options}]
@@ -143,6 +190,8 @@ def gateway_config(upstream_port: int, port: int, options: dict[str, Any] | None
         "tenants": [{"name": "bench", "hosts": ["127.0.0.1"], "upstream": f"http://127.0.0.1:{upstream_port}"}],
         "routes": [route],
     }
+    if ledger is not None:
+        config["usage"] = {"ledger": {"url": f"sqlite:///{ledger}"}}
     if production:
         config["global_chain"] = ["request_id"]
     return json.dumps(config)  # JSON is YAML
@@ -158,7 +207,8 @@ def start_gateway(work: Path, tree: Path, upstream_port: int, phase: str | None,
     """``log``: where the gateway's stdout (its access log, with ``production``) goes; nowhere without it."""
     port = free_port()
     config = work / f"gateway-{port}.yaml"
-    config.write_text(gateway_config(upstream_port, port, options, production=production))
+    config.write_text(gateway_config(upstream_port, port, options, production=production,
+                                     ledger=work / f"usage-{port}.sqlite3"))
     env = {**os.environ, "GATEWAY_NOW": INSTANTS[phase or "full"], "PYTHONPATH": str(tree)}
     if cpus is not None:
         prefix = ["taskset", "-c", cpus, *(prefix or [])]
@@ -238,7 +288,7 @@ def time_rewrite(body: bytes, repeat: int = 5) -> dict[str, float]:
     extra = ("cards_deprecation_message", b'"moved"')
     layout = json_splice.scan(body, "cards", keep=100, extra_key=extra[0])
     copy = bytes(bytearray(body))
-    # The pieces the gateway reads are uvloop's reads: 256,000 bytes (the HTTP parser hands them over as they are).
+    # The pieces the gateway reads: about uvloop's reads (the HTTP parser hands them over as they are).
     pieces = [body[i : i + PIECE] for i in range(0, len(body), PIECE)]
 
     def read_in_pieces() -> None:
@@ -280,7 +330,7 @@ def time_rewrite(body: bytes, repeat: int = 5) -> dict[str, float]:
     }
 
 
-PIECE = 256_000
+PIECE = 256 * 1024
 
 BASELINE_HOLD = r'''
 import sys, time
@@ -322,8 +372,9 @@ print(json.dumps(runs))
 '''
 
 
-def scan_bodies(cards: int, padding: int) -> dict[str, bytes]:
-    """The benchmark's board three ways: compact, indented by 2, and with every non-ASCII character escaped."""
+def scan_bodies(cards: int, padding: int, seed: int) -> dict[str, bytes]:
+    """The bench's own board three ways (compact, indented by 2, with every non-ASCII character escaped), and the
+    realistic board."""
     from tests.board_fixtures import board_dict
 
     board = board_dict(cards, padding=padding)
@@ -331,6 +382,7 @@ def scan_bodies(cards: int, padding: int) -> dict[str, bytes]:
         "compact": board_bytes(cards, padding=padding),
         "indented by 2": json.dumps(board, ensure_ascii=False, indent=2).encode(),
         "\\uXXXX escapes for all non-ASCII text": json.dumps(board, separators=(",", ":")).encode(),
+        "realistic cards": realistic_board_bytes(cards, seed=seed),
     }
 
 
@@ -355,7 +407,7 @@ def scan_table(args: argparse.Namespace, results: dict[str, Any]) -> None:
     taking turns (5 turns of 5 runs; the exact path 3 of 1): the median over all runs."""
     out: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for label, body in scan_bodies(args.cards, args.padding).items():
+        for label, body in scan_bodies(args.cards, args.padding, args.seed).items():
             path = Path(tmp) / "board.json"
             path.write_bytes(body)
 
@@ -426,114 +478,145 @@ def trees(args: argparse.Namespace) -> list[tuple[str, Path]]:
 
 
 def throughput(args: argparse.Namespace, work: Path, upstream_port: int, results: dict[str, Any]) -> None:
+    """Every row on both boards, ``wrk -c4 -t2`` for ``--duration`` seconds each, rows and boards taking turns for
+    ``--rounds`` rounds. Per row, board and round: requests per second and the gateway process's CPU per board; the
+    ratios to the same tree's pass-through of the same board in the same round."""
     rows = [(name + suffix, phase, options, tree) for suffix, tree in trees(args) for name, phase, options in ROWS]
-    samples: dict[str, list[dict[str, float]]] = {name: [] for name, _, _, _ in rows}
+    samples: dict[tuple[str, str], list[dict[str, float]]] = {
+        (name, board): [] for name, *_ in rows for board in BOARDS}
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        gateways: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
+        gateways: dict[str, subprocess.Popen[bytes]] = {}
+        ports: dict[str, int] = {}
         for name, phase, options, tree in rows:
-            proc, port = start_gateway(work, tree, upstream_port, phase, options)
+            proc, port = start_gateway(work, tree, upstream_port, phase, options, production=True,
+                                       cpus=GATEWAY_CPU if args.pin else None)
             procs.append(proc)
-            url = f"http://127.0.0.1:{port}/api/latest/boards/1"
-            subprocess.run(["wrk", "-c1", "-t1", "-d1s", url], capture_output=True, check=True)  # warm up
-            gateways[name] = (proc, url)
-        # Rows take turns, round after round, so a change in the machine's load falls on all of them alike.
+            for board in BOARDS:
+                subprocess.run(["wrk", "-c1", "-t1", "-d1s", f"http://127.0.0.1:{port}{board_path(board)}"],
+                               capture_output=True, check=True)  # warm up
+            gateways[name], ports[name] = proc, port
+        # Rows take turns, round after round (each round starting one row further on), each row running both boards
+        # back to back, so that a change in the machine's load falls on every row alike and a ratio to pass-through
+        # compares runs minutes apart at most.
         for round_no in range(args.rounds):
-            order = list(gateways.items())
-            order = order[round_no % len(order):] + order[: round_no % len(order)]  # a different row first each round
-            for name, (proc, url) in order:
-                before = cpu_seconds(proc.pid)
-                sample = wrk(url, args.duration)
-                sample["cpu_ms"] = (cpu_seconds(proc.pid) - before) * 1000
-                samples[name].append(sample)
+            order = list(gateways)
+            order = order[round_no % len(order):] + order[: round_no % len(order)]
+            boards = BOARDS if round_no % 2 == 0 else BOARDS[::-1]
+            for name in order:
+                proc = gateways[name]
+                for board in boards:
+                    before = cpu_seconds(proc.pid)
+                    sample = wrk(f"http://127.0.0.1:{ports[name]}{board_path(board)}", args.duration,
+                                 cpus=LOAD_CPUS if args.pin else None)
+                    sample["cpu_ms"] = (cpu_seconds(proc.pid) - before) * 1000
+                    sample["cpu_ms_per_board"] = sample["cpu_ms"] / max(sample["requests"], 1)
+                    samples[(name, board)].append(sample)
             print(f"  round {round_no + 1}/{args.rounds} (load {loadavg()}): " + ", ".join(
-                f"{name} {samples[name][-1]['rps']:.1f}" for name in gateways), flush=True)
+                f"{name}/{board} {samples[(name, board)][-1]['rps']:.1f}/s "
+                f"{samples[(name, board)][-1]['cpu_ms_per_board']:.2f} ms" for name in gateways for board in BOARDS),
+                flush=True)
     finally:
         stop(procs)
-    rows_out: dict[str, Any] = {}
-    for name, runs in samples.items():
-        requests = sum(r["requests"] for r in runs)
-        rows_out[name] = {
-            "rps": statistics.median(r["rps"] for r in runs),
-            "mean_ms": statistics.median(r["mean_ms"] for r in runs),
-            "p99_ms": statistics.median(r["p99_ms"] for r in runs),
-            "requests": requests,
-            "gateway_cpu_ms_per_request": sum(r["cpu_ms"] for r in runs) / max(requests, 1),
-            "per_round_rps": [r["rps"] for r in runs],
-        }
-    # Per-round ratios to the same tree's pass-through, measured minutes apart at most: their median is steadier
-    # than the ratio of two medians on a shared machine.
-    for name, row in rows_out.items():
-        suffix = " [baseline]" if name.endswith(" [baseline]") else ""
-        base = samples["pass-through" + suffix]
-        row["vs_pass_through"] = statistics.median(
-            r["rps"] / b["rps"] for r, b in zip(samples[name], base, strict=True))
-        row["cpu_vs_pass_through"] = row["gateway_cpu_ms_per_request"] / rows_out["pass-through" + suffix][
-            "gateway_cpu_ms_per_request"]
-    results["rows"] = rows_out
+    out = throughput_rows(samples)
+    results["rows"] = {f"{name} / {board}": row for (name, board), row in out.items()}
     print()
-    print("| row | req/s | vs pass-through (median of rounds) | mean latency | p99 latency | gateway CPU per request | "
-          "CPU vs pass-through |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for name, row in rows_out.items():
-        print(f"| {name} | {row['rps']:.1f} | {row['vs_pass_through']:.2f}x | {row['mean_ms']:.1f} ms "
-              f"| {row['p99_ms']:.1f} ms | {row['gateway_cpu_ms_per_request']:.2f} ms | "
-              f"{row['cpu_vs_pass_through']:.2f}x |")
+    pinned = (f"; the gateways on CPU {GATEWAY_CPU}, nginx and wrk on CPU {LOAD_CPUS}" if args.pin else "")
+    print(f"wrk -c4 -t2, {args.rounds} rounds x {args.duration} s; median (least–greatest) of the rounds{pinned}:")
+    print("| row | board | req/s | vs pass-through | gateway CPU per board | CPU vs pass-through |")
+    print("|---|---|---:|---:|---:|---:|")
+    for (name, board), row in out.items():
+        print(f"| {name} | {board} | {fmt_spread(row['rps_rounds'], 1)} | "
+              f"{fmt_spread(row['vs_pass_through_rounds'], 2, suffix='x')} | "
+              f"{fmt_spread(row['cpu_ms_rounds'], 2, ' ms')} | "
+              f"{fmt_spread(row['cpu_vs_pass_through_rounds'], 2, suffix='x')} |")
     if args.baseline is not None:
         print()
-        print("| row | this tree vs baseline: req/s (median of rounds) | CPU per request |")
-        print("|---|---:|---:|")
+        print("| row | board | this tree vs baseline: req/s | CPU per board |")
+        print("|---|---|---:|---:|")
         for name, _, _ in ROWS:
-            mine, theirs = samples[name], samples[name + " [baseline]"]
-            ratio = statistics.median(a["rps"] / b["rps"] for a, b in zip(mine, theirs, strict=True))
-            cpu = rows_out[name]["gateway_cpu_ms_per_request"] / rows_out[name + " [baseline]"][
-                "gateway_cpu_ms_per_request"]
-            print(f"| {name} | {ratio:.2f}x | {cpu:.2f}x |")
+            for board in BOARDS:
+                mine, theirs = samples[(name, board)], samples[(name + " [baseline]", board)]
+                rps = [a["rps"] / b["rps"] for a, b in zip(mine, theirs, strict=True)]
+                cpu = [a["cpu_ms_per_board"] / b["cpu_ms_per_board"] for a, b in zip(mine, theirs, strict=True)]
+                print(f"| {name} | {board} | {fmt_spread(rps, 2, suffix='x')} | {fmt_spread(cpu, 2, suffix='x')} |")
+
+
+def throughput_rows(samples: dict[tuple[str, str], list[dict[str, float]]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per row and board: the per-round figures and their ratios to the same tree's pass-through of the same board in
+    the same round (steadier on a shared machine than a ratio of medians), with their medians."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for (name, board), runs in samples.items():
+        suffix = " [baseline]" if name.endswith(" [baseline]") else ""
+        base = samples[("pass-through" + suffix, board)]
+        row: dict[str, Any] = {
+            "rps_rounds": [r["rps"] for r in runs],
+            "cpu_ms_rounds": [r["cpu_ms_per_board"] for r in runs],
+            "p99_ms_rounds": [r["p99_ms"] for r in runs],
+            "vs_pass_through_rounds": [r["rps"] / b["rps"] for r, b in zip(runs, base, strict=True)],
+            "cpu_vs_pass_through_rounds": [r["cpu_ms_per_board"] / b["cpu_ms_per_board"] for r, b in zip(runs, base, strict=True)],
+            "requests": sum(int(r["requests"]) for r in runs),
+        }
+        for key in ("rps", "cpu_ms", "vs_pass_through", "cpu_vs_pass_through"):
+            row[key] = statistics.median(row[f"{key}_rounds"])
+        out[(name, board)] = row
+    return out
 
 
 def instructions(args: argparse.Namespace, work: Path, upstream_port: int, results: dict[str, Any]) -> None:
-    """User-space instructions per request under callgrind (valgrind), for the rows that matter to the rewrite."""
+    """User-space instructions per request under callgrind (valgrind), for the rows that matter to the rewrite, on
+    both boards (one gateway process each)."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
-    counts: dict[str, float] = {}
+    counts: dict[tuple[str, str], float] = {}
     for suffix, tree in trees(args):
         for name, phase, options in (ROWS[0], ROWS[4], ROWS[5]):
-            out = work / f"callgrind-{len(counts)}.out"
-            prefix = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
-            proc, port = start_gateway(work, tree, upstream_port, phase, options, prefix=prefix)
-            try:
-                for _ in range(3):
-                    fetch(port)  # warm up: imports, first-request paths, the allocator's arenas
-                subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], capture_output=True, check=True)
-                for _ in range(args.instructions):
-                    fetch(port)
-                subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], capture_output=True, check=True)
-            finally:
-                stop([proc])
-            text = out.read_text(errors="replace")
-            total = re.search(r"^totals:\s*(\d+)", text, re.MULTILINE)  # ("summary:" counts from the start only)
-            if total is None:
-                raise RuntimeError(f"no instruction count in {out}")
-            counts[name + suffix] = int(total.group(1)) / args.instructions
-            print(f"  {name + suffix}: {counts[name + suffix] / 1e6:.1f} M instructions per request", flush=True)
-    results["instructions_per_request"] = counts
+            for board in BOARDS:
+                counts[(name + suffix, board)] = count_instructions(args, work, tree, upstream_port, phase, options,
+                                                                    board)
+                print(f"  {name + suffix} / {board}: {counts[(name + suffix, board)] / 1e6:.1f} M instructions per "
+                      "request", flush=True)
+    results["instructions_per_request"] = {f"{name} / {board}": count for (name, board), count in counts.items()}
     print()
-    print("| row | user-space instructions per request (callgrind) | vs pass-through |" +
+    print("| row | board | user-space instructions per request (callgrind) | vs pass-through |" +
           (" vs baseline |" if args.baseline else ""))
-    print("|---|---:|---:|" + ("---:|" if args.baseline else ""))
-    for name, count in counts.items():
+    print("|---|---|---:|---:|" + ("---:|" if args.baseline else ""))
+    for (name, board), count in counts.items():
         suffix = " [baseline]" if name.endswith(" [baseline]") else ""
-        line = f"| {name} | {count / 1e6:.1f} M | {count / counts['pass-through' + suffix]:.2f}x |"
+        line = f"| {name} | {board} | {count / 1e6:.1f} M | {count / counts[('pass-through' + suffix, board)]:.2f}x |"
         if args.baseline:
-            line += f" {count / counts[name.removesuffix(' [baseline]') + ' [baseline]']:.2f}x |" if not suffix else " |"
+            line += f" {count / counts[(name + ' [baseline]', board)]:.2f}x |" if not suffix else " |"
         print(line)
+
+
+def count_instructions(args: argparse.Namespace, work: Path, tree: Path, upstream_port: int, phase: str | None,
+                       options: dict[str, Any] | None, board: str) -> float:
+    """One gateway under callgrind: 3 requests for ``board`` to warm up, then ``--instructions`` counted."""
+    out = work / f"callgrind-{free_port()}.out"
+    prefix = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+    proc, port = start_gateway(work, tree, upstream_port, phase, options, prefix=prefix)
+    try:
+        for _ in range(3):
+            fetch(port, board_path(board))  # warm up: imports, first-request paths, the allocator's arenas
+        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], capture_output=True, check=True)
+        for _ in range(args.instructions):
+            fetch(port, board_path(board))
+        subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], capture_output=True, check=True)
+    finally:
+        stop([proc])
+    text = out.read_text(errors="replace")
+    total = re.search(r"^totals:\s*(\d+)", text, re.MULTILINE)  # ("summary:" counts from the start only)
+    if total is None:
+        raise RuntimeError(f"no instruction count in {out}")
+    return int(total.group(1)) / int(args.instructions)
 
 
 class BoardLoad:
     """A client reading ``rate`` boards a second from the gateway (one at a time, paced), in a thread."""
 
-    def __init__(self, port: int, rate: float) -> None:
+    def __init__(self, port: int, rate: float, path: str = "/api/latest/boards/1") -> None:
         self.port = port
+        self.path = path
         self.period = 1.0 / rate
         self.done = 0
         self.failed: str | None = None
@@ -545,7 +628,7 @@ class BoardLoad:
         next_at = time.monotonic()
         try:
             while not self._stop.is_set():
-                fetch(self.port, conn=conn)
+                fetch(self.port, self.path, conn=conn)
                 self.done += 1
                 next_at += self.period
                 self._stop.wait(max(0.0, next_at - time.monotonic()))
@@ -571,7 +654,7 @@ SPLIT = "capped, cold, in a second gateway process on the same CPU"
 # bytes can do), until stdin closes; prints how many it read, or the error.
 SINK_SCRIPT = r'''
 import http.client, sys, threading, time
-port, rate = int(sys.argv[1]), float(sys.argv[2])
+port, rate, path = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 stop = threading.Event()
 threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -579,7 +662,7 @@ buf = memoryview(bytearray(1 << 20))
 done, next_at = 0, time.monotonic()
 try:
     while not stop.is_set():
-        conn.request("GET", "/api/latest/boards/1")
+        conn.request("GET", path)
         resp = conn.getresponse()
         while resp.readinto(buf):
             pass
@@ -598,8 +681,8 @@ class SinkLoad:
     """``BoardLoad``'s interface, the boards read by a sink process pinned to ``cpus``: what receiving the boards'
     bytes costs the CPU it runs on, without anything done with them."""
 
-    def __init__(self, port: int, rate: float, cpus: str) -> None:
-        self.argv = ["taskset", "-c", cpus, PYTHON, "-c", SINK_SCRIPT, str(port), str(rate)]
+    def __init__(self, port: int, rate: float, cpus: str, path: str = "/api/latest/boards/1") -> None:
+        self.argv = ["taskset", "-c", cpus, PYTHON, "-c", SINK_SCRIPT, str(port), str(rate), path]
         self.done = 0
         self.failed: str | None = None
         self._proc: subprocess.Popen[str] | None = None
@@ -651,7 +734,7 @@ def _small_p99_ms(log: Path, offset: int) -> tuple[float, float]:
 
 
 def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: dict[str, Any]) -> None:
-    """1 KB p99 with the board route idle, and while boards are read from it at ``--board-rate``."""
+    """1 KB p99 with the board route idle, and while boards are read from it at ``--board-rate``, for each board."""
     setups = [(f"{label}{suffix}", tree, phase, options) for suffix, tree in trees(args)
               for label, phase, options in (("capped, cold", "capped", {"memo_bytes": 0}),
                                             ("removed, cold", "removed", {"memo_bytes": 0}),
@@ -663,18 +746,22 @@ def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: d
         # The floor: the same boards received on the gateway's CPU by a sink that does nothing with them: what any
         # proxy there that must read the boards' bytes costs the 1 KB requests before it does anything with them.
         setups.append((SINK, ROOT, None, None))
-        # The boards rewritten by another gateway process on the same CPU: what is left when the kernel, not one
-        # event loop, takes turns between the boards and the 1 KB requests.
-        setups.append((SPLIT, ROOT, None, None))
-    samples: dict[str, dict[str, list[dict[str, float]]]] = {name: {"idle": [], "boards": []} for name, *_ in setups}
-    boards: dict[str, int] = {name: 0 for name, *_ in setups}
-    seconds = {name: 0.0 for name, *_ in setups}
+        if args.split:
+            # The boards rewritten by another gateway process on the same CPU: what is left when the kernel, not one
+            # event loop, takes turns between the boards and the 1 KB requests.
+            setups.append((SPLIT, ROOT, None, None))
+    rows = [(name, board) for name, *_ in setups for board in BOARDS]
+    samples: dict[tuple[str, str], dict[str, list[dict[str, float]]]] = {
+        row: {"idle": [], "boards": []} for row in rows}
+    boards_done = dict.fromkeys(rows, 0)
+    seconds = dict.fromkeys(rows, 0.0)
     procs: list[subprocess.Popen[bytes]] = []
     logs: dict[str, Path] = {}
-    inside: dict[str, dict[str, list[tuple[float, float]]]] = {name: {"idle": [], "boards": []} for name, *_ in setups}
+    inside: dict[tuple[str, str], dict[str, list[tuple[float, float]]]] = {
+        row: {"idle": [], "boards": []} for row in rows}
     # The gateway's CPU's busy and softirq shares during each 1 KB run (printed with --pin, where that CPU is the
     # gateways' alone).
-    cpu: dict[str, dict[str, list[tuple[float, float]]]] = {name: {"idle": [], "boards": []} for name, *_ in setups}
+    cpu: dict[tuple[str, str], dict[str, list[tuple[float, float]]]] = {row: {"idle": [], "boards": []} for row in rows}
     try:
         gateways = {}
         for name, tree, phase, options in setups:
@@ -684,7 +771,8 @@ def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: d
             procs.append(proc)
             subprocess.run(["wrk", "-c10", "-t1", "-d1s", f"http://127.0.0.1:{port}/small"], capture_output=True,
                            check=True)
-            fetch(port)
+            for board in BOARDS:
+                fetch(port, board_path(board))
             gateways[name] = port
         # Where each row's boards are read from: its own gateway, or the upstream itself (the control and the
         # floor), or a second gateway on the same CPU.
@@ -694,97 +782,125 @@ def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: d
             proc, board_ports[SPLIT] = start_gateway(work, ROOT, upstream_port, "capped", {"memo_bytes": 0},
                                                      production=True, cpus=GATEWAY_CPU, log=logs["split boards"])
             procs.append(proc)
-            fetch(board_ports[SPLIT])
+            for board in BOARDS:
+                fetch(board_ports[SPLIT], board_path(board))
 
-        def small_requests(name: str, port: int, phase: str) -> None:
+        def small_requests(name: str, board: str, port: int, phase: str) -> None:
             """One wrk run of 1 KB requests through the row's gateway: the client's figures, the gateway CPU's
             shares, and the same requests' p99 from the gateway's access log."""
             mark = logs[name].stat().st_size
             ticks = _cpu_times(GATEWAY_CPU)
-            samples[name][phase].append(wrk(f"http://127.0.0.1:{port}/small", args.duration,
-                                            connections=args.connections, threads=1, rate=args.rate,
-                                            cpus=LOAD_CPUS if args.pin else None))
-            cpu[name][phase].append(_cpu_share(ticks, _cpu_times(GATEWAY_CPU)))
-            inside[name][phase].append(_small_p99_ms(logs[name], mark))
+            samples[(name, board)][phase].append(wrk(f"http://127.0.0.1:{port}/small", args.duration,
+                                                     connections=args.connections, threads=1, rate=args.rate,
+                                                     cpus=LOAD_CPUS if args.pin else None))
+            cpu[(name, board)][phase].append(_cpu_share(ticks, _cpu_times(GATEWAY_CPU)))
+            inside[(name, board)][phase].append(_small_p99_ms(logs[name], mark))
 
         for round_no in range(args.rounds):
             order = list(gateways.items())
             order = order[round_no % len(order):] + order[: round_no % len(order)]
             for name, port in order:
-                small_requests(name, port, "idle")
-                start = time.monotonic()
-                load: BoardLoad | SinkLoad = (SinkLoad(board_ports[name], args.board_rate, GATEWAY_CPU)
-                                              if name == SINK else BoardLoad(board_ports[name], args.board_rate))
-                with load:
-                    small_requests(name, port, "boards")
-                seconds[name] += time.monotonic() - start
-                if load.failed:
-                    raise RuntimeError(f"{name}: the board client failed: {load.failed}")
-                boards[name] += load.done
+                for board in (BOARDS if round_no % 2 == 0 else BOARDS[::-1]):
+                    small_requests(name, board, port, "idle")
+                    start = time.monotonic()
+                    path = board_path(board)
+                    load: BoardLoad | SinkLoad = (
+                        SinkLoad(board_ports[name], args.board_rate, GATEWAY_CPU, path) if name == SINK
+                        else BoardLoad(board_ports[name], args.board_rate, path))
+                    with load:
+                        small_requests(name, board, port, "boards")
+                    seconds[(name, board)] += time.monotonic() - start
+                    if load.failed:
+                        raise RuntimeError(f"{name}, {board}: the board client failed: {load.failed}")
+                    boards_done[(name, board)] += load.done
             print(f"  round {round_no + 1}/{args.rounds} (load {loadavg()}): " + ", ".join(
-                f"{name} p99 {samples[name]['idle'][-1]['p99_ms']:.1f} -> {samples[name]['boards'][-1]['p99_ms']:.1f} ms"
-                for name in gateways), flush=True)
+                f"{name}/{board} p99 {samples[(name, board)]['idle'][-1]['p99_ms']:.1f} -> "
+                f"{samples[(name, board)]['boards'][-1]['p99_ms']:.1f} ms" for name in gateways for board in BOARDS),
+                flush=True)
     finally:
         stop(procs)
-    out: dict[str, Any] = {}
-    for name, runs in samples.items():
-        out[name] = {
-            "idle_p99_ms": statistics.median(r["p99_ms"] for r in runs["idle"]),
-            "boards_p99_ms": statistics.median(r["p99_ms"] for r in runs["boards"]),
-            "p99_ratio": statistics.median(b["p99_ms"] / i["p99_ms"]
-                                           for i, b in zip(runs["idle"], runs["boards"], strict=True)),
+    out = latency_rows(samples, inside, cpu, boards_done, seconds, floor=SINK if args.pin else None)
+    results["latency"] = {f"{name} / {board}": row for (name, board), row in out.items()}
+    print_latency(args, out)
+
+
+def latency_rows(samples: dict[tuple[str, str], dict[str, list[dict[str, float]]]],
+                 inside: dict[tuple[str, str], dict[str, list[tuple[float, float]]]],
+                 cpu: dict[tuple[str, str], dict[str, list[tuple[float, float]]]],
+                 boards_done: dict[tuple[str, str], int], seconds: dict[tuple[str, str], float],
+                 floor: str | None) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per row and board: the client's p99 idle and under boards (per round, and their ratio), the same requests
+    timed inside the gateway, the gateway CPU's shares; with ``floor`` (the sink's row), each row's p99 under boards
+    against the floor's on the same board in the same round."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for (name, board), runs in samples.items():
+        row: dict[str, Any] = {
+            "idle_p99_ms_rounds": [r["p99_ms"] for r in runs["idle"]],
+            "boards_p99_ms_rounds": [r["p99_ms"] for r in runs["boards"]],
+            "p99_ratio_rounds": [b["p99_ms"] / i["p99_ms"] for i, b in zip(runs["idle"], runs["boards"], strict=True)],
             "idle_rps": statistics.median(r["rps"] for r in runs["idle"]),
             "boards_rps": statistics.median(r["rps"] for r in runs["boards"]),
-            "boards_per_s": boards[name] / max(seconds[name], 1e-9),
+            "boards_per_s": boards_done[(name, board)] / max(seconds[(name, board)], 1e-9),
         }
+        if floor is not None:
+            base = samples[(floor, board)]["boards"]
+            row["vs_floor_rounds"] = [b["p99_ms"] / f["p99_ms"] for b, f in zip(runs["boards"], base, strict=True)]
         for key, at in (("inside", 0), ("own", 1)):
-            idle = [sample[at] for sample in inside[name]["idle"]]
-            loaded = [sample[at] for sample in inside[name]["boards"]]
-            out[name][f"{key}_idle_p99_ms"] = statistics.median(idle)
-            out[name][f"{key}_boards_p99_ms"] = statistics.median(loaded)
-            out[name][f"{key}_p99_ratio"] = statistics.median(b / i for i, b in zip(idle, loaded, strict=True))
+            idle = [sample[at] for sample in inside[(name, board)]["idle"]]
+            loaded = [sample[at] for sample in inside[(name, board)]["boards"]]
+            row[f"{key}_idle_p99_ms"] = statistics.median(idle)
+            row[f"{key}_boards_p99_ms"] = statistics.median(loaded)
+            row[f"{key}_p99_ratio"] = statistics.median(b / i for i, b in zip(idle, loaded, strict=True))
         for key, at in (("busy", 0), ("softirq", 1)):
             for phase in ("idle", "boards"):
-                out[name][f"cpu_{key}_{phase}"] = statistics.median(sample[at] for sample in cpu[name][phase])
-    results["latency"] = out
+                row[f"cpu_{key}_{phase}"] = statistics.median(sample[at] for sample in cpu[(name, board)][phase])
+        out[(name, board)] = row
+    return out
+
+
+def print_latency(args: argparse.Namespace, out: dict[tuple[str, str], dict[str, Any]]) -> None:
     print()
     paced = f", paced to about {args.rate:g}/s" if args.rate else ", as fast as the gateway answers"
     pinned = (f"; the gateways on CPU {GATEWAY_CPU}, the upstream, wrk and the board client on CPU {LOAD_CPUS}"
               if args.pin else "")
     print(f"1 KB requests, wrk -t1 -c{args.connections}{paced}, idle and while a client reads {args.board_rate:g} "
-          f"boards/s{pinned}:")
-    print("| board route | 1 KB p99 idle | p99 under boards | ratio (median of rounds) | 1 KB req/s idle / under "
-          "boards | boards/s done |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, row in out.items():
-        print(f"| {name} | {row['idle_p99_ms']:.2f} ms | {row['boards_p99_ms']:.2f} ms | {row['p99_ratio']:.2f}x | "
-              f"{row['idle_rps']:.0f} / {row['boards_rps']:.0f} | {row['boards_per_s']:.1f} |")
+          f"boards/s{pinned}; median (least–greatest) of {args.rounds} rounds:")
+    print("| board route | board | 1 KB p99 idle | p99 under boards | ratio to idle | vs the floor (same board, "
+          "same round) | 1 KB req/s idle / under boards | boards/s done |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for (name, board), row in out.items():
+        floor = fmt_spread(row["vs_floor_rounds"], 2, suffix="x") if "vs_floor_rounds" in row else ""
+        print(f"| {name} | {board} | {fmt_spread(row['idle_p99_ms_rounds'], 2, ' ms')} | "
+              f"{fmt_spread(row['boards_p99_ms_rounds'], 2, ' ms')} | "
+              f"{fmt_spread(row['p99_ratio_rounds'], 2, suffix='x')} "
+              f"| {floor} | {row['idle_rps']:.0f} / {row['boards_rps']:.0f} | {row['boards_per_s']:.1f} |")
     print()
     print("The same 1 KB requests timed inside the gateway (its access log's duration: from the request's head read to "
           "its answer written), without the client's and the kernel's queues:")
-    print("| board route | p99 idle | p99 under boards | ratio (median of rounds) | the gateway's own part (less the "
-          "upstream's time): idle, under boards, ratio |")
-    print("|---|---:|---:|---:|---|")
-    for name, row in out.items():
-        print(f"| {name} | {row['inside_idle_p99_ms']:.3f} ms | {row['inside_boards_p99_ms']:.3f} ms | "
+    print("| board route | board | p99 idle | p99 under boards | ratio (median of rounds) | the gateway's own part "
+          "(less the upstream's time): idle, under boards, ratio |")
+    print("|---|---|---:|---:|---:|---|")
+    for (name, board), row in out.items():
+        print(f"| {name} | {board} | {row['inside_idle_p99_ms']:.3f} ms | {row['inside_boards_p99_ms']:.3f} ms | "
               f"{row['inside_p99_ratio']:.2f}x | {row['own_idle_p99_ms']:.3f} ms, {row['own_boards_p99_ms']:.3f} ms, "
               f"{row['own_p99_ratio']:.2f}x |")
     if args.pin:
         print()
         print(f"The gateway's CPU (CPU {GATEWAY_CPU}) during the 1 KB runs, from /proc/stat (medians of rounds):")
-        print("| board route | busy idle → under boards | of which softirq (the kernel's network work) |")
-        print("|---|---|---|")
-        for name, row in out.items():
-            print(f"| {name} | {100 * row['cpu_busy_idle']:.0f} % → {100 * row['cpu_busy_boards']:.0f} % | "
+        print("| board route | board | busy idle → under boards | of which softirq (the kernel's network work) |")
+        print("|---|---|---|---|")
+        for (name, board), row in out.items():
+            print(f"| {name} | {board} | {100 * row['cpu_busy_idle']:.0f} % → {100 * row['cpu_busy_boards']:.0f} % | "
                   f"{100 * row['cpu_softirq_idle']:.1f} % → {100 * row['cpu_softirq_boards']:.1f} % |")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=int, default=5, help="seconds per row and round (default: %(default)s)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds, rows taking turns (default: %(default)s)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds, rows taking turns (default: %(default)s)")
     parser.add_argument("--cards", type=int, default=5000)
-    parser.add_argument("--padding", type=int, default=900, help="description characters per card (sets the size)")
+    parser.add_argument("--padding", type=int, default=900, help="description characters per card of the bench's own "
+                        "board (sets its size)")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--baseline", type=Path, help="another checkout of the gateway (an earlier commit, its C "
                         "module built): every row is also measured on it, in the same rounds")
@@ -796,36 +912,43 @@ def main() -> int:
                         "ways (compact, indented, escaped), instead of the wrk rows")
     parser.add_argument("--board-rate", type=float, default=10.0, help="boards a second during --latency "
                         "(default: %(default)s)")
-    parser.add_argument("--rate", type=float, help="--latency: pace the 1 KB requests to about this many a second (each "
-                        "wrk connection waits connections/rate seconds before each request), below what the gateway "
-                        "can take, instead of as many as it answers")
-    parser.add_argument("--pin", action="store_true", help="--latency: the gateways on one CPU, everything else (the "
-                        "upstream, wrk, the board client) on another, so the load's own work does not take the "
+    parser.add_argument("--rate", type=float, help="--latency: pace the 1 KB requests to about this many a second "
+                        "(each wrk connection waits connections/rate seconds before each request), below what the "
+                        "gateway can take, instead of as many as it answers")
+    parser.add_argument("--pin", action="store_true", help="the gateways on one CPU, everything else (the upstream, "
+                        "wrk, --latency's board client) on another, so the load's own work does not take the "
                         "gateway's CPU (needs 2 CPUs and taskset)")
+    parser.add_argument("--upstream", choices=("nginx", "python"), default="nginx", help="what serves the boards: "
+                        "nginx from files (default), or the aiohttp upstream of the earlier runs")
+    parser.add_argument("--seed", type=int, default=37, help="the realistic board's seed (default: %(default)s)")
+    parser.add_argument("--split", action="store_true", help="--latency --pin: also a row whose boards are rewritten "
+                        "by a second gateway process on the gateways' CPU")
     parser.add_argument("--connections", type=int, default=50, help="wrk connections for the 1 KB requests of "
                         "--latency (default: %(default)s)")
     args = parser.parse_args()
 
-    body = board_bytes(args.cards, padding=args.padding)
+    bodies = make_boards(args.cards, args.padding, args.seed)
     work = Path(tempfile.mkdtemp(prefix="bench-board-cards-"))
-    (work / "board.json").write_bytes(body)
-    (work / "upstream.py").write_text(UPSTREAM)
+    work.chmod(0o755)  # nginx's worker may run as another user: it must reach the files under it
     mode = "scan" if args.scan else "instructions" if args.instructions else "latency" if args.latency else "throughput"
-    print(f"board: {args.cards} cards, {len(body) / 1e6:.1f} MB; {mode}; load average {loadavg()}", flush=True)
-    results: dict[str, Any] = {"board_bytes": len(body), "cards": args.cards, "rounds": args.rounds, "mode": mode,
-                               "duration": args.duration, "load_start": loadavg()}
+    print(f"boards: {args.cards} cards, " + ", ".join(f"{name} {len(body) / 2**20:.1f} MiB" for name, body in
+                                                      bodies.items()) +
+          f"; {mode}; upstream {args.upstream}; load average {loadavg()}", flush=True)
+    results: dict[str, Any] = {"board_bytes": {name: len(body) for name, body in bodies.items()}, "cards": args.cards,
+                               "seed": args.seed, "rounds": args.rounds, "mode": mode, "duration": args.duration,
+                               "upstream": args.upstream, "pin": args.pin, "load_start": loadavg()}
     procs: list[subprocess.Popen[bytes]] = []
     try:
         upstream_port = free_port()
-        pin = ["taskset", "-c", LOAD_CPUS] if args.latency and args.pin else []
-        if pin:
+        pin = ["taskset", "-c", LOAD_CPUS] if args.pin else []
+        if args.latency and args.pin:
             os.sched_setaffinity(0, {int(LOAD_CPUS)})  # the board client's thread
-        if args.latency and shutil.which("nginx"):
-            procs.append(start_nginx_upstream(work, upstream_port, body, pin))
-        else:
-            procs.append(subprocess.Popen([*pin, PYTHON, str(work / "upstream.py"), str(upstream_port),
-                                           str(work / "board.json")]))
+        start_upstream = start_nginx_upstream if args.upstream == "nginx" else start_python_upstream
+        procs.append(start_upstream(work, upstream_port, bodies, pin))
         wait_port(upstream_port, proc=procs[0])
+        for name, body in bodies.items():  # the upstream serves each board whole before anything is measured
+            if (size := fetch(upstream_port, board_path(name))) != len(body):
+                raise RuntimeError(f"the upstream served {size} bytes for the {name} board, not {len(body)}")
         if args.scan:
             scan_table(args, results)  # (with --instructions N: also callgrind counts per scan, N unused)
         elif args.instructions:
@@ -838,18 +961,20 @@ def main() -> int:
         stop(procs)
         shutil.rmtree(work, ignore_errors=True)
     if mode == "throughput":
-        results["rewrite"] = rw = time_rewrite(body)
-        if args.baseline is not None:
-            rw["baseline_hold_ms"] = baseline_hold(args.baseline.resolve(), body)
-        print()
-        print(f"rewrite CPU per request (in-process, best of 5): scan {rw['scan_ms']:.2f} ms whole, "
-              f"{rw['scan_in_pieces_ms']:.2f} ms fed in pieces of {PIECE:,} bytes (longest hold of the loop "
-              f"{rw['longest_hold_ms']:.3f} ms); without the native path {rw['scan_without_native_ms']:.1f} ms; joining "
-              f"the pieces (no longer done) {rw['join_ms']:.2f} ms; cap splice {rw['cap_splice_ms']:.2f} ms, removal "
-              f"splice {rw['drop_splice_ms']:.3f} ms, memo hit (byte comparison) {rw['memo_hit_ms']:.2f} ms")
-        if "baseline_hold_ms" in rw:
-            print(f"longest hold of the event loop per cold capped board: {rw['longest_hold_ms']:.3f} ms here, "
-                  f"{rw['baseline_hold_ms']:.2f} ms in the baseline (join, scan and splice in one turn)")
+        results["rewrite"] = {}
+        for name, body in bodies.items():
+            results["rewrite"][name] = rw = time_rewrite(body)
+            if args.baseline is not None:
+                rw["baseline_hold_ms"] = baseline_hold(args.baseline.resolve(), body)
+            print()
+            print(f"{name} board, rewrite CPU per request (in-process, best of 5): scan {rw['scan_ms']:.2f} ms whole, "
+                  f"{rw['scan_in_pieces_ms']:.2f} ms fed in pieces of {PIECE:,} bytes (longest hold of the loop "
+                  f"{rw['longest_hold_ms']:.3f} ms); without the native path {rw['scan_without_native_ms']:.1f} ms; "
+                  f"cap splice {rw['cap_splice_ms']:.2f} ms, removal splice {rw['drop_splice_ms']:.3f} ms, memo hit "
+                  f"(byte comparison) {rw['memo_hit_ms']:.2f} ms")
+            if "baseline_hold_ms" in rw:
+                print(f"longest hold of the event loop per cold capped board: {rw['longest_hold_ms']:.3f} ms here, "
+                      f"{rw['baseline_hold_ms']:.2f} ms in the baseline")
     results["load_end"] = loadavg()
     print(f"load average at the end: {results['load_end']}")
     if args.json:

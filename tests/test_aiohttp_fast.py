@@ -35,23 +35,29 @@ def test_a_list_keeps_the_paths_it_names_and_a_path_is_off_when_one_it_needs_is(
     assert [name for name in PATHS if getattr(fast, name)] == ["upstream_protocol", "reply_headers"]
     fast = decide({ENV: "upstream_bodyless"}, {})
     assert not fast.upstream_bodyless and fast.off["upstream_bodyless"] == "needs upstream_request"
+    fast = decide({ENV: "upstream_body_into"}, {})
+    assert fast.off["upstream_body_into"] == "needs upstream_bodyless, upstream_protocol"
+    fast = decide({ENV: "upstream_request,upstream_bodyless,upstream_body_into"}, {})
+    assert not fast.upstream_body_into and fast.off["upstream_body_into"] == "needs upstream_protocol"
 
 
 def test_a_missing_piece_turns_its_path_off_whatever_the_setting() -> None:
     fast = decide({ENV: "on"}, {"upstream_request": "ClientRequest.send(conn)"})
     assert fast.off == {"upstream_request": "missing: ClientRequest.send(conn)",
-                        "upstream_bodyless": "needs upstream_request"}
+                        "upstream_bodyless": "needs upstream_request",
+                        "upstream_body_into": "needs upstream_bodyless"}
     assert fast.upstream_protocol and fast.reply_headers and fast.reply_one_write
 
 
 def test_the_start_up_line_says_which_are_on_and_why_the_others_are_off() -> None:
     assert describe(decide({}, {})) == (
         f"aiohttp {aiohttp.__version__} fast paths on: upstream_request, upstream_bodyless, upstream_protocol, "
-        "reply_headers, reply_one_write; off: none")
+        "upstream_body_into, reply_headers, reply_one_write; off: none")
     line = describe(decide({ENV: "upstream_request"}, {"reply_headers": "StreamResponse(_real_headers=)"}))
     assert line.endswith(
         "fast paths on: upstream_request; off: upstream_bodyless (forced off by GATEWAY_AIOHTTP_FAST_PATHS), "
-        "upstream_protocol (forced off by GATEWAY_AIOHTTP_FAST_PATHS), reply_headers (missing: "
+        "upstream_protocol (forced off by GATEWAY_AIOHTTP_FAST_PATHS), upstream_body_into (forced off by "
+        "GATEWAY_AIOHTTP_FAST_PATHS), reply_headers (missing: "
         "StreamResponse(_real_headers=)), reply_one_write (forced off by GATEWAY_AIOHTTP_FAST_PATHS)")
     assert describe(decide({ENV: "off"}, {})).endswith("fast paths on: none; off: " + ", ".join(
         f"{name} (forced off by GATEWAY_AIOHTTP_FAST_PATHS)" for name in PATHS))
@@ -95,6 +101,8 @@ TAKEN_AWAY: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], str]] = {
                           "BaseConnector._release(key, protocol, should_close=)"),
     "upstream_protocol": (lambda m: m.delattr(client_proto.ResponseHandler, "_drop_timeout"),
                           "ResponseHandler._reschedule_timeout(), _drop_timeout(), _on_read_timeout()"),
+    "upstream_body_into": (lambda m: m.delattr(aiohttp.StreamReader, "_read_nowait_chunk"),
+                           "StreamReader._buffer, _read_nowait_chunk(n), total_bytes"),
     "reply_headers": (_strip_real_headers, "StreamResponse(_real_headers=)"),
     "reply_one_write": (lambda m: m.delattr(web.StreamResponse, "_send_headers_immediately"),
                         "StreamResponse._send_headers_immediately"),

@@ -1,13 +1,19 @@
-"""bench/board_cards.py's floor row: the sink that reads boards on the gateway's CPU, and the CPU shares read from
-/proc/stat."""
+"""bench/board_cards.py's parts: the floor row's sink that reads boards on the gateway's CPU, the CPU shares read from
+/proc/stat, the realistic board, the figures per round and the nginx upstream."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
+import tempfile
+from pathlib import Path
 
+import pytest
 from aiohttp import web
 
 from tests.bench_testlib import load
+from tests.board_fixtures import realistic_board_bytes
 from tests.gateway_testlib import free_port
 
 board_cards = load("board_cards")
@@ -55,3 +61,43 @@ async def test_the_sink_reads_boards_at_its_pace_and_reports_a_failure() -> None
         assert sink.failed is not None and "status 404" in sink.failed and sink.done == 0
     finally:
         await runner.cleanup()
+
+
+def test_the_realistic_board_is_the_same_json_for_the_same_seed_with_what_makes_scanning_hard() -> None:
+    body = realistic_board_bytes(200, seed=5)
+    assert body == realistic_board_bytes(200, seed=5) and body != realistic_board_bytes(200, seed=6)
+    board = json.loads(body)
+    cards = board["cards"]
+    assert len(cards) == 200 and [card["id"] for card in cards] == list(range(1, 201))
+    text = body.decode()
+    assert "\\u" in text and "\\n" in text and '\\"' in text and "\\\\" in text and "\\t" in text  # escapes
+    assert any(ord(ch) > 0x7F for ch in text)  # non-ASCII written as itself
+    assert any(card["checklists"] and card["checklists"][0]["items"] for card in cards)  # arrays in objects in arrays
+    assert any(card["custom_properties"]["risk"]["matrix"] for card in cards)
+    assert sum(len(card["description"]) for card in cards) / len(cards) > 150  # descriptions of several sentences
+
+
+def test_every_figure_comes_with_its_rounds_and_each_ratio_is_against_the_same_boards_round() -> None:
+    samples = {("pass-through", "own"): [{"rps": 10.0, "cpu_ms_per_board": 4.0, "p99_ms": 1.0, "requests": 50}] * 2,
+               ("capped, cold", "own"): [{"rps": 12.0, "cpu_ms_per_board": 3.0, "p99_ms": 1.0, "requests": 60},
+                                         {"rps": 8.0, "cpu_ms_per_board": 5.0, "p99_ms": 1.0, "requests": 40}]}
+    rows = board_cards.throughput_rows(samples)
+    capped = rows[("capped, cold", "own")]
+    assert capped["vs_pass_through_rounds"] == [1.2, 0.8] and capped["cpu_vs_pass_through_rounds"] == [0.75, 1.25]
+    assert capped["requests"] == 100 and capped["rps"] == 10.0
+    assert board_cards.fmt_spread([3.0, 1.0, 2.0], 1, " ms") == "2.0 ms (1.0–3.0)"
+
+
+@pytest.mark.skipif(shutil.which("nginx") is None, reason="needs nginx")
+def test_the_nginx_upstream_serves_each_board_from_its_file_under_a_private_temp_dir(tmp_path: Path) -> None:
+    work = Path(tempfile.mkdtemp(prefix="bench-board-cards-test-", dir=tmp_path))
+    work.chmod(0o755)
+    bodies = {"own": b'{"cards":[1]}', "realistic": b'{"cards":["\\u00e9"]}'}
+    port = free_port()
+    proc = board_cards.start_nginx_upstream(work, port, bodies, [])
+    try:
+        board_cards.wait_port(port, proc=proc)
+        for name, body in bodies.items():
+            assert board_cards.fetch(port, board_cards.board_path(name)) == len(body)
+    finally:
+        board_cards.stop([proc])

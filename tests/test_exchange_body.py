@@ -34,7 +34,7 @@ async def test_a_reply_with_pieces_in_hand_reads_them_without_reading_a_stream()
     reply = Reply(200)
     reply.set_body(Pieces([memoryview(page)[:30], memoryview(page)[30:]]))
     assert not reply.streamed and reply.length == 100
-    seen: list[bytes] = []
+    seen: list[bytes | bytearray] = []
     assert await reply.read_pieces(100, seen.append) == [page[:30], page[30:]] == seen
     with pytest.raises(BodyTooLarge):
         await reply.read_pieces(99)

@@ -12,6 +12,7 @@ and fallbacks, and why each exists: docs/architecture.md ("aiohttp's private pie
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import functools
 import inspect
 import os
@@ -20,7 +21,7 @@ from collections.abc import AsyncIterable, Callable, Iterable, Mapping
 from typing import Any
 
 import aiohttp
-from aiohttp import client_proto, connector, helpers, http_writer, web
+from aiohttp import base_protocol, client_proto, connector, helpers, http_writer, web
 from aiohttp.client_reqrep import ConnectionKey
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.http_parser import RawResponseMessage
@@ -43,13 +44,15 @@ __all__ = (
     "decide",
     "describe",
     "install_protocol",
+    "read_body_into",
     "reply_response",
 )
 
 ENV = "GATEWAY_AIOHTTP_FAST_PATHS"
-PATHS = ("upstream_request", "upstream_bodyless", "upstream_protocol", "reply_headers", "reply_one_write")
-# A path that drives another one's pieces is off when that one is.
-_NEEDS = {"upstream_bodyless": "upstream_request"}
+PATHS = ("upstream_request", "upstream_bodyless", "upstream_protocol", "upstream_body_into", "reply_headers",
+         "reply_one_write")
+# A path that drives another one's pieces is off when that one is (each listed in PATHS after those it needs).
+_NEEDS = {"upstream_bodyless": ("upstream_request",), "upstream_body_into": ("upstream_bodyless", "upstream_protocol")}
 
 
 class FastPaths:
@@ -58,6 +61,7 @@ class FastPaths:
     upstream_request: bool
     upstream_bodyless: bool
     upstream_protocol: bool
+    upstream_body_into: bool
     reply_headers: bool
     reply_one_write: bool
 
@@ -91,8 +95,8 @@ def decide(environ: Mapping[str, str], missing: Mapping[str, str]) -> FastPaths:
             off[name] = f"missing: {missing[name]}"
         elif name in forced:
             off[name] = f"forced off by {ENV}"
-        elif (need := _NEEDS.get(name)) is not None and need in off:
-            off[name] = f"needs {need}"
+        elif needed := [need for need in _NEEDS.get(name, ()) if need in off]:
+            off[name] = f"needs {', '.join(needed)}"
     return FastPaths(off, problem)
 
 
@@ -156,6 +160,7 @@ def _detect() -> dict[str, str]:
             "upstream_request": _request_checks(loop),
             "upstream_bodyless": _bodyless_checks(loop, pool, protocol),
             "upstream_protocol": _protocol_checks(pool, protocol),
+            "upstream_body_into": _body_into_checks(loop, protocol),
             "reply_headers": [("StreamResponse(_real_headers=)", _hands_headers_over)],
             "reply_one_write": [("StreamResponse._send_headers_immediately",
                                  lambda: getattr(web.StreamResponse, "_send_headers_immediately", None) is True)],
@@ -218,6 +223,25 @@ def _protocol_checks(pool: Any, protocol: Any) -> _Checks:
                      ("_reschedule_timeout", "_drop_timeout", "_on_read_timeout"))),
         ("ResponseHandler._read_timeout, _parser", lambda: _response_params(protocol)),
     ]
+
+
+def _body_into_checks(loop: asyncio.AbstractEventLoop, protocol: Any) -> _Checks:
+    return [
+        ("StreamReader._buffer, _read_nowait_chunk(n), total_bytes", lambda: _drains(loop)),
+        ("ResponseHandler.set_exception(exc), eof_received(), connection_lost(exc), pause_writing(), "
+         "resume_writing()", lambda: all(callable(getattr(protocol, name)) for name in
+                                         ("set_exception", "eof_received", "connection_lost", "pause_writing",
+                                          "resume_writing"))),
+    ]
+
+
+def _drains(loop: asyncio.AbstractEventLoop) -> bool:
+    """A payload's buffered chunks are taken one by one, as they were fed, and ``total_bytes`` counts them."""
+    payload = StreamReader(base_protocol.BaseProtocol(loop), 1 << 16, loop=loop)
+    payload.feed_data(b"ab")
+    payload.feed_data(b"cde")
+    first = payload._read_nowait_chunk(-1)
+    return first == b"ab" and len(payload._buffer) == 1 and payload.total_bytes == 5
 
 
 def _response_params(protocol: client_proto.ResponseHandler) -> bool:
@@ -311,6 +335,7 @@ class _Connection(client_proto.ResponseHandler):
         super().__init__(loop)
         self._read_deadline = Deadline(loop, self._on_read_timeout)
         self.parser_skips_payload: bool | None = None  # the setting the parser in place was made with
+        self.body_into: _BodyInto | None = None  # the body being read straight into buffers (read_body_into)
 
     def set_response_params(self, **params: Any) -> None:
         super().set_response_params(**params)
@@ -326,6 +351,12 @@ class _Connection(client_proto.ResponseHandler):
     def _drop_timeout(self) -> None:
         self._read_deadline.clear()
 
+    def _on_read_timeout(self) -> None:
+        into = self.body_into
+        if into is not None:
+            into.failed(aiohttp.SocketTimeoutError("Timeout on reading data from socket"), restore=True)
+        super()._on_read_timeout()
+
     def connection_lost(self, exc: BaseException | None) -> None:
         super().connection_lost(exc)
         self._read_deadline.cancel()
@@ -335,6 +366,162 @@ def install_protocol(pool: aiohttp.BaseConnector) -> None:
     """The pool's new connections use ``_Connection`` (upstream_protocol; aiohttp's own protocol otherwise)."""
     if FAST.upstream_protocol:
         pool._factory = functools.partial(_Connection, loop=asyncio.get_running_loop())  # type: ignore[assignment]
+
+
+# --- a body read straight into the gateway's buffers (proxy/core.py's UpstreamBody.read_whole) --------------------
+
+# The buffers a body is read into: as large as uvloop's reads, so that one read's bytes are handed on at a time (each
+# between the event loop's other work), and below glibc's mmap threshold (ops/heap.py), so that their memory is the
+# heap's, used again for the next body instead of mapped and faulted in anew.
+BODY_PIECE = 256 * 1024
+
+
+def _buffer_maker() -> Callable[[int], bytearray]:
+    """A bytearray of n bytes left as malloc gives them (the kernel writes every byte before anything reads one):
+    ``bytearray(n)`` would first write zeros over the memory, a pass over the whole body for nothing. CPython's own
+    ``PyByteArray_FromStringAndSize(NULL, n)``; ``bytearray`` where it cannot be called."""
+    try:
+        make = ctypes.pythonapi.PyByteArray_FromStringAndSize
+    except AttributeError:
+        return bytearray
+    make.restype = ctypes.py_object
+    make.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t)
+    return lambda n: make(None, n)
+
+
+_new_buffer = _buffer_maker()
+
+
+class _BodyInto(asyncio.BufferedProtocol):
+    """The rest of one response body of known length, in the connection's place on the transport: the kernel copies
+    the bytes straight into buffers of ``BODY_PIECE`` (none of the two copies of the connection's own road: uvloop's
+    bytes for each read, then the response parser's for the body's part of it), and each buffer, once full, is handed
+    to ``each``. The connection takes the transport back at the body's end."""
+
+    def __init__(self, connection: _Connection, payload: StreamReader, remaining: int,
+                 each: Callable[[bytearray], object] | None, done: asyncio.Future[None]) -> None:
+        self.pieces: list[bytearray] = []
+        self._connection = connection
+        self._payload = payload
+        self._remaining = remaining
+        self._each = each
+        self._done = done
+        self._buffer: bytearray | None = None
+        self._at = 0
+        self._over = False
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        buffer = self._buffer
+        if buffer is None:
+            buffer = self._buffer = _new_buffer(min(BODY_PIECE, self._remaining))
+            self._at = 0
+        return memoryview(buffer)[self._at :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        buffer = self._buffer
+        assert buffer is not None
+        self._at += nbytes
+        self._remaining -= nbytes
+        if self._at == len(buffer):
+            self._buffer = None
+            self.pieces.append(buffer)
+            if self._each is not None:
+                self._each(buffer)
+        if self._remaining:
+            self._connection._reschedule_timeout()
+            return
+        self._end()
+        self._payload.feed_eof()
+        if not self._done.done():
+            self._done.set_result(None)
+
+    def eof_received(self) -> bool | None:
+        self.failed(aiohttp.ClientPayloadError("Response payload is not completed: the upstream closed the "
+                                               "connection part way through the body"), restore=False)
+        self._connection.eof_received()
+        return None  # the transport closes
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.failed(aiohttp.ClientPayloadError(f"Response payload is not completed: {exc!r}"), restore=False)
+        self._connection.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._connection.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._connection.resume_writing()
+
+    def failed(self, exc: BaseException, *, restore: bool) -> None:
+        """The body cannot be read to its end: the connection (to be closed) takes the transport back when it is
+        still open (``restore``), and the reader gets ``exc``."""
+        if self._over:
+            return
+        if restore:
+            self._end()
+        else:
+            self._over = True
+            self._connection.body_into = None
+        self._connection.set_exception(exc)
+        if not self._done.done():
+            self._done.set_exception(exc)
+
+    def _end(self) -> None:
+        self._over = True
+        connection = self._connection
+        connection.body_into = None
+        connection._drop_timeout()
+        # The parser still waits for the body it did not see: the next response on the connection gets a new one
+        # (``UpstreamRoads._prepared``), and whatever might arrive before that is kept aside, not parsed.
+        connection._parser = None
+        transport = connection.transport
+        if transport is not None and not transport.is_closing():
+            transport.set_protocol(connection)
+
+
+async def read_body_into(response: BodylessResponse, length: int, each: Callable[[bytes | bytearray], object] | None
+                         ) -> list[bytes | bytearray] | None:
+    """The whole body of ``response``, of ``length`` bytes (its Content-Length), as pieces: what the connection's
+    parser had already received, then the rest read straight into buffers (``_BodyInto``), each piece handed to
+    ``each`` as it comes. None when this road does not read it (the path is off, the response is not on one of the
+    pool's ``_Connection``s, or less than a piece of it is still to come): read it from ``response.content``. A
+    failure part way raises as the payload's read would (``ClientPayloadError``, a timeout), and the connection is
+    then closed by ``release``."""
+    protocol = response._protocol
+    payload = response.content
+    if not FAST.upstream_body_into or not isinstance(protocol, _Connection) or protocol.body_into is not None \
+            or length - payload.total_bytes < BODY_PIECE:
+        # (Less than a piece still to come: not worth taking the transport over, twice.)
+        return None
+    pieces: list[bytes | bytearray] = []
+    while payload._buffer:
+        # The chunks the parser made before this read: taken as they are (resuming the transport if they had paused
+        # it), no await until the transport is taken over, so that the parser gets no more of the body.
+        piece = payload._read_nowait_chunk(-1)
+        pieces.append(piece)
+        if each is not None:
+            each(piece)
+    error = payload.exception()
+    if error is not None:
+        raise error
+    remaining = length - payload.total_bytes
+    if payload.is_eof() or remaining <= 0:
+        return pieces
+    transport = protocol.transport
+    if transport is None or transport.is_closing():
+        raise aiohttp.ClientPayloadError("Response payload is not completed: the connection is closed")
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    into = _BodyInto(protocol, payload, remaining, each, done)
+    protocol.body_into = into
+    transport.set_protocol(into)
+    protocol._reschedule_timeout()
+    try:
+        await done
+    except asyncio.CancelledError:
+        into.failed(aiohttp.ClientPayloadError("Response payload is not completed: the read was cancelled"),
+                    restore=True)
+        raise
+    pieces += into.pieces
+    return pieces
 
 
 class Attempt:

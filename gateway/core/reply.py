@@ -57,6 +57,13 @@ class Body(abc.ABC):
     def close(self) -> None:  # noqa: B027 - not abstract: a body with nothing to let go keeps this
         """Let the source go without reading (the rest of) it."""
 
+    async def read_whole(self, each: Callable[[bytes | bytearray], object] | None
+                         ) -> list[bytes | bytearray] | None:
+        """The whole body as pieces, read by the source's own quicker way, if it has one (``each`` is called with
+        every piece as it comes); None when it has none (the body is then unread: read it with ``chunks``).
+        ``BodyBroken`` as ``chunks``."""
+        return None
+
 
 class BodyBroken(Exception):
     """The source of a streamed body failed part way; ``reply`` is the proxy core's answer for that failure."""
@@ -142,19 +149,21 @@ class Pieces(Body):
     64 KiB or more as it is (one larger than ``piece`` in slices of it), smaller ones gathered up to ``piece``, so
     that many small views do not make as many small writes."""
 
-    def __init__(self, pieces: Sequence[bytes | memoryview], *, piece: int = 1 << 20, budgeted: bool = False) -> None:
+    def __init__(self, pieces: Sequence[bytes | bytearray | memoryview], *, piece: int = 1 << 20,
+                 budgeted: bool = False) -> None:
         self.pieces = list(pieces)
         self.length = sum(len(p) for p in self.pieces)
         self.budgeted = budgeted  # read by ``read_pieces``: a budget it was read against took its bytes then
         self._piece = piece
 
-    def as_bytes(self) -> list[bytes]:
-        """The pieces, each as bytes (a view is copied: it is a part of other bytes)."""
-        return [p if isinstance(p, bytes) else bytes(p) for p in self.pieces]
+    def as_bytes(self) -> list[bytes | bytearray]:
+        """The pieces, each as bytes of its own (a view is copied: it is a part of other bytes; a bytearray a body
+        was read into is its own)."""
+        return [bytes(p) if isinstance(p, memoryview) else p for p in self.pieces]
 
     async def chunks(self, *, as_they_come: bool = False) -> AsyncIterator[bytes]:
         size = self._piece
-        gathered: list[bytes | memoryview] = []
+        gathered: list[bytes | bytearray | memoryview] = []
         held = 0
         for piece in self.pieces:
             if len(piece) >= _GATHER_BELOW:
@@ -287,8 +296,8 @@ class Reply:
         self._body = data
         return data
 
-    async def read_pieces(self, cap: int, each: Callable[[bytes], object] | None = None, *,
-                          budget: Budget | None = None) -> list[bytes]:
+    async def read_pieces(self, cap: int, each: Callable[[bytes | bytearray], object] | None = None, *,
+                          budget: Budget | None = None) -> Sequence[bytes | bytearray]:
         """Like ``read``, but the body stays the pieces it arrived in (no copy of it is made to join them); they
         become the reply's body, sent as they are unless it is replaced. ``each`` is called with every piece as it
         arrives, between the event loop's other work: a reader that works on the body as it comes never holds the
@@ -309,6 +318,15 @@ class Reply:
             return pieces
         source = self.take_body()
         assert not isinstance(source, bytes)
+        if budget is None and source.length is not None and source.length <= cap:
+            try:
+                whole = await source.read_whole(each)
+            except BodyBroken as broken:
+                self._become(broken.reply)
+                raise BodyUnavailable() from broken
+            if whole is not None:
+                self._body = Pieces(whole, budgeted=True)
+                return whole
         stream = source.chunks(as_they_come=True)
         chunks: list[bytes] = []
         size = 0

@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from typing import Protocol
 
 import aiohttp
 from aiohttp import hdrs
 from multidict import CIMultiDict, CIMultiDictProxy, istr
 
+from ..core import aiohttp_fast
 from ..core.exchange import (
     Body,
     BodyBroken,
@@ -141,17 +142,43 @@ class UpstreamBody(Body):
                 while chunk := await content.readany():
                     yield chunk
         except _UPSTREAM_ERRORS as err:
-            kind = UpstreamError.TIMEOUT if isinstance(err, asyncio.TimeoutError) else UpstreamError.RESET
-            exchange = self._exchange
-            if self._record:
-                exchange.record.upstream_failed(kind, f"body_{kind}")
-            status, code = (504, "UPSTREAM_TIMEOUT") if kind is UpstreamError.TIMEOUT else (502, "UPSTREAM_RESET")
-            raise BodyBroken(Reply.error(status, code, "the upstream service's response broke off part way",
-                                         exchange.ensure_request_id())) from err
+            raise self._broken(err) from err
         finally:
-            # Back to the pool when read to its end; closed otherwise (aiohttp decides).
-            self._response.release()
-            self._leave()
+            self.release()
+
+    def _broken(self, err: BaseException) -> BodyBroken:
+        """The failure part way (recorded as the exchange's), as the answer the proxy core gives for it."""
+        kind = UpstreamError.TIMEOUT if isinstance(err, asyncio.TimeoutError) else UpstreamError.RESET
+        exchange = self._exchange
+        if self._record:
+            exchange.record.upstream_failed(kind, f"body_{kind}")
+        status, code = (504, "UPSTREAM_TIMEOUT") if kind is UpstreamError.TIMEOUT else (502, "UPSTREAM_RESET")
+        return BodyBroken(Reply.error(status, code, "the upstream service's response broke off part way",
+                                      exchange.ensure_request_id()))
+
+    async def read_whole(self, each: Callable[[bytes | bytearray], object] | None
+                         ) -> list[bytes | bytearray] | None:
+        """Straight into the gateway's buffers (``aiohttp_fast.read_body_into``), when the length is known and the
+        response came by the bodyless road."""
+        response = self._response
+        if self.length is None or not isinstance(response, aiohttp_fast.BodylessResponse):
+            return None
+        try:
+            pieces = await aiohttp_fast.read_body_into(response, self.length, each)
+        except _UPSTREAM_ERRORS as err:
+            self.release()
+            raise self._broken(err) from err
+        except BaseException:
+            self.release()
+            raise
+        if pieces is not None:
+            self.release()
+        return pieces
+
+    def release(self) -> None:
+        """Back to the pool when read to its end; closed otherwise (aiohttp decides)."""
+        self._response.release()
+        self._leave()
 
     def close(self) -> None:
         self._response.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
@@ -316,10 +317,10 @@ async def test_read_pieces_hands_each_piece_over_as_it_arrives(
         return resp
 
     upstream.responder = stepwise
-    seen: list[bytes] = []
-    read: list[list[bytes]] = []
+    seen: list[bytes | bytearray] = []
+    read: list[Sequence[bytes | bytearray]] = []
 
-    def each(piece: bytes) -> None:
+    def each(piece: bytes | bytearray) -> None:
         seen.append(piece)
         first_seen.set()
 
@@ -345,7 +346,7 @@ async def test_read_pieces_over_the_cap_still_sends_the_whole_body(
     body = board_bytes(200)
     upstream.responder = _chunked_board(body)
     gw = await start_gateway(make_config(upstream.url))
-    seen: list[bytes] = []
+    seen: list[bytes | bytearray] = []
     raised: list[str] = []
 
     async def reader(exchange: Exchange, next: Next) -> Reply:

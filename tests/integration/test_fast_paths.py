@@ -214,4 +214,4 @@ def test_serve_refuses_a_fast_path_it_does_not_know(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.strip().endswith(f"gateway: {ENV}='off,reply_headers': unknown fast path off (on, off, or "
                                         "names from upstream_request, upstream_bodyless, upstream_protocol, "
-                                        "reply_headers, reply_one_write)")
+                                        "upstream_body_into, reply_headers, reply_one_write)")

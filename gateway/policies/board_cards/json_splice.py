@@ -150,8 +150,8 @@ class Pieces:
 
     __slots__ = ("_pieces", "_starts", "_size")
 
-    def __init__(self, pieces: Sequence[bytes] = ()) -> None:
-        self._pieces: list[bytes] = [piece for piece in pieces if piece]
+    def __init__(self, pieces: Sequence[bytes | bytearray] = ()) -> None:
+        self._pieces: list[bytes | bytearray] = [piece for piece in pieces if piece]
         self._starts: list[int] = []
         size = 0
         for piece in self._pieces:
@@ -163,13 +163,13 @@ class Pieces:
         return self._size
 
     def __bytes__(self) -> bytes:
-        if len(self._pieces) != 1:
+        if len(self._pieces) != 1 or not isinstance(self._pieces[0], bytes):
             self._pieces = [b"".join(self._pieces)] if self._size else []
             self._starts = [0] if self._size else []
-        return self._pieces[0] if self._pieces else b""
+        return bytes(self._pieces[0]) if self._pieces else b""
 
     @property
-    def pieces(self) -> tuple[bytes, ...]:
+    def pieces(self) -> tuple[bytes | bytearray, ...]:
         return tuple(self._pieces)
 
     def slice(self, start: int, end: int) -> bytes:
@@ -178,17 +178,19 @@ class Pieces:
         if end <= start:
             return b""
         i = bisect_right(self._starts, start) - 1
-        parts: list[bytes] = []
+        parts: list[memoryview] = []
         while start < end:
             piece = self._pieces[i]
             offset = start - self._starts[i]
             take = min(len(piece) - offset, end - start)
-            parts.append(piece if take == len(piece) else piece[offset : offset + take])
+            if take == len(piece) and isinstance(piece, bytes) and not parts and start + take == end:
+                return piece
+            parts.append(memoryview(piece)[offset : offset + take])
             start += take
             i += 1
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
 
-    def matches(self, offset: int, data: bytes) -> bool:
+    def matches(self, offset: int, data: bytes | bytearray) -> bool:
         """Whether the body holds ``data`` at ``offset`` (compared in place, no copy)."""
         if offset < 0 or offset + len(data) > self._size:
             return False
@@ -234,7 +236,7 @@ def _slice(body: Text, start: int, end: int) -> bytes:
     return body[start:end] if isinstance(body, bytes) else body.slice(start, end)
 
 
-def _pieces_of(body: Text) -> Sequence[bytes]:
+def _pieces_of(body: Text) -> Sequence[bytes | bytearray]:
     return (body,) if isinstance(body, bytes) else body.pieces
 
 
@@ -262,13 +264,13 @@ class Reader:
         self._key = key
         self._keep = keep
         self._extra_key = extra_key
-        self._pieces: list[bytes] = []
+        self._pieces: list[bytes | bytearray] = []
         self._size = 0
         self._same_as = same_as
         self._scanner = _Scanner(keep) if _Scanner is not None else None
         self._vouched = self._scanner is not None  # the native scanner still vouches for what it read
 
-    def feed(self, piece: bytes) -> None:
+    def feed(self, piece: bytes | bytearray) -> None:
         """The body's next piece (never raises: a text that is not JSON shows in ``layout``)."""
         if not piece:
             return
