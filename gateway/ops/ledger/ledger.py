@@ -205,33 +205,39 @@ class Ledger:
         self._closing = True
         assert self._wake is not None
         self._wake.set()
-        loop = asyncio.get_running_loop()
-        budget = self.options.flush_timeout + 1
-        # The background write in progress (a migration or a retention prune may take up to a minute): waited for
-        # within the same budget as the last write, so that a stop is bounded by about twice flush_timeout.
-        done, _ = await asyncio.wait({self._task}, timeout=budget)
-        deadline = loop.time() + budget
-        if not done:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self.error = self.error or f"a write still running after {budget:g}s at exit"
-            written = False  # the writer thread is still inside that call: a last write would only queue behind it
-        else:
-            try:
-                written = await asyncio.wait_for(self.flush(prune=False), budget)
-            except TimeoutError:
-                written = False
-        if not written:
-            written = await self._settle_last_write(deadline)
+        written = await self._last_write(self.options.flush_timeout + 1)
         if not written and self.counter.pending:
             self._give_up()
         self._sync_metrics()
         self.state = "closed"
+        self._stop_threads()
+
+    async def _last_write(self, budget: float) -> bool:
+        """The background write in progress, then the last one, each within ``budget``; True when nothing is left
+        unwritten."""
+        # The background write in progress (a migration or a retention prune may take up to a minute): waited for
+        # within the same budget as the last write, so that a stop is bounded by about twice flush_timeout.
+        assert self._task is not None
+        done, _ = await asyncio.wait({self._task}, timeout=budget)
+        deadline = asyncio.get_running_loop().time() + budget
+        written = False
+        if not done:  # the writer thread is still inside that call: a last write would only queue behind it
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self.error = self.error or f"a write still running after {budget:g}s at exit"
+        else:
+            with contextlib.suppress(TimeoutError):
+                written = await asyncio.wait_for(self.flush(prune=False), budget)
+        return written or await self._settle_last_write(deadline)
+
+    def _stop_threads(self) -> None:
+        """The writer and reader threads stopped (1 s each), then the store closed unless one is still inside a
+        call (its engine left alone: a daemon thread ends with the process)."""
         store, self._store = self._store, None
         for worker in {id(w): w for w in (self._writer, self._reader) if w is not None}.values():
             if not worker.stop(1.0):
-                store = None  # still inside a call: leave its engine alone (a daemon thread ends with the process)
+                store = None
         if store is not None:
             store.close()
 
