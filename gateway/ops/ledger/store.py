@@ -209,25 +209,33 @@ class Store:
         if self.path is None:
             return
         if self._file is not None:
-            try:
-                status = os.stat(self.path)
-            except FileNotFoundError:
-                lost = "deleted"
-            else:
-                if (status.st_dev, status.st_ino) == self._file:
-                    return
-                lost = "replaced"
-            self.engine.dispose()
-            if lost == "deleted":
-                for leftover in (self.path + "-wal", self.path + "-shm"):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(leftover)
-            self._file, self.reopened = None, lost
+            lost = self._lost(self.path, self._file)
+            if lost is None:
+                return
+            self._let_go(self.path, lost)
         try:
             self.migrate()
         except Exception as err:  # noqa: BLE001 - any driver error: the write fails, saying why
             raise RuntimeError(f"the file {self.path} was {self.reopened or 'lost'} and cannot be made again: "
                                f"{describe_error(err)}") from None
+
+    @staticmethod
+    def _lost(path: str, opened: tuple[int, int]) -> str | None:
+        """What became of the file opened at ``path``: "deleted", "replaced", or None (still there)."""
+        try:
+            status = os.stat(path)
+        except FileNotFoundError:
+            return "deleted"
+        return None if (status.st_dev, status.st_ino) == opened else "replaced"
+
+    def _let_go(self, path: str, lost: str) -> None:
+        """The lost file's connections closed and, when it was deleted, its leftover WAL and shared-memory files."""
+        self.engine.dispose()
+        if lost == "deleted":
+            for leftover in (path + "-wal", path + "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(leftover)
+        self._file, self.reopened = None, lost
 
     def revision(self) -> str | None:
         """The schema's revision (None: no schema yet)."""
@@ -550,27 +558,40 @@ def fold_report(query: Query, total_rows: Sequence[Sequence[Any]] = (), counts: 
         return found
 
     for behaviour, tenant, decision, requests, untracked in total_rows:
-        e = entry(behaviour)
-        e["requests"] += int(requests)
-        e["by_decision"][decision] = e["by_decision"].get(decision, 0) + int(requests)
-        per = e["by_tenant"].setdefault(tenant, {})
-        per[decision] = per.get(decision, 0) + int(requests)
-        e["untracked_clients_requests"] += int(untracked)
+        _add_total(entry(behaviour), tenant, decision, int(requests), int(untracked))
     for behaviour, variants, distinct_clients in counts:
         e = entry(behaviour)
         e["variants"], e["clients"] = int(variants), int(distinct_clients)
-    for behaviour, names, (tenant, client, agent, requests, first, last, *per_decision) in top_rows:
-        decisions = {name: int(n) for name, n in zip(names, per_decision, strict=True) if n}
-        entry(behaviour)["top_clients"].append({
-            "tenant": tenant, "client": client or None, "user_agent": agent or None, "requests": int(requests),
-            "decisions": dict(sorted(decisions.items(), key=lambda d: (-d[1], d[0]))),
-            "first_seen": round(float(first), 3), "last_seen": round(float(last), 3)})
+    for behaviour, names, row in top_rows:
+        entry(behaviour)["top_clients"].append(_top_client(names, row))
     for e in behaviours.values():
-        e["by_decision"] = dict(sorted(e["by_decision"].items(), key=lambda d: (-d[1], d[0])))
-        e["by_tenant"] = {tenant: dict(sorted(d.items(), key=lambda kv: (-kv[1], kv[0])))
-                          for tenant, d in sorted(e["by_tenant"].items())}
+        e["by_decision"] = _by_count(e["by_decision"])
+        e["by_tenant"] = {tenant: _by_count(d) for tenant, d in sorted(e["by_tenant"].items())}
     return {"since": iso(query.since), "until": iso(query.until), "order": query.order,
             "behaviours": dict(sorted(behaviours.items()))}
+
+
+def _add_total(entry: dict[str, Any], tenant: str, decision: str, requests: int, untracked: int) -> None:
+    entry["requests"] += requests
+    entry["by_decision"][decision] = entry["by_decision"].get(decision, 0) + requests
+    per = entry["by_tenant"].setdefault(tenant, {})
+    per[decision] = per.get(decision, 0) + requests
+    entry["untracked_clients_requests"] += untracked
+
+
+def _top_client(names: Sequence[str], row: Sequence[Any]) -> dict[str, Any]:
+    """A row of the top variants: tenant, client, user agent, requests, first and last seen, a count per decision
+    of ``names`` (the ones that are not 0 kept)."""
+    tenant, client, agent, requests, first, last, *per_decision = row
+    decisions = {name: int(n) for name, n in zip(names, per_decision, strict=True) if n}
+    return {"tenant": tenant, "client": client or None, "user_agent": agent or None, "requests": int(requests),
+            "decisions": _by_count(decisions), "first_seen": round(float(first), 3),
+            "last_seen": round(float(last), 3)}
+
+
+def _by_count(counts: dict[str, int]) -> dict[str, int]:
+    """Counts by name, the largest first (then by name)."""
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def _revision(conn: Connection) -> str | None:
