@@ -41,18 +41,21 @@ def _h(tag: str, attrs: Mapping[str, Any] | None = None, *children: Any) -> _Htm
     """An element: attribute values and text children are escaped; ``style`` is a dict of properties; an attribute
     that is None or False is left out (True: present, empty)."""
     parts = [f"<{tag}"]
-    for name, value in (attrs or {}).items():
-        if value is None or value is False:
-            continue
-        if name == "style":
-            value = ";".join(f"{_css_name(k)}:{v}" for k, v in value.items())
-        parts.append(f' {name}="{escape(str(value), quote=True)}"' if value is not True else f" {name}")
+    parts += [_attribute(name, value) for name, value in (attrs or {}).items() if value is not None and value is not False]
     parts.append(">")
     for child in children:
         parts.append(_child(child))
     if tag not in _VOID:
         parts.append(f"</{tag}>")
     return _Html("".join(parts))
+
+
+def _attribute(name: str, value: Any) -> str:
+    if value is True:
+        return f" {name}"
+    if name == "style":
+        value = ";".join(f"{_css_name(k)}:{v}" for k, v in value.items())
+    return f' {name}="{escape(str(value), quote=True)}"'
 
 
 def _child(child: Any) -> str:
@@ -121,16 +124,7 @@ def _overview(data: StatusData) -> _Html:
 def _ledger(ledger: LedgerState | None) -> list[Any]:
     if ledger is None:
         return ["off (usage.ledger.enabled: false): no usage is recorded"]
-    out: list[Any] = []
-    if ledger["state"] == "failing":
-        out += [_h("span", {"class": "bad"}, "failing"), f" since {ledger['since']} ",
-                _h("span", {"class": "vol"}, f"({ledger['since_ago']})"),
-                f": {ledger['error']}; {ledger['pending']} request(s) held in memory, retrying"]
-    else:
-        out += [_h("span", {"class": "ok"}, "writing") if ledger["state"] == "ok" else ledger["state"],
-                f" every {ledger['flush_interval']}"]
-        if ledger["written"]:
-            out += [", last ", _h("span", {"class": "vol"}, ledger["written"])]
+    out = _ledger_state(ledger)
     out += [" to ", _h("code", None, ledger["database"]), f"; kept {ledger['retention_days']} days"]
     if ledger["dropped"]:
         out.append(_h("span", {"class": "bad"}, f"; {ledger['dropped']} request(s) could not be kept"))
@@ -138,6 +132,19 @@ def _ledger(ledger: LedgerState | None) -> list[Any]:
         out.append(_h("span", {"class": "bad"}, f"; {ledger['refused']}"))
     if ledger["notice"]:
         out.append(_h("span", {"class": "bad"}, f"; {ledger['notice']}"))
+    return out
+
+
+def _ledger_state(ledger: LedgerState) -> list[Any]:
+    """Failing since when and why, or writing (its state) and when it last wrote."""
+    if ledger["state"] == "failing":
+        return [_h("span", {"class": "bad"}, "failing"), f" since {ledger['since']} ",
+                _h("span", {"class": "vol"}, f"({ledger['since_ago']})"),
+                f": {ledger['error']}; {ledger['pending']} request(s) held in memory, retrying"]
+    out: list[Any] = [_h("span", {"class": "ok"}, "writing") if ledger["state"] == "ok" else ledger["state"],
+                      f" every {ledger['flush_interval']}"]
+    if ledger["written"]:
+        out += [", last ", _h("span", {"class": "vol"}, ledger["written"])]
     return out
 
 
