@@ -218,14 +218,20 @@ def _others(schedule: Schedule) -> list[float]:
     return [e.until for e in schedule.exemptions] + [at for at in schedule.signals.values() if at is not None]
 
 
-def _range(plan: RolloutPlan, now: float, usage_days: Sequence[float] = ()) -> _Range:
-    """Over every company: the plan's distinct schedules (companies alike share theirs)."""
-    schedules = [s for groups in plan.shared().values() for s in groups]
+def _core(now: float, usage_days: Sequence[float], schedules: list[Schedule]) -> tuple[float, float]:
+    """The span of now, the days with usage and the rollout's changes: at least _MIN_SPAN, around its middle."""
     core = [now, *usage_days, *(at for s in schedules for at in _changes(s))]
     low, high = min(core), max(core)
     if high - low < _MIN_SPAN:
         middle = (low + high) / 2
         low, high = middle - _MIN_SPAN / 2, middle + _MIN_SPAN / 2
+    return low, high
+
+
+def _range(plan: RolloutPlan, now: float, usage_days: Sequence[float] = ()) -> _Range:
+    """Over every company: the plan's distinct schedules (companies alike share theirs)."""
+    schedules = [s for groups in plan.shared().values() for s in groups]
+    low, high = _core(now, usage_days, schedules)
     reach = high - low  # an event within one span of the rollout widens the axis to it; one further is "far"
     near = [at for s in schedules for at in _others(s) if low - reach <= at <= high + reach]
     low, high = min([low, *near]), max([high, *near])
