@@ -71,13 +71,14 @@ def parse_listen(value: Any) -> ListenAddress:
     host, sep, port = value.rpartition(":")
     if not sep or not host:
         raise ValueError(f"expected 'host:port', got {value!r}")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     if not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"invalid port in {value!r}")
     return ListenAddress(_listen_host(host), int(port))
 
 
 def _listen_host(host: str) -> str:
+    """An IP address (an IPv6 one in brackets or not) or localhost, without its brackets."""
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     if host != "localhost":
         try:
             ipaddress.ip_address(host)
