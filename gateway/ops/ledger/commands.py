@@ -312,11 +312,7 @@ def _text(report: dict[str, Any], shown: str, now: float) -> None:
 def _behaviour_text(name: str, data: dict[str, Any], now: float) -> None:
     decisions = ", ".join(f"{k} {v}" for k, v in data["by_decision"].items())
     print(f"{name}: {data['requests']} requests ({decisions}), {_clients(data['clients'], data['variants'])}")
-    tenants = ", ".join(f"{t} {sum(d.values())}" for t, d in data["by_tenant"].items())
-    if tenants:
-        print(f"  by tenant: {tenants}")
-    if data["untracked_clients_requests"]:
-        print(f"  {data['untracked_clients_requests']} requests from clients over usage.max_clients (not listed)")
+    _behaviour_notes(data)
     rows = data["top_clients"]
     if rows:
         print(f"  {'requests':>10}  {'client':<12}  {'tenant':<12}  {'first seen':<16}  {'last seen':<16}  "
@@ -325,6 +321,15 @@ def _behaviour_text(name: str, data: dict[str, Any], now: float) -> None:
         _client_line(row, now)
     if len(rows) < data["variants"]:
         print(f"  ... {data['variants'] - len(rows)} more: --top 0 lists every one")
+
+
+def _behaviour_notes(data: dict[str, Any]) -> None:
+    """A behaviour's requests per company, and those of clients over usage.max_clients, when there are any."""
+    tenants = ", ".join(f"{t} {sum(d.values())}" for t, d in data["by_tenant"].items())
+    if tenants:
+        print(f"  by tenant: {tenants}")
+    if data["untracked_clients_requests"]:
+        print(f"  {data['untracked_clients_requests']} requests from clients over usage.max_clients (not listed)")
 
 
 def _client_line(row: dict[str, Any], now: float) -> None:
