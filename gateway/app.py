@@ -155,23 +155,29 @@ class Gateway:
         ledger = model.usage.ledger
         self.names = names = ClientNames(model.usage.clients)
         if ledger.enabled:
-            self.usage = UsageCounter(max_clients=model.usage.max_clients, max_rows=ledger.max_pending_clients,
-                                      behaviours=_behaviours_of_policies())
-            self.ledger = Ledger(ledger, self.usage, redact=config.secrets.redact,
-                                 families=self.metrics.families(LedgerFamilies))
-            known = self.metrics.families(KnownFamilies)
-            for behaviour in config.behaviours:  # every behaviour's count from 0, frozen or not (dashboards, alerts)
-                known.unplaced.labels(behaviour)
-            self.known = KnownClients(self.ledger, snapshot_path(ledger, model.spool.dir), families=known)
-            if model.usage.self_service.enabled:
-                self.own = SelfService(model.usage.self_service, model.usage.readiness, self.ledger,
-                                       lambda: self.state.rollout, self.clock, names)
+            self._usage_parts(config, names)
         self.recorder = Recorder(self.metrics, self.usage, self.access_log if model.access_log.enabled else None,
                                  observe=model.metrics.enabled, names=names)
         self.tracing = Tracing(model.tracing, self.metrics)
         self.in_flight = InFlight(self.metrics)
         # gateway_rollout_phase: the plan in force (swapped on reload) at the gateway's clock, at each scrape.
         self.metrics.rollout_phase.source = self._phases
+
+    def _usage_parts(self, config: LoadedConfig, names: ClientNames) -> None:
+        """With the ledger on: the counter, the ledger, a freeze's record and, when on, a client's own usage."""
+        model = config.model
+        ledger = model.usage.ledger
+        self.usage = UsageCounter(max_clients=model.usage.max_clients, max_rows=ledger.max_pending_clients,
+                                  behaviours=_behaviours_of_policies())
+        self.ledger = Ledger(ledger, self.usage, redact=config.secrets.redact,
+                             families=self.metrics.families(LedgerFamilies))
+        known = self.metrics.families(KnownFamilies)
+        for behaviour in config.behaviours:  # every behaviour's count from 0, frozen or not (dashboards, alerts)
+            known.unplaced.labels(behaviour)
+        self.known = KnownClients(self.ledger, snapshot_path(ledger, model.spool.dir), families=known)
+        if model.usage.self_service.enabled:
+            self.own = SelfService(model.usage.self_service, model.usage.readiness, self.ledger,
+                                   lambda: self.state.rollout, self.clock, names)
 
     def _phases(self) -> tuple[RolloutPlan, float] | None:
         if self._state is None:

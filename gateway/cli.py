@@ -16,6 +16,7 @@ from . import __version__, lifecycle
 from .app import load_config
 from .config import ConfigError, ListenAddress, LoadedConfig, parse_listen
 from .core import aiohttp_fast
+from .core.tenants import Tenant
 from .edge.tenancy import TenantResolver
 from .lifecycle import ServeOptions
 from .ops.ledger import commands as ledger_commands
@@ -115,22 +116,25 @@ def _parser() -> argparse.ArgumentParser:
 def _describe(config: LoadedConfig) -> str:
     model = config.model
     lines = [f"{config.source}: OK", f"listen {model.server.listen}, admin {model.server.admin_listen}", "tenants:"]
-    for tenant in config.tenants():
-        lines.append(
-            f"  {tenant.name}: hosts {', '.join(tenant.hosts)} -> {config.secrets.redact(str(tenant.upstream))}"
-            f" (restricted_file_access={str(tenant.restricted_file_access).lower()},"
-            f" forbid_legacy_uploads={str(tenant.forbid_legacy_uploads).lower()})"
-        )
+    lines += [_tenant_line(config, tenant) for tenant in config.tenants()]
     lines.append("routes (first match wins; chains run first-listed outermost):")
     for route in model.routes:
         methods = ",".join(route.methods) if route.methods else "*"
         paths = " ".join(p + r for r in route.paths for p in route.prefixes or [""])
-        chain = " -> ".join(name for name, _ in config.chains[route.name]) or "(none)"
-        lines.append(f"  {route.name}: {methods} {paths}\n      chain: {chain} -> upstream")
-    chain = " -> ".join(name for name, _ in config.chains["catch_all"]) or "(none)"
-    lines.append(f"  catch_all: everything else\n      chain: {chain} -> upstream")
+        lines.append(f"  {route.name}: {methods} {paths}\n      chain: {_chain(config, route.name)} -> upstream")
+    lines.append(f"  catch_all: everything else\n      chain: {_chain(config, 'catch_all')} -> upstream")
     lines.append(ledger_commands.describe(config))
     return "\n".join(lines)
+
+
+def _tenant_line(config: LoadedConfig, tenant: Tenant) -> str:
+    return (f"  {tenant.name}: hosts {', '.join(tenant.hosts)} -> {config.secrets.redact(str(tenant.upstream))}"
+            f" (restricted_file_access={str(tenant.restricted_file_access).lower()},"
+            f" forbid_legacy_uploads={str(tenant.forbid_legacy_uploads).lower()})")
+
+
+def _chain(config: LoadedConfig, route: str) -> str:
+    return " -> ".join(name for name, _ in config.chains[route]) or "(none)"
 
 
 class _Refused(Exception):
@@ -161,10 +165,16 @@ def _rollout(config_path: str, at: str | None, host: str | None, client: str | N
         print("\n".join(describe(plan, now, None if name is None else [name])))
         return 0
     headers = {"User-Agent": user_agent} if user_agent is not None else {}
-    who = " ".join(part for part in (client and f"fingerprint {client}", user_agent and f"User-Agent {user_agent!r}")
-                   if part)
-    print("\n".join(describe_client(plan, now, name, HeaderClient(headers, client), who)))
+    print("\n".join(describe_client(plan, now, name, HeaderClient(headers, client), _who(client, user_agent))))
     return 0
+
+
+def _who(client: str | None, user_agent: str | None) -> str:
+    """The client ``gateway rollout`` describes: its fingerprint and User-Agent, as given."""
+    parts = [f"fingerprint {client}"] if client else []
+    if user_agent:
+        parts.append(f"User-Agent {user_agent!r}")
+    return " ".join(parts)
 
 
 def _instant(config: LoadedConfig, at: str | None) -> dt.datetime:
@@ -229,20 +239,22 @@ def _admin_listen_from_env() -> ListenAddress | None:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "rollout":
-        return _rollout(args.config, args.at, args.host, args.client, args.user_agent)
-    if args.command == "migrate":
-        return ledger_commands.migrate(_load(args.config, _outside_the_ledger))
-    if args.command == "usage":
-        return _usage(args)
-    if args.command == "outreach":
-        return _outreach(args)
-    if args.command == "check-config":
-        if args.config and args.config_option and args.config != args.config_option:
-            raise _Refused("gateway check-config: give the configuration file once (--config FILE or FILE)")
-        print(_describe(_load(args.config_option or args.config or DEFAULT_CONFIG)))
-        return 0
-    return _serve(args)
+    return _COMMANDS.get(args.command, _serve)(args)
+
+
+def _rollout_command(args: argparse.Namespace) -> int:
+    return _rollout(args.config, args.at, args.host, args.client, args.user_agent)
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    return ledger_commands.migrate(_load(args.config, _outside_the_ledger))
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    if args.config and args.config_option and args.config != args.config_option:
+        raise _Refused("gateway check-config: give the configuration file once (--config FILE or FILE)")
+    print(_describe(_load(args.config_option or args.config or DEFAULT_CONFIG)))
+    return 0
 
 
 def _usage(args: argparse.Namespace) -> int:
@@ -263,16 +275,7 @@ def _serve(args: argparse.Namespace) -> int:
     formatter = setup_logging(args.log_level)
     config = _load(args.config)
     formatter.use_secrets(config.secrets.redact)
-    try:
-        aiohttp_fast.check()
-    except ValueError as err:  # a wrong GATEWAY_AIOHTTP_FAST_PATHS
-        raise _Refused(f"gateway: {err}") from None
-    server = config.model.server
-    admin_listen = args.admin_listen or _admin_listen_from_env() or server.admin_listen
-    if not 1 <= args.workers <= 64:
-        raise _Refused("gateway: --workers must be between 1 and 64")
-    options = ServeOptions(args.config, args.listen or server.listen, admin_listen, workers=args.workers,
-                           reuse_port=args.reuse_port, log_level=args.log_level)
+    options = _serve_options(args, config)
     if options.workers > 1:
         lifecycle.supervise(config, options)  # exec: does not return
     try:
@@ -283,3 +286,23 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError as err:  # GATEWAY_NOW and similar environment mistakes
         raise _Refused(f"gateway: {err}") from None
     return 0
+
+
+def _serve_options(args: argparse.Namespace, config: LoadedConfig) -> ServeOptions:
+    """What ``gateway serve`` was told: the command line over the environment over the file."""
+    try:
+        aiohttp_fast.check()
+    except ValueError as err:  # a wrong GATEWAY_AIOHTTP_FAST_PATHS
+        raise _Refused(f"gateway: {err}") from None
+    server = config.model.server
+    admin_listen = args.admin_listen or _admin_listen_from_env() or server.admin_listen
+    if not 1 <= args.workers <= 64:
+        raise _Refused("gateway: --workers must be between 1 and 64")
+    return ServeOptions(args.config, args.listen or server.listen, admin_listen, workers=args.workers,
+                        reuse_port=args.reuse_port, log_level=args.log_level)
+
+
+_COMMANDS: dict[str | None, Callable[[argparse.Namespace], int]] = {
+    "rollout": _rollout_command, "migrate": _migrate, "usage": _usage, "outreach": _outreach,
+    "check-config": _check_config,
+}

@@ -9,6 +9,7 @@ printed where anyone can read it.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Sequence
 
@@ -40,23 +41,31 @@ def database_url(url: str) -> str:
     if not sep:
         raise ValueError("expected sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DATABASE")
     if scheme in _SQLITE:
-        if rest and not rest.startswith("/"):
-            raise ValueError("a SQLite URL is sqlite:///relative/path or sqlite:////absolute/path")
-        return f"sqlite://{rest}"
+        return _sqlite_url(rest)
     if scheme in _POSTGRES:
-        try:
-            parsed = URL(url)
-            port = parsed.explicit_port
-        except ValueError:
-            raise ValueError("not a valid URL: postgresql://USER:PASSWORD@HOST:PORT/DATABASE (a password with "
-                             "reserved characters is percent-encoded)") from None
-        if not parsed.path.strip("/"):
-            raise ValueError("a PostgreSQL URL names its database: postgresql://USER:PASSWORD@HOST:PORT/DATABASE")
-        if not parsed.raw_host and "host" not in parsed.query or port is not None and not 0 < port < 65536:
-            raise ValueError("a PostgreSQL URL names its host and port (or ?host=/run/postgresql for a socket)")
-        return f"postgresql+psycopg://{rest}"
+        return _postgres_url(url, rest)
     shown = scheme if scheme.replace("+", "").isalnum() and len(scheme) < 30 else "?"
     raise ValueError(f"unsupported database {shown!r}: use sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DB")
+
+
+def _sqlite_url(rest: str) -> str:
+    if rest and not rest.startswith("/"):
+        raise ValueError("a SQLite URL is sqlite:///relative/path or sqlite:////absolute/path")
+    return f"sqlite://{rest}"
+
+
+def _postgres_url(url: str, rest: str) -> str:
+    try:
+        parsed = URL(url)
+        port = parsed.explicit_port
+    except ValueError:
+        raise ValueError("not a valid URL: postgresql://USER:PASSWORD@HOST:PORT/DATABASE (a password with "
+                         "reserved characters is percent-encoded)") from None
+    if not parsed.path.strip("/"):
+        raise ValueError("a PostgreSQL URL names its database: postgresql://USER:PASSWORD@HOST:PORT/DATABASE")
+    if not parsed.raw_host and "host" not in parsed.query or port is not None and not 0 < port < 65536:
+        raise ValueError("a PostgreSQL URL names its host and port (or ?host=/run/postgresql for a socket)")
+    return f"postgresql+psycopg://{rest}"
 
 
 class LedgerConfig(BaseModel):
@@ -119,13 +128,9 @@ class AgentMatch(_Model):
     def meets(self, other: AgentMatch) -> bool:
         """Whether some User-Agent matches both."""
         mine, theirs = self.prefix or self.value or "", other.prefix or other.value or ""
-        if self.prefix is None and other.prefix is None:
-            return mine == theirs
-        if self.prefix is None:
-            return mine.startswith(theirs)
-        if other.prefix is None:
-            return theirs.startswith(mine)
-        return mine.startswith(theirs) or theirs.startswith(mine)
+        # A prefix meets what begins with it; two values meet when they are one.
+        return (mine == theirs or (other.prefix is not None and mine.startswith(theirs))
+                or (self.prefix is not None and theirs.startswith(mine)))
 
     def __str__(self) -> str:
         return f"User-Agent = {self.value!r}" if self.prefix is None else f"User-Agent starting {self.prefix!r}"
@@ -181,6 +186,15 @@ def client_problems(clients: Sequence[NamedClient], where: str = "usage.clients"
     with the same fingerprint (and User-Agents that can meet), two matched by their User-Agent alone whose
     User-Agents can meet. An entry with a fingerprint wins over one by User-Agent alone (``ClientNames.find``): a
     token named on its own is more precise than a family of User-Agents."""
+    problems = _names_twice(clients, where)
+    for a, b in _same_kind(clients):
+        if clients[a].meets(clients[b]):
+            problems.append(f"{where}[{b}]: one client can match both {clients[b].name!r} ({clients[b].match}) and "
+                            f"{clients[a].name!r} at {where}[{a}] ({clients[a].match}): make them exclusive")
+    return problems
+
+
+def _names_twice(clients: Sequence[NamedClient], where: str) -> list[str]:
     problems: list[str] = []
     first: dict[str, int] = {}
     for i, client in enumerate(clients):
@@ -188,6 +202,11 @@ def client_problems(clients: Sequence[NamedClient], where: str = "usage.clients"
             problems.append(f"{where}[{i}].name: the name {client.name!r} is used twice (first at {where}"
                             f"[{first[client.name]}])")
         first.setdefault(client.name, i)
+    return problems
+
+
+def _same_kind(clients: Sequence[NamedClient]) -> list[tuple[int, int]]:
+    """Pairs of entries (earlier, later) with one fingerprint, or both by User-Agent alone; by the later one."""
     by_token: dict[str, list[int]] = {}
     anyone: list[int] = []
     for i, client in enumerate(clients):
@@ -198,11 +217,7 @@ def client_problems(clients: Sequence[NamedClient], where: str = "usage.clients"
     pairs: set[tuple[int, int]] = set()
     for group in [*by_token.values(), anyone]:
         pairs.update((a, b) for n, a in enumerate(group) for b in group[n + 1:])
-    for a, b in sorted(pairs, key=lambda pair: (pair[1], pair[0])):
-        if clients[a].meets(clients[b]):
-            problems.append(f"{where}[{b}]: one client can match both {clients[b].name!r} ({clients[b].match}) and "
-                            f"{clients[a].name!r} at {where}[{a}] ({clients[a].match}): make them exclusive")
-    return problems
+    return sorted(pairs, key=lambda pair: (pair[1], pair[0]))
 
 
 class ClientNames:
@@ -226,11 +241,9 @@ class ClientNames:
         return bool(self.entries)
 
     def find(self, fingerprint: str | None, agent: str | None) -> NamedClient | None:
-        for client in self._by_token.get(fingerprint or "", ()):
-            if client.user_agent is None or client.user_agent.matches(agent):
-                return client
-        for client in self._by_agent:
-            if client.user_agent is not None and client.user_agent.matches(agent):
+        # An entry of the fingerprint first, then one by User-Agent alone.
+        for client in itertools.chain(self._by_token.get(fingerprint or "", ()), self._by_agent):
+            if client.matches(fingerprint, agent):
                 return client
         return None
 

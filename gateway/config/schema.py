@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -71,15 +71,20 @@ def parse_listen(value: Any) -> ListenAddress:
     host, sep, port = value.rpartition(":")
     if not sep or not host:
         raise ValueError(f"expected 'host:port', got {value!r}")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     if not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"invalid port in {value!r}")
-    if host not in ("localhost",):
+    return ListenAddress(_listen_host(host), int(port))
+
+
+def _listen_host(host: str) -> str:
+    """An IP address (an IPv6 one in brackets or not) or localhost, without its brackets."""
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if host != "localhost":
         try:
             ipaddress.ip_address(host)
         except ValueError:
             raise ValueError(f"listen host must be an IP address or localhost, got {host!r}") from None
-    return ListenAddress(host, int(port))
+    return host
 
 
 Listen = Annotated[ListenAddress, BeforeValidator(parse_listen)]
@@ -115,16 +120,7 @@ class ChainEntry:
 def _parse_chain_entry(value: Any, info: ValidationInfo) -> ChainEntry:
     if isinstance(value, ChainEntry):
         return value
-    options: Any
-    if isinstance(value, str):
-        name, options = value, {}
-    elif isinstance(value, dict) and len(value) == 1:
-        ((name, options),) = value.items()
-        options = {} if options is None else options
-        if not isinstance(options, dict):
-            raise ValueError(f"options of policy {name!r} must be a mapping")
-    else:
-        raise ValueError("a chain entry is a policy name, or a mapping of one policy name to its options")
+    name, options = _chain_name_options(value)
     if not isinstance(name, str):
         raise ValueError("a policy name is a string")
     # The names the registry knows, when the caller gives them (parse_model(..., policies=...)): an unknown one is
@@ -133,6 +129,19 @@ def _parse_chain_entry(value: Any, info: ValidationInfo) -> ChainEntry:
     if known is not None and name not in known:
         raise ValueError(f"unknown policy {name!r} (known: {', '.join(sorted(known))})")
     return ChainEntry(name, options)
+
+
+def _chain_name_options(value: Any) -> tuple[Any, dict[str, Any]]:
+    """A chain entry's policy name (not yet checked) and options: ``name`` or ``{name: options}``."""
+    if isinstance(value, str):
+        return value, {}
+    if not isinstance(value, dict) or len(value) != 1:
+        raise ValueError("a chain entry is a policy name, or a mapping of one policy name to its options")
+    ((name, options),) = value.items()
+    options = {} if options is None else options
+    if not isinstance(options, dict):
+        raise ValueError(f"options of policy {name!r} must be a mapping")
+    return name, options
 
 
 Chain = list[Annotated[ChainEntry, BeforeValidator(_parse_chain_entry)]]
@@ -368,6 +377,10 @@ class GatewayConfig(_Model):
     def cross_problems(self) -> list[str]:
         """What no single key shows: names and hosts used twice, a default tenant that is none. Each problem names
         the key that repeats or refers (so that a file's problem gets its line)."""
+        return (self._tenant_problems() + self._route_problems() + client_problems(self.usage.clients)
+                + self._usage_problems())
+
+    def _tenant_problems(self) -> list[str]:
         problems: list[str] = []
         seen_tenants: set[str] = set()
         seen_hosts: dict[str, str] = {}
@@ -382,33 +395,42 @@ class GatewayConfig(_Model):
                 seen_hosts[host] = tenant.name
         if self.default_tenant is not None and self.default_tenant not in seen_tenants:
             problems.append(f"default_tenant: default_tenant {self.default_tenant!r} is not a tenant name")
+        return problems
+
+    def _route_problems(self) -> list[str]:
+        problems: list[str] = []
         seen_routes: set[str] = set()
         for i, route in enumerate(self.routes):
             if route.name in seen_routes or route.name == "catch_all":
                 problems.append(f"{loc(['routes', i, 'name'])}: route name {route.name!r} is used twice or reserved")
             seen_routes.add(route.name)
-        return problems + client_problems(self.usage.clients) + self._usage_problems()
+        return problems
 
     def _usage_problems(self) -> list[str]:
         """A freeze without the ledger it reads; a route under the prefix the gateway answers itself."""
-        problems: list[str] = []
         if not self.usage.ledger.enabled:
-            freezes: list[list[int | str]] = [["rollout", "freezes", j] for j in range(len(self.rollout.freezes))]
-            freezes += [["tenants", i, "rollout", "freezes", j] for i, t in enumerate(self.tenants)
-                        for j in range(len(t.rollout.freezes or ()))]
-            problems += [f"{loc(path)}: a freeze needs the usage ledger (who was seen before its date), and "
-                         "usage.ledger.enabled is false" for path in freezes]
-        own = self.usage.self_service
-        if own.enabled and self.usage.ledger.enabled:
-            for i, route in enumerate(self.routes):
-                for prefix in route.prefixes or [""]:
-                    for j, path in enumerate(route.paths):
-                        full = prefix.rstrip("/") + path
-                        if (full + "/").lower().startswith(own.prefix.lower()):
-                            problems.append(f"{loc(['routes', i, 'paths', j])}: {full!r} is under "
-                                            f"usage.self_service.prefix ({own.prefix}), which the gateway answers "
-                                            "itself: choose another prefix or turn usage.self_service off")
-        return problems
+            return self._freeze_problems()
+        return self._self_service_problems() if self.usage.self_service.enabled else []
+
+    def _freeze_problems(self) -> list[str]:
+        freezes: list[list[int | str]] = [["rollout", "freezes", j] for j in range(len(self.rollout.freezes))]
+        freezes += [["tenants", i, "rollout", "freezes", j] for i, t in enumerate(self.tenants)
+                    for j in range(len(t.rollout.freezes or ()))]
+        return [f"{loc(path)}: a freeze needs the usage ledger (who was seen before its date), and "
+                "usage.ledger.enabled is false" for path in freezes]
+
+    def _self_service_problems(self) -> list[str]:
+        prefix = self.usage.self_service.prefix
+        return [f"{loc(['routes', i, 'paths', j])}: {full!r} is under usage.self_service.prefix ({prefix}), which the "
+                "gateway answers itself: choose another prefix or turn usage.self_service off"
+                for i, j, full in self._route_paths() if (full + "/").lower().startswith(prefix.lower())]
+
+    def _route_paths(self) -> Iterator[tuple[int, int, str]]:
+        """Every path a route matches, with each of its prefixes: the route's index, the path's, the full path."""
+        for i, route in enumerate(self.routes):
+            for prefix in route.prefixes or [""]:
+                for j, path in enumerate(route.paths):
+                    yield i, j, prefix.rstrip("/") + path
 
 
 def _bad_upstream(message: str, value: str) -> ValueError:

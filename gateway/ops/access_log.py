@@ -118,20 +118,22 @@ class Recorder:
             "upstream_duration": None if upstream is None else round(upstream, 6),
             "client": client,
         }
+        self._optional_fields(record, request, exchange, refused)
+        sink.write(_line(record))
+
+    def _optional_fields(self, record: dict[str, Any], request: web.BaseRequest, exchange: Exchange | None,
+                         refused: str | None) -> None:
+        """The fields after "client" that a line has only when they apply: its name, why it was refused, and what a
+        routed request's policies decided."""
         names = self.names
         if names is not None:
-            named = names.find(client, request.headers.get(hdrs.USER_AGENT))
+            named = names.find(record["client"], request.headers.get(hdrs.USER_AGENT))
             if named is not None:
                 record["client_name"] = named.name
         if refused is not None:
             record["refused"] = refused
         if exchange is not None:
             _exchange_fields(record, request.method, exchange)
-        try:
-            line = _dumps(record).decode()
-        except TypeError:  # orjson's JSONEncodeError: a lone surrogate in a string, an integer beyond 64 bits
-            line = _json_encode(record)
-        sink.write(line)
 
     def _count(self, request: web.BaseRequest, exchange: Exchange, client: str | None) -> None:
         """What a routed request adds to the metrics beside its own count, and to the usage ledger."""
@@ -176,6 +178,13 @@ def _notes(exchange: Exchange) -> dict[str, str]:
     if seen.cut is not None:
         own["cut"] = seen.cut
     return {**own, **exchange.notes}
+
+
+def _line(record: dict[str, Any]) -> str:
+    try:
+        return _dumps(record).decode()
+    except TypeError:  # orjson's JSONEncodeError: a lone surrogate in a string, an integer beyond 64 bits
+        return _json_encode(record)
 
 
 def _exchange_fields(record: dict[str, Any], client_method: str, exchange: Exchange) -> None:

@@ -222,18 +222,21 @@ async def _guard(request: web.Request, handler: Callable[[web.Request], Awaitabl
                       "/readyz, and the paths in server.admin_open, are served)")
     given = _query_tokens(request)
     if given is not None:
-        if not any(_same(reading, token) for reading in given):
-            return _error(401, "UNAUTHORIZED", "the token is not the admin token")
-        # Once: the token leaves the address bar (and the browser's history) for a session cookie.
-        response = web.Response(status=303, headers={hdrs.LOCATION: _without_token(request),
-                                                     "Cache-Control": "no-store"})
-        lifetime = server.admin_login_lifetime
-        response.set_cookie(COOKIE, session_cookie(token, now=time.time(), lifetime=lifetime), max_age=int(lifetime),
-                            path="/", httponly=True, samesite="Strict")
-        return response
+        return _login(request, given, token, server.admin_login_lifetime)
     if _authorized(request, server, token):
         return await handler(request)
     return _unauthorized(config)
+
+
+def _login(request: web.Request, given: list[str], token: str, lifetime: float) -> web.Response:
+    """A page opened with ``?token=``: 401 unless one reading of it is the admin token; else, once, the token leaves
+    the address bar (and the browser's history) for a session cookie."""
+    if not any(_same(reading, token) for reading in given):
+        return _error(401, "UNAUTHORIZED", "the token is not the admin token")
+    response = web.Response(status=303, headers={hdrs.LOCATION: _without_token(request), "Cache-Control": "no-store"})
+    response.set_cookie(COOKIE, session_cookie(token, now=time.time(), lifetime=lifetime), max_age=int(lifetime),
+                        path="/", httponly=True, samesite="Strict")
+    return response
 
 
 async def _metrics(request: web.Request) -> web.Response:
@@ -284,21 +287,29 @@ def usage_query(params: Mapping[str, str], *, now: float, tz: dt.tzinfo, top: in
     if until <= since:
         raise ValueError("until must be after since")
     text = params.get("top")
-    if text is not None:
-        try:
-            top = int(text)
-        except ValueError:
-            top = 0
-        if not 1 <= top <= MAX_TOP:
-            raise ValueError(f"top must be an integer from 1 to {MAX_TOP}")
+    top = top if text is None else _top(text)
     order = params.get("order", order)
     if order not in ("requests", "recent"):
         raise ValueError("order must be requests or recent")
-    tenant, behaviour = params.get("tenant") or None, params.get("behaviour") or None
     start, end = window(since, until)
-    return Query(start, end, tenant=tenant and check_name(tenant, "tenant"),
-                 behaviour=behaviour and check_name(behaviour, "behaviour"), top=top,
+    return Query(start, end, tenant=_name(params, "tenant"), behaviour=_name(params, "behaviour"), top=top,
                  order="recent" if order == "recent" else "requests")
+
+
+def _top(text: str) -> int:
+    try:
+        top = int(text)
+    except ValueError:
+        top = 0
+    if not 1 <= top <= MAX_TOP:
+        raise ValueError(f"top must be an integer from 1 to {MAX_TOP}")
+    return top
+
+
+def _name(params: Mapping[str, str], key: str) -> str | None:
+    """A ``tenant`` or ``behaviour`` parameter: checked, or None when absent or empty."""
+    value = params.get(key) or None
+    return value and check_name(value, key)
 
 
 def _problem(status: int, code: str, message: str) -> web.Response:

@@ -16,7 +16,7 @@ import json
 import time
 import weakref
 import zoneinfo
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -218,14 +218,20 @@ def _others(schedule: Schedule) -> list[float]:
     return [e.until for e in schedule.exemptions] + [at for at in schedule.signals.values() if at is not None]
 
 
-def _range(plan: RolloutPlan, now: float, usage_days: Sequence[float] = ()) -> _Range:
-    """Over every company: the plan's distinct schedules (companies alike share theirs)."""
-    schedules = [s for groups in plan.shared().values() for s in groups]
+def _core(now: float, usage_days: Sequence[float], schedules: list[Schedule]) -> tuple[float, float]:
+    """The span of now, the days with usage and the rollout's changes: at least _MIN_SPAN, around its middle."""
     core = [now, *usage_days, *(at for s in schedules for at in _changes(s))]
     low, high = min(core), max(core)
     if high - low < _MIN_SPAN:
         middle = (low + high) / 2
         low, high = middle - _MIN_SPAN / 2, middle + _MIN_SPAN / 2
+    return low, high
+
+
+def _range(plan: RolloutPlan, now: float, usage_days: Sequence[float] = ()) -> _Range:
+    """Over every company: the plan's distinct schedules (companies alike share theirs)."""
+    schedules = [s for groups in plan.shared().values() for s in groups]
+    low, high = _core(now, usage_days, schedules)
     reach = high - low  # an event within one span of the rollout widens the axis to it; one further is "far"
     near = [at for s in schedules for at in _others(s) if low - reach <= at <= high + reach]
     low, high = min([low, *near]), max([high, *near])
@@ -247,27 +253,38 @@ def _ticks(scale: _Range) -> list[Tick]:
     days = (scale.end - scale.start) / _DAY
     unit, count = next(((u, c) for u, c in _STEPS if days / (_STEP_DAYS[u] * c) < _MAX_TICKS), _STEPS[-1])
     first = dt.datetime.fromtimestamp(scale.start, dt.UTC)
+    ticks = _day_ticks if unit == "day" else _month_ticks if unit == "month" else _year_ticks
+    return ticks(scale, first, count)
+
+
+def _day_ticks(scale: _Range, first: dt.datetime, count: int) -> list[Tick]:
+    # Whole days; steps of 7 and 14 fall on Mondays.
     out: list[Tick] = []
-    if unit == "day":
-        # Whole days; steps of 7 and 14 fall on Mondays.
-        moment = dt.datetime(first.year, first.month, first.day, tzinfo=dt.UTC) + dt.timedelta(days=1)
-        if count >= 7:
-            moment += dt.timedelta(days=(7 - moment.weekday()) % 7)
-        while moment.timestamp() <= scale.end:
-            out.append(Tick(pct=scale.pct(moment.timestamp()), label=moment.strftime("%Y-%m-%d")))
-            moment += dt.timedelta(days=count)
-        return out
-    if unit == "month":
-        year, month = first.year, first.month + 1
-        while (month - 1) % count:
-            month += 1
-        while True:
-            year, month = year + (month - 1) // 12, (month - 1) % 12 + 1
-            ts = dt.datetime(year, month, 1, tzinfo=dt.UTC).timestamp()
-            if ts > scale.end:
-                return out
-            out.append(Tick(pct=scale.pct(ts), label=f"{year}-{month:02d}"))
-            month += count
+    moment = dt.datetime(first.year, first.month, first.day, tzinfo=dt.UTC) + dt.timedelta(days=1)
+    if count >= 7:
+        moment += dt.timedelta(days=(7 - moment.weekday()) % 7)
+    while moment.timestamp() <= scale.end:
+        out.append(Tick(pct=scale.pct(moment.timestamp()), label=moment.strftime("%Y-%m-%d")))
+        moment += dt.timedelta(days=count)
+    return out
+
+
+def _month_ticks(scale: _Range, first: dt.datetime, count: int) -> list[Tick]:
+    out: list[Tick] = []
+    year, month = first.year, first.month + 1
+    while (month - 1) % count:
+        month += 1
+    while True:
+        year, month = year + (month - 1) // 12, (month - 1) % 12 + 1
+        ts = dt.datetime(year, month, 1, tzinfo=dt.UTC).timestamp()
+        if ts > scale.end:
+            return out
+        out.append(Tick(pct=scale.pct(ts), label=f"{year}-{month:02d}"))
+        month += count
+
+
+def _year_ticks(scale: _Range, first: dt.datetime, count: int) -> list[Tick]:
+    out: list[Tick] = []
     year = (first.year // count + 1) * count
     while True:
         ts = calendar.timegm((year, 1, 1, 0, 0, 0))
@@ -537,10 +554,13 @@ class CompanyView:
         phase = params.get("phase", "").strip()
         if phase and (len(phase) > 130 or phase.count(":") != 1):
             raise ValueError("phase must be behaviour:phase, as the page's summary links it")
-        text = params.get("page", "1")
-        if not (text.isascii() and text.isdigit() and 1 <= len(text) <= 6 and int(text) >= 1):
-            raise ValueError("page must be an integer from 1")
-        return cls(company, phase, int(text))
+        return cls(company, phase, _page(params.get("page", "1")))
+
+
+def _page(text: str) -> int:
+    if not (text.isascii() and text.isdigit() and 1 <= len(text) <= 6 and int(text) >= 1):
+        raise ValueError("page must be an integer from 1")
+    return int(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -558,9 +578,7 @@ def select_companies(plan: RolloutPlan, now: float, usage: Mapping[str, Any] | N
     config's order among equals); the view's page of them. ``usage``: the ledger's report over the page's window."""
     needs = _needs(plan, now, usage)
     census, in_phase = _census(plan, now, view.phase)
-    wanted = view.company.lower()
-    kept = [name for name in plan.timezones
-            if (not wanted or wanted in name.lower()) and (in_phase is None or name in in_phase)]
+    kept = _kept(plan.timezones, view.company.lower(), in_phase)
     kept.sort(key=lambda name: needs[name][0] if name in needs else len(_RANKS))
     pages = max(1, -(-len(kept) // per_page))
     first = (min(view.page, pages) - 1) * per_page
@@ -569,6 +587,12 @@ def select_companies(plan: RolloutPlan, now: float, usage: Mapping[str, Any] | N
                        phase=view.phase, matching=len(kept), page=min(view.page, pages), pages=pages,
                        first=first + 1 if names else 0, last=first + len(names))
     return Selection(names, {name: needs[name][1] for name in names if name in needs}, page)
+
+
+def _kept(companies: Iterable[str], wanted: str, in_phase: set[str] | None) -> list[str]:
+    """The companies whose name holds ``wanted`` (lowercase; empty: every one), of ``in_phase`` (None: any)."""
+    return [name for name in companies
+            if (not wanted or wanted in name.lower()) and (in_phase is None or name in in_phase)]
 
 
 # Why a company needs attention, most pressing first (the index is its rank).
@@ -583,14 +607,18 @@ def _needs(plan: RolloutPlan, now: float, usage: Mapping[str, Any] | None) -> di
     for behaviour, groups in plan.shared().items():
         by_tenant = used.get(behaviour, {})
         for schedule, tenants in groups.items():
-            reason = _reason(behaviour, schedule, now)
-            for tenant in tenants:
-                decisions = by_tenant.get(tenant)
-                said = reason(sum(decisions.values())) if decisions else reason(0)
-                if said is not None:
-                    found.setdefault(tenant, []).append(said)
+            _say_why(found, _reason(behaviour, schedule, now), tenants, by_tenant)
     return {tenant: (min(rank for rank, _ in said), [text for _, text in sorted(said)])
             for tenant, said in found.items()}
+
+
+def _say_why(found: dict[str, list[tuple[int, str]]], reason: Callable[[int], tuple[int, str] | None],
+             tenants: Iterable[str], by_tenant: Mapping[str, Mapping[str, int]]) -> None:
+    """Each company of one schedule that needs attention: its reason, from its requests in the window."""
+    for tenant in tenants:
+        said = reason(sum(by_tenant.get(tenant, {}).values()))
+        if said is not None:
+            found.setdefault(tenant, []).append(said)
 
 
 def _reason(behaviour: str, schedule: Schedule, now: float) -> Callable[[int], tuple[int, str] | None]:

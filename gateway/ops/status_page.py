@@ -14,12 +14,18 @@ from typing import Any
 from .status_model import (
     BehaviourTimeline,
     Chart,
+    ClientRow,
     Company,
+    CompanyStates,
     ContactRow,
+    Exemption,
     LedgerState,
+    Marker,
     PolicyUsage,
+    ReadinessSection,
     StatusData,
     Tick,
+    Window,
 )
 
 __all__ = ("CONTENT_SECURITY_POLICY", "REFRESH_SECONDS", "render_main", "render_page")
@@ -35,18 +41,21 @@ def _h(tag: str, attrs: Mapping[str, Any] | None = None, *children: Any) -> _Htm
     """An element: attribute values and text children are escaped; ``style`` is a dict of properties; an attribute
     that is None or False is left out (True: present, empty)."""
     parts = [f"<{tag}"]
-    for name, value in (attrs or {}).items():
-        if value is None or value is False:
-            continue
-        if name == "style":
-            value = ";".join(f"{_css_name(k)}:{v}" for k, v in value.items())
-        parts.append(f' {name}="{escape(str(value), quote=True)}"' if value is not True else f" {name}")
+    parts += [_attribute(name, value) for name, value in (attrs or {}).items() if value is not None and value is not False]
     parts.append(">")
     for child in children:
         parts.append(_child(child))
     if tag not in _VOID:
         parts.append(f"</{tag}>")
     return _Html("".join(parts))
+
+
+def _attribute(name: str, value: Any) -> str:
+    if value is True:
+        return f" {name}"
+    if name == "style":
+        value = ";".join(f"{_css_name(k)}:{v}" for k, v in value.items())
+    return f' {name}="{escape(str(value), quote=True)}"'
 
 
 def _child(child: Any) -> str:
@@ -115,16 +124,7 @@ def _overview(data: StatusData) -> _Html:
 def _ledger(ledger: LedgerState | None) -> list[Any]:
     if ledger is None:
         return ["off (usage.ledger.enabled: false): no usage is recorded"]
-    out: list[Any] = []
-    if ledger["state"] == "failing":
-        out += [_h("span", {"class": "bad"}, "failing"), f" since {ledger['since']} ",
-                _h("span", {"class": "vol"}, f"({ledger['since_ago']})"),
-                f": {ledger['error']}; {ledger['pending']} request(s) held in memory, retrying"]
-    else:
-        out += [_h("span", {"class": "ok"}, "writing") if ledger["state"] == "ok" else ledger["state"],
-                f" every {ledger['flush_interval']}"]
-        if ledger["written"]:
-            out += [", last ", _h("span", {"class": "vol"}, ledger["written"])]
+    out = _ledger_state(ledger)
     out += [" to ", _h("code", None, ledger["database"]), f"; kept {ledger['retention_days']} days"]
     if ledger["dropped"]:
         out.append(_h("span", {"class": "bad"}, f"; {ledger['dropped']} request(s) could not be kept"))
@@ -132,6 +132,19 @@ def _ledger(ledger: LedgerState | None) -> list[Any]:
         out.append(_h("span", {"class": "bad"}, f"; {ledger['refused']}"))
     if ledger["notice"]:
         out.append(_h("span", {"class": "bad"}, f"; {ledger['notice']}"))
+    return out
+
+
+def _ledger_state(ledger: LedgerState) -> list[Any]:
+    """Failing since when and why, or writing (its state) and when it last wrote."""
+    if ledger["state"] == "failing":
+        return [_h("span", {"class": "bad"}, "failing"), f" since {ledger['since']} ",
+                _h("span", {"class": "vol"}, f"({ledger['since_ago']})"),
+                f": {ledger['error']}; {ledger['pending']} request(s) held in memory, retrying"]
+    out: list[Any] = [_h("span", {"class": "ok"}, "writing") if ledger["state"] == "ok" else ledger["state"],
+                      f" every {ledger['flush_interval']}"]
+    if ledger["written"]:
+        out += [", last ", _h("span", {"class": "vol"}, ledger["written"])]
     return out
 
 
@@ -161,57 +174,64 @@ def _chart(chart: Chart | None, behaviour: BehaviourTimeline, now_pct: float, ti
 
 
 def _timeline(behaviour: BehaviourTimeline, now_pct: float, ticks: list[Tick]) -> _Html:
-    track = [
-        _h("div", {"class": f"seg s{s['severity']}", "title": s["phase"],
-                   "style": {"left": _pct(s["from_pct"]), "width": _pct(s["to_pct"] - s["from_pct"])}})
-        for s in behaviour["segments"]
-    ]
-    track += [
-        _h("div", {"class": f"brownout s{b['severity']} st-{b['state']}", "title": b["label"],
-                   "style": {"left": _pct(b["from_pct"]), "width": _pct(b["to_pct"] - b["from_pct"])}})
-        for b in behaviour["brownouts"]
-    ]
+    tick_marks = [_tick(t, i) for i, t in enumerate(ticks)]
+    return _h("div", {"class": "timeline"},
+              _h("div", {"class": "ticks", "aria-hidden": "true"}, tick_marks),
+              _h("div", {"class": "track", "aria-hidden": "true"}, _track(behaviour, now_pct)),
+              _lane(behaviour["brownouts"]), _edges(behaviour["markers"]),
+              [_exemption(e) for e in behaviour["exemptions"]],
+              _chart(behaviour["chart"], behaviour, now_pct, ticks))
+
+
+def _track(behaviour: BehaviourTimeline, now_pct: float) -> list[_Html]:
+    track = [_band(f"seg s{s['severity']}", s, s["phase"]) for s in behaviour["segments"]]
+    track += [_band(f"brownout s{b['severity']} st-{b['state']}", b, b["label"]) for b in behaviour["brownouts"]]
     # A shadow is drawn hatched and light (nothing applied); a ramp as its share of the track's height.
-    track += [
-        _h("div", {"class": f"shadow s{w['severity']} st-{w['state']}", "title": w["label"],
-                   "style": {"left": _pct(w["from_pct"]), "width": _pct(w["to_pct"] - w["from_pct"])}})
-        for w in behaviour["shadows"]
-    ]
-    track += [
-        _h("div", {"class": f"ramp s{r['severity']} st-{r['state']}", "title": r["label"],
-                   "style": {"left": _pct(r["from_pct"]), "width": _pct(r["to_pct"] - r["from_pct"]),
-                             "height": _pct(r["share"])}})
-        for r in behaviour["ramps"]
-    ]
+    track += [_band(f"shadow s{w['severity']} st-{w['state']}", w, w["label"]) for w in behaviour["shadows"]]
+    track += [_band(f"ramp s{r['severity']} st-{r['state']}", r, r["label"], r["share"]) for r in behaviour["ramps"]]
     track += [_h("div", {"class": f"marker {m['kind']}" + (f" far {m['far']}" if m["far"] else ""),
                          "title": m["label"], "style": {"left": _pct(m["pct"])}})
               for m in behaviour["markers"]]
     track.append(_h("div", {"class": "now", "title": "now", "style": {"left": _pct(now_pct)}}))
-    far = [m for m in behaviour["markers"] if m["far"]]
-    # Events off the axis: at its edge, with their date.
-    edges = _h("div", {"class": "edges"},
-               _h("span", {"class": "edge before"},
-                  "; ".join(f"◀ {m['name']} {m['date']}" for m in far if m["far"] == "before")),
-               _h("span", {"class": "edge after"},
-                  "; ".join(f"{m['name']} {m['date']} ▶" for m in far if m["far"] == "after"))) if far else None
-    exemptions = [
-        _h("div", {"class": f"exrow st-{e['state']}"},
-           _h("div", {"class": "extrack"}, _h("span", {"class": "exbar" + (" far" if e["far"] else ""),
-                                                       "style": {"width": _pct(e["to_pct"])}})),
-           _h("span", {"class": "exlabel"}, f"exemption {e['name']} until {e['until']}" +
-              (" ▶" if e["far"] == "after" else "")))
-        for e in behaviour["exemptions"]
-    ]
-    # Brownouts last hours on a scale of months: a lane of their own, where each is at least a few pixels wide.
-    lane = _h("div", {"class": "lane"}, [
+    return track
+
+
+def _band(cls: str, span: Mapping[str, Any], title: str, height: float | None = None) -> _Html:
+    """A stretch of the track, from ``from_pct`` to ``to_pct``; ``height``: a share of the track's height."""
+    style = {"left": _pct(span["from_pct"]), "width": _pct(span["to_pct"] - span["from_pct"])}
+    if height is not None:
+        style["height"] = _pct(height)
+    return _h("div", {"class": cls, "title": title, "style": style})
+
+
+def _edges(markers: list[Marker]) -> _Html | None:
+    """Events off the axis: at its edge, with their date."""
+    far = [m for m in markers if m["far"]]
+    if not far:
+        return None
+    return _h("div", {"class": "edges"},
+              _h("span", {"class": "edge before"},
+                 "; ".join(f"◀ {m['name']} {m['date']}" for m in far if m["far"] == "before")),
+              _h("span", {"class": "edge after"},
+                 "; ".join(f"{m['name']} {m['date']} ▶" for m in far if m["far"] == "after")))
+
+
+def _exemption(e: Exemption) -> _Html:
+    return _h("div", {"class": f"exrow st-{e['state']}"},
+              _h("div", {"class": "extrack"}, _h("span", {"class": "exbar" + (" far" if e["far"] else ""),
+                                                          "style": {"width": _pct(e["to_pct"])}})),
+              _h("span", {"class": "exlabel"}, f"exemption {e['name']} until {e['until']}" +
+                 (" ▶" if e["far"] == "after" else "")))
+
+
+def _lane(brownouts: list[Window]) -> _Html | None:
+    """Brownouts last hours on a scale of months: a lane of their own, where each is at least a few pixels wide."""
+    if not brownouts:
+        return None
+    return _h("div", {"class": "lane"}, [
         _h("div", {"class": f"bw s{b['severity']} st-{b['state']}", "title": b["label"], "style": {"left": _pct(b["from_pct"])}})
-        for b in behaviour["brownouts"]
-    ]) if behaviour["brownouts"] else None
-    tick_marks = [_tick(t, i) for i, t in enumerate(ticks)]
-    return _h("div", {"class": "timeline"},
-              _h("div", {"class": "ticks", "aria-hidden": "true"}, tick_marks),
-              _h("div", {"class": "track", "aria-hidden": "true"}, track), lane, edges, exemptions,
-              _chart(behaviour["chart"], behaviour, now_pct, ticks))
+        for b in brownouts
+    ])
 
 
 _STATE_TEXT = {"past": "done", "now": "in force", "ahead": "ahead"}
@@ -265,33 +285,41 @@ def _companies(data: StatusData) -> _Html:
 
 
 def _policy(policy: PolicyUsage) -> _Html:
-    summary = f"{policy['requests']} request{'' if policy['requests'] == 1 else 's'}: " + ", ".join(f"{d} {n}" for d, n in policy["by_decision"])
-    summary += f"; {policy['clients']} client{'' if policy['clients'] == 1 else 's'}"
-    if policy["variants"] != policy["clients"]:
-        summary += f", {policy['variants']} User-Agent variant{'' if policy['variants'] == 1 else 's'}"
-    if policy["untracked"]:
-        summary += f"; {policy['untracked']} requests from clients over usage.max_clients (not listed)"
-    if len(policy["rows"]) < policy["variants"]:
-        summary += f"; the {len(policy['rows'])} most recently seen are listed (gateway usage --csv lists every one)"
-    rows = [
-        _h("tr", {"data-client": r["client"] or "", "class": "stopped" if r["stopped"] else None},
-           _h("td", {"class": "num"}, str(r["requests"])),
-           _h("td", None, _h("code", None, r["client"] or "-"), [" ", _h("b", None, r["name"])] if r["name"] else None),
-           _h("td", None, r["tenant"] or "-"),
-           _h("td", {"class": "ua"}, r["user_agent"] or "-"),
-           _h("td", None, r["decisions"]),
-           _h("td", {"class": "when"}, r["first_seen"]),
-           _h("td", {"class": "seen"}, r["last_seen"], " ", _h("span", {"class": "vol"}, f"({r['last_seen_ago']})")))
-        for r in policy["rows"]
-    ]
     head = _h("tr", None, [_h("th", None, t) for t in ("Requests", "Client (token fingerprint)", "Tenant",
                                                        "User-Agent", "Decisions", "First seen (UTC)",
                                                        "Last seen (UTC)")])
     return _h("article", {"class": "policy", "data-policy": policy["name"]},
               _h("h3", None, policy["name"]),
-              _h("p", None, summary),
+              _h("p", None, _policy_summary(policy)),
               _h("div", {"class": "scroll"}, _h("table", {"class": "clients"}, _h("thead", None, head),
-                                               _h("tbody", None, rows))))
+                                               _h("tbody", None, [_client_row(r) for r in policy["rows"]]))))
+
+
+def _policy_summary(policy: PolicyUsage) -> str:
+    summary = f"{policy['requests']} request{_s(policy['requests'])}: " + ", ".join(f"{d} {n}" for d, n in policy["by_decision"])
+    summary += f"; {policy['clients']} client{_s(policy['clients'])}"
+    if policy["variants"] != policy["clients"]:
+        summary += f", {policy['variants']} User-Agent variant{_s(policy['variants'])}"
+    if policy["untracked"]:
+        summary += f"; {policy['untracked']} requests from clients over usage.max_clients (not listed)"
+    if len(policy["rows"]) < policy["variants"]:
+        summary += f"; the {len(policy['rows'])} most recently seen are listed (gateway usage --csv lists every one)"
+    return summary
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
+
+
+def _client_row(r: ClientRow) -> _Html:
+    return _h("tr", {"data-client": r["client"] or "", "class": "stopped" if r["stopped"] else None},
+              _h("td", {"class": "num"}, str(r["requests"])),
+              _h("td", None, _h("code", None, r["client"] or "-"), [" ", _h("b", None, r["name"])] if r["name"] else None),
+              _h("td", None, r["tenant"] or "-"),
+              _h("td", {"class": "ua"}, r["user_agent"] or "-"),
+              _h("td", None, r["decisions"]),
+              _h("td", {"class": "when"}, r["first_seen"]),
+              _h("td", {"class": "seen"}, r["last_seen"], " ", _h("span", {"class": "vol"}, f"({r['last_seen_ago']})")))
 
 
 def _usage(data: StatusData) -> _Html:
@@ -321,38 +349,48 @@ def _readiness(data: StatusData) -> _Html:
     r = data["readiness"]
     if r["problem"]:
         return _h("section", {"id": "readiness"}, _h("h2", None, "Clients to contact"), _h("p", {"class": "bad"}, r["problem"]))
+    more = _h("p", None, f"... {r['more']} more: gateway outreach lists every one.") if r["more"] else None
+    return _h("section", {"id": "readiness"}, _h("h2", None, "Clients to contact"), _h("p", None, _readiness_summary(r)),
+              _h("div", {"class": "scroll"}, _state_counts(r["companies"])), _contacts(r["contacts"]), more)
+
+
+def _readiness_summary(r: ReadinessSection) -> str:
     n, m = r["still_calling"], r["internal_clients"]
-    summary = (f"{n} external client{'' if n == 1 else 's'} still call{'s' if n == 1 else ''} deprecated behaviour"
-               + (f"; {m} internal client{'' if m == 1 else 's'} not counted" if m else "")
-               + f". Ready: no deprecated call for {r['quiet_days']} days; read over the last {r['window_days']} days.")
-    counts = _h("table", {"class": "counts"},
-                _h("thead", None, _h("tr", None, [_h("th", None, t) for t in ("Company", "Behaviour", "Blocked",
-                                                                                "Overdue", "Calling", "Ready")])),
-                _h("tbody", None, [
-                    _h("tr", {"data-tenant": c["tenant"], "data-behaviour": c["behaviour"]},
-                       _h("td", None, c["tenant"]), _h("td", None, c["behaviour"]),
-                       [_h("td", {"class": "num"}, str(c[k])) for k in ("blocked", "overdue", "calling", "ready")])
-                    for c in r["companies"]]))
-    rows = [
-        _h("tr", {"class": f"state-{c['state']}", "data-client": c["client"] or "", "data-tenant": c["tenant"],
-                  "data-behaviour": c["behaviour"]},
-           _h("td", None, _h("span", {"class": f"state {c['state']}"}, c["state"])),
-           _h("td", {"class": "who"}, _who(c)),
-           _h("td", None, c["tenant"], _h("br"), c["behaviour"]),
-           _h("td", None, _h("code", None, c["example"] or "-")),
-           _h("td", None, c["next"], [_h("br"), _h("small", None, c["notes"])] if c["notes"] else None),
-           _h("td", None, c["last_call"], " ", _h("span", {"class": "vol"}, f"({c['last_call_ago']})"), _h("br"),
-              _h("small", None, f"{c['recent']} ({c['trend']})")))
-        for c in r["contacts"]
-    ]
+    return (f"{n} external client{_s(n)} still {'calls' if n == 1 else 'call'} deprecated behaviour"
+            + (f"; {m} internal client{_s(m)} not counted" if m else "")
+            + f". Ready: no deprecated call for {r['quiet_days']} days; read over the last {r['window_days']} days.")
+
+
+def _state_counts(companies: list[CompanyStates]) -> _Html:
+    return _h("table", {"class": "counts"},
+              _h("thead", None, _h("tr", None, [_h("th", None, t) for t in ("Company", "Behaviour", "Blocked",
+                                                                              "Overdue", "Calling", "Ready")])),
+              _h("tbody", None, [
+                  _h("tr", {"data-tenant": c["tenant"], "data-behaviour": c["behaviour"]},
+                     _h("td", None, c["tenant"]), _h("td", None, c["behaviour"]),
+                     [_h("td", {"class": "num"}, str(c[k])) for k in ("blocked", "overdue", "calling", "ready")])
+                  for c in companies]))
+
+
+def _contacts(contacts: list[ContactRow]) -> _Html:
+    if not contacts:
+        return _h("p", None, "No client calls deprecated behaviour any more.")
     head = _h("tr", None, [_h("th", None, t) for t in ("State", "Client", "Company", "Example call",
                                                        "What changes next", "Last call (UTC)")])
-    table: Any = _h("div", {"class": "scroll"}, _h("table", {"class": "contacts"}, _h("thead", None, head),
-                                                   _h("tbody", None, rows))) if rows else _h(
-        "p", None, "No client calls deprecated behaviour any more.")
-    more = _h("p", None, f"... {r['more']} more: gateway outreach lists every one.") if r["more"] else None
-    return _h("section", {"id": "readiness"}, _h("h2", None, "Clients to contact"), _h("p", None, summary),
-              _h("div", {"class": "scroll"}, counts), table, more)
+    return _h("div", {"class": "scroll"}, _h("table", {"class": "contacts"}, _h("thead", None, head),
+                                             _h("tbody", None, [_contact(c) for c in contacts])))
+
+
+def _contact(c: ContactRow) -> _Html:
+    return _h("tr", {"class": f"state-{c['state']}", "data-client": c["client"] or "", "data-tenant": c["tenant"],
+                     "data-behaviour": c["behaviour"]},
+              _h("td", None, _h("span", {"class": f"state {c['state']}"}, c["state"])),
+              _h("td", {"class": "who"}, _who(c)),
+              _h("td", None, c["tenant"], _h("br"), c["behaviour"]),
+              _h("td", None, _h("code", None, c["example"] or "-")),
+              _h("td", None, c["next"], [_h("br"), _h("small", None, c["notes"])] if c["notes"] else None),
+              _h("td", None, c["last_call"], " ", _h("span", {"class": "vol"}, f"({c['last_call_ago']})"), _h("br"),
+                 _h("small", None, f"{c['recent']} ({c['trend']})")))
 
 
 def _main(data: StatusData) -> list[_Html]:

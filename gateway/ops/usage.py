@@ -158,9 +158,7 @@ class UsageCounter:
             return
         now = self._clock()
         if not self._hour_start <= now < self._hour_end:  # (floats: a float compared with an int costs more)
-            self._hour = int(now) - int(now) % HOUR
-            self._hour_start, self._hour_end = float(self._hour), float(self._hour + HOUR)
-            self._tracked = {}
+            self._next_hour(now)
         hour = self._hour
         agent = user_agent[:AGENT_WIDTH] if user_agent else ""
         client = client or ""
@@ -172,19 +170,30 @@ class UsageCounter:
             key = (hour, behaviour, tenant, client, agent, decision)
             seen = requests.get(key)
             if seen is None:
-                if self.seen is not None:  # (a client over max_clients too: this process saw it)
-                    self.seen(behaviour, tenant, client, now)
-                if not self._new_row(batch, hour, behaviour, tenant, decision, (tenant, client, agent)):
+                if not self._first(batch, key, now, call):
                     continue
                 seen = 0
-                batch.first_seen[key] = now
             requests[key] = seen + 1
             batch.last_seen[key] = now
             batch.count += 1
-            if call is not None and seen == 0:
-                who = (behaviour, tenant, client)
-                if who not in batch.examples:
-                    self._detail(batch, call, who)
+
+    def _next_hour(self, now: float) -> None:
+        self._hour = int(now) - int(now) % HOUR
+        self._hour_start, self._hour_end = float(self._hour), float(self._hour + HOUR)
+        self._tracked = {}
+
+    def _first(self, batch: Batch, key: ClientKey, now: float, call: Call | None) -> bool:
+        """A client row new in the batch: told to ``seen``, then given a row unless over max_clients (False), and
+        its example call and rule unless its client has them already."""
+        hour, behaviour, tenant, client, agent, decision = key
+        if self.seen is not None:  # (a client over max_clients too: this process saw it)
+            self.seen(behaviour, tenant, client, now)
+        if not self._new_row(batch, hour, behaviour, tenant, decision, (tenant, client, agent)):
+            return False
+        batch.first_seen[key] = now
+        if call is not None and (behaviour, tenant, client) not in batch.examples:
+            self._detail(batch, call, (behaviour, tenant, client))
+        return True
 
     def _detail(self, batch: Batch, call: Call, who: WhoKey) -> None:
         """A client's first call in the batch: its example and the rule that decided it (once a batch, every

@@ -14,16 +14,20 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ...config.ledger import ClientNames
 from .query import DEFAULT_SINCE, Query, check_name, parse_when, window
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ...config import LoadedConfig
     from .store import Store
 
 __all__ = ("DEFAULT_SINCE", "describe", "migrate", "outreach", "usage")
+
+_T = TypeVar("_T")
 
 
 def describe(config: LoadedConfig) -> str:
@@ -78,52 +82,89 @@ def migrate(config: LoadedConfig) -> int:
 def usage(config: LoadedConfig, *, since: str, until: str | None, tenant: str | None, behaviour: str | None,
           top: int | None, order: str, output: Literal["text", "json", "csv"]) -> int:
     now = time.time()
+    try:
+        query = _usage_query(config, now, since, until, tenant, behaviour, top, order, output)
+    except ValueError as err:
+        return _say(str(err), 2)
+    report = _read(config, lambda store: _report(store, query))
+    if isinstance(report, int):
+        return report
+    _name_clients(report, ClientNames(config.model.usage.clients))
+    shown = config.secrets.redact(config.model.usage.ledger.url)
+    _emit(output, report, _csv, lambda: _text(report, shown, now))
+    return 0
+
+
+def _say(problem: str, status: int) -> int:
+    print(f"gateway: {problem}", file=sys.stderr)
+    return status
+
+
+def _names(tenant: str | None, behaviour: str | None) -> tuple[str | None, str | None]:
+    """``--tenant`` and ``--behaviour`` checked (``ValueError`` naming the bad one)."""
+    return tenant and check_name(tenant, "--tenant"), behaviour and check_name(behaviour, "--behaviour")
+
+
+def _usage_query(config: LoadedConfig, now: float, since: str, until: str | None,
+                 tenant: str | None, behaviour: str | None, top: int | None, order: str, output: str) -> Query:
+    """The report's query from the command line (``ValueError`` with the problem, fit to print)."""
     tz = config.model.rollout.tzinfo
     try:
         start = parse_when(since, now, tz)
         end = parse_when(until, now, tz) if until else now
     except ValueError as err:
-        print(f"gateway: --since/--until: {err}", file=sys.stderr)
-        return 2
-    try:
-        tenant = tenant and check_name(tenant, "--tenant")
-        behaviour = behaviour and check_name(behaviour, "--behaviour")
-    except ValueError as err:
-        print(f"gateway: {err}", file=sys.stderr)
-        return 2
+        raise ValueError(f"--since/--until: {err}") from err
+    tenant, behaviour = _names(tenant, behaviour)
     if end <= start:
-        print("gateway: --until must be after --since", file=sys.stderr)
-        return 2
+        raise ValueError("--until must be after --since")
     if top is not None and top < 0:
-        print("gateway: --top must be 0 (every client) or more", file=sys.stderr)
-        return 2
-    limit = None if top == 0 or (top is None and output == "csv") else (top or 20)
-    query = Query(*window(start, end), tenant=tenant, behaviour=behaviour, top=limit,
-                  order="recent" if order == "recent" else "requests")
+        raise ValueError("--top must be 0 (every client) or more")
+    return Query(*window(start, end), tenant=tenant, behaviour=behaviour, top=_limit(top, output),
+                 order="recent" if order == "recent" else "requests")
+
+
+def _limit(top: int | None, output: str) -> int | None:
+    """How many clients a report lists: ``--top 0`` every one, CSV every one unless told, else 20 unless told."""
+    if top == 0 or (top is None and output == "csv"):
+        return None
+    return top or 20
+
+
+def _report(store: Store, query: Query) -> dict[str, Any]:
+    from .store import fold_report
+
+    # A database no gateway has written to yet (no schema): an empty report, and nothing created.
+    return store.report(query) if store.revision() is not None else fold_report(query)
+
+
+def _read(config: LoadedConfig, reader: Callable[[Store], _T]) -> _T | int:
+    """What ``reader`` reads from the ledger, or the exit status once the problem is printed."""
     store = _open(config, create=False)
     if isinstance(store, str):
-        print(f"gateway: {store}", file=sys.stderr)
-        return 1 if config.model.usage.ledger.enabled else 2
-    from .store import fold_report
+        return _say(store, 1 if config.model.usage.ledger.enabled else 2)
     try:
-        # A database no gateway has written to yet (no schema): an empty report, and nothing created.
-        report = store.report(query) if store.revision() is not None else fold_report(query)
+        return reader(store)
     except Exception as err:  # noqa: BLE001 - any driver error: said in one line, exit 1
         return _failed(config, "read", err)
     finally:
         store.close()
-    names = ClientNames(config.model.usage.clients)
+
+
+def _name_clients(report: dict[str, Any], names: ClientNames) -> None:
     for data in report["behaviours"].values():
         for row in data["top_clients"]:
             named = names.find(row["client"], row["user_agent"])
             row["name"] = named.name if named is not None else None
+
+
+def _emit(output: str, data: dict[str, Any], as_csv: Callable[[dict[str, Any]], None],
+          as_text: Callable[[], None]) -> None:
     if output == "json":
-        print(json.dumps(report, indent=2))
+        print(json.dumps(data, indent=2))
     elif output == "csv":
-        _csv(report)
+        as_csv(data)
     else:
-        _text(report, config.secrets.redact(config.model.usage.ledger.url), now)
-    return 0
+        as_text()
 
 
 def outreach(config: LoadedConfig, *, tenant: str | None, behaviour: str | None, everyone: bool, top: int | None,
@@ -132,42 +173,35 @@ def outreach(config: LoadedConfig, *, tenant: str | None, behaviour: str | None,
     with its name and contact (or fingerprint and User-Agent), state, example call and what changes for it next;
     ``everyone``: the ready ones too."""
     from ...rollout import clock_from_config
-    from .readiness import build, days_from
+    from .readiness import build
 
     try:
-        tenant = tenant and check_name(tenant, "--tenant")
-        behaviour = behaviour and check_name(behaviour, "--behaviour")
+        tenant, behaviour = _names(tenant, behaviour)
         now = clock_from_config(config.model.rollout).now().timestamp()
     except ValueError as err:
-        print(f"gateway: {err}", file=sys.stderr)
-        return 2
+        return _say(str(err), 2)
     if top is not None and top < 1:
-        print("gateway: --top must be 1 or more", file=sys.stderr)
-        return 2
-    store = _open(config, create=False)
-    if isinstance(store, str):
-        print(f"gateway: {store}", file=sys.stderr)
-        return 1 if config.model.usage.ledger.enabled else 2
+        return _say("--top must be 1 or more", 2)
     options = config.model.usage.readiness
     wall = time.time()
-    try:
-        rows: tuple[list[Any], list[Any]] = ([], [])
-        if store.revision() is not None:
-            rows = store.readiness(wall - options.window_days * 86400, days_from(wall), tenant, behaviour)
-    except Exception as err:  # noqa: BLE001 - any driver error: said in one line, exit 1
-        return _failed(config, "read", err)
-    finally:
-        store.close()
+    rows = _read(config, lambda store: _readiness_rows(store, wall, options.window_days, tenant, behaviour))
+    if isinstance(rows, int):
+        return rows
     ready = build(*rows, plan=config.rollout_plan(), names=ClientNames(config.model.usage.clients), wall=wall,
                   now=now, quiet_days=options.quiet_days, window_days=options.window_days)
     data = ready.to_json(top, ready=everyone)
-    if output == "json":
-        print(json.dumps(data, indent=2))
-    elif output == "csv":
-        _outreach_csv(data)
-    else:
-        _outreach_text(data, config.secrets.redact(config.model.usage.ledger.url), wall, everyone)
+    shown = config.secrets.redact(config.model.usage.ledger.url)
+    _emit(output, data, _outreach_csv, lambda: _outreach_text(data, shown, wall, everyone))
     return 0
+
+
+def _readiness_rows(store: Store, wall: float, window_days: int, tenant: str | None,
+                    behaviour: str | None) -> tuple[list[Any], list[Any]]:
+    from .readiness import days_from
+
+    if store.revision() is None:
+        return [], []
+    return store.readiness(wall - window_days * 86400, days_from(wall), tenant, behaviour)
 
 
 _OUTREACH_COLUMNS = ("state", "tenant", "behaviour", "client", "name", "owner", "internal", "user_agent", "example",
@@ -195,38 +229,56 @@ def _csv_value(value: Any) -> Any:
 
 
 def _outreach_text(data: dict[str, Any], shown: str, wall: float, everyone: bool) -> None:
-    n, m = data["still_calling"], data["internal_clients"]
-    print(f"usage ledger {shown}: readiness at {data['at']} over the last {data['window_days']} days (ready: no "
-          f"deprecated call for {data['quiet_days']} days)")
-    print(f"{n} external client{'' if n == 1 else 's'} still call{'s' if n == 1 else ''} deprecated behaviour"
-          + (f" ({m} internal client{'' if m == 1 else 's'} not counted)" if m else ""))
-    for tenant, per in data["totals"].items():
-        for behaviour, counts in per.items():
-            print(f"  {tenant} {behaviour}: " + ", ".join(f"{state} {count}" for state, count in counts.items()))
+    _outreach_header(data, shown)
     clients = data["clients"]
     if not clients:
         print("no client to contact")
         return
     for row in clients:
-        who = row["name"] or row["client"] or "(no token)"
-        if row["name"]:
-            who += f" ({row['client'] or 'no token'})"
-        if row["internal"]:
-            who += " [internal]"
-        contact = row["owner"] or (_printable(row["user_agent"]) if row["user_agent"] else "-")
-        print(f"{row['state']:<8} {row['tenant']} {row['behaviour']}: {who}, {contact}")
-        last = dt.datetime.fromisoformat(row["last_call"]).timestamp()
-        print(f"         calls {row['example'] or '(no example yet)'}; last {_when(last)} ({_ago(wall - last)}), "
-              f"{row['last_7_days']} in the last 7 days, {row['previous_7_days']} the 7 before ({row['trend']})"
-              + (f"; rule {row['rule']}" if row["rule"] else ""))
-        upcoming = row["next"]
-        if upcoming is None:
-            print(f"         now {row['phase']}; no change scheduled")
-        else:
-            print(f"         now {row['phase']}; next {upcoming['phase']} at {upcoming['at']}: {upcoming['why']}")
+        _outreach_client(row, wall)
     more = (data["clients_in_window"] if everyone else data["to_contact"]) - len(clients)
     if more > 0:
         print(f"... {more} more: --top to list more")
+
+
+def _outreach_header(data: dict[str, Any], shown: str) -> None:
+    n, m = data["still_calling"], data["internal_clients"]
+    print(f"usage ledger {shown}: readiness at {data['at']} over the last {data['window_days']} days (ready: no "
+          f"deprecated call for {data['quiet_days']} days)")
+    print(f"{n} external client{_s(n)} still {'calls' if n == 1 else 'call'} deprecated behaviour"
+          + (f" ({m} internal client{_s(m)} not counted)" if m else ""))
+    for tenant, per in data["totals"].items():
+        for behaviour, counts in per.items():
+            print(f"  {tenant} {behaviour}: " + ", ".join(f"{state} {count}" for state, count in counts.items()))
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
+
+
+def _outreach_client(row: dict[str, Any], wall: float) -> None:
+    contact = row["owner"] or _agent(row["user_agent"])
+    print(f"{row['state']:<8} {row['tenant']} {row['behaviour']}: {_who(row)}, {contact}")
+    last = dt.datetime.fromisoformat(row["last_call"]).timestamp()
+    print(f"         calls {row['example'] or '(no example yet)'}; last {_when(last)} ({_ago(wall - last)}), "
+          f"{row['last_7_days']} in the last 7 days, {row['previous_7_days']} the 7 before ({row['trend']})"
+          + (f"; rule {row['rule']}" if row["rule"] else ""))
+    upcoming = row["next"]
+    if upcoming is None:
+        print(f"         now {row['phase']}; no change scheduled")
+    else:
+        print(f"         now {row['phase']}; next {upcoming['phase']} at {upcoming['at']}: {upcoming['why']}")
+
+
+def _who(row: dict[str, Any]) -> str:
+    who = row["name"] or row["client"] or "(no token)"
+    if row["name"]:
+        who += f" ({row['client'] or 'no token'})"
+    return who + (" [internal]" if row["internal"] else "")
+
+
+def _agent(user_agent: str | None) -> str:
+    return _printable(user_agent) if user_agent else "-"
 
 
 def _when(ts: float) -> str:
@@ -254,25 +306,37 @@ def _text(report: dict[str, Any], shown: str, now: float) -> None:
     if not behaviours:
         print("no deprecated behaviour used in the window")
     for name, data in behaviours.items():
-        decisions = ", ".join(f"{k} {v}" for k, v in data["by_decision"].items())
-        print(f"{name}: {data['requests']} requests ({decisions}), {_clients(data['clients'], data['variants'])}")
-        tenants = ", ".join(f"{t} {sum(d.values())}" for t, d in data["by_tenant"].items())
-        if tenants:
-            print(f"  by tenant: {tenants}")
-        if data["untracked_clients_requests"]:
-            print(f"  {data['untracked_clients_requests']} requests from clients over usage.max_clients (not listed)")
-        rows = data["top_clients"]
-        if rows:
-            print(f"  {'requests':>10}  {'client':<12}  {'tenant':<12}  {'first seen':<16}  {'last seen':<16}  "
-                  f"{'':<10}  user agent")
-        for row in rows:
-            agent = _printable(row["user_agent"]) if row["user_agent"] else "-"
-            named = f" ({row['name']})" if row.get("name") else ""
-            print(f"  {row['requests']:>10}  {row['client'] or '-':<12}  {row['tenant'] or '-':<12}  "
-                  f"{_when(row['first_seen']):<16}  {_when(row['last_seen']):<16}  {_ago(now - row['last_seen']):<10}  "
-                  f"{agent}{named}")
-        if len(rows) < data["variants"]:
-            print(f"  ... {data['variants'] - len(rows)} more: --top 0 lists every one")
+        _behaviour_text(name, data, now)
+
+
+def _behaviour_text(name: str, data: dict[str, Any], now: float) -> None:
+    decisions = ", ".join(f"{k} {v}" for k, v in data["by_decision"].items())
+    print(f"{name}: {data['requests']} requests ({decisions}), {_clients(data['clients'], data['variants'])}")
+    _behaviour_notes(data)
+    rows = data["top_clients"]
+    if rows:
+        print(f"  {'requests':>10}  {'client':<12}  {'tenant':<12}  {'first seen':<16}  {'last seen':<16}  "
+              f"{'':<10}  user agent")
+    for row in rows:
+        _client_line(row, now)
+    if len(rows) < data["variants"]:
+        print(f"  ... {data['variants'] - len(rows)} more: --top 0 lists every one")
+
+
+def _behaviour_notes(data: dict[str, Any]) -> None:
+    """A behaviour's requests per company, and those of clients over usage.max_clients, when there are any."""
+    tenants = ", ".join(f"{t} {sum(d.values())}" for t, d in data["by_tenant"].items())
+    if tenants:
+        print(f"  by tenant: {tenants}")
+    if data["untracked_clients_requests"]:
+        print(f"  {data['untracked_clients_requests']} requests from clients over usage.max_clients (not listed)")
+
+
+def _client_line(row: dict[str, Any], now: float) -> None:
+    named = f" ({row['name']})" if row.get("name") else ""
+    print(f"  {row['requests']:>10}  {row['client'] or '-':<12}  {row['tenant'] or '-':<12}  "
+          f"{_when(row['first_seen']):<16}  {_when(row['last_seen']):<16}  {_ago(now - row['last_seen']):<10}  "
+          f"{_agent(row['user_agent'])}{named}")
 
 
 def _clients(clients: int, variants: int) -> str:

@@ -94,11 +94,15 @@ class KnownClients:
             return False
         if known is None:
             self._watch(key)
-        read_at = self._read_at
-        if known is not None and read_at is not None and self._clock() - read_at <= self._bound:
+        if known is not None and self._read_lately():
             return False  # not final yet, but read within the bound: what the fleet had written then
         self._unplaced(behaviour)
         return None
+
+    def _read_lately(self) -> bool:
+        """Whether the record was read within its bound."""
+        read_at = self._read_at
+        return read_at is not None and self._clock() - read_at <= self._bound
 
     def _unplaced(self, behaviour: str) -> None:
         if self._families is not None:
@@ -172,20 +176,24 @@ class KnownClients:
         except LedgerUnavailable:
             return False
         for key, rows in found.items():
-            known = self._known.setdefault(key, set())
-            before = len(known)
-            known.update(rows)
-            if len(known) != before:
-                self._dirty = True
-            if started >= key[1] + self._settle and key not in self._final:
-                self._final.add(key)
-                self._dirty = True
+            self._learn(key, rows, started)
         self._read_at = started
         self._said.clear()
         if self._dirty and self._path is not None:
             self._dirty = False
             await asyncio.to_thread(self._save, self._payload())
         return True
+
+    def _learn(self, key: tuple[str, float], rows: list[tuple[str, str]], started: float) -> None:
+        """One instant's clients as read (a read started ``started``); final once read after it has settled."""
+        known = self._known.setdefault(key, set())
+        before = len(known)
+        known.update(rows)
+        if len(known) != before:
+            self._dirty = True
+        if started >= key[1] + self._settle and key not in self._final:
+            self._final.add(key)
+            self._dirty = True
 
     # --- the file --------------------------------------------------------------------------------------------------
 
@@ -230,8 +238,14 @@ class KnownClients:
         except (OSError, ValueError) as err:
             log.warning("freeze record: cannot read %s (%s): starting without it", path, err)
             return
-        if not isinstance(data, dict) or data.get("version") != _VERSION or data.get("database") != self._database():
-            return
+        if self._ours(data):
+            self._restore(data)
+
+    def _ours(self, data: Any) -> bool:
+        """Whether a file's data is a record this gateway writes, of this database."""
+        return isinstance(data, dict) and data.get("version") == _VERSION and data.get("database") == self._database()
+
+    def _restore(self, data: dict[str, Any]) -> None:
         for item in data.get("instants", ()):
             key = (str(item["behaviour"]), float(item["at"]))
             self._watch(key)

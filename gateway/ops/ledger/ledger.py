@@ -14,7 +14,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -205,33 +205,39 @@ class Ledger:
         self._closing = True
         assert self._wake is not None
         self._wake.set()
-        loop = asyncio.get_running_loop()
-        budget = self.options.flush_timeout + 1
-        # The background write in progress (a migration or a retention prune may take up to a minute): waited for
-        # within the same budget as the last write, so that a stop is bounded by about twice flush_timeout.
-        done, _ = await asyncio.wait({self._task}, timeout=budget)
-        deadline = loop.time() + budget
-        if not done:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self.error = self.error or f"a write still running after {budget:g}s at exit"
-            written = False  # the writer thread is still inside that call: a last write would only queue behind it
-        else:
-            try:
-                written = await asyncio.wait_for(self.flush(prune=False), budget)
-            except TimeoutError:
-                written = False
-        if not written:
-            written = await self._settle_last_write(deadline)
+        written = await self._last_write(self.options.flush_timeout + 1)
         if not written and self.counter.pending:
             self._give_up()
         self._sync_metrics()
         self.state = "closed"
+        self._stop_threads()
+
+    async def _last_write(self, budget: float) -> bool:
+        """The background write in progress, then the last one, each within ``budget``; True when nothing is left
+        unwritten."""
+        # The background write in progress (a migration or a retention prune may take up to a minute): waited for
+        # within the same budget as the last write, so that a stop is bounded by about twice flush_timeout.
+        assert self._task is not None
+        done, _ = await asyncio.wait({self._task}, timeout=budget)
+        deadline = asyncio.get_running_loop().time() + budget
+        written = False
+        if not done:  # the writer thread is still inside that call: a last write would only queue behind it
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self.error = self.error or f"a write still running after {budget:g}s at exit"
+        else:
+            with contextlib.suppress(TimeoutError):
+                written = await asyncio.wait_for(self.flush(prune=False), budget)
+        return written or await self._settle_last_write(deadline)
+
+    def _stop_threads(self) -> None:
+        """The writer and reader threads stopped (1 s each), then the store closed unless one is still inside a
+        call (its engine left alone: a daemon thread ends with the process)."""
         store, self._store = self._store, None
         for worker in {id(w): w for w in (self._writer, self._reader) if w is not None}.values():
             if not worker.stop(1.0):
-                store = None  # still inside a call: leave its engine alone (a daemon thread ends with the process)
+                store = None
         if store is not None:
             store.close()
 
@@ -267,32 +273,42 @@ class Ledger:
             log.warning("usage ledger %s: %d counted request(s) were in a write that had not answered at exit: they "
                         "are in the database if it commits", self.shown_url, unknown)
         if lost:
-            self._lost["shutdown"] += lost
-            if self.families is not None:
-                self.families.dropped.labels("shutdown").inc(lost)
-            log.error("usage ledger %s: %d counted request(s) could not be written before exit (%s)", self.shown_url,
-                      lost, self.error or "no answer in time")
+            self._lost_at_exit(lost)
+
+    def _lost_at_exit(self, lost: int) -> None:
+        self._lost["shutdown"] += lost
+        if self.families is not None:
+            self.families.dropped.labels("shutdown").inc(lost)
+        log.error("usage ledger %s: %d counted request(s) could not be written before exit (%s)", self.shown_url,
+                  lost, self.error or "no answer in time")
 
     async def _run(self) -> None:
-        assert self._wake is not None
         loop = asyncio.get_running_loop()
         delay = 0.0
         while not self._closing:
-            # The metrics show what is held at every moment, not only at each attempt (a backoff may last a minute).
-            deadline = loop.time() + delay
-            while not self._wake.is_set() and (left := deadline - loop.time()) > 0:
-                try:
-                    await asyncio.wait_for(self._wake.wait(), min(left, _METRICS_EVERY))
-                except TimeoutError:
-                    self._sync_metrics()
+            await self._sleep(loop.time() + delay)
             if self._closing:
                 return
-            ok = await self.flush()
-            if ok:
-                delay = self.options.flush_interval
-            else:
-                base = min(1.0, self.options.flush_interval)
-                delay = min(_BACKOFF_CAP, base * 2 ** min(self._failures - 1, 16)) * random.uniform(0.8, 1.2)
+            delay = self._delay(await self.flush())
+
+    async def _sleep(self, deadline: float) -> None:
+        """Until ``deadline`` (the loop's time) or a wake-up; the metrics show what is held at every moment, not only
+        at each attempt (a backoff may last a minute)."""
+        assert self._wake is not None
+        loop = asyncio.get_running_loop()
+        while not self._wake.is_set() and (left := deadline - loop.time()) > 0:
+            try:
+                await asyncio.wait_for(self._wake.wait(), min(left, _METRICS_EVERY))
+            except TimeoutError:
+                self._sync_metrics()
+
+    def _delay(self, ok: bool) -> float:
+        """Until the next write: flush_interval after a success, else a backoff with jitter."""
+        if ok:
+            return self.options.flush_interval
+        base = min(1.0, self.options.flush_interval)
+        delay: float = min(_BACKOFF_CAP, base * 2 ** min(self._failures - 1, 16)) * random.uniform(0.8, 1.2)
+        return delay
 
     # --- writing ---
 
@@ -319,10 +335,7 @@ class Ledger:
         assert store is not None
         now = self._clock()
         if prune and now >= self._next_prune:
-            before = int(now - options.retention_days * 86400) // HOUR * HOUR
-            await self._call(functools.partial(store.prune, before, now - _BATCH_IDS_KEPT),
-                             max(options.flush_timeout, 60.0))
-            self._next_prune = now + _PRUNE_EVERY
+            await self._prune(store, now)
         batch = self.counter.take()
         if batch is None:
             return
@@ -335,6 +348,17 @@ class Ledger:
         if self.families is not None:
             self.families.flushes.labels("success").inc()
             self.families.flush_duration.observe(time.monotonic() - started)
+        self._written(batch, store)
+
+    async def _prune(self, store: Store, now: float) -> None:
+        """Retention: the hours before ``retention_days`` and the batch ids kept to tell a write that committed."""
+        before = int(now - self.options.retention_days * 86400) // HOUR * HOUR
+        await self._call(functools.partial(store.prune, before, now - _BATCH_IDS_KEPT),
+                         max(self.options.flush_timeout, 60.0))
+        self._next_prune = now + _PRUNE_EVERY
+
+    def _written(self, batch: Batch, store: Store) -> None:
+        """What a write that committed may have to say: rows the database refused, a SQLite file made anew."""
         if batch.refused:
             self._refused(batch.refused, self._redact(batch.refused_why or "no reason given"))
         if store.reopened is not None:
@@ -398,12 +422,16 @@ class Ledger:
             raise _Failure(f"no answer within {timeout:g}s")
         error = future.exception()
         if error is not None:
-            if not isinstance(error, Exception):
-                raise error
-            from .store import describe_error
-
-            raise _Failure(self._redact(describe_error(error))) from None
+            self._raise_for(error)
         return future.result()
+
+    def _raise_for(self, error: BaseException) -> NoReturn:
+        """A call's error as a _Failure in one redacted line (a BaseException that is no Exception as it is)."""
+        if not isinstance(error, Exception):
+            raise error
+        from .store import describe_error
+
+        raise _Failure(self._redact(describe_error(error))) from None
 
     def _abandon(self, future: asyncio.Future[Any], read: bool, batch: Batch | None) -> None:
         if read:
@@ -486,19 +514,28 @@ class Ledger:
         one within ``fresh`` seconds of an answer gets it again as long as this process has counted nothing since
         (so a read right after a request still sees it). Three status pages cost one query, not three."""
         found = self._reads.get(key)
-        if found is not None and (not found.task.done() or (
-                time.monotonic() - found.at < fresh and found.mark == self.counter.mark)):
+        if found is not None and self._shares(found, fresh):
             result: T = await asyncio.shield(found.task)
             return result
         if len(self._reads) >= _READS_KEPT:
-            for old in [k for k, r in self._reads.items() if r.task.done()]:
-                del self._reads[old]
+            self._forget_answered()
         entry = _Read(self.counter.mark)
         entry.task = asyncio.create_task(self._read(read, entry, flush), name="usage-ledger-read")
         if len(self._reads) < _READS_KEPT:
             self._reads[key] = entry
         entry.task.add_done_callback(functools.partial(self._read_done, key))
         return await asyncio.shield(entry.task)
+
+    def _shares(self, found: _Read, fresh: float) -> bool:
+        """Whether a read may have ``found``'s answer: it is running, or answered within ``fresh`` seconds with
+        nothing counted since."""
+        if not found.task.done():
+            return True
+        return time.monotonic() - found.at < fresh and found.mark == self.counter.mark
+
+    def _forget_answered(self) -> None:
+        for old in [k for k, r in self._reads.items() if r.task.done()]:
+            del self._reads[old]
 
     async def _read(self, read: Callable[[Store], T], entry: _Read, flush: bool = True) -> T:
         store = await self._ready_for_reading(flush)

@@ -9,6 +9,7 @@ status page and a client's own view (``self_service``) are all this, cut or filt
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -202,22 +203,22 @@ def plan_changes(schedule: Schedule, client: LedgerClient, tenant: str, now: flo
     instants = sorted({*schedule.boundaries(), *(e.until for e in schedule.exemptions)})
     changes: list[Change] = []
     state = (current.index, current.bridge)
-    for at in instants:
-        if at <= now:
-            continue
+    for at in instants[bisect.bisect_right(instants, now):]:
         later = schedule.resolve(at, client, tenant)
         if (later.index, later.bridge) == state:
             continue
-        why = schedule.explain(at, client, tenant).why
-        ending = [e.name for e in schedule.exemptions
-                  if e.until == at and e.matches(client.headers, client.fingerprint)]
-        if ending:
-            why = f"exemption {ending[0]!r} ends; {why}"
-        changes.append(Change(at, phases[later.index], why, later.bridge))
+        changes.append(Change(at, phases[later.index], _why(schedule, client, tenant, at), later.bridge))
         state = (later.index, later.bridge)
         if len(changes) >= limit:
             break
     return phases[current.index], changes
+
+
+def _why(schedule: Schedule, client: LedgerClient, tenant: str, at: float) -> str:
+    """Why the client's phase or bridge changes at ``at``, an exemption of its that ends then first."""
+    why = schedule.explain(at, client, tenant).why
+    ending = [e.name for e in schedule.exemptions if e.until == at and e.matches(client.headers, client.fingerprint)]
+    return f"exemption {ending[0]!r} ends; {why}" if ending else why
 
 
 class _Plans:
@@ -265,25 +266,33 @@ def build(state_rows: Iterable[Sequence[Any]], trend_rows: Iterable[Sequence[Any
         if schedule is None:
             continue
         who = LedgerClient(client, agent, float(first))
-        if _per_client(schedule, who, now):
-            phase, changes = plan_changes(schedule, who, tenant, now)
-            upcoming = changes[0] if changes else None
-        else:
-            phase, upcoming = plans.company(schedule)
-        due = plans.due(schedule)
+        phase, upcoming = _phase_and_next(plans, schedule, who, tenant, now)
         last = float(last)
-        state: State
-        if last < quiet:
-            state = "ready"
-        elif refused(decision):
-            state = "blocked"
-        elif due is not None and due <= now and last >= due:
-            state = "overdue"
-        else:
-            state = "calling"
+        state = _state(last, decision, plans.due(schedule), quiet=quiet, now=now)
         recent = trend.get((tenant, client, behaviour), (0, 0, 0))
         out.clients.append(ClientReadiness(
             tenant, behaviour, client, agent, state, float(first), last, int(requests), *recent, decision, rule,
             example, float(last_refused) or None, phase, upcoming, names.find(client or None, agent)))
     out.clients.sort(key=ClientReadiness.sort_key)
     return out
+
+
+def _phase_and_next(plans: _Plans, schedule: Schedule, who: LedgerClient, tenant: str, now: float
+                    ) -> tuple[str, Change | None]:
+    """The client's phase and its next change: its own when the rollout may treat it apart, else its company's."""
+    if not _per_client(schedule, who, now):
+        return plans.company(schedule)
+    phase, changes = plan_changes(schedule, who, tenant, now)
+    return phase, changes[0] if changes else None
+
+
+def _state(last: float, decision: str, due: float | None, *, quiet: float, now: float) -> State:
+    """Ready (no call since ``quiet``), blocked (its last call refused), overdue (still calling after the final
+    phase's date), else calling."""
+    if last < quiet:
+        return "ready"
+    if refused(decision):
+        return "blocked"
+    if due is not None and due <= now and last >= due:
+        return "overdue"
+    return "calling"

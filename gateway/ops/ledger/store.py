@@ -209,25 +209,33 @@ class Store:
         if self.path is None:
             return
         if self._file is not None:
-            try:
-                status = os.stat(self.path)
-            except FileNotFoundError:
-                lost = "deleted"
-            else:
-                if (status.st_dev, status.st_ino) == self._file:
-                    return
-                lost = "replaced"
-            self.engine.dispose()
-            if lost == "deleted":
-                for leftover in (self.path + "-wal", self.path + "-shm"):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(leftover)
-            self._file, self.reopened = None, lost
+            lost = self._lost(self.path, self._file)
+            if lost is None:
+                return
+            self._let_go(self.path, lost)
         try:
             self.migrate()
         except Exception as err:  # noqa: BLE001 - any driver error: the write fails, saying why
             raise RuntimeError(f"the file {self.path} was {self.reopened or 'lost'} and cannot be made again: "
                                f"{describe_error(err)}") from None
+
+    @staticmethod
+    def _lost(path: str, opened: tuple[int, int]) -> str | None:
+        """What became of the file opened at ``path``: "deleted", "replaced", or None (still there)."""
+        try:
+            status = os.stat(path)
+        except FileNotFoundError:
+            return "deleted"
+        return None if (status.st_dev, status.st_ino) == opened else "replaced"
+
+    def _let_go(self, path: str, lost: str) -> None:
+        """The lost file's connections closed and, when it was deleted, its leftover WAL and shared-memory files."""
+        self.engine.dispose()
+        if lost == "deleted":
+            for leftover in (path + "-wal", path + "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(leftover)
+        self._file, self.reopened = None, lost
 
     def revision(self) -> str | None:
         """The schema's revision (None: no schema yet)."""
@@ -265,37 +273,51 @@ class Store:
         batch.refused, batch.refused_why = 0, None
         totals_of = batch.totals()
         too_long = {key for key in totals_of if not _fits(key)}
-        moved: dict[TotalKey, int] = {}  # requests of refused client rows, counted in their totals as untracked
         with self._transaction(write=True, timeout=self.timeout) as conn:
             claimed = conn.execute(self._claim_batch, {"id": batch.id, "written_at": now})
             if claimed.first() is None:
                 return False
             if forget is not None:
                 conn.execute(delete(batches).where(batches.c.id == forget))
-            requests, first, last = batch.requests, batch.first_seen, batch.last_seen
-            left_out: set[ClientKey] = set()
-            for keys in _chunks(sorted(requests)):
-                rows = [(*k, requests[k], first[k], last[k]) for k in keys if (k[0], k[1], k[2], k[5]) not in too_long]
-                for row, why in self._insert(conn, self._clients_sql, rows, careful):
-                    total = (row[0], row[1], row[2], row[5])
-                    moved[total] = moved.get(total, 0) + row[6]
-                    left_out.add(row[:6])
-                    _refuse(batch, row[6], why)
-            state, days = _rollups(batch, too_long, left_out)
-            # A rollup row the database refuses is left out without a word more: its requests are in the hourly
-            # rows written above (and refused with them there, counted).
-            for sql, rollup in ((self._state_sql, state), (self._days_sql, days)):
-                for keys in _chunks(sorted(rollup)):
-                    for _ in self._insert(conn, sql, [(*k, *rollup[k]) for k in keys], careful):
-                        pass
+            moved, left_out = self._write_clients(conn, batch, too_long, careful)
+            self._write_rollups(conn, *_rollups(batch, too_long, left_out), careful)
             for key in too_long:
                 names = ", ".join(repr(name[:80]) for name in key[1:] if len(name) > NAME_WIDTH)
                 _refuse(batch, totals_of[key][0], f"a name longer than the ledger's columns ({NAME_WIDTH}): {names}")
-            for keys in _chunks(sorted(totals_of.keys() - too_long)):
-                rows = [(*k, totals_of[k][0], totals_of[k][1] + moved.get(k, 0)) for k in keys]
-                for row, why in self._insert(conn, self._totals_sql, rows, careful):
-                    _refuse(batch, row[4] - moved.get((row[0], row[1], row[2], row[3]), 0), why)
+            self._write_totals(conn, batch, {k: totals_of[k] for k in totals_of.keys() - too_long}, moved, careful)
         return True
+
+    def _write_clients(self, conn: Connection, batch: Batch, too_long: set[TotalKey], careful: bool
+                       ) -> tuple[dict[TotalKey, int], set[ClientKey]]:
+        """The batch's client rows; the requests of refused ones per total (counted there as untracked), and their
+        keys."""
+        moved: dict[TotalKey, int] = {}
+        left_out: set[ClientKey] = set()
+        requests, first, last = batch.requests, batch.first_seen, batch.last_seen
+        for keys in _chunks(sorted(requests)):
+            rows = [(*k, requests[k], first[k], last[k]) for k in keys if (k[0], k[1], k[2], k[5]) not in too_long]
+            for row, why in self._insert(conn, self._clients_sql, rows, careful):
+                total = (row[0], row[1], row[2], row[5])
+                moved[total] = moved.get(total, 0) + row[6]
+                left_out.add(row[:6])
+                _refuse(batch, row[6], why)
+        return moved, left_out
+
+    def _write_rollups(self, conn: Connection, state: dict[Any, tuple[Any, ...]], days: dict[Any, tuple[int, int]],
+                       careful: bool) -> None:
+        # A rollup row the database refuses is left out without a word more: its requests are in the hourly
+        # rows written before (and refused with them there, counted).
+        for sql, rollup in ((self._state_sql, state), (self._days_sql, days)):
+            for keys in _chunks(sorted(rollup)):
+                for _ in self._insert(conn, sql, [(*k, *rollup[k]) for k in keys], careful):
+                    pass
+
+    def _write_totals(self, conn: Connection, batch: Batch, totals_of: dict[TotalKey, tuple[int, int]],
+                      moved: dict[TotalKey, int], careful: bool) -> None:
+        for keys in _chunks(sorted(totals_of)):
+            rows = [(*k, totals_of[k][0], totals_of[k][1] + moved.get(k, 0)) for k in keys]
+            for row, why in self._insert(conn, self._totals_sql, rows, careful):
+                _refuse(batch, row[4] - moved.get((row[0], row[1], row[2], row[3]), 0), why)
 
     def _insert(self, conn: Connection, sql: str, rows: list[tuple[Any, ...]], careful: bool
                 ) -> Iterator[tuple[tuple[Any, ...], str]]:
@@ -449,37 +471,44 @@ def _rollups(batch: Batch, too_long: set[TotalKey], left_out: set[ClientKey]
     day its requests and refusals. A decision that is no deprecated call (``usage.counted``) is left out of both."""
     state: dict[tuple[str, str, str], list[Any]] = {}
     days: dict[tuple[int, str, str, str], list[int]] = {}
-    first, last = batch.first_seen, batch.last_seen
     for key, n in batch.requests.items():
-        hour, behaviour, tenant, client, agent, decision = key
+        hour, behaviour, tenant, client, _agent, decision = key
         if not counted(decision) or (hour, behaviour, tenant, decision) in too_long or key in left_out:
             continue
         no = refused(decision)
-        seen = last[key]
-        who = (tenant, client, behaviour)
-        row = state.get(who)
-        if row is None:
-            state[who] = [first[key], seen, n, decision, agent, seen if no else 0.0]
-        else:
-            row[0] = min(row[0], first[key])
-            row[2] += n
-            if seen > row[1]:
-                row[1], row[3], row[4] = seen, decision, agent
-            if no and seen > row[5]:
-                row[5] = seen
+        _roll_state(state, key, n, batch.first_seen[key], batch.last_seen[key], no)
         day = days.setdefault((hour - hour % DAY, tenant, client, behaviour), [0, 0])
         day[0] += n
-        if no:
-            day[1] += n
-    out: dict[tuple[str, str, str], tuple[Any, ...]] = {}
-    for (tenant, client, behaviour), (first_seen, last_seen, n, decision, agent, last_refused) in state.items():
-        rule = batch.rules.get((behaviour, tenant, client), "")
-        if rule in _CALENDAR_RULES and _bridged(decision):
-            rule = "bridge"
-        example = batch.examples.get((behaviour, tenant, client), "")
-        out[(tenant, client, behaviour)] = (first_seen, last_seen, n, decision, agent, example[:EXAMPLE_WIDTH],
-                                            rule[:RULE_WIDTH], last_refused)
+        day[1] += n if no else 0
+    out = {who: _state_row(batch, who, *row) for who, row in state.items()}
     return out, {key: (n, no) for key, (n, no) in days.items()}
+
+
+def _roll_state(state: dict[tuple[str, str, str], list[Any]], key: ClientKey, n: int, first: float, seen: float,
+                no: bool) -> None:
+    """One client row into its client's state: ``[first_seen, last_seen, requests, decision, agent, last_refused]``."""
+    _hour, behaviour, tenant, client, agent, decision = key
+    row = state.get((tenant, client, behaviour))
+    if row is None:
+        state[(tenant, client, behaviour)] = [first, seen, n, decision, agent, seen if no else 0.0]
+        return
+    row[0] = min(row[0], first)
+    row[2] += n
+    if seen > row[1]:
+        row[1], row[3], row[4] = seen, decision, agent
+    if no and seen > row[5]:
+        row[5] = seen
+
+
+def _state_row(batch: Batch, who: tuple[str, str, str], first_seen: float, last_seen: float, n: int, decision: str,
+               agent: str, last_refused: float) -> tuple[Any, ...]:
+    """A client's state row, with its rule (``bridge`` when the bridge acted under the calendar) and example call."""
+    tenant, client, behaviour = who
+    rule = batch.rules.get((behaviour, tenant, client), "")
+    if rule in _CALENDAR_RULES and _bridged(decision):
+        rule = "bridge"
+    example = batch.examples.get((behaviour, tenant, client), "")
+    return (first_seen, last_seen, n, decision, agent, example[:EXAMPLE_WIDTH], rule[:RULE_WIDTH], last_refused)
 
 
 _TOTAL_COLUMNS = ("bucket", "behaviour", "tenant", "decision", "requests", "untracked")
@@ -529,27 +558,40 @@ def fold_report(query: Query, total_rows: Sequence[Sequence[Any]] = (), counts: 
         return found
 
     for behaviour, tenant, decision, requests, untracked in total_rows:
-        e = entry(behaviour)
-        e["requests"] += int(requests)
-        e["by_decision"][decision] = e["by_decision"].get(decision, 0) + int(requests)
-        per = e["by_tenant"].setdefault(tenant, {})
-        per[decision] = per.get(decision, 0) + int(requests)
-        e["untracked_clients_requests"] += int(untracked)
+        _add_total(entry(behaviour), tenant, decision, int(requests), int(untracked))
     for behaviour, variants, distinct_clients in counts:
         e = entry(behaviour)
         e["variants"], e["clients"] = int(variants), int(distinct_clients)
-    for behaviour, names, (tenant, client, agent, requests, first, last, *per_decision) in top_rows:
-        decisions = {name: int(n) for name, n in zip(names, per_decision, strict=True) if n}
-        entry(behaviour)["top_clients"].append({
-            "tenant": tenant, "client": client or None, "user_agent": agent or None, "requests": int(requests),
-            "decisions": dict(sorted(decisions.items(), key=lambda d: (-d[1], d[0]))),
-            "first_seen": round(float(first), 3), "last_seen": round(float(last), 3)})
+    for behaviour, names, row in top_rows:
+        entry(behaviour)["top_clients"].append(_top_client(names, row))
     for e in behaviours.values():
-        e["by_decision"] = dict(sorted(e["by_decision"].items(), key=lambda d: (-d[1], d[0])))
-        e["by_tenant"] = {tenant: dict(sorted(d.items(), key=lambda kv: (-kv[1], kv[0])))
-                          for tenant, d in sorted(e["by_tenant"].items())}
+        e["by_decision"] = _by_count(e["by_decision"])
+        e["by_tenant"] = {tenant: _by_count(d) for tenant, d in sorted(e["by_tenant"].items())}
     return {"since": iso(query.since), "until": iso(query.until), "order": query.order,
             "behaviours": dict(sorted(behaviours.items()))}
+
+
+def _add_total(entry: dict[str, Any], tenant: str, decision: str, requests: int, untracked: int) -> None:
+    entry["requests"] += requests
+    entry["by_decision"][decision] = entry["by_decision"].get(decision, 0) + requests
+    per = entry["by_tenant"].setdefault(tenant, {})
+    per[decision] = per.get(decision, 0) + requests
+    entry["untracked_clients_requests"] += untracked
+
+
+def _top_client(names: Sequence[str], row: Sequence[Any]) -> dict[str, Any]:
+    """A row of the top variants: tenant, client, user agent, requests, first and last seen, a count per decision
+    of ``names`` (the ones that are not 0 kept)."""
+    tenant, client, agent, requests, first, last, *per_decision = row
+    decisions = {name: int(n) for name, n in zip(names, per_decision, strict=True) if n}
+    return {"tenant": tenant, "client": client or None, "user_agent": agent or None, "requests": int(requests),
+            "decisions": _by_count(decisions), "first_seen": round(float(first), 3),
+            "last_seen": round(float(last), 3)}
+
+
+def _by_count(counts: dict[str, int]) -> dict[str, int]:
+    """Counts by name, the largest first (then by name)."""
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def _revision(conn: Connection) -> str | None:

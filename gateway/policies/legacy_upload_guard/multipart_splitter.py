@@ -109,15 +109,18 @@ def _head(part: PartHeaders) -> PartHead:
     params = {key: value for key, value, _ in parsed}
     if "name*" in params:
         raise Ambiguous("extended_name", f"part {index} has an RFC 8187 name*, which parsers read differently")
-    coding = fields.get(b"content-transfer-encoding")
-    if coding is not None and coding.decode("latin-1").lower() not in _PLAIN_CODINGS:
-        raise Ambiguous("content_transfer_encoding",
-                        f"part {index} has a Content-Transfer-Encoding that some parsers decode and others do not")
+    _check_coding(index, fields.get(b"content-transfer-encoding"))
     raw_type = fields.get(b"content-type")
     media_value = None if raw_type is None else raw_type.decode("latin-1")
     content_type = None if media_value is None else _essence(index, media_value)
     return PartHead(index, part.raw, _raw_text(params["name"]), _filename(params), content_type, part.file_reason,
                     media_value)
+
+
+def _check_coding(index: int, coding: bytes | None) -> None:
+    if coding is not None and coding.decode("latin-1").lower() not in _PLAIN_CODINGS:
+        raise Ambiguous("content_transfer_encoding",
+                        f"part {index} has a Content-Transfer-Encoding that some parsers decode and others do not")
 
 
 def _essence(index: int, media_value: str) -> str:

@@ -236,7 +236,7 @@ class _Upload:
         if looked is None:
             return None
         reply, card = looked
-        files = card.get("files") if run.saved is None else _comment_files(card, run.saved.uid)
+        files = self._files(card)
         if not isinstance(files, list):
             return []
         mine = run.files.ids() | set(run.up.made.get(run.card_key(), ()))
@@ -245,6 +245,11 @@ class _Upload:
         size = str(self.pipe.size)
         return [file_id for f in files
                 if (file_id := _same_file(f, self.name, size, mine)) is not None and is_new(file_id, f)]
+
+    def _files(self, card: Mapping[str, Any]) -> Any:
+        """The files of the upload's parent as the service listed them: the card's, or its comment's."""
+        saved = self.run.saved
+        return card.get("files") if saved is None else _comment_files(card, saved.uid)
 
 
 def _comment_files(card: Mapping[str, Any], uid: str | None) -> Any:
