@@ -6,12 +6,13 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
 
-__all__ = ("HOST", "cpu_seconds", "free_port", "percentile", "proc_status", "tool", "wait_port")
+__all__ = ("HOST", "cpu_seconds", "free_port", "percentile", "proc_status", "stop_all", "tool", "wait_port")
 
 HOST = "127.0.0.1"
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -68,3 +69,16 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
     fields = stat.rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def stop_all(procs: list[subprocess.Popen[bytes]], timeout: float = 60.0) -> None:
+    """SIGTERM to every process still running, then each waited for (killed after ``timeout`` seconds)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -59,7 +59,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -72,7 +71,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchlib import cpu_seconds, free_port, percentile, tool, wait_port
+from benchlib import cpu_seconds, free_port, percentile, stop_all, tool, wait_port
 
 from gateway.policies.board_cards import json_splice  # noqa: E402
 from tests.board_fixtures import board_bytes, realistic_board_bytes  # noqa: E402
@@ -237,15 +236,7 @@ def fetch(port: int, path: str = "/api/latest/boards/1", conn: http.client.HTTPC
 
 
 def stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop_all(procs)
 
 
 def wrk(url: str, duration: int, connections: int = 4, threads: int = 2, rate: float | None = None,

@@ -46,7 +46,7 @@ from typing import Any
 import aiohttp
 import yaml
 from aiohttp import web
-from benchlib import free_port, percentile, proc_status
+from benchlib import free_port, percentile, proc_status, stop_all
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -400,13 +400,7 @@ async def limits(tmp: Path, rounds: int) -> list[dict[str, Any]]:
               f"20 readers' p99 / one reader {statistics.median(r['twenty_p99_s'] / r['one_s'] for r in rows):.2f}")
         return rows
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_all(procs, 15)
 
 
 async def main() -> None:
@@ -482,13 +476,7 @@ async def main() -> None:
             if args.json:
                 args.json.write_text(json.dumps(results, indent=2))
         finally:
-            for proc in procs:
-                proc.send_signal(signal.SIGTERM)
-            for proc in procs:
-                try:
-                    proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            stop_all(procs, 15)
 
 
 if __name__ == "__main__":

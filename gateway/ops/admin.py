@@ -438,24 +438,23 @@ _PAGE_HEADERS = {
 
 
 async def _status(request: web.Request) -> web.Response:
-    wall = time.time()
-    try:
-        view, query = _page_query(request, wall)
-    except ValueError as err:
-        return _problem(400, "BAD_QUERY", str(err))
-    page = await _off_loop(functools.partial(render_page, await _status_data(request, view, query, wall)))
-    return web.Response(text=page, content_type="text/html", charset="utf-8", headers=_PAGE_HEADERS)
+    return await _rendered(request, render_page)
 
 
 async def _status_main(request: web.Request) -> web.Response:
     """The page's main part, as the page's script puts it in place at each refresh (the same renderer)."""
+    return await _rendered(request, render_main)
+
+
+async def _rendered(request: web.Request, render: Callable[[StatusData], str]) -> web.Response:
+    """The status page's data for the request's query, rendered off the event loop as HTML."""
     wall = time.time()
     try:
         view, query = _page_query(request, wall)
     except ValueError as err:
         return _problem(400, "BAD_QUERY", str(err))
-    part = await _off_loop(functools.partial(render_main, await _status_data(request, view, query, wall)))
-    return web.Response(text=part, content_type="text/html", charset="utf-8", headers=_PAGE_HEADERS)
+    text = await _off_loop(functools.partial(render, await _status_data(request, view, query, wall)))
+    return web.Response(text=text, content_type="text/html", charset="utf-8", headers=_PAGE_HEADERS)
 
 
 async def _status_json(request: web.Request) -> web.Response:

@@ -18,7 +18,7 @@ import weakref
 import zoneinfo
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import __version__
 from ..rollout import Clock, FixedClock, RolloutPlan, Schedule
@@ -399,31 +399,37 @@ def _signals(drawn: _Drawn) -> None:
 
 
 def _brownouts(drawn: _Drawn) -> list[Window]:
-    out = []
-    tz, scale = drawn.tz, drawn.scale
-    for window in drawn.schedule.windows:
-        state = _state(window.start, window.end, drawn.now)
-        phase = drawn.phases[window.index]
-        drawn.event(window.start, _local(window.start, tz), "brownout", state, window.index,
-                    f"brownout: {phase} until {_local(window.end, tz)}")
-        out.append(Window(from_pct=scale.pct(window.start), to_pct=scale.pct(window.end), state=state, phase=phase,
-                          severity=drawn.severity(window.index),
-                          label=f"brownout {phase}: {_local(window.start, tz)} to {_local(window.end, tz)}"))
-    return out
+    return _windows(drawn, drawn.schedule.windows, "brownout", "until", "")
 
 
 def _shadows(drawn: _Drawn) -> list[Window]:
+    return _windows(drawn, drawn.schedule.shadows, "shadow", "decided and recorded, not applied, until",
+                    " (recorded, not applied)")
+
+
+class _PlanWindow(Protocol):
+    """A window of a schedule (``Schedule.windows``, ``Schedule.shadows``)."""
+
+    @property
+    def start(self) -> float: ...
+    @property
+    def end(self) -> float: ...
+    @property
+    def index(self) -> int: ...
+
+
+def _windows(drawn: _Drawn, windows: Sequence[_PlanWindow], kind: str, until: str, note: str) -> list[Window]:
+    """Windows in a later phase (``kind``: a brownout applied, a shadow only recorded), each an event and a bar."""
     out = []
     tz, scale = drawn.tz, drawn.scale
-    for window in drawn.schedule.shadows:
+    for window in windows:
         state = _state(window.start, window.end, drawn.now)
         phase = drawn.phases[window.index]
-        drawn.event(window.start, _local(window.start, tz), "shadow", state, window.index,
-                    f"shadow: {phase} decided and recorded, not applied, until {_local(window.end, tz)}")
+        drawn.event(window.start, _local(window.start, tz), kind, state, window.index,
+                    f"{kind}: {phase} {until} {_local(window.end, tz)}")
         out.append(Window(from_pct=scale.pct(window.start), to_pct=scale.pct(window.end), state=state, phase=phase,
                           severity=drawn.severity(window.index),
-                          label=f"shadow {phase} (recorded, not applied): {_local(window.start, tz)} to "
-                                f"{_local(window.end, tz)}"))
+                          label=f"{kind} {phase}{note}: {_local(window.start, tz)} to {_local(window.end, tz)}"))
     return out
 
 
