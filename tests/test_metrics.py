@@ -1,5 +1,5 @@
-"""The per-request families: prometheus-client's classes in one process and under --workers (its multiprocess mode),
-exporting the same samples either way."""
+"""The per-request families: the event loop's own numbers in one process (``_LoopSeries``), prometheus-client's classes
+under --workers (its multiprocess mode), exporting the same samples and the same text either way."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ _OBSERVATIONS = [
     ("catch_all", "POST", 503, 301.0, 300.5),  # above the largest bound
     ("other", "HEAD", 99, 0.0, 0.0),
     ("other", "GET", 799, 5, 10),
+    ("board", "GET", 201, 0.0, None),
+    ("board", "GET", 299, 0.0025000001, None),  # just above a bucket bound
 ]
 
 # Run as a worker runs: PROMETHEUS_MULTIPROC_DIR set before prometheus-client is imported; prints what a scrape reads.
@@ -35,7 +37,6 @@ for observation in {_OBSERVATIONS!r}:
     metrics.observe_request(*observation)
     metrics.in_flight.dec()
 metrics.in_flight.inc()
-metrics.requests.labels("board", "GET", "2xx").inc(2.5)
 print(metrics.scrape().decode())
 """
 
@@ -46,7 +47,6 @@ def _exercise(metrics: Metrics) -> None:
         metrics.observe_request(*observation)
         metrics.in_flight.dec()
     metrics.in_flight.inc()
-    metrics.requests.labels("board", "GET", "2xx").inc(2.5)
 
 
 _PER_REQUEST = ("gateway_requests_", "gateway_request_duration_seconds", "gateway_upstream_duration_seconds",
@@ -77,11 +77,12 @@ def test_values_are_readable_from_the_registry() -> None:
     registry = metrics.registry
     assert registry.get_sample_value("gateway_requests_in_flight") == 1
     labels = {"route": "board", "method": "GET", "status_class": "2xx"}
-    assert registry.get_sample_value("gateway_requests_total", labels) == 4.5
+    assert registry.get_sample_value("gateway_requests_total", labels) == 4
     assert registry.get_sample_value("gateway_requests_total", {**labels, "method": "PUT"}) == 1
     assert registry.get_sample_value("gateway_request_duration_seconds_count", {"route": "catch_all"}) == 2
-    assert registry.get_sample_value("gateway_request_duration_seconds_bucket", {"route": "board", "le": "0.001"}) == 1
-    assert registry.get_sample_value("gateway_request_duration_seconds_count", {"route": "board"}) == 3
+    assert registry.get_sample_value("gateway_request_duration_seconds_bucket", {"route": "board", "le": "0.001"}) == 2
+    assert registry.get_sample_value("gateway_request_duration_seconds_bucket", {"route": "board", "le": "0.0025"}) == 4
+    assert registry.get_sample_value("gateway_request_duration_seconds_count", {"route": "board"}) == 5
     assert registry.get_sample_value("gateway_upstream_duration_seconds_sum", {"route": "other"}) == 10
 
 
@@ -96,12 +97,25 @@ def test_no_created_samples_whatever_prometheus_clients_switch_said(monkeypatch:
     assert "gateway_requests_total" in text and "_created" not in text
 
 
-def test_a_counter_refuses_to_go_down() -> None:
-    metrics = Metrics(multiprocess=False)
-    with pytest.raises(ValueError):
-        metrics.requests.labels("board", "GET", "2xx").inc(-1)
-    with pytest.raises(ValueError):
-        metrics.request_duration.labels("board", "extra")
+def test_the_loop_series_write_the_text_prometheus_clients_classes_write() -> None:
+    """Names, help, types, label order, bucket bounds and number formats: byte for byte what prometheus-client's own
+    Counter and Histogram (``_SharedSeries``, in one process) write for the same requests."""
+    from prometheus_client import CollectorRegistry
+
+    from gateway.ops.metrics import _SharedSeries
+
+    loop = Metrics(multiprocess=False)
+    theirs = CollectorRegistry()
+    shared = _SharedSeries(theirs)
+    for observation in _OBSERVATIONS:
+        loop.observe_request(*observation)
+        shared.observe(*observation)
+    lines = generate_latest(loop.registry).decode().splitlines()
+    names = [line.split()[2 if line.startswith("#") else 0] for line in lines]  # a sample's name with its labels
+    ours = [line for name, line in zip(names, lines, strict=True)
+            if name.startswith(_PER_REQUEST[:3]) and not name.startswith("gateway_requests_in_flight")]
+    assert len(ours) == 3 * 2 + 6 + 3 * 2 * 19
+    assert ours == generate_latest(theirs).decode().splitlines()
 
 
 def test_companies_over_the_bound_share_one_series_and_one_child() -> None:

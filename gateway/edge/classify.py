@@ -136,7 +136,8 @@ def _head_refusal(request: web.BaseRequest, hosts: Sequence[str]) -> EdgeRefusal
         # aiohttp takes "gzip, chunked" and decodes only the chunked framing: the upstream would be sent gzip
         # bytes labelled as plain.
         return EdgeRefusal.of(400, "BAD_TRANSFER_ENCODING", "a request body may use no transfer coding but chunked")
-    if not all(value.isascii() for _, value in request.raw_headers) and not _utf8_values(request):
+    # aiohttp decodes each value from its bytes, so a value is ASCII exactly when its bytes are: one check in C.
+    if not "".join(headers.values()).isascii() and not _utf8_values(request):
         return EdgeRefusal.of(400, "BAD_HEADER", "a header value is not UTF-8: it cannot be forwarded as it was sent")
     return None
 
