@@ -169,7 +169,7 @@ _UPSTREAM_DURATION = ("gateway_upstream_duration_seconds", "Time from sending up
 _REQUEST_LABELS = ("route", "method", "status_class")
 _BOUNDS = (*_BUCKETS, math.inf)
 # The ``le`` label of each bucket, as prometheus-client writes it.
-_LE = tuple(floatToGoString(bound) for bound in _BOUNDS)
+_LE = tuple(floatToGoString(bound) for bound in _BOUNDS)  # type: ignore[no-untyped-call]
 
 
 def _request_key(route: str, method: str, status: int) -> tuple[str, str, str]:
