@@ -1,4 +1,5 @@
-"""Small HTTP helpers shared by every part: hop-by-hop headers, request ids, and the client's token fingerprint."""
+"""Small HTTP helpers shared by every part: hop-by-hop headers, transfer codings, request ids, and the client's token
+fingerprint."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from multidict import CIMultiDictProxy
 
-__all__ = ("HOP_BY_HOP", "connection_tokens", "new_request_id", "random_bits", "random_hex", "token_fingerprint")
+__all__ = ("HOP_BY_HOP", "connection_tokens", "new_request_id", "random_bits", "random_hex", "token_fingerprint",
+           "transfer_codings")
 
 # RFC 9110 7.6.1 (and the de facto Keep-Alive and Proxy-Connection): never forwarded by a proxy.
 HOP_BY_HOP = frozenset(
@@ -39,6 +41,13 @@ def connection_tokens(headers: CIMultiDictProxy[str]) -> frozenset[str]:
     if len(values) == 1 and values[0].strip().lower() in _PLAIN_CONNECTION:
         return _NO_TOKENS  # the common case: names no header
     return frozenset(t.strip().lower() for v in values for t in v.split(",") if t.strip())
+
+
+def transfer_codings(headers: CIMultiDictProxy[str]) -> list[str]:
+    """The transfer codings a message's Transfer-Encoding lines name, in order, lower-cased: every line, split on
+    commas, empty list elements ignored (RFC 9110 5.6.1: ", chunked" is "chunked"). The edge refuses a request whose
+    codings are anything but ``["chunked"]``; the legacy upload guard reads the same list."""
+    return [c for v in headers.getall("Transfer-Encoding", ()) for t in v.split(",") if (c := t.strip().lower())]
 
 
 # Request, trace and span ids: random, not secret (a client may send its own request id and trace). A Mersenne Twister

@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from aiohttp import hdrs, http_exceptions, web
-from multidict import CIMultiDictProxy
 
 from ..core.exchange import Exchange, Reply, Services
-from ..core.http import new_request_id
+from ..core.http import new_request_id, transfer_codings
 from ..core.reply import internal_error
 from ..core.tenants import canonical_host
 from .method import FormMethod, effective_method, form_method
@@ -83,10 +82,6 @@ class EdgeRefusal:
         return cls.of(status, _PARSER_CODES.get(status, "BAD_REQUEST"), parser_error_text(exc))
 
 
-def _codings(headers: CIMultiDictProxy[str]) -> list[str]:
-    return [c.strip().lower() for v in headers.getall(hdrs.TRANSFER_ENCODING) for c in v.split(",") if c.strip()]
-
-
 def _utf8_values(request: web.BaseRequest) -> bool:
     """Whether every header value is UTF-8. aiohttp reads other bytes (obs-text, RFC 9110 5.5) into strings it can
     only write back without them, so such a request would reach the upstream altered."""
@@ -132,7 +127,7 @@ def _head_refusal(request: web.BaseRequest, hosts: Sequence[str]) -> EdgeRefusal
     if len(hosts) > 1:
         return EdgeRefusal.of(400, "BAD_HOST", "the request has more than one Host header")
     headers = request.headers
-    if hdrs.TRANSFER_ENCODING in headers and _codings(headers) != ["chunked"]:
+    if hdrs.TRANSFER_ENCODING in headers and transfer_codings(headers) != ["chunked"]:
         # aiohttp takes "gzip, chunked" and decodes only the chunked framing: the upstream would be sent gzip
         # bytes labelled as plain.
         return EdgeRefusal.of(400, "BAD_TRANSFER_ENCODING", "a request body may use no transfer coding but chunked")

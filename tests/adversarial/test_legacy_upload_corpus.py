@@ -420,6 +420,11 @@ CASES: list[Case] = [
     Case("transfer-coding-gzip-chunked",
          comment(b"", headers=[("Transfer-Encoding", "gzip, chunked")]) + chunked(FILE_BODY, 100), (400,),
          "BAD_TRANSFER_ENCODING"),
+    # An empty list element is no coding (RFC 9110 5.6.1): ", chunked" is chunked, for the edge and the guard alike.
+    blocked("transfer-coding-empty-element-file", comment(b"", headers=[("Transfer-Encoding", ", chunked")])
+            + chunked(FILE_BODY, 100)),  # fmt: skip
+    passed("transfer-coding-empty-element-text", comment(b"", headers=[("Transfer-Encoding", " ,chunked")])
+           + chunked(TEXT_BODY, 100), Sent("POST", "/api/v1/cards/1/comments", TEXT_BODY, length=None)),
     refused("look-ahead-exceeded", comment(BIG_TEXT), "look_ahead_exceeded", 413, "LEGACY_UPLOAD_UNDECIDED"),
     # --- refused by the HTTP parser: malformed framing never reaches any upstream --------------------------------
     framing("content-length-and-transfer-encoding", comment(b"", headers=[("Content-Length", "10"),

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter
 from pydantic import AnyHttpUrl, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from ...core.exchange import BodyBroken, BodyError, Exchange, Flow, Next, Policy, Refuse, Reply, RequestBodyFilter
+from ...core.http import transfer_codings
 from ...core.multipart import Ambiguous, Boundary, form_data_boundary, request_media_type
 from ...core.series import CompanyCounter
 from ...core.spec import (
@@ -433,7 +434,7 @@ def _check_upload_codings(headers: CIMultiDictProxy[str]) -> None:
     chunked."""
     if "Content-Encoding" in headers:
         raise Ambiguous("content_encoding", "a multipart upload body must not carry a Content-Encoding")
-    codings = [t.strip().lower() for v in headers.getall("Transfer-Encoding", ()) for t in v.split(",")]
+    codings = transfer_codings(headers)
     if codings and codings != ["chunked"]:
         raise Ambiguous("transfer_coding", "a multipart upload body must use no transfer coding but chunked")
 
