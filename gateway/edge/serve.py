@@ -121,15 +121,16 @@ class InFlight:
         return self.running
 
 
-class _Outcome:
-    """What the edge knows of one request by the time it records it."""
+class _Outcome(Delivery):
+    """What the edge knows of one request by the time it records it; the writer says through it (a ``Delivery``)
+    whether the whole reply left."""
 
-    __slots__ = ("exchange", "refusal", "delivery", "status", "client_gone")
+    __slots__ = ("exchange", "refusal", "status", "client_gone")
 
     def __init__(self, refusal: EdgeRefusal | None = None) -> None:
+        self.complete = False
         self.exchange: Exchange | None = None
         self.refusal = refusal  # refused before routing
-        self.delivery = Delivery()
         self.status = 0 if refusal is None else refusal.reply.status  # what the client is (being) answered
         self.client_gone = False
 
@@ -137,7 +138,7 @@ class _Outcome:
         """What the client was answered: 499 when it left before it had the whole answer (leaving while the gateway
         lingers after the answer does not change what it was answered); when ``cutting`` (the shutdown deadline),
         a routed request still running is cut, its status the one sent, or 503 if none was."""
-        if self.delivery.complete:
+        if self.complete:
             return self.status
         if cutting and self.refusal is None:
             if self.exchange is not None:
@@ -181,7 +182,9 @@ class Edge:
         return make
 
     async def serve(self, request: web.BaseRequest) -> web.StreamResponse:
-        """Classify, run the route's chain, write the reply; record the request once, however it ends."""
+        """Classify, run the route's chain, write the reply; record the request once, however it ends. (Each
+        coroutine in it is one more frame that every wake-up of the request passes through: the road has two, this
+        and ``_routed``.)"""
         started = time.monotonic()
         trace = self.tracing.begin(request)  # the client's trace continued (or a new one): the server span starts
         outcome = _Outcome()
@@ -189,7 +192,23 @@ class Edge:
         in_flight.arrived()
         task = asyncio.current_task(self._loop)
         try:
-            return await self._serve(request, started, trace, outcome, task)
+            state = self._state()
+            classified = classify(request, started, state, self._services)
+            if isinstance(classified, EdgeRefusal):
+                outcome.refusal = classified
+                reply = classified.reply
+            else:
+                outcome.exchange, form = classified
+                reply = await self._routed(request, outcome.exchange, form, state, trace, task)
+            reply = self._last_word(request, reply, outcome)
+            try:
+                response = await self._write(request, reply, outcome)
+            except (ConnectionError, asyncio.CancelledError):
+                raise
+            except Exception as err:
+                response = await self._failed_to_write(request, outcome.exchange, outcome, err)
+            outcome.status = response.status
+            return response
         except asyncio.CancelledError:
             outcome.client_gone = True  # aiohttp cancels the handler of a connection the client closed
             raise
@@ -203,27 +222,40 @@ class Edge:
             in_flight.done(task)
             self._record(request, outcome, started, trace)
 
-    async def _serve(self, request: web.BaseRequest, started: float, trace: TraceContext | None, outcome: _Outcome,
-                     task: asyncio.Task[Any] | None) -> web.StreamResponse:
-        state = self._state()
+    async def _routed(self, request: web.BaseRequest, exchange: Exchange, form: FormMethod | None,
+                      state: GatewayState, trace: TraceContext | None, task: asyncio.Task[Any] | None) -> Reply:
+        """A classified request's reply: the client's own usage (under ``OwnView.prefix``), or the last step of
+        classification (a form body's ``_method``, where it matters) then the route's chain."""
+        exchange.trace = trace
+        exchange.rollout_maker = self._rollout_maker(state)
+        # Registered once classified (the head's classification does not wait: nothing can be cut before it).
+        self.in_flight.serving(task, request, exchange)
+        own = self._own
+        if own is not None and exchange.path.startswith(own.prefix):
+            return await own.answer(exchange)
+        try:
+            refused = await form.read(exchange) if form is not None else None
+            reply = refused or await state.handlers[exchange.route.name](exchange)
+            if state.rollout.preview is not None:
+                _say_previews(exchange, reply, state.rollout.preview)
+        except asyncio.CancelledError:
+            if not self.in_flight.was_cut(task):
+                raise
+            # Cut by the shutdown deadline (``InFlight.drain``): answered by the caller, like a chain that returned.
+            assert task is not None
+            task.uncancel()
+            reply = _cut(exchange)
+        except Exception:
+            log.exception("unhandled error on route %s (request id %s)", exchange.route.name, exchange.request_id)
+            reply = internal_error(exchange.ensure_request_id())
+        if own is not None and exchange.decisions:
+            own.signal(exchange, reply)
+        return reply
+
+    def _last_word(self, request: web.BaseRequest, reply: Reply, outcome: _Outcome) -> Reply:
+        """The reply as it leaves: the shutdown's 503 if the deadline has passed, and closing its connection when the
+        gateway drains or the request asked to upgrade."""
         in_flight = self.in_flight
-        classified = classify(request, started, state, self._services)
-        if isinstance(classified, EdgeRefusal):
-            outcome.refusal = classified
-            reply = classified.reply
-        else:
-            exchange, form = outcome.exchange, _ = classified
-            exchange.trace = trace
-            exchange.rollout_maker = self._rollout_maker(state)
-            # Registered once classified (the head's classification does not wait: nothing can be cut before it).
-            in_flight.serving(task, request, exchange)
-            own = self._own
-            if own is not None and exchange.path.startswith(own.prefix):
-                reply = await own.answer(exchange)
-            else:
-                reply = await self._run(exchange, form, state, task)
-                if own is not None and exchange.decisions:
-                    own.signal(exchange, reply)
         if in_flight.cutting:
             reply = _cut(outcome.exchange)
         outcome.status = reply.status
@@ -232,34 +264,7 @@ class Edge:
             # (RFC 9110 7.8), and since aiohttp reads nothing more on a connection once asked to upgrade, the
             # connection closes after the answer instead of leaving a pipelined request unread.
             reply.close_connection = True
-        try:
-            response = await self._write(request, reply, outcome.delivery)
-        except (ConnectionError, asyncio.CancelledError):
-            raise
-        except Exception as err:
-            response = await self._failed_to_write(request, outcome.exchange, outcome.delivery, err)
-        outcome.status = response.status
-        return response
-
-    async def _run(self, exchange: Exchange, form: FormMethod | None, state: GatewayState,
-                   task: asyncio.Task[Any] | None) -> Reply:
-        """The last step of classification (a form body's ``_method``, where it matters), then the route's chain."""
-        try:
-            refused = await form.read(exchange) if form is not None else None
-            reply = refused or await state.handlers[exchange.route.name](exchange)
-            if state.rollout.preview is not None:
-                _say_previews(exchange, reply, state.rollout.preview)
-            return reply
-        except asyncio.CancelledError:
-            if not self.in_flight.was_cut(task):
-                raise
-            # Cut by the shutdown deadline (``InFlight.drain``): answered by the caller, like a chain that returned.
-            assert task is not None
-            task.uncancel()
-            return _cut(exchange)
-        except Exception:
-            log.exception("unhandled error on route %s (request id %s)", exchange.route.name, exchange.request_id)
-            return internal_error(exchange.ensure_request_id())
+        return reply
 
     async def serve_unparsed(
         self, request: web.BaseRequest, status: int, exc: BaseException | None
@@ -282,7 +287,7 @@ class Edge:
         outcome = _Outcome(refusal)
         self.in_flight.arrived()
         try:
-            return await self._write(request, refusal.reply, outcome.delivery)
+            return await self._write(request, refusal.reply, outcome)
         except (asyncio.CancelledError, ConnectionError):
             outcome.client_gone = True
             raise
@@ -296,7 +301,7 @@ class Edge:
         in_flight = self.in_flight
         in_flight.left()
         exchange, refusal = outcome.exchange, outcome.refusal
-        status = outcome.status if outcome.delivery.complete else outcome.final_status(request, in_flight.cutting)
+        status = outcome.status if outcome.complete else outcome.final_status(request, in_flight.cutting)
         if exchange is not None:
             exchange.close_body()
         code, rid = (None, None) if refusal is None else (refusal.code, refusal.request_id)
