@@ -4,6 +4,7 @@ of them created before 2026-05-21 (both file settings off by default), half afte
 
     .venv/bin/python bench/tenants.py [--companies 1,1000,10000] [--runs 3] [--json FILE]
                                       [--rounds 5 --duration 10]   # the 1 KB request's throughput (0 rounds: none)
+                                      [--pin]                      # ...the gateways on CPU 0, nginx and wrk on 1
                                       [--instructions 2000]        # ...and its instructions under callgrind
 
 One row per N, each figure the median over ``--runs`` fresh processes, with its spread (min-max):
@@ -270,13 +271,13 @@ end
 """
 
 
-def _origin(tmp: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """nginx serving /1k.json on a port of its own: the process and the port."""
+def _origin(tmp: Path, pin: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], int]:
+    """nginx serving /1k.json on a port of its own (its argv after ``pin``: taskset's): the process and the port."""
     (tmp / "www").mkdir(exist_ok=True)
     (tmp / "www" / "1k.json").write_bytes(ONE_KB)
     origin = free_port()
     conf = harness.nginx_conf(tmp, "origin", harness.NGINX_STATIC.format(host=HOST, port=origin, docroot=tmp / "www"))
-    upstream = subprocess.Popen([tool("nginx"), "-p", str(tmp), "-c", str(conf)], stdout=subprocess.DEVNULL,
+    upstream = subprocess.Popen([*pin, tool("nginx"), "-p", str(tmp), "-c", str(conf)], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
     try:
         wait_port(origin, proc=upstream)
@@ -286,14 +287,20 @@ def _origin(tmp: Path) -> tuple[subprocess.Popen[bytes], int]:
     return upstream, origin
 
 
-def throughput(tmp: Path, few: int, many: int, rounds: int, duration: float) -> str:
+# --pin: the gateways on the first CPU, nginx and wrk on the second (each process then competes only with its kind).
+GATEWAY_PIN = ("taskset", "-c", "0")
+LOAD_PIN = ("taskset", "-c", "1")
+
+
+def throughput(tmp: Path, few: int, many: int, rounds: int, duration: float, *, pin: bool = False) -> str:
     """The 1 KB request through a gateway of ``few`` and one of ``many`` companies, interleaved rounds: a table."""
     wrk = tool("wrk")
-    upstream, origin = _origin(tmp)
+    upstream, origin = _origin(tmp, LOAD_PIN if pin else ())
     gateways: dict[int, Running] = {}
     try:
         for companies in (few, many):
-            gateways[companies] = start(tmp, companies, upstream=f"http://{HOST}:{origin}")
+            gateways[companies] = start(tmp, companies, upstream=f"http://{HOST}:{origin}",
+                                        wrapper=GATEWAY_PIN if pin else ())
         scripts = {}
         for companies, running in gateways.items():
             script = scripts[companies] = tmp / f"rotate-{companies}.lua"
@@ -305,7 +312,7 @@ def throughput(tmp: Path, few: int, many: int, rounds: int, duration: float) -> 
             for companies in (few, many) if rnd % 2 == 0 else (many, few):
                 running = gateways[companies]
                 before = cpu_seconds(running.proc.pid)
-                argv = [wrk, "-t1", "-c50", f"-d{max(1, round(duration))}s", "-s", str(scripts[companies]),
+                argv = [*(LOAD_PIN if pin else ()), wrk, "-t1", "-c50", f"-d{max(1, round(duration))}s", "-s", str(scripts[companies]),
                         f"http://{HOST}:{running.port}/1k.json"]
                 out = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 30)
                 result = harness.parse_wrk(out.stdout)
@@ -424,6 +431,8 @@ async def main() -> int:
                         help="wrk rounds of the 1 KB request at the fewest and the most companies (0: none; "
                              "default: %(default)s)")
     parser.add_argument("--duration", type=float, default=10, help="seconds of each wrk round (default: %(default)s)")
+    parser.add_argument("--pin", action="store_true",
+                        help="throughput rounds: the gateways on CPU 0, nginx and wrk on CPU 1 (taskset)")
     parser.add_argument("--instructions", type=int, default=0, metavar="N",
                         help="also count instructions per 1 KB request under callgrind over N requests (0: not)")
     parser.add_argument("--instructions-rounds", type=int, default=2,
@@ -441,7 +450,7 @@ async def main() -> int:
                       + ", ".join(f"{k} {v:.3g}" for k, v in row.items()), flush=True)
         print(table(rows))
         if args.rounds > 0 and len(counts) > 1:
-            print(throughput(Path(tmp), min(counts), max(counts), args.rounds, args.duration))
+            print(throughput(Path(tmp), min(counts), max(counts), args.rounds, args.duration, pin=args.pin))
         if args.instructions > 0 and len(counts) > 1:
             print(instructions(Path(tmp), min(counts), max(counts), args.instructions, args.instructions_rounds))
     if args.json:
