@@ -130,14 +130,18 @@ def known_host(host: str | None, names: frozenset[str] | list[str]) -> bool:
     if not host:
         return False
     name = canonical_host(host)
-    try:
-        ipaddress.ip_address(name[1:-1] if name.startswith("[") else name)
-        return True
-    except ValueError:
-        pass
-    if name == "localhost" or name in names:
+    if _is_address(name) or name == "localhost" or name in names:
         return True
     return any(pattern.startswith("*.") and name.endswith(pattern[1:]) for pattern in names)
+
+
+def _is_address(name: str) -> bool:
+    """Whether a canonical host is an IP address (IPv6 in its brackets)."""
+    try:
+        ipaddress.ip_address(name[1:-1] if name.startswith("[") else name)
+    except ValueError:
+        return False
+    return True
 
 
 def _error(status: int, code: str, message: str, *challenges: str) -> web.Response:
@@ -216,6 +220,13 @@ async def _guard(request: web.Request, handler: Callable[[web.Request], Awaitabl
                       "localhost, or a name listed in server.admin_hosts")
     if _OPENED_AS.get(request.path, request.path) in server.admin_open_paths():
         return await handler(request)
+    return await _closed(request, handler, config)
+
+
+async def _closed(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+                  config: LoadedConfig) -> web.StreamResponse:
+    """A path behind the admin token: served with it, a login with ``?token=``, else refused."""
+    server = config.model.server
     token = server.admin_token
     if token is None:
         return _error(403, "ADMIN_CLOSED", "server.admin_token is not set: this admin path is closed (only /livez and "
@@ -391,31 +402,44 @@ async def _status_data(request: web.Request, view: CompanyView, query: Query, wa
     gateway = request.app[_GATEWAY]
     state = gateway.state
     ledger = gateway.ledger
-    usage: dict[str, Any] | None = None
-    ready: dict[str, Any] | None = None
-    problem = _LEDGER_OFF if ledger is None else None
-    if ledger is not None:
-        try:
-            usage = _named(await ledger.report(query, fresh=_PAGE_FRESH), gateway.names, {})
-            # The clients to contact: the most urgent of those that still call.
-            ready, _ = await readiness(gateway, top=_PAGE_CLIENTS, ready=False, fresh=_PAGE_FRESH, flush=False)
-        except LedgerUnavailable as err:
-            problem = str(err)
+    usage, ready, problem = await _page_usage(gateway, query)
     plan = state.rollout
     selection = await _off_loop(functools.partial(select_companies, plan, gateway.clock.now().timestamp(), usage,
                                                   view))
     daily: list[tuple[str, str, int, int]] = []
     if ledger is not None and usage is not None:
-        try:
-            # Requests per day for the charts of the companies shown: everything retention keeps.
-            daily = await ledger.daily(*window(wall - ledger.options.retention_days * 86400, wall),
-                                       tenants=frozenset(selection.names), fresh=_PAGE_FRESH)
-        except LedgerUnavailable as err:
-            problem = str(err)
+        daily, problem = await _page_daily(ledger, wall, selection.names, problem)
     return await _off_loop(functools.partial(
         status_data, config=state.config, plan=plan, clock=gateway.clock, history=request.app[_HISTORY],
         usage=usage, daily=daily, ledger=ledger.status() if ledger is not None else None, usage_problem=problem,
         wall=wall, selection=selection, readiness=ready))
+
+
+async def _page_usage(gateway: Served, query: Query
+                      ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, str | None]:
+    """The page's usage report and clients to contact, each None with the problem when the ledger is off or down."""
+    ledger = gateway.ledger
+    if ledger is None:
+        return None, None, _LEDGER_OFF
+    usage: dict[str, Any] | None = None
+    try:
+        usage = _named(await ledger.report(query, fresh=_PAGE_FRESH), gateway.names, {})
+        # The clients to contact: the most urgent of those that still call.
+        ready, _ = await readiness(gateway, top=_PAGE_CLIENTS, ready=False, fresh=_PAGE_FRESH, flush=False)
+    except LedgerUnavailable as err:
+        return usage, None, str(err)
+    return usage, ready, None
+
+
+async def _page_daily(ledger: Ledger, wall: float, names: list[str], problem: str | None
+                      ) -> tuple[list[tuple[str, str, int, int]], str | None]:
+    """Requests per day for the charts of the companies shown (everything retention keeps); the page's problem,
+    this read's when it fails."""
+    try:
+        return await ledger.daily(*window(wall - ledger.options.retention_days * 86400, wall),
+                                  tenants=frozenset(names), fresh=_PAGE_FRESH), problem
+    except LedgerUnavailable as err:
+        return [], str(err)
 
 
 async def _off_loop(work: Callable[[], T]) -> T:

@@ -107,23 +107,27 @@ class SelfService:
                                 "with) to see your own usage of deprecated behaviour", rid)
             reply.headers[hdrs.WWW_AUTHENTICATE] = 'Bearer realm="deprecations"'
             return reply
-        key = (exchange.tenant.name, client)
-        body = self._cache.get(key)
-        if body is None:
-            try:
-                body = await self._read(key)
-            except LedgerUnavailable as err:
-                reply = Reply.error(503, "LEDGER_UNAVAILABLE", str(err), rid)
-                reply.headers["Retry-After"] = "30"
-                return reply
-            except _Busy:
-                reply = Reply.error(503, "BUSY", "too many clients ask for their usage at once: retry in a second",
-                                    rid)
-                reply.headers["Retry-After"] = "1"
-                return reply
+        body = await self._document((exchange.tenant.name, client), rid)
+        if isinstance(body, Reply):
+            return body
         headers = CIMultiDict({hdrs.CONTENT_TYPE: "application/json", hdrs.CACHE_CONTROL: "private, max-age=60",
                                hdrs.VARY: "Authorization"})
         return Reply(200, headers, body)
+
+    async def _document(self, key: tuple[str, str], rid: str) -> bytes | Reply:
+        """The client's document, kept or read; a 503 to retry when the ledger cannot answer now."""
+        body = self._cache.get(key)
+        if body is not None:
+            return body
+        try:
+            return await self._read(key)
+        except LedgerUnavailable as err:
+            reply = Reply.error(503, "LEDGER_UNAVAILABLE", str(err), rid)
+            reply.headers["Retry-After"] = "30"
+        except _Busy:
+            reply = Reply.error(503, "BUSY", "too many clients ask for their usage at once: retry in a second", rid)
+            reply.headers["Retry-After"] = "1"
+        return reply
 
     async def _read(self, key: tuple[str, str]) -> bytes:
         task = self._reading.get(key)

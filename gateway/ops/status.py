@@ -436,19 +436,24 @@ def _windows(drawn: _Drawn, windows: Sequence[_PlanWindow], kind: str, until: st
 def _ramps(drawn: _Drawn) -> list[RampStep]:
     """Each ramp's steps, each until the next, the last until the date that puts its phase in force for everyone."""
     out = []
-    schedule, tz, scale = drawn.schedule, drawn.tz, drawn.scale
+    schedule = drawn.schedule
     for ramp in schedule.ramps:
         dated = next((step.at for step in schedule.steps if step.index >= ramp.index), None)
-        phase = drawn.phases[ramp.index]
         ends = [at for at, _ in ramp.steps[1:]] + [dated]
-        for (at, share), end in zip(ramp.steps, ends, strict=True):
-            state = _state(at, end, drawn.now)
-            until = f" until {_local(end, tz)}" if end is not None else ""
-            drawn.event(at, _local(at, tz), "ramp", state, ramp.index, f"ramp: {share:g}% of clients {phase}{until}")
-            out.append(RampStep(from_pct=scale.pct(at), to_pct=scale.pct(end, 100.0), share=share, state=state,
-                                phase=phase, severity=drawn.severity(ramp.index),
-                                label=f"ramp: {share:g}% of clients {phase} from {_local(at, tz)}{until}"))
+        out += [_ramp_step(drawn, ramp.index, at, share, end)
+                for (at, share), end in zip(ramp.steps, ends, strict=True)]
     return out
+
+
+def _ramp_step(drawn: _Drawn, index: int, at: float, share: float, end: float | None) -> RampStep:
+    """One step of a ramp to the phase ``index``, until ``end`` (None: no date puts that phase in force)."""
+    tz, phase = drawn.tz, drawn.phases[index]
+    state = _state(at, end, drawn.now)
+    until = f" until {_local(end, tz)}" if end is not None else ""
+    drawn.event(at, _local(at, tz), "ramp", state, index, f"ramp: {share:g}% of clients {phase}{until}")
+    return RampStep(from_pct=drawn.scale.pct(at), to_pct=drawn.scale.pct(end, 100.0), share=share, state=state,
+                    phase=phase, severity=drawn.severity(index),
+                    label=f"ramp: {share:g}% of clients {phase} from {_local(at, tz)}{until}")
 
 
 def _freeze(drawn: _Drawn) -> None:
@@ -519,17 +524,19 @@ def _chart(days: Mapping[int, int], scale: _Range) -> Chart | None:
         start = _bin_start(day, unit)
         bins[start] = bins.get(start, 0) + requests
     peak = max(bins.values())
-    bars = []
-    for start, requests in sorted(bins.items()):
-        end = _bin_end(start, unit)
-        label = dt.datetime.fromtimestamp(start, dt.UTC).strftime("%Y-%m-%d" if unit != "month" else "%Y-%m")
-        bars.append(Bar(from_pct=scale.pct(start), to_pct=scale.pct(end), height_pct=round(requests / peak * 100, 2),
-                        requests=requests,
-                        label=f"{'week of ' if unit == 'week' else ''}{label}: {requests:,} requests"))
+    bars = [_bar(start, requests, unit, peak, scale) for start, requests in sorted(bins.items())]
     first, last = min(days), max(days)
     return Chart(unit=unit, peak=peak, total=sum(days.values()), bars=bars,
                  first=dt.datetime.fromtimestamp(first, dt.UTC).strftime("%Y-%m-%d"),
                  last=dt.datetime.fromtimestamp(last, dt.UTC).strftime("%Y-%m-%d"))
+
+
+def _bar(start: int, requests: int, unit: str, peak: int, scale: _Range) -> Bar:
+    """One bin's bar: its height against the chart's peak, its label the bin's first day (its month)."""
+    label = dt.datetime.fromtimestamp(start, dt.UTC).strftime("%Y-%m-%d" if unit != "month" else "%Y-%m")
+    return Bar(from_pct=scale.pct(start), to_pct=scale.pct(_bin_end(start, unit)),
+               height_pct=round(requests / peak * 100, 2), requests=requests,
+               label=f"{'week of ' if unit == 'week' else ''}{label}: {requests:,} requests")
 
 
 # --- which companies the page shows -------------------------------------------------------------------------------
@@ -662,10 +669,14 @@ def _census(plan: RolloutPlan, now: float, wanted: str) -> tuple[list[BehaviourC
             counts[index] += len(tenants)
             if chosen is not None and wanted == f"{behaviour}:{phases[index]}":
                 chosen.update(tenants)
-        census.append(BehaviourCensus(name=behaviour, phases=[
-            PhaseCount(phase=phase, severity=_severity(i, len(phases)), companies=counts[i],
-                       filter=f"{behaviour}:{phase}") for i, phase in enumerate(phases)]))
+        census.append(_behaviour_census(behaviour, phases, counts))
     return census, chosen
+
+
+def _behaviour_census(behaviour: str, phases: Sequence[str], counts: list[int]) -> BehaviourCensus:
+    return BehaviourCensus(name=behaviour, phases=[
+        PhaseCount(phase=phase, severity=_severity(i, len(phases)), companies=counts[i],
+                   filter=f"{behaviour}:{phase}") for i, phase in enumerate(phases)])
 
 
 # --- readiness: the clients to contact -------------------------------------------------------------------------
@@ -784,11 +795,14 @@ def _companies(plan: RolloutPlan, now: float, scale: _Range, usage: Mapping[str,
             blocks.append(block)
         out.append(Company(
             name=tenant, timezone=plan.timezones[tenant], local_now=_local(now, tz),
-            attention=selection.attention.get(tenant, []), behaviours=blocks,
-            usage=[UsageLine(behaviour=name, decisions=_most_first(decisions))
-                   for name, report in sorted(behaviours.items()) if (decisions := report["by_tenant"].get(tenant))],
-        ))
+            attention=selection.attention.get(tenant, []), behaviours=blocks, usage=_usage_lines(behaviours, tenant)))
     return out
+
+
+def _usage_lines(behaviours: Mapping[str, Any], tenant: str) -> list[UsageLine]:
+    """A company's decisions per behaviour in the window, those it has any of."""
+    return [UsageLine(behaviour=name, decisions=_most_first(decisions))
+            for name, report in sorted(behaviours.items()) if (decisions := report["by_tenant"].get(tenant))]
 
 
 def _config_state(config: LoadedConfig, history: ConfigHistory, wall: float) -> ConfigState:
