@@ -14,7 +14,7 @@ from typing import Literal
 
 from . import __version__, lifecycle
 from .app import load_config
-from .config import ConfigError, ListenAddress, LoadedConfig, parse_listen
+from .config import ConfigError, ListenAddress, LoadedConfig, RouteConfig, parse_listen
 from .core import aiohttp_fast
 from .core.tenants import Tenant
 from .edge.tenancy import TenantResolver
@@ -118,10 +118,7 @@ def _describe(config: LoadedConfig) -> str:
     lines = [f"{config.source}: OK", f"listen {model.server.listen}, admin {model.server.admin_listen}", "tenants:"]
     lines += [_tenant_line(config, tenant) for tenant in config.tenants()]
     lines.append("routes (first match wins; chains run first-listed outermost):")
-    for route in model.routes:
-        methods = ",".join(route.methods) if route.methods else "*"
-        paths = " ".join(p + r for r in route.paths for p in route.prefixes or [""])
-        lines.append(f"  {route.name}: {methods} {paths}\n      chain: {_chain(config, route.name)} -> upstream")
+    lines += [_route_line(config, route) for route in model.routes]
     lines.append(f"  catch_all: everything else\n      chain: {_chain(config, 'catch_all')} -> upstream")
     lines.append(ledger_commands.describe(config))
     return "\n".join(lines)
@@ -131,6 +128,12 @@ def _tenant_line(config: LoadedConfig, tenant: Tenant) -> str:
     return (f"  {tenant.name}: hosts {', '.join(tenant.hosts)} -> {config.secrets.redact(str(tenant.upstream))}"
             f" (restricted_file_access={str(tenant.restricted_file_access).lower()},"
             f" forbid_legacy_uploads={str(tenant.forbid_legacy_uploads).lower()})")
+
+
+def _route_line(config: LoadedConfig, route: RouteConfig) -> str:
+    methods = ",".join(route.methods) if route.methods else "*"
+    paths = " ".join(p + r for r in route.paths for p in route.prefixes or [""])
+    return f"  {route.name}: {methods} {paths}\n      chain: {_chain(config, route.name)} -> upstream"
 
 
 def _chain(config: LoadedConfig, route: str) -> str:

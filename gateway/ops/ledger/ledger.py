@@ -254,9 +254,7 @@ class Ledger:
         if not busy.done() or busy.cancelled() or busy.exception() is not None:
             return False
         self._busy = self._busy_batch = None
-        self.counter.written(batch)
-        self._last_batch = batch.id
-        self.last_written = self._clock()
+        self._let_go(batch)
         if not self.counter.pending:
             return True
         try:
@@ -342,13 +340,17 @@ class Ledger:
         started = time.monotonic()
         await self._call(functools.partial(store.write, batch, now, forget=self._last_batch), options.flush_timeout,
                          batch=batch)
-        self.counter.written(batch)
-        self._last_batch = batch.id
-        self.last_written = self._clock()
+        self._let_go(batch)
         if self.families is not None:
             self.families.flushes.labels("success").inc()
             self.families.flush_duration.observe(time.monotonic() - started)
         self._written(batch, store)
+
+    def _let_go(self, batch: Batch) -> None:
+        """A batch committed: its counts leave the counter, and the next write forgets its claim."""
+        self.counter.written(batch)
+        self._last_batch = batch.id
+        self.last_written = self._clock()
 
     async def _prune(self, store: Store, now: float) -> None:
         """Retention: the hours before ``retention_days`` and the batch ids kept to tell a write that committed."""
@@ -556,10 +558,8 @@ class Ledger:
         if self._task is None or self._closing:
             raise LedgerUnavailable("the usage ledger is not running")
         if (flush or self._schema is None) and self.state != "failing":
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.flush(), self.options.flush_timeout + 1)
-            except TimeoutError:
-                pass
         if self._store is None:
             raise LedgerUnavailable(f"the usage ledger cannot be read: {self.error or 'its database is not open yet'}")
         return self._store

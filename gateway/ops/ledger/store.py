@@ -282,8 +282,8 @@ class Store:
             moved, left_out = self._write_clients(conn, batch, too_long, careful)
             self._write_rollups(conn, *_rollups(batch, too_long, left_out), careful)
             for key in too_long:
-                names = ", ".join(repr(name[:80]) for name in key[1:] if len(name) > NAME_WIDTH)
-                _refuse(batch, totals_of[key][0], f"a name longer than the ledger's columns ({NAME_WIDTH}): {names}")
+                _refuse(batch, totals_of[key][0], f"a name longer than the ledger's columns ({NAME_WIDTH}): "
+                        f"{_too_long_names(key)}")
             self._write_totals(conn, batch, {k: totals_of[k] for k in totals_of.keys() - too_long}, moved, careful)
         return True
 
@@ -379,12 +379,8 @@ class Store:
                 .group_by(totals.c.behaviour, totals.c.tenant, totals.c.decision)).all()
             counts = conn.execute(
                 select(v.behaviour, func.count(), func.count(distinct(v.client))).group_by(v.behaviour)).all()
-            decisions: dict[str, list[str]] = {}
-            for behaviour, _, decision, _, _ in total_rows:
-                if decision not in decisions.setdefault(behaviour, []):
-                    decisions[behaviour].append(decision)
             top_rows: list[tuple[str, Sequence[str], Sequence[Any]]] = []
-            for behaviour, names in sorted(decisions.items()):
+            for behaviour, names in sorted(_decisions(total_rows).items()):
                 statement = (
                     select(c.tenant, c.client, c.user_agent, requests, func.min(c.first_seen), last_seen,
                            *(func.sum(case((c.decision == name, c.requests), else_=0)) for name in names))
@@ -462,6 +458,20 @@ _CALENDAR_RULES = frozenset({"default", "setting", "date", "override"})
 def _bridged(decision: str) -> bool:
     """Whether a decision shows the behaviour's bridge acted: the upload upgrade's outcomes, the card backfill's."""
     return decision.startswith("upgrade") or decision.endswith((":backfilled", ":backfill_failed"))
+
+
+def _decisions(total_rows: Sequence[Sequence[Any]]) -> dict[str, list[str]]:
+    """Per behaviour, the decisions its totals name, in their first order."""
+    decisions: dict[str, list[str]] = {}
+    for behaviour, _, decision, _, _ in total_rows:
+        if decision not in decisions.setdefault(behaviour, []):
+            decisions[behaviour].append(decision)
+    return decisions
+
+
+def _too_long_names(key: TotalKey) -> str:
+    """The names of a totals row that its columns cannot hold, cut for the message."""
+    return ", ".join(repr(name[:80]) for name in key[1:] if len(name) > NAME_WIDTH)
 
 
 def _rollups(batch: Batch, too_long: set[TotalKey], left_out: set[ClientKey]
