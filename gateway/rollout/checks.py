@@ -163,10 +163,15 @@ def _tenant_checks(tenant: Tenant, own: TenantRollout, behaviours: Mapping[str, 
     own_dates = own.dates()
     for behaviour in behaviours.values():
         if behaviour.check_tenant is not None:
-            names = {flag.name for flag in behaviour.all_flags()}
-            own_flags = {name: day for name, day in own_dates.items() if name in names}
-            problems += behaviour.check_tenant(tenant, own_flags, list(own.brownouts or ()), where)
+            problems += behaviour.check_tenant(tenant, _own_flags(behaviour, own_dates), list(own.brownouts or ()),
+                                               where)
     return problems
+
+
+def _own_flags(behaviour: Behaviour, own_dates: Mapping[str, dt.date | None]) -> dict[str, dt.date | None]:
+    """The tenant's own dates of the behaviour's flags."""
+    names = {flag.name for flag in behaviour.all_flags()}
+    return {name: day for name, day in own_dates.items() if name in names}
 
 
 def rollout_problems(
