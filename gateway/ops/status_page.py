@@ -17,6 +17,7 @@ from .status_model import (
     ClientRow,
     Company,
     CompanyStates,
+    ConfigState,
     ContactRow,
     Exemption,
     LedgerState,
@@ -89,20 +90,6 @@ def _phase(name: str, severity: int | None, extra: str = "") -> _Html:
 def _overview(data: StatusData) -> _Html:
     config = data["config"]
     now = data["now"]
-    last = config["last_reload"]
-    reloads = config["reloads"]
-    if last is None:
-        reload_text: list[Any] = ["none since start"]
-    elif last["result"] == "success":
-        reload_text = [_h("span", {"class": "ok"}, "succeeded"), f" at {last['at']} ",
-                       _h("span", {"class": "vol"}, f"({last['ago']})")]
-    else:
-        reload_text = [_h("span", {"class": "bad"}, "refused"), f" at {last['at']} ",
-                       _h("span", {"class": "vol"}, f"({last['ago']})"),
-                       f"; {last['problems']} problem(s), listed in the gateway's log; the previous configuration "
-                       "stays in force"]
-    if reloads["success"] or reloads["failure"]:
-        reload_text.append(f" · since start: {reloads['success']} succeeded, {reloads['failure']} refused")
     rows = [
         _h("dt", None, "Rollout clock"),
         _h("dd", None, _h("b", {"id": "now"}, now["label"]), " (fixed: rollout.now or GATEWAY_NOW)" if now["fixed"]
@@ -112,13 +99,31 @@ def _overview(data: StatusData) -> _Html:
            _h("code", None, config["source"]), f", loaded {config['loaded']} ",
            _h("span", {"class": "vol"}, f"({config['loaded_ago']})")),
         _h("dt", None, "Last reload"),
-        _h("dd", {"id": "reload"}, reload_text),
+        _h("dd", {"id": "reload"}, _reload_text(config)),
         _h("dt", None, "Build"),
         _h("dd", None, f"gateway {data['build']['version']}"),
     ]
     rows += [_h("dt", None, "Usage ledger"), _h("dd", {"id": "ledger"}, _ledger(data["ledger"]))]
     rows += [_h("dt", None, "Page data"), _h("dd", {"class": "vol"}, f"at {data['generated']}")]
     return _h("section", {"id": "overview"}, _h("h2", None, "Gateway"), _h("dl", None, rows))
+
+
+def _reload_text(config: ConfigState) -> list[Any]:
+    """The last reload's outcome, and the count of reloads since start when there were any."""
+    last = config["last_reload"]
+    reloads = config["reloads"]
+    if last is None:
+        text: list[Any] = ["none since start"]
+    elif last["result"] == "success":
+        text = [_h("span", {"class": "ok"}, "succeeded"), f" at {last['at']} ",
+                _h("span", {"class": "vol"}, f"({last['ago']})")]
+    else:
+        text = [_h("span", {"class": "bad"}, "refused"), f" at {last['at']} ", _h("span", {"class": "vol"},
+                f"({last['ago']})"), f"; {last['problems']} problem(s), listed in the gateway's log; the previous "
+                "configuration stays in force"]
+    if reloads["success"] or reloads["failure"]:
+        text.append(f" · since start: {reloads['success']} succeeded, {reloads['failure']} refused")
+    return text
 
 
 def _ledger(ledger: LedgerState | None) -> list[Any]:

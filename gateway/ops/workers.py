@@ -224,13 +224,19 @@ def remove_metric_files(directory: str, *, keep_running: bool = False) -> None:
     except OSError:
         return
     for name in names:
-        match = _METRIC_FILE_RE.match(name)
-        if match is None:
-            continue
-        if keep_running and int(match.group(1)) != os.getpid() and _running(int(match.group(1))):
-            continue
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(directory, name))
+        if _removable(name, keep_running):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, name))
+
+
+def _removable(name: str, keep_running: bool) -> bool:
+    """Whether ``name`` is a metric file to remove: prometheus-client's, and (``keep_running``) this process's or that
+    of a process no longer running."""
+    match = _METRIC_FILE_RE.match(name)
+    if match is None:
+        return False
+    pid = int(match.group(1))
+    return not (keep_running and pid != os.getpid() and _running(pid))
 
 
 def _running(pid: int) -> bool:

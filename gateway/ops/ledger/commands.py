@@ -352,15 +352,18 @@ def _csv(report: dict[str, Any]) -> None:
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow(["behaviour", "tenant", "client", "user_agent", "requests", "decisions", "first_seen",
                      "last_seen", "name"])
-    for name, data in report["behaviours"].items():
-        for row in data["top_clients"]:
-            writer.writerow([
-                name, row["tenant"], row["client"] or "", _cell(row["user_agent"] or ""), row["requests"],
-                ";".join(f"{d}={n}" for d, n in row["decisions"].items()),
-                dt.datetime.fromtimestamp(row["first_seen"], dt.UTC).isoformat(timespec="seconds"),
-                dt.datetime.fromtimestamp(row["last_seen"], dt.UTC).isoformat(timespec="seconds"),
-                row.get("name") or "",
-            ])
+    writer.writerows(_csv_row(name, row) for name, data in report["behaviours"].items() for row in data["top_clients"])
+
+
+def _csv_row(name: str, row: dict[str, Any]) -> list[Any]:
+    """One client's row of the report: its decisions as ``decision=requests;...``, its times in UTC."""
+    return [
+        name, row["tenant"], row["client"] or "", _cell(row["user_agent"] or ""), row["requests"],
+        ";".join(f"{d}={n}" for d, n in row["decisions"].items()),
+        dt.datetime.fromtimestamp(row["first_seen"], dt.UTC).isoformat(timespec="seconds"),
+        dt.datetime.fromtimestamp(row["last_seen"], dt.UTC).isoformat(timespec="seconds"),
+        row.get("name") or "",
+    ]
 
 
 def _cell(text: str) -> str:

@@ -600,13 +600,7 @@ class BoardCards:
             return self.backfill_failed(call, reply, failed)
         count, message = self.shown(call, filled)
         pieces, etag, gzipped = await self.assembled(body, layout, filled.cards, count, message, call.gzip_ok)
-        for name in REWRITE_DROP:
-            headers.popall(name, None)
-        # The gateway's own validator: the answer is assembled from several upstream responses.
-        headers["ETag"] = etag
-        headers[BACKFILL_HEADER] = f"done; cards={count}; pages={filled.pages}" + ("; shared" if filled.shared else "")
-        self.backfills.inc((call.tenant, "done"))
-        call.exchange.notes["board_cards.backfill"] = _done_note(count, filled)
+        self.backfill_done(call, headers, etag, count, filled)
         if not_modified(call.if_none_match, etag):
             to_304(reply)
             return call.finish(Action.NOT_MODIFIED, reply)
@@ -614,6 +608,16 @@ class BoardCards:
             headers["Content-Encoding"] = "gzip"
         reply.set_body(_board_body(pieces, gzipped))
         return call.finish(Action.BACKFILLED, reply)
+
+    def backfill_done(self, call: _Call, headers: CIMultiDict[str], etag: str, count: int, filled: Filled) -> None:
+        """The backfilled board's headers (its own validator: it is assembled from several upstream responses), its
+        count and note."""
+        for name in REWRITE_DROP:
+            headers.popall(name, None)
+        headers["ETag"] = etag
+        headers[BACKFILL_HEADER] = f"done; cards={count}; pages={filled.pages}" + ("; shared" if filled.shared else "")
+        self.backfills.inc((call.tenant, "done"))
+        call.exchange.notes["board_cards.backfill"] = _done_note(count, filled)
 
     def backfill_failed(self, call: _Call, reply: Reply, failed: BackfillFailed) -> Reply:
         """The bytes read: never a partial array presented as whole. Over the service's limits, the outcome is named
