@@ -47,6 +47,7 @@ from .status_model import (
     StatusData,
     Tick,
     UsageLine,
+    UsageSection,
     Window,
 )
 
@@ -148,12 +149,11 @@ def _duration_label(seconds: float) -> str:
     days, rest = divmod(seconds, 86400)
     hours, rest = divmod(rest, 3600)
     minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days} d {hours} h" if hours else f"{days} d"
-    if hours:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    if minutes:
-        return f"{minutes} min"
+    # The largest unit present, with the next one when it is not zero (minutes are shown alone).
+    units = ((days, "d", hours, "h"), (hours, "h", minutes, "min"), (minutes, "min", 0, ""))
+    for amount, unit, more, more_unit in units:
+        if amount:
+            return f"{amount} {unit} {more} {more_unit}" if more else f"{amount} {unit}"
     return f"{secs} s"
 
 
@@ -761,8 +761,7 @@ def status_data(
     now = moment.timestamp()
     if selection is None:
         selection = select_companies(plan, now, usage, CompanyView())
-    days = [day for _, _, day, _ in daily]
-    scale = _range(plan, now, [min(days), max(days) + _DAY] if days else [])
+    scale = _range(plan, now, _usage_days(daily))
     return StatusData(
         generated_at=_iso(wall), generated=_local(wall, dt.UTC),
         now={"iso": moment.isoformat(), "label": _local(now, dt.UTC), "fixed": isinstance(clock, FixedClock)},
@@ -773,10 +772,20 @@ def status_data(
                       end=_local(scale.end, dt.UTC)),
         companies=selection.page,
         tenants=_companies(plan, now, scale, usage, daily, selection),
-        usage={"window": _window_label(usage, wall) if usage is not None else "", "problem": usage_problem,
-               "policies": _policies(usage, wall)},
+        usage=_usage_section(usage, usage_problem, wall),
         readiness=readiness_section(readiness, usage_problem, wall, now),
     )
+
+
+def _usage_days(daily: Sequence[tuple[str, str, int, int]]) -> list[float]:
+    """The span of the charts' days (the last one whole), for the axis; none without any."""
+    days = [day for _, _, day, _ in daily]
+    return [min(days), max(days) + _DAY] if days else []
+
+
+def _usage_section(usage: Mapping[str, Any] | None, problem: str | None, wall: float) -> UsageSection:
+    return {"window": _window_label(usage, wall) if usage is not None else "", "problem": problem,
+            "policies": _policies(usage, wall)}
 
 
 def _companies(plan: RolloutPlan, now: float, scale: _Range, usage: Mapping[str, Any] | None,

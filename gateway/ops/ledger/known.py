@@ -64,7 +64,7 @@ def snapshot_path(options: LedgerConfig, spool_dir: str | None) -> Path | None:
 
 
 class KnownClients:
-    def __init__(self, ledger: Ledger, path: Path | None, *, families: KnownFamilies | None = None,
+    def __init__(self, ledger: Ledger, path: Path | None, *, families: KnownFamilies,
                  clock: Callable[[], float] = time.time) -> None:
         options = ledger.options
         self._ledger = ledger
@@ -105,8 +105,7 @@ class KnownClients:
         return read_at is not None and self._clock() - read_at <= self._bound
 
     def _unplaced(self, behaviour: str) -> None:
-        if self._families is not None:
-            self._families.unplaced.labels(behaviour).inc()
+        self._families.unplaced.labels(behaviour).inc()
         if behaviour not in self._said:
             self._said.add(behaviour)
             why = "not read yet" if self._read_at is None else "not read for longer than its bound"

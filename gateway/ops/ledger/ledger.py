@@ -147,7 +147,7 @@ class Ledger:
         counter: UsageCounter,
         *,
         redact: Callable[[str], str],
-        families: LedgerFamilies | None = None,
+        families: LedgerFamilies,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """``redact``: the config's secret masking (``Secrets.redact``), through which the URL and every database
@@ -192,8 +192,7 @@ class Ledger:
         # An in-memory SQLite database lives in one connection: reads go to the same thread.
         self._reader = self._writer if self.options.url.rstrip("/").lower() in ("sqlite:", "sqlite+pysqlite:") \
             else _Worker("usage-ledger-read")
-        if self.families is not None:
-            self.families.up.set(0)
+        self.families.up.set(0)
         self._task = asyncio.create_task(self._run(), name="usage-ledger")
 
     async def close(self) -> None:
@@ -275,8 +274,7 @@ class Ledger:
 
     def _lost_at_exit(self, lost: int) -> None:
         self._lost["shutdown"] += lost
-        if self.families is not None:
-            self.families.dropped.labels("shutdown").inc(lost)
+        self.families.dropped.labels("shutdown").inc(lost)
         log.error("usage ledger %s: %d counted request(s) could not be written before exit (%s)", self.shown_url,
                   lost, self.error or "no answer in time")
 
@@ -341,9 +339,8 @@ class Ledger:
         await self._call(functools.partial(store.write, batch, now, forget=self._last_batch), options.flush_timeout,
                          batch=batch)
         self._let_go(batch)
-        if self.families is not None:
-            self.families.flushes.labels("success").inc()
-            self.families.flush_duration.observe(time.monotonic() - started)
+        self.families.flushes.labels("success").inc()
+        self.families.flush_duration.observe(time.monotonic() - started)
         self._written(batch, store)
 
     def _let_go(self, batch: Batch) -> None:
@@ -373,8 +370,7 @@ class Ledger:
         self.notice = (f"the file was {lost} while in use; a new one was made at its path at "
                        f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(at))}: what was written before is not in "
                        "it")
-        if self.families is not None:
-            self.families.reopened.inc()
+        self.families.reopened.inc()
         log.error("usage ledger %s: %s (the counts held since the last write are)", self.shown_url, self.notice)
 
     def _refused(self, requests: int, why: str) -> None:
@@ -382,8 +378,7 @@ class Ledger:
         once per reason (a client that keeps sending what cannot be stored would say it every flush)."""
         self._lost["refused"] += requests
         self.refused_why = why
-        if self.families is not None:
-            self.families.dropped.labels("refused").inc(requests)
+        self.families.dropped.labels("refused").inc(requests)
         if why not in self._refusals_said and len(self._refusals_said) < _REFUSALS_SAID:
             self._refusals_said.add(why)
             log.error("usage ledger %s: the database refused the rows of %d counted request(s), left out of a write "
@@ -444,9 +439,8 @@ class Ledger:
     def _failed(self, error: str) -> None:
         self._failures += 1
         self.error = error
-        if self.families is not None:
-            self.families.flushes.labels("failure").inc()
-            self.families.up.set(0)
+        self.families.flushes.labels("failure").inc()
+        self.families.up.set(0)
         if self.state != "failing":
             log.warning("usage ledger %s: cannot write (%s); counting in memory (%d request(s) held), retrying with "
                         "backoff", self.shown_url, error, self.counter.pending)
@@ -462,19 +456,18 @@ class Ledger:
             self.since = self._clock()
         self._failures = 0
         self.error = None
-        if self.families is not None:
-            self.families.up.set(1)
+        self.families.up.set(1)
 
     def _sync_metrics(self) -> None:
         counter = self.counter
-        if self.families is not None:
-            self.families.pending.set(counter.pending)
-            if counter.dropped > self._dropped_seen:
-                self.families.dropped.labels("memory").inc(counter.dropped - self._dropped_seen)
-        if counter.dropped > self._dropped_seen and not self._full:
-            log.error("usage ledger %s: the memory bound (usage.ledger.max_pending_clients) is reached while the "
-                      "database cannot be written: requests are no longer kept", self.shown_url)
-        self._full = counter.dropped > self._dropped_seen
+        dropped = counter.dropped - self._dropped_seen
+        self.families.pending.set(counter.pending)
+        if dropped > 0:
+            self.families.dropped.labels("memory").inc(dropped)
+            if not self._full:
+                log.error("usage ledger %s: the memory bound (usage.ledger.max_pending_clients) is reached while the "
+                          "database cannot be written: requests are no longer kept", self.shown_url)
+        self._full = dropped > 0
         self._dropped_seen = counter.dropped
 
     # --- reading ---
