@@ -10,7 +10,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from . import __version__, lifecycle
 from .app import load_config
@@ -22,6 +22,9 @@ from .lifecycle import ServeOptions
 from .ops.ledger import commands as ledger_commands
 from .ops.log_format import setup_logging
 from .ops.probe import ADMIN_LISTEN_ENV
+
+if TYPE_CHECKING:
+    from .rollout import RolloutPlan
 
 __all__ = ("main",)
 
@@ -154,7 +157,7 @@ def _load(path: str, unneeded: Callable[[Sequence[int | str]], bool] | None = No
 
 def _rollout(config_path: str, at: str | None, host: str | None, client: str | None = None,
              user_agent: str | None = None) -> int:
-    from .rollout import HeaderClient, describe, describe_client
+    from .rollout import describe
 
     config = _load(config_path)
     now = _instant(config, at)
@@ -167,9 +170,17 @@ def _rollout(config_path: str, at: str | None, host: str | None, client: str | N
     if name is None or not one_client:
         print("\n".join(describe(plan, now, None if name is None else [name])))
         return 0
-    headers = {"User-Agent": user_agent} if user_agent is not None else {}
-    print("\n".join(describe_client(plan, now, name, HeaderClient(headers, client), _who(client, user_agent))))
+    print("\n".join(_client_lines(plan, now, name, client, user_agent)))
     return 0
+
+
+def _client_lines(plan: RolloutPlan, now: dt.datetime, name: str, client: str | None, user_agent: str | None
+                  ) -> list[str]:
+    """One client of one company, as the rollout treats it: its fingerprint and User-Agent, as given."""
+    from .rollout import HeaderClient, describe_client
+
+    headers = {"User-Agent": user_agent} if user_agent is not None else {}
+    return describe_client(plan, now, name, HeaderClient(headers, client), _who(client, user_agent))
 
 
 def _who(client: str | None, user_agent: str | None) -> str:

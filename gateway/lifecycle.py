@@ -283,6 +283,11 @@ class Reloads:
             self._refused(1)
             log.error("reload refused, the running configuration stays: building it failed: %s", err, exc_info=True)
             return False
+        self._applied(config, changed)
+        return True
+
+    def _applied(self, config: LoadedConfig, changed: list[str]) -> None:
+        """A reload swapped in: the log's secrets, the metrics and the history follow it."""
         if self._formatter is not None:
             self._formatter.use_secrets(config.secrets.redact)
         metrics = self.gateway.metrics
@@ -292,7 +297,6 @@ class Reloads:
         log.info("configuration reloaded from %s", self.path)
         if changed:
             log.warning("reload does not apply %s: restart the gateway for them", ", ".join(changed))
-        return True
 
     def _refused(self, problems: int) -> None:
         self.gateway.metrics.config_reloads.labels("failure").inc()

@@ -39,14 +39,19 @@ def _phase_rule(known: Behaviour, name: str, phase: str, *, brownout: bool, brid
 
 def _date_problems(section: RolloutConfig | TenantRollout, where: str, flags: Mapping[str, dt.date | None],
                    is_global: bool) -> list[str]:
-    problems = []
-    for key, value in section.dates().items():
-        if key not in flags:
-            keys = [*flags, *type(section).model_fields]
-            problems.append(f"{where}.{key}: {UNKNOWN_KEY}{did_you_mean(key, keys)}")
-        elif is_global and value is None and flags[key] is not None:
-            problems.append(f"{where}.{key}: Input should be a valid date (the default is {flags[key]})")
-    return problems
+    problems = [_date_problem(section, key, value, flags, is_global) for key, value in section.dates().items()]
+    return [f"{where}.{key}: {problem}" for key, problem in problems if problem is not None]
+
+
+def _date_problem(section: RolloutConfig | TenantRollout, key: str, value: dt.date | None,
+                  flags: Mapping[str, dt.date | None], is_global: bool) -> tuple[str, str | None]:
+    """A date flag's key and what is wrong with it (None: nothing): an unknown one, or a global null that would
+    drop its default."""
+    if key not in flags:
+        return key, f"{UNKNOWN_KEY}{did_you_mean(key, [*flags, *type(section).model_fields])}"
+    if is_global and value is None and flags[key] is not None:
+        return key, f"Input should be a valid date (the default is {flags[key]})"
+    return key, None
 
 
 def _later_phases(section: RolloutConfig | TenantRollout, where: str, behaviours: Mapping[str, Behaviour]
@@ -235,14 +240,20 @@ def _item_problems(items: Sequence[Shadow | Ramp], behaviours: Mapping[str, Beha
     """The shadows' or ramps' problems with the tenant's phase dates, by index in their list."""
     found = []
     for j, item in enumerate(items):
-        behaviour = behaviours.get(item.behaviour)
-        if behaviour is None or (item.phase is not None and item.phase not in behaviour.phases):
-            continue  # reported by the section's checks
-        problem = (_ramp_problem(item, behaviour, own, rollout) if isinstance(item, Ramp)
-                   else _shadow_problem(item, behaviour, tenant, own, rollout, tz))
+        problem = _item_problem(item, behaviours, tenant, own, rollout, tz)
         if problem:
             found.append((j, problem))
     return found
+
+
+def _item_problem(item: Shadow | Ramp, behaviours: Mapping[str, Behaviour], tenant: Tenant, own: TenantRollout,
+                  rollout: RolloutConfig, tz: dt.tzinfo) -> str | None:
+    behaviour = behaviours.get(item.behaviour)
+    if behaviour is None or (item.phase is not None and item.phase not in behaviour.phases):
+        return None  # reported by the section's checks
+    if isinstance(item, Ramp):
+        return _ramp_problem(item, behaviour, own, rollout)
+    return _shadow_problem(item, behaviour, tenant, own, rollout, tz)
 
 
 def _ramp_problem(ramp: Ramp, behaviour: Behaviour, own: TenantRollout, rollout: RolloutConfig) -> str | None:

@@ -32,7 +32,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.sql.elements import ColumnElement
 
 from ...config.ledger import NAME_WIDTH, database_url
@@ -93,25 +93,7 @@ class Store:
         self.path = os.path.abspath(parsed.database) if sqlite_file and parsed.database else None
         self._file: tuple[int, int] | None = None  # (device, inode) of the file the schema was made in
         self.reopened: str | None = None  # "deleted" or "replaced": the file was, and a new one opened (the ledger's)
-        if self.dialect == "sqlite":
-            self.engine = create_engine(parsed, connect_args={"timeout": timeout, "check_same_thread": False})
-            event.listen(self.engine, "connect", _sqlite_connect)
-            event.listen(self.engine, "begin", _sqlite_begin)
-        else:
-            connect_args: dict[str, Any] = {
-                "connect_timeout": max(1, math.ceil(timeout)),
-                # A connection whose peer vanished (a blackholed database) fails after this, not after TCP's
-                # retransmissions (minutes).
-                "tcp_user_timeout": int(timeout * 1000),
-                "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
-            }
-            if "application_name" not in parsed.query:
-                connect_args["application_name"] = "deprecation-gateway"
-            # Two threads use it (writes, reads): a connection each, checked before use (the database may have
-            # restarted since the last write). Positional parameters (%s): the batches' rows are sent as tuples.
-            self.engine = create_engine(parsed, pool_size=2, max_overflow=0, pool_timeout=timeout,
-                                        pool_pre_ping=True, pool_recycle=3600, connect_args=connect_args,
-                                        paramstyle="format")
+        self.engine = _sqlite_engine(parsed, timeout) if sqlite_file else _postgres_engine(parsed, timeout)
         insert = sqlite.insert if self.dialect == "sqlite" else postgresql.insert
         t = insert(totals)
         self._upsert_totals = t.on_conflict_do_update(
@@ -458,6 +440,29 @@ _CALENDAR_RULES = frozenset({"default", "setting", "date", "override"})
 def _bridged(decision: str) -> bool:
     """Whether a decision shows the behaviour's bridge acted: the upload upgrade's outcomes, the card backfill's."""
     return decision.startswith("upgrade") or decision.endswith((":backfilled", ":backfill_failed"))
+
+
+def _sqlite_engine(parsed: URL, timeout: float) -> Engine:
+    engine = create_engine(parsed, connect_args={"timeout": timeout, "check_same_thread": False})
+    event.listen(engine, "connect", _sqlite_connect)
+    event.listen(engine, "begin", _sqlite_begin)
+    return engine
+
+
+def _postgres_engine(parsed: URL, timeout: float) -> Engine:
+    connect_args: dict[str, Any] = {
+        "connect_timeout": max(1, math.ceil(timeout)),
+        # A connection whose peer vanished (a blackholed database) fails after this, not after TCP's
+        # retransmissions (minutes).
+        "tcp_user_timeout": int(timeout * 1000),
+        "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
+    }
+    if "application_name" not in parsed.query:
+        connect_args["application_name"] = "deprecation-gateway"
+    # Two threads use it (writes, reads): a connection each, checked before use (the database may have
+    # restarted since the last write). Positional parameters (%s): the batches' rows are sent as tuples.
+    return create_engine(parsed, pool_size=2, max_overflow=0, pool_timeout=timeout, pool_pre_ping=True,
+                         pool_recycle=3600, connect_args=connect_args, paramstyle="format")
 
 
 def _decisions(total_rows: Sequence[Sequence[Any]]) -> dict[str, list[str]]:
