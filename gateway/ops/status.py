@@ -202,25 +202,15 @@ class _Range:
         return "before" if ts < self.start else "after"
 
 
-def _changes(schedule: Schedule) -> list[float]:
-    """What the rollout is: the dates that change a phase, brownout and shadow windows, ramps' steps, a freeze."""
-    out: list[float] = [s.at for s in schedule.steps]
-    for w in (*schedule.windows, *schedule.shadows):
-        out += [w.start, w.end]
-    out += [at for ramp in schedule.ramps for at, _ in ramp.steps]
-    if schedule.freeze is not None:
-        out.append(schedule.freeze.at)
-    return out
-
-
 def _others(schedule: Schedule) -> list[float]:
     """Dated events around it: signals (announcement) and the ends of exemptions."""
     return [e.until for e in schedule.exemptions] + [at for at in schedule.signals.values() if at is not None]
 
 
 def _core(now: float, usage_days: Sequence[float], schedules: list[Schedule]) -> tuple[float, float]:
-    """The span of now, the days with usage and the rollout's changes: at least _MIN_SPAN, around its middle."""
-    core = [now, *usage_days, *(at for s in schedules for at in _changes(s))]
+    """The span of now, the days with usage and the rollout's changes (the dates that change a phase, brownout and
+    shadow windows, ramps' steps, a freeze): at least _MIN_SPAN, around its middle."""
+    core = [now, *usage_days, *(at for s in schedules for at in s.boundaries())]
     low, high = min(core), max(core)
     if high - low < _MIN_SPAN:
         middle = (low + high) / 2
@@ -615,7 +605,7 @@ _RANKS = ("affected", "change ahead", "in use", "change soon")
 def _needs(plan: RolloutPlan, now: float, usage: Mapping[str, Any] | None) -> dict[str, tuple[int, list[str]]]:
     """The companies that need attention: (rank, reasons, most pressing first). Worked out per distinct schedule,
     then per company only where it used deprecated behaviour in the window or its schedule changes soon."""
-    used = {name: report["by_tenant"] for name, report in usage["behaviours"].items()} if usage is not None else {}
+    used = _by_tenant(usage)
     found: dict[str, list[tuple[int, str]]] = {}
     for behaviour, groups in plan.shared().items():
         by_tenant = used.get(behaviour, {})
@@ -623,6 +613,11 @@ def _needs(plan: RolloutPlan, now: float, usage: Mapping[str, Any] | None) -> di
             _say_why(found, _reason(behaviour, schedule, now), tenants, by_tenant)
     return {tenant: (min(rank for rank, _ in said), [text for _, text in sorted(said)])
             for tenant, said in found.items()}
+
+
+def _by_tenant(usage: Mapping[str, Any] | None) -> dict[str, Mapping[str, Mapping[str, int]]]:
+    """Per behaviour, each company's requests by decision in the window (none when the ledger was not read)."""
+    return {name: report["by_tenant"] for name, report in usage["behaviours"].items()} if usage is not None else {}
 
 
 def _say_why(found: dict[str, list[tuple[int, str]]], reason: Callable[[int], tuple[int, str] | None],
@@ -717,19 +712,21 @@ def readiness_section(ready: Mapping[str, Any] | None, problem: str | None, wall
     companies = [CompanyStates(tenant=tenant, behaviour=behaviour, blocked=counts["blocked"],
                                overdue=counts["overdue"], calling=counts["calling"], ready=counts["ready"])
                  for tenant, per in ready["totals"].items() for behaviour, counts in per.items()]
-    contacts = []
-    for row in ready["clients"]:
-        last = _stamp(row["last_call"])
-        contacts.append(ContactRow(
-            tenant=row["tenant"], behaviour=row["behaviour"], client=row["client"], name=row["name"],
-            owner=row["owner"], internal=row["internal"], user_agent=row["user_agent"], state=row["state"],
-            example=row["example"], rule=row["rule"], last_call=_local(last, dt.UTC), last_call_ago=_ago(wall - last),
-            trend=row["trend"],
-            recent=f"{row['last_7_days']} in the last 7 days, {row['previous_7_days']} the 7 before",
-            next=_next_text(row["next"], now), notes=_notes(row)))
+    contacts = [_contact_row(row, wall, now) for row in ready["clients"]]
     return ReadinessSection(problem=None, quiet_days=ready["quiet_days"], window_days=ready["window_days"],
                             still_calling=ready["still_calling"], internal_clients=ready["internal_clients"],
                             companies=companies, contacts=contacts, more=ready["to_contact"] - len(contacts))
+
+
+def _contact_row(row: Mapping[str, Any], wall: float, now: float) -> ContactRow:
+    """A client to contact: its last call against the wall clock, its next change against the rollout's."""
+    last = _stamp(row["last_call"])
+    return ContactRow(
+        tenant=row["tenant"], behaviour=row["behaviour"], client=row["client"], name=row["name"],
+        owner=row["owner"], internal=row["internal"], user_agent=row["user_agent"], state=row["state"],
+        example=row["example"], rule=row["rule"], last_call=_local(last, dt.UTC), last_call_ago=_ago(wall - last),
+        trend=row["trend"], recent=f"{row['last_7_days']} in the last 7 days, {row['previous_7_days']} the 7 before",
+        next=_next_text(row["next"], now), notes=_notes(row))
 
 
 # --- the page's data --------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from html import escape
 from typing import Any
 
 from .status_model import (
+    Bar,
     BehaviourTimeline,
     Chart,
     ClientRow,
@@ -165,10 +166,7 @@ def _chart(chart: Chart | None, behaviour: BehaviourTimeline, now_pct: float, ti
     if chart is None:
         return [_h("p", {"class": "chartnote"}, "No recorded use in the usage ledger.")]
     grid = [_h("div", {"class": "grid", "style": {"left": _pct(t["pct"])}}) for t in ticks]
-    bars = [_h("div", {"class": "bar", "title": b["label"],
-                       "style": {"left": _pct(b["from_pct"]), "width": _pct(b["to_pct"] - b["from_pct"]),
-                                 "height": _pct(b["height_pct"])}})
-            for b in chart["bars"]]
+    bars = [_bar(b) for b in chart["bars"]]
     marks = [_h("div", {"class": f"cmark {m['kind']}", "title": m["label"], "style": {"left": _pct(m["pct"])}})
              for m in behaviour["markers"] if not m["far"]]
     return [_h("div", {"class": "chart", "aria-hidden": "true"}, grid, bars, marks,
@@ -176,6 +174,12 @@ def _chart(chart: Chart | None, behaviour: BehaviourTimeline, now_pct: float, ti
             _h("p", {"class": "chartnote"}, f"Requests per {chart['unit']} (UTC) from the usage ledger, "
                f"{chart['total']} in all, at most {chart['peak']} in one {chart['unit']}; "
                f"from {chart['first']} to {chart['last']}. The lines are the dated changes above.")]
+
+
+def _bar(bar: Bar) -> _Html:
+    return _h("div", {"class": "bar", "title": bar["label"],
+                      "style": {"left": _pct(bar["from_pct"]), "width": _pct(bar["to_pct"] - bar["from_pct"]),
+                                "height": _pct(bar["height_pct"])}})
 
 
 def _timeline(behaviour: BehaviourTimeline, now_pct: float, ticks: list[Tick]) -> _Html:

@@ -298,6 +298,8 @@ class Schedule:
     # --- the calendar ---------------------------------------------------------------------------------------------
 
     def boundaries(self) -> list[float]:
+        """Every instant the rollout may change at: dated steps, brownout and shadow windows, ramps' steps, a
+        freeze."""
         times = {s.at for s in self.steps}
         for w in (*self.windows, *self.shadows):
             times.update((w.start, w.end))

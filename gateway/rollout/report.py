@@ -139,11 +139,16 @@ def _client_lines(name: str, schedule: Schedule, stamp: float, tenant: str, clie
     lines = [line]
     if schedule.behaviour.bridge is not None:
         lines.append(f"    bridge {schedule.behaviour.bridge}: {'on' if decision.bridge else 'off'} for this client")
+    return lines + _company_next(schedule, stamp, explained.index, timezone)
+
+
+def _company_next(schedule: Schedule, stamp: float, index: int, timezone: str) -> list[str]:
+    """The company's next change, when it moves the client past its phase ``index``."""
     upcoming = schedule.next_change(stamp)
-    if upcoming is not None and upcoming[1].index > explained.index:
-        at = dt.datetime.fromtimestamp(upcoming[0], zoneinfo.ZoneInfo(timezone)).isoformat()
-        lines.append(f"    next for the company: {upcoming[1].phase} at {at}")
-    return lines
+    if upcoming is None or upcoming[1].index <= index:
+        return []
+    at = dt.datetime.fromtimestamp(upcoming[0], zoneinfo.ZoneInfo(timezone)).isoformat()
+    return [f"    next for the company: {upcoming[1].phase} at {at}"]
 
 
 def _bridge_state(schedule: Schedule, stamp: float, index: int) -> str:

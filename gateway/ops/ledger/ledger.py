@@ -406,7 +406,7 @@ class Ledger:
         thread (``_busy``, with ``batch`` if it writes one): no other write starts before it has returned."""
         worker = self._reader if read else self._writer
         assert worker is not None
-        if not read and self._busy is not None and not self._busy.done():
+        if not read and self._writing():
             raise _Failure("the previous write has not returned yet")
         future = worker.submit(fn)
         try:
@@ -421,6 +421,10 @@ class Ledger:
         if error is not None:
             self._raise_for(error)
         return future.result()
+
+    def _writing(self) -> bool:
+        """Whether a write that outlived its timeout is still running in the writer's thread."""
+        return self._busy is not None and not self._busy.done()
 
     def _raise_for(self, error: BaseException) -> NoReturn:
         """A call's error as a _Failure in one redacted line (a BaseException that is no Exception as it is)."""

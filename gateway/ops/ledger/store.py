@@ -580,10 +580,15 @@ def fold_report(query: Query, total_rows: Sequence[Sequence[Any]] = (), counts: 
     for behaviour, names, row in top_rows:
         entry(behaviour)["top_clients"].append(_top_client(names, row))
     for e in behaviours.values():
-        e["by_decision"] = _by_count(e["by_decision"])
-        e["by_tenant"] = {tenant: _by_count(d) for tenant, d in sorted(e["by_tenant"].items())}
+        _order_counts(e)
     return {"since": iso(query.since), "until": iso(query.until), "order": query.order,
             "behaviours": dict(sorted(behaviours.items()))}
+
+
+def _order_counts(entry: dict[str, Any]) -> None:
+    """A behaviour's counts by decision, and its tenants' (tenants by name), the largest first."""
+    entry["by_decision"] = _by_count(entry["by_decision"])
+    entry["by_tenant"] = {tenant: _by_count(d) for tenant, d in sorted(entry["by_tenant"].items())}
 
 
 def _add_total(entry: dict[str, Any], tenant: str, decision: str, requests: int, untracked: int) -> None:
