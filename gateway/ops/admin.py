@@ -16,7 +16,7 @@ import json
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 from urllib.parse import quote, unquote, unquote_plus
 
 from aiohttp import hdrs, web
@@ -112,7 +112,7 @@ def valid_session(value: str, token: str, *, now: float, lifetime: float) -> boo
     later than ``lifetime`` from now, which a shortened lifetime makes true of older cookies)."""
     expiry, _, rest = value.partition(".")
     nonce, _, mac = rest.partition(".")
-    if not (expiry.isascii() and expiry.isdigit() and len(expiry) <= 12 and nonce.isascii() and mac.isascii()):
+    if not _session_parts(expiry, nonce, mac):
         return False
     expires = int(expiry)
     if not now < expires <= now + lifetime:
@@ -122,6 +122,11 @@ def valid_session(value: str, token: str, *, now: float, lifetime: float) -> boo
 
 def _session_mac(token: str, expires: int, nonce: str) -> str:
     return hmac.new(token.encode(), b"%s\n%d\n%s" % (_SESSION, expires, nonce.encode()), hashlib.sha256).hexdigest()
+
+
+def _session_parts(expiry: str, nonce: str, mac: str) -> bool:
+    """Whether a cookie's parts have its shape: an expiry of at most 12 digits, ASCII nonce and MAC."""
+    return expiry.isascii() and expiry.isdigit() and len(expiry) <= 12 and nonce.isascii() and mac.isascii()
 
 
 def known_host(host: str | None, names: frozenset[str] | list[str]) -> bool:
@@ -299,12 +304,16 @@ def usage_query(params: Mapping[str, str], *, now: float, tz: dt.tzinfo, top: in
         raise ValueError("until must be after since")
     text = params.get("top")
     top = top if text is None else _top(text)
-    order = params.get("order", order)
-    if order not in ("requests", "recent"):
-        raise ValueError("order must be requests or recent")
+    checked = _order(params.get("order", order))
     start, end = window(since, until)
     return Query(start, end, tenant=_name(params, "tenant"), behaviour=_name(params, "behaviour"), top=top,
-                 order="recent" if order == "recent" else "requests")
+                 order=checked)
+
+
+def _order(order: str) -> Literal["requests", "recent"]:
+    if order not in ("requests", "recent"):
+        raise ValueError("order must be requests or recent")
+    return "recent" if order == "recent" else "requests"
 
 
 def _top(text: str) -> int:
@@ -379,14 +388,18 @@ async def _deprecations(request: web.Request) -> web.Response:
         return _problem(404, "LEDGER_OFF", _LEDGER_OFF)
     try:
         report = await gateway.ledger.report(query)
-        keys = frozenset((row["tenant"], row["client"] or "", behaviour)
-                         for behaviour, data in report["behaviours"].items() for row in data["top_clients"])
         # (The report's read wrote this process's counts: one answer, one snapshot of them.)
         ready, states = await readiness(gateway, tenant=query.tenant, behaviour=query.behaviour, top=query.top,
-                                        keys=keys, flush=False)
+                                        keys=_listed_keys(report), flush=False)
     except LedgerUnavailable as err:
         return _problem(503, "LEDGER_UNAVAILABLE", str(err))
     return web.json_response({**_named(report, gateway.names, states), "readiness": ready})
+
+
+def _listed_keys(report: Mapping[str, Any]) -> frozenset[tuple[str, str, str]]:
+    """(tenant, client, behaviour) of each client the report lists."""
+    return frozenset((row["tenant"], row["client"] or "", behaviour)
+                     for behaviour, data in report["behaviours"].items() for row in data["top_clients"])
 
 
 def _page_query(request: web.Request, wall: float) -> tuple[CompanyView, Query]:

@@ -176,6 +176,12 @@ def _chart(chart: Chart | None, behaviour: BehaviourTimeline, now_pct: float, ti
                f"from {chart['first']} to {chart['last']}. The lines are the dated changes above.")]
 
 
+def _marker(marker: Marker) -> _Html:
+    """A dated change on the track; one off the axis is drawn at its edge."""
+    return _h("div", {"class": f"marker {marker['kind']}" + (f" far {marker['far']}" if marker["far"] else ""),
+                      "title": marker["label"], "style": {"left": _pct(marker["pct"])}})
+
+
 def _bar(bar: Bar) -> _Html:
     return _h("div", {"class": "bar", "title": bar["label"],
                       "style": {"left": _pct(bar["from_pct"]), "width": _pct(bar["to_pct"] - bar["from_pct"]),
@@ -198,9 +204,7 @@ def _track(behaviour: BehaviourTimeline, now_pct: float) -> list[_Html]:
     # A shadow is drawn hatched and light (nothing applied); a ramp as its share of the track's height.
     track += [_band(f"shadow s{w['severity']} st-{w['state']}", w, w["label"]) for w in behaviour["shadows"]]
     track += [_band(f"ramp s{r['severity']} st-{r['state']}", r, r["label"], r["share"]) for r in behaviour["ramps"]]
-    track += [_h("div", {"class": f"marker {m['kind']}" + (f" far {m['far']}" if m["far"] else ""),
-                         "title": m["label"], "style": {"left": _pct(m["pct"])}})
-              for m in behaviour["markers"]]
+    track += [_marker(m) for m in behaviour["markers"]]
     track.append(_h("div", {"class": "now", "title": "now", "style": {"left": _pct(now_pct)}}))
     return track
 

@@ -217,6 +217,14 @@ class _Backoff:
 _METRIC_FILE_RE = re.compile(r"^[a-z]+(?:_[a-z]+)?_(\d+)\.db$")  # prometheus-client's <kind>[_<mode>]_<pid>.db
 
 
+def _remove_if_empty(*directories: str | None) -> None:
+    """Each directory given, once empty (the last worker to leave removes it)."""
+    for directory in directories:
+        if directory:
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
+
+
 def remove_metric_files(directory: str, *, keep_running: bool = False) -> None:
     """prometheus-client's files in ``directory``; with ``keep_running``, not those of processes still running."""
     try:
@@ -304,10 +312,7 @@ class Peers:
         if metrics_dir:
             remove_metric_files(metrics_dir, keep_running=True)
         (self.directory / _STOPPING).unlink(missing_ok=True)
-        for directory in (str(self.directory), metrics_dir if environ.get(_OWN_METRICS_ENV) == "1" else None):
-            if directory:
-                with contextlib.suppress(OSError):
-                    os.rmdir(directory)  # only once empty: the last worker to leave
+        _remove_if_empty(str(self.directory), metrics_dir if environ.get(_OWN_METRICS_ENV) == "1" else None)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Peers | None:

@@ -41,6 +41,13 @@ _REFUSALS_SAID = 10  # distinct reasons for refused rows logged, at most (then t
 _READS_KEPT = 32  # answers kept for identical reads (``Ledger._shared``)
 
 
+async def _returned_well(busy: asyncio.Future[Any], timeout: float) -> bool:
+    """Whether a write that outlived its timeout returned, within ``timeout`` more, without an error."""
+    if not busy.done():
+        await asyncio.wait({busy}, timeout=timeout)
+    return busy.done() and not busy.cancelled() and busy.exception() is None
+
+
 class LedgerUnavailable(Exception):
     """The ledger could not answer: its database unreachable, failing, or too slow. The message is safe to show."""
 
@@ -248,9 +255,7 @@ class Ledger:
         if busy is None or batch is None:
             return False
         loop = asyncio.get_running_loop()
-        if not busy.done():
-            await asyncio.wait({busy}, timeout=max(0.0, deadline - loop.time()))
-        if not busy.done() or busy.cancelled() or busy.exception() is not None:
+        if not await _returned_well(busy, max(0.0, deadline - loop.time())):
             return False
         self._busy = self._busy_batch = None
         self._let_go(batch)
@@ -422,6 +427,11 @@ class Ledger:
             self._raise_for(error)
         return future.result()
 
+    async def _flush_quietly(self) -> None:
+        """A flush before a read, so that it sees what was counted; one that takes too long is not waited for."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.flush(), self.options.flush_timeout + 1)
+
     def _writing(self) -> bool:
         """Whether a write that outlived its timeout is still running in the writer's thread."""
         return self._busy is not None and not self._busy.done()
@@ -555,8 +565,7 @@ class Ledger:
         if self._task is None or self._closing:
             raise LedgerUnavailable("the usage ledger is not running")
         if (flush or self._schema is None) and self.state != "failing":
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.flush(), self.options.flush_timeout + 1)
+            await self._flush_quietly()
         if self._store is None:
             raise LedgerUnavailable(f"the usage ledger cannot be read: {self.error or 'its database is not open yet'}")
         return self._store

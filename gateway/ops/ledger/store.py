@@ -256,17 +256,23 @@ class Store:
         totals_of = batch.totals()
         too_long = {key for key in totals_of if not _fits(key)}
         with self._transaction(write=True, timeout=self.timeout) as conn:
-            claimed = conn.execute(self._claim_batch, {"id": batch.id, "written_at": now})
-            if claimed.first() is None:
+            if not self._claimed(conn, batch, now, forget):
                 return False
-            if forget is not None:
-                conn.execute(delete(batches).where(batches.c.id == forget))
             moved, left_out = self._write_clients(conn, batch, too_long, careful)
             self._write_rollups(conn, *_rollups(batch, too_long, left_out), careful)
             for key in too_long:
                 _refuse(batch, totals_of[key][0], f"a name longer than the ledger's columns ({NAME_WIDTH}): "
                         f"{_too_long_names(key)}")
             self._write_totals(conn, batch, {k: totals_of[k] for k in totals_of.keys() - too_long}, moved, careful)
+        return True
+
+    def _claimed(self, conn: Connection, batch: Batch, now: float, forget: str | None) -> bool:
+        """Whether the batch is claimed now (False: a write of it committed before); ``forget``, the previous batch's
+        claim, is let go in the same transaction."""
+        if conn.execute(self._claim_batch, {"id": batch.id, "written_at": now}).first() is None:
+            return False
+        if forget is not None:
+            conn.execute(delete(batches).where(batches.c.id == forget))
         return True
 
     def _write_clients(self, conn: Connection, batch: Batch, too_long: set[TotalKey], careful: bool
