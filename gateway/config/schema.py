@@ -71,9 +71,14 @@ def parse_listen(value: Any) -> ListenAddress:
     host, sep, port = value.rpartition(":")
     if not sep or not host:
         raise ValueError(f"expected 'host:port', got {value!r}")
+    number = _listen_port(port, value)
+    return ListenAddress(_listen_host(host), number)
+
+
+def _listen_port(port: str, value: str) -> int:
     if not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"invalid port in {value!r}")
-    return ListenAddress(_listen_host(host), int(port))
+    return int(port)
 
 
 def _listen_host(host: str) -> str:
