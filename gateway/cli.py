@@ -302,12 +302,16 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve_options(args: argparse.Namespace, config: LoadedConfig) -> ServeOptions:
-    """What ``gateway serve`` was told: the command line over the environment over the file."""
+def _check_fast_paths() -> None:
     try:
         aiohttp_fast.check()
     except ValueError as err:  # a wrong GATEWAY_AIOHTTP_FAST_PATHS
         raise _Refused(f"gateway: {err}") from None
+
+
+def _serve_options(args: argparse.Namespace, config: LoadedConfig) -> ServeOptions:
+    """What ``gateway serve`` was told: the command line over the environment over the file."""
+    _check_fast_paths()
     server = config.model.server
     admin_listen = args.admin_listen or _admin_listen_from_env() or server.admin_listen
     if not 1 <= args.workers <= 64:

@@ -27,7 +27,7 @@ from ..core.exchange import Exchange, Reply
 from ..core.reply import internal_error
 from ..rollout import Clock, RolloutPlan
 from .ledger import Ledger, LedgerUnavailable
-from .ledger.readiness import LedgerClient, Readiness, build, days_from, plan_changes
+from .ledger.readiness import ClientReadiness, LedgerClient, Readiness, build, days_from, plan_changes
 from .usage import DAY
 
 __all__ = ("SelfService", "own_document")
@@ -43,18 +43,8 @@ _MAX_CHANGES = 20
 def own_document(readiness: Readiness, plan: RolloutPlan, tenant: str, client: str) -> dict[str, Any]:
     """One client's view: its behaviours in the window (most urgent first), each with its own changes ahead. The
     operator's name, owner and the internal flag are the operator's, not shown."""
-    behaviours = []
-    for entry in readiness.clients:
-        if entry.tenant != tenant or entry.client != client:
-            continue
-        shown = entry.to_json()
-        for key in ("tenant", "client", "name", "owner", "internal"):
-            del shown[key]
-        schedule = plan.schedules[tenant][entry.behaviour]
-        who = LedgerClient(client, entry.user_agent, entry.first_call)
-        _, changes = plan_changes(schedule, who, tenant, readiness.at, _MAX_CHANGES)
-        shown["changes"] = [change.to_json() for change in changes]
-        behaviours.append(shown)
+    behaviours = [_own_behaviour(entry, plan, readiness.at) for entry in readiness.clients
+                  if entry.tenant == tenant and entry.client == client]
     data = readiness.to_json(top=0)
     return {"client": client, "tenant": tenant, "at": data["at"], "generated": data["generated"],
             "since": data["since"], "quiet_days": readiness.quiet_days, "behaviours": behaviours}
@@ -153,6 +143,18 @@ class SelfService:
                                             client=client, share=("own", id(plan)))
         self._cache[(tenant, client)] = body
         return body
+
+
+def _own_behaviour(entry: ClientReadiness, plan: RolloutPlan, at: float) -> dict[str, Any]:
+    """One behaviour the client used: its readiness without the operator's fields, and its own changes ahead."""
+    shown = entry.to_json()
+    for key in ("tenant", "client", "name", "owner", "internal"):
+        del shown[key]
+    schedule = plan.schedules[entry.tenant][entry.behaviour]
+    who = LedgerClient(entry.client, entry.user_agent, entry.first_call)
+    _, changes = plan_changes(schedule, who, entry.tenant, at, _MAX_CHANGES)
+    shown["changes"] = [change.to_json() for change in changes]
+    return shown
 
 
 class _Busy(Exception):

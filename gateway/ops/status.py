@@ -709,13 +709,18 @@ def readiness_section(ready: Mapping[str, Any] | None, problem: str | None, wall
     if ready is None:
         return ReadinessSection(problem=problem or "not read", quiet_days=0, window_days=0, still_calling=0,
                                 internal_clients=0, companies=[], contacts=[], more=0)
-    companies = [CompanyStates(tenant=tenant, behaviour=behaviour, blocked=counts["blocked"],
-                               overdue=counts["overdue"], calling=counts["calling"], ready=counts["ready"])
-                 for tenant, per in ready["totals"].items() for behaviour, counts in per.items()]
+    companies = _company_states(ready["totals"])
     contacts = [_contact_row(row, wall, now) for row in ready["clients"]]
     return ReadinessSection(problem=None, quiet_days=ready["quiet_days"], window_days=ready["window_days"],
                             still_calling=ready["still_calling"], internal_clients=ready["internal_clients"],
                             companies=companies, contacts=contacts, more=ready["to_contact"] - len(contacts))
+
+
+def _company_states(totals: Mapping[str, Mapping[str, Mapping[str, int]]]) -> list[CompanyStates]:
+    """External clients per company and behaviour, by state."""
+    return [CompanyStates(tenant=tenant, behaviour=behaviour, blocked=counts["blocked"], overdue=counts["overdue"],
+                          calling=counts["calling"], ready=counts["ready"])
+            for tenant, per in totals.items() for behaviour, counts in per.items()]
 
 
 def _contact_row(row: Mapping[str, Any], wall: float, now: float) -> ContactRow:

@@ -324,10 +324,15 @@ def _s(n: int) -> str:
     return "" if n == 1 else "s"
 
 
+def _named_client(client: str | None, name: str | None) -> list[Any]:
+    """A client's fingerprint, and the operator's name for it when there is one."""
+    return [_h("code", None, client or "-"), [" ", _h("b", None, name)] if name else None]
+
+
 def _client_row(r: ClientRow) -> _Html:
     return _h("tr", {"data-client": r["client"] or "", "class": "stopped" if r["stopped"] else None},
               _h("td", {"class": "num"}, str(r["requests"])),
-              _h("td", None, _h("code", None, r["client"] or "-"), [" ", _h("b", None, r["name"])] if r["name"] else None),
+              _h("td", None, _named_client(r["client"], r["name"])),
               _h("td", None, r["tenant"] or "-"),
               _h("td", {"class": "ua"}, r["user_agent"] or "-"),
               _h("td", None, r["decisions"]),

@@ -71,13 +71,19 @@ def _freeze_problems(section: RolloutConfig | TenantRollout, where: str, behavio
     problems = []
     seen: set[str] = set()
     for j, freeze in enumerate(section.freezes or ()):
-        problem = _phase_problem(behaviours, freeze.behaviour, None, brownout=False)
-        if problem is None and freeze.behaviour in seen:
-            problem = f"a second freeze of {freeze.behaviour}: one per behaviour"
-        seen.add(freeze.behaviour)
+        problem = _freeze_problem(behaviours, freeze.behaviour, seen)
         if problem:
             problems.append(f"{where}.freezes[{j}]: {problem}")
     return problems
+
+
+def _freeze_problem(behaviours: Mapping[str, Behaviour], name: str, seen: set[str]) -> str | None:
+    """A freeze names a known behaviour, one not frozen before in the list (``seen``, to which it is added)."""
+    problem = _phase_problem(behaviours, name, None, brownout=False)
+    if problem is None and name in seen:
+        problem = f"a second freeze of {name}: one per behaviour"
+    seen.add(name)
+    return problem
 
 
 def _exemption_problems(section: RolloutConfig | TenantRollout, where: str, behaviours: Mapping[str, Behaviour]
@@ -271,12 +277,15 @@ def _shadow_problem(shadow: Shadow, behaviour: Behaviour, tenant: Tenant, own: T
     day = None if phase is None else _phase_date(own, rollout, behaviour, phase)
     if day is None:
         return None
-    end = _aware(shadow.end, tz)
-    tenant_tz = zoneinfo.ZoneInfo(own.timezone or rollout.timezone)
-    if end > dt.datetime.combine(day, dt.time(0), tzinfo=tenant_tz):
+    if _aware(shadow.end, tz) > _tenant_midnight(day, own, rollout):
         return (f"the shadow window ends ({shadow.end.isoformat()}) after {phase}'s own date ({day}): from then the "
                 "phase applies")
     return None
+
+
+def _tenant_midnight(day: dt.date, own: TenantRollout, rollout: RolloutConfig) -> dt.datetime:
+    """The start of ``day`` in the tenant's time zone (the rollout's when it sets none)."""
+    return dt.datetime.combine(day, dt.time(0), tzinfo=zoneinfo.ZoneInfo(own.timezone or rollout.timezone))
 
 
 def _next_phase(shadow: Shadow, behaviour: Behaviour, tenant: Tenant, own: TenantRollout, rollout: RolloutConfig,
@@ -285,9 +294,13 @@ def _next_phase(shadow: Shadow, behaviour: Behaviour, tenant: Tenant, own: Tenan
     base = behaviour.base_of(tenant)
     index = base.index
     if base.dated:
-        start = _aware(shadow.start, tz).date()
-        index += sum(1 for flag in behaviour.flags if (day := effective_date(own, rollout, flag)[0]) and day <= start)
+        index += _flags_reached(behaviour, own, rollout, _aware(shadow.start, tz).date())
     return behaviour.phases[index + 1] if index + 1 < len(behaviour.phases) else None
+
+
+def _flags_reached(behaviour: Behaviour, own: TenantRollout, rollout: RolloutConfig, day: dt.date) -> int:
+    """How many of the behaviour's dated steps the tenant's dates put in force by ``day``."""
+    return sum(1 for flag in behaviour.flags if (date := effective_date(own, rollout, flag)[0]) and date <= day)
 
 
 def _aware(moment: dt.datetime, tz: dt.tzinfo) -> dt.datetime:

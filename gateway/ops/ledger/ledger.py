@@ -228,14 +228,19 @@ class Ledger:
         deadline = asyncio.get_running_loop().time() + budget
         written = False
         if not done:  # the writer thread is still inside that call: a last write would only queue behind it
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self.error = self.error or f"a write still running after {budget:g}s at exit"
+            await self._give_up_write(budget)
         else:
             with contextlib.suppress(TimeoutError):
                 written = await asyncio.wait_for(self.flush(prune=False), budget)
         return written or await self._settle_last_write(deadline)
+
+    async def _give_up_write(self, budget: float) -> None:
+        """The background task stopped while its write is still running in the writer's thread, and said."""
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self.error = self.error or f"a write still running after {budget:g}s at exit"
 
     def _stop_threads(self) -> None:
         """The writer and reader threads stopped (1 s each), then the store closed unless one is still inside a

@@ -498,11 +498,17 @@ def _rollups(batch: Batch, too_long: set[TotalKey], left_out: set[ClientKey]
             continue
         no = refused(decision)
         _roll_state(state, key, n, batch.first_seen[key], batch.last_seen[key], no)
-        day = days.setdefault((hour - hour % DAY, tenant, client, behaviour), [0, 0])
-        day[0] += n
-        day[1] += n if no else 0
+        _roll_day(days, key, n, no)
     out = {who: _state_row(batch, who, *row) for who, row in state.items()}
     return out, {key: (n, no) for key, (n, no) in days.items()}
+
+
+def _roll_day(days: dict[tuple[int, str, str, str], list[int]], key: ClientKey, n: int, no: bool) -> None:
+    """One client row into its client's UTC day: ``[requests, refused]``."""
+    hour, behaviour, tenant, client, _agent, _decision = key
+    day = days.setdefault((hour - hour % DAY, tenant, client, behaviour), [0, 0])
+    day[0] += n
+    day[1] += n if no else 0
 
 
 def _roll_state(state: dict[tuple[str, str, str], list[Any]], key: ClientKey, n: int, first: float, seen: float,

@@ -320,6 +320,12 @@ class _Call:
         return self.finish(skip.action, reply)
 
 
+def _derived(options: Options) -> dict[Phase, Derived]:
+    """What each rewriting phase derives: its ETag suffix changes whenever what the phase does to a body changes."""
+    fingerprint = hashlib.sha256((options.model_dump_json() + _REWRITE_VERSION).encode()).hexdigest()[:8]
+    return {phase: Derived(f".cards-{BOARD_CARDS.phases[phase]}-{fingerprint}") for phase in _REWRITING}
+
+
 class BoardCards:
     """The policy, built once per route (and again on reload): everything derived from the options and the rollout
     plan; each request's state lives in a ``_Call``."""
@@ -338,9 +344,7 @@ class BoardCards:
         self.max_body = options.max_body_bytes
         self.memo = _Memo(options.memo_bytes) if options.memo_bytes else None
         self.doc_link = deprecation_link(str(options.deprecation_link)) if options.deprecation_link else None
-        # What each rewriting phase derives: its ETag suffix changes whenever what the phase does to a body changes.
-        fingerprint = hashlib.sha256((options.model_dump_json() + _REWRITE_VERSION).encode()).hexdigest()[:8]
-        self.derived = {phase: Derived(f".cards-{BOARD_CARDS.phases[phase]}-{fingerprint}") for phase in _REWRITING}
+        self.derived = _derived(options)
         self._per_tenant(options, ctx)
         # Work on whole bodies that could hold the event loop for long (a backfill's pages and its answer, gzip of a
         # large body) runs on these threads; they end with the policy (a reload builds a new one).
