@@ -37,6 +37,8 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
@@ -45,7 +47,7 @@ import run as harness  # noqa: E402 - the main harness's process and nginx helpe
 from benchlib import cpu_seconds, tool  # noqa: E402
 
 from gateway.config.ledger import LedgerConfig  # noqa: E402
-from gateway.ops.ledger import Ledger, Query, window  # noqa: E402
+from gateway.ops.ledger import Ledger, LedgerFamilies, Query, window  # noqa: E402
 from gateway.ops.ledger.store import Store  # noqa: E402
 from gateway.ops.usage import UsageCounter  # noqa: E402
 
@@ -343,7 +345,8 @@ async def _loop_lag_during_flush(url: str, clients: int, at: float) -> tuple[flo
     """The ledger as the gateway runs it: a batch of ``clients`` rows written by its thread while this loop ticks
     every millisecond; the longest and the 99th percentile of the delays between ticks beyond 1 ms."""
     counter = _counter(clients, at)
-    ledger = Ledger(LedgerConfig(url=url, flush_interval=3600, flush_timeout=300), counter, redact=str)
+    ledger = Ledger(LedgerConfig(url=url, flush_interval=3600, flush_timeout=300), counter, redact=str,
+                    families=LedgerFamilies(CollectorRegistry()))
     await ledger.start()
     while ledger.state != "ok":
         await asyncio.sleep(0.01)

@@ -10,11 +10,11 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from . import __version__, lifecycle
 from .app import load_config
-from .config import ConfigError, ListenAddress, LoadedConfig, parse_listen
+from .config import ConfigError, ListenAddress, LoadedConfig, RouteConfig, parse_listen
 from .core import aiohttp_fast
 from .core.tenants import Tenant
 from .edge.tenancy import TenantResolver
@@ -22,6 +22,9 @@ from .lifecycle import ServeOptions
 from .ops.ledger import commands as ledger_commands
 from .ops.log_format import setup_logging
 from .ops.probe import ADMIN_LISTEN_ENV
+
+if TYPE_CHECKING:
+    from .rollout import RolloutPlan
 
 __all__ = ("main",)
 
@@ -118,10 +121,7 @@ def _describe(config: LoadedConfig) -> str:
     lines = [f"{config.source}: OK", f"listen {model.server.listen}, admin {model.server.admin_listen}", "tenants:"]
     lines += [_tenant_line(config, tenant) for tenant in config.tenants()]
     lines.append("routes (first match wins; chains run first-listed outermost):")
-    for route in model.routes:
-        methods = ",".join(route.methods) if route.methods else "*"
-        paths = " ".join(p + r for r in route.paths for p in route.prefixes or [""])
-        lines.append(f"  {route.name}: {methods} {paths}\n      chain: {_chain(config, route.name)} -> upstream")
+    lines += [_route_line(config, route) for route in model.routes]
     lines.append(f"  catch_all: everything else\n      chain: {_chain(config, 'catch_all')} -> upstream")
     lines.append(ledger_commands.describe(config))
     return "\n".join(lines)
@@ -131,6 +131,12 @@ def _tenant_line(config: LoadedConfig, tenant: Tenant) -> str:
     return (f"  {tenant.name}: hosts {', '.join(tenant.hosts)} -> {config.secrets.redact(str(tenant.upstream))}"
             f" (restricted_file_access={str(tenant.restricted_file_access).lower()},"
             f" forbid_legacy_uploads={str(tenant.forbid_legacy_uploads).lower()})")
+
+
+def _route_line(config: LoadedConfig, route: RouteConfig) -> str:
+    methods = ",".join(route.methods) if route.methods else "*"
+    paths = " ".join(p + r for r in route.paths for p in route.prefixes or [""])
+    return f"  {route.name}: {methods} {paths}\n      chain: {_chain(config, route.name)} -> upstream"
 
 
 def _chain(config: LoadedConfig, route: str) -> str:
@@ -151,7 +157,7 @@ def _load(path: str, unneeded: Callable[[Sequence[int | str]], bool] | None = No
 
 def _rollout(config_path: str, at: str | None, host: str | None, client: str | None = None,
              user_agent: str | None = None) -> int:
-    from .rollout import HeaderClient, describe, describe_client
+    from .rollout import describe
 
     config = _load(config_path)
     now = _instant(config, at)
@@ -164,9 +170,17 @@ def _rollout(config_path: str, at: str | None, host: str | None, client: str | N
     if name is None or not one_client:
         print("\n".join(describe(plan, now, None if name is None else [name])))
         return 0
-    headers = {"User-Agent": user_agent} if user_agent is not None else {}
-    print("\n".join(describe_client(plan, now, name, HeaderClient(headers, client), _who(client, user_agent))))
+    print("\n".join(_client_lines(plan, now, name, client, user_agent)))
     return 0
+
+
+def _client_lines(plan: RolloutPlan, now: dt.datetime, name: str, client: str | None, user_agent: str | None
+                  ) -> list[str]:
+    """One client of one company, as the rollout treats it: its fingerprint and User-Agent, as given."""
+    from .rollout import HeaderClient, describe_client
+
+    headers = {"User-Agent": user_agent} if user_agent is not None else {}
+    return describe_client(plan, now, name, HeaderClient(headers, client), _who(client, user_agent))
 
 
 def _who(client: str | None, user_agent: str | None) -> str:
@@ -288,12 +302,16 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve_options(args: argparse.Namespace, config: LoadedConfig) -> ServeOptions:
-    """What ``gateway serve`` was told: the command line over the environment over the file."""
+def _check_fast_paths() -> None:
     try:
         aiohttp_fast.check()
     except ValueError as err:  # a wrong GATEWAY_AIOHTTP_FAST_PATHS
         raise _Refused(f"gateway: {err}") from None
+
+
+def _serve_options(args: argparse.Namespace, config: LoadedConfig) -> ServeOptions:
+    """What ``gateway serve`` was told: the command line over the environment over the file."""
+    _check_fast_paths()
     server = config.model.server
     admin_listen = args.admin_listen or _admin_listen_from_env() or server.admin_listen
     if not 1 <= args.workers <= 64:

@@ -207,19 +207,25 @@ def _admin_access(config: LoadedConfig) -> str:
     return ""
 
 
+def _raised_soft_limit(need: int) -> int:
+    """The soft limit on open files, raised to the hard one where it is lower (an unlimited hard one: to ``need``)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= soft:
+        return soft
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, need)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError):
+        return soft
+    return target
+
+
 def _raise_file_limit(config: LoadedConfig) -> None:
     """Raise the soft limit on open files to the hard one: each client connection holds a descriptor, and so does each
     upstream connection (at most upstream.pool_size). Warn when even the hard limit is below that need."""
     model = config.model
     need = model.server.max_connections + model.upstream.pool_size + 64
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or hard > soft:
-        target = hard if hard != resource.RLIM_INFINITY else max(soft, need)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-        except (ValueError, OSError):
-            pass
+    soft = _raised_soft_limit(need)
     if model.server.max_connections and soft < need:
         log.warning("open-file limit %d is below what server.max_connections (%d) and upstream.pool_size (%d) may "
                     "need (%d): raise the hard limit (ulimit -Hn, the container runtime's nofile) or lower them",
@@ -277,6 +283,11 @@ class Reloads:
             self._refused(1)
             log.error("reload refused, the running configuration stays: building it failed: %s", err, exc_info=True)
             return False
+        self._applied(config, changed)
+        return True
+
+    def _applied(self, config: LoadedConfig, changed: list[str]) -> None:
+        """A reload swapped in: the log's secrets, the metrics and the history follow it."""
         if self._formatter is not None:
             self._formatter.use_secrets(config.secrets.redact)
         metrics = self.gateway.metrics
@@ -286,7 +297,6 @@ class Reloads:
         log.info("configuration reloaded from %s", self.path)
         if changed:
             log.warning("reload does not apply %s: restart the gateway for them", ", ".join(changed))
-        return True
 
     def _refused(self, problems: int) -> None:
         self.gateway.metrics.config_reloads.labels("failure").inc()

@@ -137,11 +137,15 @@ class Document:
         """Each problem (``path: message``) with the line of its path: ``line 12: path: message``."""
         out = []
         for problem in problems:
-            known = [i for i in range(len(problem)) if problem.startswith(": ", i) and problem[:i] in self.lines]
-            path = problem[:known[-1]] if known else problem.partition(": ")[0]
-            line = self.line_of(path)
+            line = self.line_of(self._path_of(problem))
             out.append(f"line {line}: {problem}" if line is not None else problem)
         return out
+
+    def _path_of(self, problem: str) -> str:
+        """The path a problem names: its longest prefix before ": " that is a key of the file (a key may hold
+        ": "), else what comes before the first ": "."""
+        known = [i for i in range(len(problem)) if problem.startswith(": ", i) and problem[:i] in self.lines]
+        return problem[:known[-1]] if known else problem.partition(": ")[0]
 
 
 def read_document(path: str | Path) -> Document:

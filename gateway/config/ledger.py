@@ -55,17 +55,22 @@ def _sqlite_url(rest: str) -> str:
 
 
 def _postgres_url(url: str, rest: str) -> str:
-    try:
-        parsed = URL(url)
-        port = parsed.explicit_port
-    except ValueError:
-        raise ValueError("not a valid URL: postgresql://USER:PASSWORD@HOST:PORT/DATABASE (a password with "
-                         "reserved characters is percent-encoded)") from None
+    parsed, port = _parsed_postgres(url)
     if not parsed.path.strip("/"):
         raise ValueError("a PostgreSQL URL names its database: postgresql://USER:PASSWORD@HOST:PORT/DATABASE")
     if not parsed.raw_host and "host" not in parsed.query or port is not None and not 0 < port < 65536:
         raise ValueError("a PostgreSQL URL names its host and port (or ?host=/run/postgresql for a socket)")
     return f"postgresql+psycopg://{rest}"
+
+
+def _parsed_postgres(url: str) -> tuple[URL, int | None]:
+    """The URL and its port as written (parsing either may fail), or the ValueError saying how to write one."""
+    try:
+        parsed = URL(url)
+        return parsed, parsed.explicit_port
+    except ValueError:
+        raise ValueError("not a valid URL: postgresql://USER:PASSWORD@HOST:PORT/DATABASE (a password with "
+                         "reserved characters is percent-encoded)") from None
 
 
 class LedgerConfig(BaseModel):

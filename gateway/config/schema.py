@@ -71,9 +71,14 @@ def parse_listen(value: Any) -> ListenAddress:
     host, sep, port = value.rpartition(":")
     if not sep or not host:
         raise ValueError(f"expected 'host:port', got {value!r}")
+    number = _listen_port(port, value)
+    return ListenAddress(_listen_host(host), number)
+
+
+def _listen_port(port: str, value: str) -> int:
     if not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"invalid port in {value!r}")
-    return ListenAddress(_listen_host(host), int(port))
+    return int(port)
 
 
 def _listen_host(host: str) -> str:
@@ -281,11 +286,7 @@ class TenantConfig(_Model):
     def _valid_upstream(cls, value: str) -> str:
         if _CONTROL_RE.search(value):
             raise _bad_upstream("upstream must be a URL without control characters (percent-encode them), got", value)
-        try:
-            url = URL(value)
-            host, port = url.host, url.port
-        except (ValueError, TypeError):
-            raise _bad_upstream("upstream is not a valid URL:", value) from None
+        url, host, port = _parsed_upstream(value)
         if url.scheme not in ("http", "https") or not host or port == 0:
             raise _bad_upstream("upstream must be an http:// or https:// URL, got", value)
         if url.query_string or url.fragment:
@@ -388,11 +389,7 @@ class GatewayConfig(_Model):
             if tenant.name in seen_tenants:
                 problems.append(f"{loc(['tenants', i, 'name'])}: tenant name {tenant.name!r} is used twice")
             seen_tenants.add(tenant.name)
-            for j, host in enumerate(tenant.hosts):
-                if host in seen_hosts:
-                    problems.append(f"{loc(['tenants', i, 'hosts', j])}: host {host!r} belongs to both "
-                                    f"{seen_hosts[host]!r} and {tenant.name!r}")
-                seen_hosts[host] = tenant.name
+            problems += _host_clashes(i, tenant, seen_hosts)
         if self.default_tenant is not None and self.default_tenant not in seen_tenants:
             problems.append(f"default_tenant: default_tenant {self.default_tenant!r} is not a tenant name")
         return problems
@@ -431,6 +428,27 @@ class GatewayConfig(_Model):
             for prefix in route.prefixes or [""]:
                 for j, path in enumerate(route.paths):
                     yield i, j, prefix.rstrip("/") + path
+
+
+def _host_clashes(i: int, tenant: TenantConfig, seen_hosts: dict[str, str]) -> list[str]:
+    """The hosts of the ``i``-th tenant that an earlier one has (``seen_hosts``: host -> tenant, to which its own
+    are added)."""
+    problems = []
+    for j, host in enumerate(tenant.hosts):
+        if host in seen_hosts:
+            problems.append(f"{loc(['tenants', i, 'hosts', j])}: host {host!r} belongs to both "
+                            f"{seen_hosts[host]!r} and {tenant.name!r}")
+        seen_hosts[host] = tenant.name
+    return problems
+
+
+def _parsed_upstream(value: str) -> tuple[URL, str | None, int | None]:
+    """The upstream URL, its host and port (parsing either may fail), or the ValueError naming it."""
+    try:
+        url = URL(value)
+        return url, url.host, url.port
+    except (ValueError, TypeError):
+        raise _bad_upstream("upstream is not a valid URL:", value) from None
 
 
 def _bad_upstream(message: str, value: str) -> ValueError:

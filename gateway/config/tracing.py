@@ -53,7 +53,7 @@ class ExportConfig(BaseModel):
         bad = [name for name in value if not _HEADER_NAME_RE.fullmatch(name)]
         if bad:
             raise ValueError(f"invalid header name(s) {bad!r}")
-        if any(("\r" in v.get_secret_value() or "\n" in v.get_secret_value()) for v in value.values()):
+        if any(_breaks_line(v) for v in value.values()):
             raise ValueError("a header value may not contain a line break")
         return value
 
@@ -77,3 +77,8 @@ class TracingConfig(BaseModel):
     # own sampled flag is followed whatever this says.
     sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
     export: ExportConfig = ExportConfig()
+
+
+def _breaks_line(value: SecretStr) -> bool:
+    secret = value.get_secret_value()
+    return "\r" in secret or "\n" in secret

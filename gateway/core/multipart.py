@@ -146,15 +146,22 @@ class Boundary:
         return (b'--"' + self.value,) if self.quoted else ()
 
 
+def _boundary_parameter(media: MediaType) -> tuple[str, bool]:
+    """The one boundary parameter's value and whether it was quoted (the parameter names are checked already: a
+    second one is refused there)."""
+    found = [(value, quoted) for name, value, quoted in media.params if name == "boundary"]
+    if not found:
+        raise Ambiguous("missing_boundary", "the multipart Content-Type has no boundary parameter")
+    ((value, quoted),) = found
+    return value, quoted
+
+
 def form_data_boundary(media: MediaType) -> Boundary:
     """The boundary of a ``multipart/form-data`` media type, or Ambiguous when parsers could disagree on it."""
     if media.essence != "multipart/form-data":
         raise Ambiguous("multipart_subtype", f"only multipart/form-data is accepted here, not {media.essence}")
     _check_parameter_names([name for name, _, _ in media.params])
-    found = [(value, quoted) for name, value, quoted in media.params if name == "boundary"]
-    if not found:
-        raise Ambiguous("missing_boundary", "the multipart Content-Type has no boundary parameter")
-    ((value, quoted),) = found
+    value, quoted = _boundary_parameter(media)
     if not _BOUNDARY_RE.fullmatch(value):
         raise Ambiguous(
             "boundary_characters", "the boundary must be 1 to 70 letters, digits or '_', '.', '+', '-'"

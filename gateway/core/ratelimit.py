@@ -153,10 +153,14 @@ class _Window:
         if self.limit is not None and self.period is not None:
             wait = max(wait, self.stamps.wait(now, self.limit, self.period))
         if self.left is not None and self.left - (self.sent - 1 - self.seq) <= 0:
-            if self.reset_at is None:  # spent, and no header said when the window resets: a window's length
-                self.reset_at = now + (self.period or _DEFAULT_WAIT)
-            wait = max(wait, self.reset_at - now)
+            wait = max(wait, self._until_reset(now))
         return wait
+
+    def _until_reset(self, now: float) -> float:
+        """The window is spent: the time until it resets (when no header said, a window's length from now)."""
+        if self.reset_at is None:
+            self.reset_at = now + (self.period or _DEFAULT_WAIT)
+        return self.reset_at - now
 
     def renew(self, now: float) -> None:
         """The window of what was learnt has passed: the next one takes ``limit`` (the requests in flight counted)."""
@@ -183,11 +187,15 @@ class _Window:
         self.limit = _number(headers.get("X-RateLimit-Limit")) or self.limit
         left = _number(headers.get("X-RateLimit-Remaining"))
         if left is not None and seq >= self.seq:
-            reset = _reset_in(headers.get("X-RateLimit-Reset"), time.time())
-            self.seq, self.left = seq, left
-            self.reset_at = None if reset is None else now + reset
-            self.period = max(self.period or 0.0, reset or 0.0) or None
+            self._remaining(seq, left, _reset_in(headers.get("X-RateLimit-Reset"), time.time()), now)
         return None
+
+    def _remaining(self, seq: int, left: int, reset: float | None, now: float) -> None:
+        """The window as the answer to send ``seq`` (the latest one to say) states it: ``left`` requests, reset in
+        ``reset`` seconds (None: not said)."""
+        self.seq, self.left = seq, left
+        self.reset_at = None if reset is None else now + reset
+        self.period = max(self.period or 0.0, reset or 0.0) or None
 
     def blocked(self, seq: int, wait: float, now: float) -> None:
         """A limit answer: nothing goes before ``wait`` is over; a window of the size just seen, paced after it."""

@@ -184,15 +184,20 @@ def sweep(directory: str) -> int:
         return 0
     now = time.time()
     for path in names:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
-            continue
-        try:
-            removed += _removed(path, fd, now)
-        finally:
-            os.close(fd)
+        removed += _swept(path, now)
     return removed
+
+
+def _swept(path: Path, now: float) -> bool:
+    """Whether the spool file ``path`` was removed (one that cannot be opened is left: it is gone, or not ours)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        return _removed(path, fd, now)
+    finally:
+        os.close(fd)
 
 
 def _removed(path: Path, fd: int, now: float) -> bool:

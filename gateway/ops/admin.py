@@ -16,7 +16,7 @@ import json
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 from urllib.parse import quote, unquote, unquote_plus
 
 from aiohttp import hdrs, web
@@ -112,7 +112,7 @@ def valid_session(value: str, token: str, *, now: float, lifetime: float) -> boo
     later than ``lifetime`` from now, which a shortened lifetime makes true of older cookies)."""
     expiry, _, rest = value.partition(".")
     nonce, _, mac = rest.partition(".")
-    if not (expiry.isascii() and expiry.isdigit() and len(expiry) <= 12 and nonce.isascii() and mac.isascii()):
+    if not _session_parts(expiry, nonce, mac):
         return False
     expires = int(expiry)
     if not now < expires <= now + lifetime:
@@ -124,20 +124,29 @@ def _session_mac(token: str, expires: int, nonce: str) -> str:
     return hmac.new(token.encode(), b"%s\n%d\n%s" % (_SESSION, expires, nonce.encode()), hashlib.sha256).hexdigest()
 
 
+def _session_parts(expiry: str, nonce: str, mac: str) -> bool:
+    """Whether a cookie's parts have its shape: an expiry of at most 12 digits, ASCII nonce and MAC."""
+    return expiry.isascii() and expiry.isdigit() and len(expiry) <= 12 and nonce.isascii() and mac.isascii()
+
+
 def known_host(host: str | None, names: frozenset[str] | list[str]) -> bool:
     """Whether the admin listener answers a request with this ``Host``: an IP address (a rebinding page can only
     send its own host name), ``localhost``, or a configured name (``*.suffix`` wildcards as for tenants)."""
     if not host:
         return False
     name = canonical_host(host)
-    try:
-        ipaddress.ip_address(name[1:-1] if name.startswith("[") else name)
-        return True
-    except ValueError:
-        pass
-    if name == "localhost" or name in names:
+    if _is_address(name) or name == "localhost" or name in names:
         return True
     return any(pattern.startswith("*.") and name.endswith(pattern[1:]) for pattern in names)
+
+
+def _is_address(name: str) -> bool:
+    """Whether a canonical host is an IP address (IPv6 in its brackets)."""
+    try:
+        ipaddress.ip_address(name[1:-1] if name.startswith("[") else name)
+    except ValueError:
+        return False
+    return True
 
 
 def _error(status: int, code: str, message: str, *challenges: str) -> web.Response:
@@ -216,6 +225,13 @@ async def _guard(request: web.Request, handler: Callable[[web.Request], Awaitabl
                       "localhost, or a name listed in server.admin_hosts")
     if _OPENED_AS.get(request.path, request.path) in server.admin_open_paths():
         return await handler(request)
+    return await _closed(request, handler, config)
+
+
+async def _closed(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+                  config: LoadedConfig) -> web.StreamResponse:
+    """A path behind the admin token: served with it, a login with ``?token=``, else refused."""
+    server = config.model.server
     token = server.admin_token
     if token is None:
         return _error(403, "ADMIN_CLOSED", "server.admin_token is not set: this admin path is closed (only /livez and "
@@ -288,12 +304,16 @@ def usage_query(params: Mapping[str, str], *, now: float, tz: dt.tzinfo, top: in
         raise ValueError("until must be after since")
     text = params.get("top")
     top = top if text is None else _top(text)
-    order = params.get("order", order)
-    if order not in ("requests", "recent"):
-        raise ValueError("order must be requests or recent")
+    checked = _order(params.get("order", order))
     start, end = window(since, until)
     return Query(start, end, tenant=_name(params, "tenant"), behaviour=_name(params, "behaviour"), top=top,
-                 order="recent" if order == "recent" else "requests")
+                 order=checked)
+
+
+def _order(order: str) -> Literal["requests", "recent"]:
+    if order not in ("requests", "recent"):
+        raise ValueError("order must be requests or recent")
+    return "recent" if order == "recent" else "requests"
 
 
 def _top(text: str) -> int:
@@ -368,14 +388,18 @@ async def _deprecations(request: web.Request) -> web.Response:
         return _problem(404, "LEDGER_OFF", _LEDGER_OFF)
     try:
         report = await gateway.ledger.report(query)
-        keys = frozenset((row["tenant"], row["client"] or "", behaviour)
-                         for behaviour, data in report["behaviours"].items() for row in data["top_clients"])
         # (The report's read wrote this process's counts: one answer, one snapshot of them.)
         ready, states = await readiness(gateway, tenant=query.tenant, behaviour=query.behaviour, top=query.top,
-                                        keys=keys, flush=False)
+                                        keys=_listed_keys(report), flush=False)
     except LedgerUnavailable as err:
         return _problem(503, "LEDGER_UNAVAILABLE", str(err))
     return web.json_response({**_named(report, gateway.names, states), "readiness": ready})
+
+
+def _listed_keys(report: Mapping[str, Any]) -> frozenset[tuple[str, str, str]]:
+    """(tenant, client, behaviour) of each client the report lists."""
+    return frozenset((row["tenant"], row["client"] or "", behaviour)
+                     for behaviour, data in report["behaviours"].items() for row in data["top_clients"])
 
 
 def _page_query(request: web.Request, wall: float) -> tuple[CompanyView, Query]:
@@ -391,31 +415,44 @@ async def _status_data(request: web.Request, view: CompanyView, query: Query, wa
     gateway = request.app[_GATEWAY]
     state = gateway.state
     ledger = gateway.ledger
-    usage: dict[str, Any] | None = None
-    ready: dict[str, Any] | None = None
-    problem = _LEDGER_OFF if ledger is None else None
-    if ledger is not None:
-        try:
-            usage = _named(await ledger.report(query, fresh=_PAGE_FRESH), gateway.names, {})
-            # The clients to contact: the most urgent of those that still call.
-            ready, _ = await readiness(gateway, top=_PAGE_CLIENTS, ready=False, fresh=_PAGE_FRESH, flush=False)
-        except LedgerUnavailable as err:
-            problem = str(err)
+    usage, ready, problem = await _page_usage(gateway, query)
     plan = state.rollout
     selection = await _off_loop(functools.partial(select_companies, plan, gateway.clock.now().timestamp(), usage,
                                                   view))
     daily: list[tuple[str, str, int, int]] = []
     if ledger is not None and usage is not None:
-        try:
-            # Requests per day for the charts of the companies shown: everything retention keeps.
-            daily = await ledger.daily(*window(wall - ledger.options.retention_days * 86400, wall),
-                                       tenants=frozenset(selection.names), fresh=_PAGE_FRESH)
-        except LedgerUnavailable as err:
-            problem = str(err)
+        daily, problem = await _page_daily(ledger, wall, selection.names, problem)
     return await _off_loop(functools.partial(
         status_data, config=state.config, plan=plan, clock=gateway.clock, history=request.app[_HISTORY],
         usage=usage, daily=daily, ledger=ledger.status() if ledger is not None else None, usage_problem=problem,
         wall=wall, selection=selection, readiness=ready))
+
+
+async def _page_usage(gateway: Served, query: Query
+                      ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, str | None]:
+    """The page's usage report and clients to contact, each None with the problem when the ledger is off or down."""
+    ledger = gateway.ledger
+    if ledger is None:
+        return None, None, _LEDGER_OFF
+    usage: dict[str, Any] | None = None
+    try:
+        usage = _named(await ledger.report(query, fresh=_PAGE_FRESH), gateway.names, {})
+        # The clients to contact: the most urgent of those that still call.
+        ready, _ = await readiness(gateway, top=_PAGE_CLIENTS, ready=False, fresh=_PAGE_FRESH, flush=False)
+    except LedgerUnavailable as err:
+        return usage, None, str(err)
+    return usage, ready, None
+
+
+async def _page_daily(ledger: Ledger, wall: float, names: list[str], problem: str | None
+                      ) -> tuple[list[tuple[str, str, int, int]], str | None]:
+    """Requests per day for the charts of the companies shown (everything retention keeps); the page's problem,
+    this read's when it fails."""
+    try:
+        return await ledger.daily(*window(wall - ledger.options.retention_days * 86400, wall),
+                                  tenants=frozenset(names), fresh=_PAGE_FRESH), problem
+    except LedgerUnavailable as err:
+        return [], str(err)
 
 
 async def _off_loop(work: Callable[[], T]) -> T:

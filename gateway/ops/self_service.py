@@ -27,7 +27,7 @@ from ..core.exchange import Exchange, Reply
 from ..core.reply import internal_error
 from ..rollout import Clock, RolloutPlan
 from .ledger import Ledger, LedgerUnavailable
-from .ledger.readiness import LedgerClient, Readiness, build, days_from, plan_changes
+from .ledger.readiness import ClientReadiness, LedgerClient, Readiness, build, days_from, plan_changes
 from .usage import DAY
 
 __all__ = ("SelfService", "own_document")
@@ -43,18 +43,8 @@ _MAX_CHANGES = 20
 def own_document(readiness: Readiness, plan: RolloutPlan, tenant: str, client: str) -> dict[str, Any]:
     """One client's view: its behaviours in the window (most urgent first), each with its own changes ahead. The
     operator's name, owner and the internal flag are the operator's, not shown."""
-    behaviours = []
-    for entry in readiness.clients:
-        if entry.tenant != tenant or entry.client != client:
-            continue
-        shown = entry.to_json()
-        for key in ("tenant", "client", "name", "owner", "internal"):
-            del shown[key]
-        schedule = plan.schedules[tenant][entry.behaviour]
-        who = LedgerClient(client, entry.user_agent, entry.first_call)
-        _, changes = plan_changes(schedule, who, tenant, readiness.at, _MAX_CHANGES)
-        shown["changes"] = [change.to_json() for change in changes]
-        behaviours.append(shown)
+    behaviours = [_own_behaviour(entry, plan, readiness.at) for entry in readiness.clients
+                  if entry.tenant == tenant and entry.client == client]
     data = readiness.to_json(top=0)
     return {"client": client, "tenant": tenant, "at": data["at"], "generated": data["generated"],
             "since": data["since"], "quiet_days": readiness.quiet_days, "behaviours": behaviours}
@@ -107,23 +97,27 @@ class SelfService:
                                 "with) to see your own usage of deprecated behaviour", rid)
             reply.headers[hdrs.WWW_AUTHENTICATE] = 'Bearer realm="deprecations"'
             return reply
-        key = (exchange.tenant.name, client)
-        body = self._cache.get(key)
-        if body is None:
-            try:
-                body = await self._read(key)
-            except LedgerUnavailable as err:
-                reply = Reply.error(503, "LEDGER_UNAVAILABLE", str(err), rid)
-                reply.headers["Retry-After"] = "30"
-                return reply
-            except _Busy:
-                reply = Reply.error(503, "BUSY", "too many clients ask for their usage at once: retry in a second",
-                                    rid)
-                reply.headers["Retry-After"] = "1"
-                return reply
+        body = await self._document((exchange.tenant.name, client), rid)
+        if isinstance(body, Reply):
+            return body
         headers = CIMultiDict({hdrs.CONTENT_TYPE: "application/json", hdrs.CACHE_CONTROL: "private, max-age=60",
                                hdrs.VARY: "Authorization"})
         return Reply(200, headers, body)
+
+    async def _document(self, key: tuple[str, str], rid: str) -> bytes | Reply:
+        """The client's document, kept or read; a 503 to retry when the ledger cannot answer now."""
+        body = self._cache.get(key)
+        if body is not None:
+            return body
+        try:
+            return await self._read(key)
+        except LedgerUnavailable as err:
+            reply = Reply.error(503, "LEDGER_UNAVAILABLE", str(err), rid)
+            reply.headers["Retry-After"] = "30"
+        except _Busy:
+            reply = Reply.error(503, "BUSY", "too many clients ask for their usage at once: retry in a second", rid)
+            reply.headers["Retry-After"] = "1"
+        return reply
 
     async def _read(self, key: tuple[str, str]) -> bytes:
         task = self._reading.get(key)
@@ -149,6 +143,18 @@ class SelfService:
                                             client=client, share=("own", id(plan)))
         self._cache[(tenant, client)] = body
         return body
+
+
+def _own_behaviour(entry: ClientReadiness, plan: RolloutPlan, at: float) -> dict[str, Any]:
+    """One behaviour the client used: its readiness without the operator's fields, and its own changes ahead."""
+    shown = entry.to_json()
+    for key in ("tenant", "client", "name", "owner", "internal"):
+        del shown[key]
+    schedule = plan.schedules[entry.tenant][entry.behaviour]
+    who = LedgerClient(entry.client, entry.user_agent, entry.first_call)
+    _, changes = plan_changes(schedule, who, entry.tenant, at, _MAX_CHANGES)
+    shown["changes"] = [change.to_json() for change in changes]
+    return shown
 
 
 class _Busy(Exception):

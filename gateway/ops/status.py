@@ -47,6 +47,7 @@ from .status_model import (
     StatusData,
     Tick,
     UsageLine,
+    UsageSection,
     Window,
 )
 
@@ -148,12 +149,11 @@ def _duration_label(seconds: float) -> str:
     days, rest = divmod(seconds, 86400)
     hours, rest = divmod(rest, 3600)
     minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days} d {hours} h" if hours else f"{days} d"
-    if hours:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    if minutes:
-        return f"{minutes} min"
+    # The largest unit present, with the next one when it is not zero (minutes are shown alone).
+    units = ((days, "d", hours, "h"), (hours, "h", minutes, "min"), (minutes, "min", 0, ""))
+    for amount, unit, more, more_unit in units:
+        if amount:
+            return f"{amount} {unit} {more} {more_unit}" if more else f"{amount} {unit}"
     return f"{secs} s"
 
 
@@ -202,25 +202,15 @@ class _Range:
         return "before" if ts < self.start else "after"
 
 
-def _changes(schedule: Schedule) -> list[float]:
-    """What the rollout is: the dates that change a phase, brownout and shadow windows, ramps' steps, a freeze."""
-    out: list[float] = [s.at for s in schedule.steps]
-    for w in (*schedule.windows, *schedule.shadows):
-        out += [w.start, w.end]
-    out += [at for ramp in schedule.ramps for at, _ in ramp.steps]
-    if schedule.freeze is not None:
-        out.append(schedule.freeze.at)
-    return out
-
-
 def _others(schedule: Schedule) -> list[float]:
     """Dated events around it: signals (announcement) and the ends of exemptions."""
     return [e.until for e in schedule.exemptions] + [at for at in schedule.signals.values() if at is not None]
 
 
 def _core(now: float, usage_days: Sequence[float], schedules: list[Schedule]) -> tuple[float, float]:
-    """The span of now, the days with usage and the rollout's changes: at least _MIN_SPAN, around its middle."""
-    core = [now, *usage_days, *(at for s in schedules for at in _changes(s))]
+    """The span of now, the days with usage and the rollout's changes (the dates that change a phase, brownout and
+    shadow windows, ramps' steps, a freeze): at least _MIN_SPAN, around its middle."""
+    core = [now, *usage_days, *(at for s in schedules for at in s.boundaries())]
     low, high = min(core), max(core)
     if high - low < _MIN_SPAN:
         middle = (low + high) / 2
@@ -436,19 +426,24 @@ def _windows(drawn: _Drawn, windows: Sequence[_PlanWindow], kind: str, until: st
 def _ramps(drawn: _Drawn) -> list[RampStep]:
     """Each ramp's steps, each until the next, the last until the date that puts its phase in force for everyone."""
     out = []
-    schedule, tz, scale = drawn.schedule, drawn.tz, drawn.scale
+    schedule = drawn.schedule
     for ramp in schedule.ramps:
         dated = next((step.at for step in schedule.steps if step.index >= ramp.index), None)
-        phase = drawn.phases[ramp.index]
         ends = [at for at, _ in ramp.steps[1:]] + [dated]
-        for (at, share), end in zip(ramp.steps, ends, strict=True):
-            state = _state(at, end, drawn.now)
-            until = f" until {_local(end, tz)}" if end is not None else ""
-            drawn.event(at, _local(at, tz), "ramp", state, ramp.index, f"ramp: {share:g}% of clients {phase}{until}")
-            out.append(RampStep(from_pct=scale.pct(at), to_pct=scale.pct(end, 100.0), share=share, state=state,
-                                phase=phase, severity=drawn.severity(ramp.index),
-                                label=f"ramp: {share:g}% of clients {phase} from {_local(at, tz)}{until}"))
+        out += [_ramp_step(drawn, ramp.index, at, share, end)
+                for (at, share), end in zip(ramp.steps, ends, strict=True)]
     return out
+
+
+def _ramp_step(drawn: _Drawn, index: int, at: float, share: float, end: float | None) -> RampStep:
+    """One step of a ramp to the phase ``index``, until ``end`` (None: no date puts that phase in force)."""
+    tz, phase = drawn.tz, drawn.phases[index]
+    state = _state(at, end, drawn.now)
+    until = f" until {_local(end, tz)}" if end is not None else ""
+    drawn.event(at, _local(at, tz), "ramp", state, index, f"ramp: {share:g}% of clients {phase}{until}")
+    return RampStep(from_pct=drawn.scale.pct(at), to_pct=drawn.scale.pct(end, 100.0), share=share, state=state,
+                    phase=phase, severity=drawn.severity(index),
+                    label=f"ramp: {share:g}% of clients {phase} from {_local(at, tz)}{until}")
 
 
 def _freeze(drawn: _Drawn) -> None:
@@ -519,17 +514,19 @@ def _chart(days: Mapping[int, int], scale: _Range) -> Chart | None:
         start = _bin_start(day, unit)
         bins[start] = bins.get(start, 0) + requests
     peak = max(bins.values())
-    bars = []
-    for start, requests in sorted(bins.items()):
-        end = _bin_end(start, unit)
-        label = dt.datetime.fromtimestamp(start, dt.UTC).strftime("%Y-%m-%d" if unit != "month" else "%Y-%m")
-        bars.append(Bar(from_pct=scale.pct(start), to_pct=scale.pct(end), height_pct=round(requests / peak * 100, 2),
-                        requests=requests,
-                        label=f"{'week of ' if unit == 'week' else ''}{label}: {requests:,} requests"))
+    bars = [_bar(start, requests, unit, peak, scale) for start, requests in sorted(bins.items())]
     first, last = min(days), max(days)
     return Chart(unit=unit, peak=peak, total=sum(days.values()), bars=bars,
                  first=dt.datetime.fromtimestamp(first, dt.UTC).strftime("%Y-%m-%d"),
                  last=dt.datetime.fromtimestamp(last, dt.UTC).strftime("%Y-%m-%d"))
+
+
+def _bar(start: int, requests: int, unit: str, peak: int, scale: _Range) -> Bar:
+    """One bin's bar: its height against the chart's peak, its label the bin's first day (its month)."""
+    label = dt.datetime.fromtimestamp(start, dt.UTC).strftime("%Y-%m-%d" if unit != "month" else "%Y-%m")
+    return Bar(from_pct=scale.pct(start), to_pct=scale.pct(_bin_end(start, unit)),
+               height_pct=round(requests / peak * 100, 2), requests=requests,
+               label=f"{'week of ' if unit == 'week' else ''}{label}: {requests:,} requests")
 
 
 # --- which companies the page shows -------------------------------------------------------------------------------
@@ -608,7 +605,7 @@ _RANKS = ("affected", "change ahead", "in use", "change soon")
 def _needs(plan: RolloutPlan, now: float, usage: Mapping[str, Any] | None) -> dict[str, tuple[int, list[str]]]:
     """The companies that need attention: (rank, reasons, most pressing first). Worked out per distinct schedule,
     then per company only where it used deprecated behaviour in the window or its schedule changes soon."""
-    used = {name: report["by_tenant"] for name, report in usage["behaviours"].items()} if usage is not None else {}
+    used = _by_tenant(usage)
     found: dict[str, list[tuple[int, str]]] = {}
     for behaviour, groups in plan.shared().items():
         by_tenant = used.get(behaviour, {})
@@ -616,6 +613,11 @@ def _needs(plan: RolloutPlan, now: float, usage: Mapping[str, Any] | None) -> di
             _say_why(found, _reason(behaviour, schedule, now), tenants, by_tenant)
     return {tenant: (min(rank for rank, _ in said), [text for _, text in sorted(said)])
             for tenant, said in found.items()}
+
+
+def _by_tenant(usage: Mapping[str, Any] | None) -> dict[str, Mapping[str, Mapping[str, int]]]:
+    """Per behaviour, each company's requests by decision in the window (none when the ledger was not read)."""
+    return {name: report["by_tenant"] for name, report in usage["behaviours"].items()} if usage is not None else {}
 
 
 def _say_why(found: dict[str, list[tuple[int, str]]], reason: Callable[[int], tuple[int, str] | None],
@@ -662,10 +664,14 @@ def _census(plan: RolloutPlan, now: float, wanted: str) -> tuple[list[BehaviourC
             counts[index] += len(tenants)
             if chosen is not None and wanted == f"{behaviour}:{phases[index]}":
                 chosen.update(tenants)
-        census.append(BehaviourCensus(name=behaviour, phases=[
-            PhaseCount(phase=phase, severity=_severity(i, len(phases)), companies=counts[i],
-                       filter=f"{behaviour}:{phase}") for i, phase in enumerate(phases)]))
+        census.append(_behaviour_census(behaviour, phases, counts))
     return census, chosen
+
+
+def _behaviour_census(behaviour: str, phases: Sequence[str], counts: list[int]) -> BehaviourCensus:
+    return BehaviourCensus(name=behaviour, phases=[
+        PhaseCount(phase=phase, severity=_severity(i, len(phases)), companies=counts[i],
+                   filter=f"{behaviour}:{phase}") for i, phase in enumerate(phases)])
 
 
 # --- readiness: the clients to contact -------------------------------------------------------------------------
@@ -703,22 +709,29 @@ def readiness_section(ready: Mapping[str, Any] | None, problem: str | None, wall
     if ready is None:
         return ReadinessSection(problem=problem or "not read", quiet_days=0, window_days=0, still_calling=0,
                                 internal_clients=0, companies=[], contacts=[], more=0)
-    companies = [CompanyStates(tenant=tenant, behaviour=behaviour, blocked=counts["blocked"],
-                               overdue=counts["overdue"], calling=counts["calling"], ready=counts["ready"])
-                 for tenant, per in ready["totals"].items() for behaviour, counts in per.items()]
-    contacts = []
-    for row in ready["clients"]:
-        last = _stamp(row["last_call"])
-        contacts.append(ContactRow(
-            tenant=row["tenant"], behaviour=row["behaviour"], client=row["client"], name=row["name"],
-            owner=row["owner"], internal=row["internal"], user_agent=row["user_agent"], state=row["state"],
-            example=row["example"], rule=row["rule"], last_call=_local(last, dt.UTC), last_call_ago=_ago(wall - last),
-            trend=row["trend"],
-            recent=f"{row['last_7_days']} in the last 7 days, {row['previous_7_days']} the 7 before",
-            next=_next_text(row["next"], now), notes=_notes(row)))
+    companies = _company_states(ready["totals"])
+    contacts = [_contact_row(row, wall, now) for row in ready["clients"]]
     return ReadinessSection(problem=None, quiet_days=ready["quiet_days"], window_days=ready["window_days"],
                             still_calling=ready["still_calling"], internal_clients=ready["internal_clients"],
                             companies=companies, contacts=contacts, more=ready["to_contact"] - len(contacts))
+
+
+def _company_states(totals: Mapping[str, Mapping[str, Mapping[str, int]]]) -> list[CompanyStates]:
+    """External clients per company and behaviour, by state."""
+    return [CompanyStates(tenant=tenant, behaviour=behaviour, blocked=counts["blocked"], overdue=counts["overdue"],
+                          calling=counts["calling"], ready=counts["ready"])
+            for tenant, per in totals.items() for behaviour, counts in per.items()]
+
+
+def _contact_row(row: Mapping[str, Any], wall: float, now: float) -> ContactRow:
+    """A client to contact: its last call against the wall clock, its next change against the rollout's."""
+    last = _stamp(row["last_call"])
+    return ContactRow(
+        tenant=row["tenant"], behaviour=row["behaviour"], client=row["client"], name=row["name"],
+        owner=row["owner"], internal=row["internal"], user_agent=row["user_agent"], state=row["state"],
+        example=row["example"], rule=row["rule"], last_call=_local(last, dt.UTC), last_call_ago=_ago(wall - last),
+        trend=row["trend"], recent=f"{row['last_7_days']} in the last 7 days, {row['previous_7_days']} the 7 before",
+        next=_next_text(row["next"], now), notes=_notes(row))
 
 
 # --- the page's data --------------------------------------------------------------------------------------------
@@ -750,8 +763,7 @@ def status_data(
     now = moment.timestamp()
     if selection is None:
         selection = select_companies(plan, now, usage, CompanyView())
-    days = [day for _, _, day, _ in daily]
-    scale = _range(plan, now, [min(days), max(days) + _DAY] if days else [])
+    scale = _range(plan, now, _usage_days(daily))
     return StatusData(
         generated_at=_iso(wall), generated=_local(wall, dt.UTC),
         now={"iso": moment.isoformat(), "label": _local(now, dt.UTC), "fixed": isinstance(clock, FixedClock)},
@@ -762,10 +774,20 @@ def status_data(
                       end=_local(scale.end, dt.UTC)),
         companies=selection.page,
         tenants=_companies(plan, now, scale, usage, daily, selection),
-        usage={"window": _window_label(usage, wall) if usage is not None else "", "problem": usage_problem,
-               "policies": _policies(usage, wall)},
+        usage=_usage_section(usage, usage_problem, wall),
         readiness=readiness_section(readiness, usage_problem, wall, now),
     )
+
+
+def _usage_days(daily: Sequence[tuple[str, str, int, int]]) -> list[float]:
+    """The span of the charts' days (the last one whole), for the axis; none without any."""
+    days = [day for _, _, day, _ in daily]
+    return [min(days), max(days) + _DAY] if days else []
+
+
+def _usage_section(usage: Mapping[str, Any] | None, problem: str | None, wall: float) -> UsageSection:
+    return {"window": _window_label(usage, wall) if usage is not None else "", "problem": problem,
+            "policies": _policies(usage, wall)}
 
 
 def _companies(plan: RolloutPlan, now: float, scale: _Range, usage: Mapping[str, Any] | None,
@@ -784,11 +806,14 @@ def _companies(plan: RolloutPlan, now: float, scale: _Range, usage: Mapping[str,
             blocks.append(block)
         out.append(Company(
             name=tenant, timezone=plan.timezones[tenant], local_now=_local(now, tz),
-            attention=selection.attention.get(tenant, []), behaviours=blocks,
-            usage=[UsageLine(behaviour=name, decisions=_most_first(decisions))
-                   for name, report in sorted(behaviours.items()) if (decisions := report["by_tenant"].get(tenant))],
-        ))
+            attention=selection.attention.get(tenant, []), behaviours=blocks, usage=_usage_lines(behaviours, tenant)))
     return out
+
+
+def _usage_lines(behaviours: Mapping[str, Any], tenant: str) -> list[UsageLine]:
+    """A company's decisions per behaviour in the window, those it has any of."""
+    return [UsageLine(behaviour=name, decisions=_most_first(decisions))
+            for name, report in sorted(behaviours.items()) if (decisions := report["by_tenant"].get(tenant))]
 
 
 def _config_state(config: LoadedConfig, history: ConfigHistory, wall: float) -> ConfigState:

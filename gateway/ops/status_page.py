@@ -12,11 +12,13 @@ from html import escape
 from typing import Any
 
 from .status_model import (
+    Bar,
     BehaviourTimeline,
     Chart,
     ClientRow,
     Company,
     CompanyStates,
+    ConfigState,
     ContactRow,
     Exemption,
     LedgerState,
@@ -89,20 +91,6 @@ def _phase(name: str, severity: int | None, extra: str = "") -> _Html:
 def _overview(data: StatusData) -> _Html:
     config = data["config"]
     now = data["now"]
-    last = config["last_reload"]
-    reloads = config["reloads"]
-    if last is None:
-        reload_text: list[Any] = ["none since start"]
-    elif last["result"] == "success":
-        reload_text = [_h("span", {"class": "ok"}, "succeeded"), f" at {last['at']} ",
-                       _h("span", {"class": "vol"}, f"({last['ago']})")]
-    else:
-        reload_text = [_h("span", {"class": "bad"}, "refused"), f" at {last['at']} ",
-                       _h("span", {"class": "vol"}, f"({last['ago']})"),
-                       f"; {last['problems']} problem(s), listed in the gateway's log; the previous configuration "
-                       "stays in force"]
-    if reloads["success"] or reloads["failure"]:
-        reload_text.append(f" · since start: {reloads['success']} succeeded, {reloads['failure']} refused")
     rows = [
         _h("dt", None, "Rollout clock"),
         _h("dd", None, _h("b", {"id": "now"}, now["label"]), " (fixed: rollout.now or GATEWAY_NOW)" if now["fixed"]
@@ -112,13 +100,31 @@ def _overview(data: StatusData) -> _Html:
            _h("code", None, config["source"]), f", loaded {config['loaded']} ",
            _h("span", {"class": "vol"}, f"({config['loaded_ago']})")),
         _h("dt", None, "Last reload"),
-        _h("dd", {"id": "reload"}, reload_text),
+        _h("dd", {"id": "reload"}, _reload_text(config)),
         _h("dt", None, "Build"),
         _h("dd", None, f"gateway {data['build']['version']}"),
     ]
     rows += [_h("dt", None, "Usage ledger"), _h("dd", {"id": "ledger"}, _ledger(data["ledger"]))]
     rows += [_h("dt", None, "Page data"), _h("dd", {"class": "vol"}, f"at {data['generated']}")]
     return _h("section", {"id": "overview"}, _h("h2", None, "Gateway"), _h("dl", None, rows))
+
+
+def _reload_text(config: ConfigState) -> list[Any]:
+    """The last reload's outcome, and the count of reloads since start when there were any."""
+    last = config["last_reload"]
+    reloads = config["reloads"]
+    if last is None:
+        text: list[Any] = ["none since start"]
+    elif last["result"] == "success":
+        text = [_h("span", {"class": "ok"}, "succeeded"), f" at {last['at']} ",
+                _h("span", {"class": "vol"}, f"({last['ago']})")]
+    else:
+        text = [_h("span", {"class": "bad"}, "refused"), f" at {last['at']} ", _h("span", {"class": "vol"},
+                f"({last['ago']})"), f"; {last['problems']} problem(s), listed in the gateway's log; the previous "
+                "configuration stays in force"]
+    if reloads["success"] or reloads["failure"]:
+        text.append(f" · since start: {reloads['success']} succeeded, {reloads['failure']} refused")
+    return text
 
 
 def _ledger(ledger: LedgerState | None) -> list[Any]:
@@ -160,10 +166,7 @@ def _chart(chart: Chart | None, behaviour: BehaviourTimeline, now_pct: float, ti
     if chart is None:
         return [_h("p", {"class": "chartnote"}, "No recorded use in the usage ledger.")]
     grid = [_h("div", {"class": "grid", "style": {"left": _pct(t["pct"])}}) for t in ticks]
-    bars = [_h("div", {"class": "bar", "title": b["label"],
-                       "style": {"left": _pct(b["from_pct"]), "width": _pct(b["to_pct"] - b["from_pct"]),
-                                 "height": _pct(b["height_pct"])}})
-            for b in chart["bars"]]
+    bars = [_bar(b) for b in chart["bars"]]
     marks = [_h("div", {"class": f"cmark {m['kind']}", "title": m["label"], "style": {"left": _pct(m["pct"])}})
              for m in behaviour["markers"] if not m["far"]]
     return [_h("div", {"class": "chart", "aria-hidden": "true"}, grid, bars, marks,
@@ -171,6 +174,18 @@ def _chart(chart: Chart | None, behaviour: BehaviourTimeline, now_pct: float, ti
             _h("p", {"class": "chartnote"}, f"Requests per {chart['unit']} (UTC) from the usage ledger, "
                f"{chart['total']} in all, at most {chart['peak']} in one {chart['unit']}; "
                f"from {chart['first']} to {chart['last']}. The lines are the dated changes above.")]
+
+
+def _marker(marker: Marker) -> _Html:
+    """A dated change on the track; one off the axis is drawn at its edge."""
+    return _h("div", {"class": f"marker {marker['kind']}" + (f" far {marker['far']}" if marker["far"] else ""),
+                      "title": marker["label"], "style": {"left": _pct(marker["pct"])}})
+
+
+def _bar(bar: Bar) -> _Html:
+    return _h("div", {"class": "bar", "title": bar["label"],
+                      "style": {"left": _pct(bar["from_pct"]), "width": _pct(bar["to_pct"] - bar["from_pct"]),
+                                "height": _pct(bar["height_pct"])}})
 
 
 def _timeline(behaviour: BehaviourTimeline, now_pct: float, ticks: list[Tick]) -> _Html:
@@ -189,9 +204,7 @@ def _track(behaviour: BehaviourTimeline, now_pct: float) -> list[_Html]:
     # A shadow is drawn hatched and light (nothing applied); a ramp as its share of the track's height.
     track += [_band(f"shadow s{w['severity']} st-{w['state']}", w, w["label"]) for w in behaviour["shadows"]]
     track += [_band(f"ramp s{r['severity']} st-{r['state']}", r, r["label"], r["share"]) for r in behaviour["ramps"]]
-    track += [_h("div", {"class": f"marker {m['kind']}" + (f" far {m['far']}" if m["far"] else ""),
-                         "title": m["label"], "style": {"left": _pct(m["pct"])}})
-              for m in behaviour["markers"]]
+    track += [_marker(m) for m in behaviour["markers"]]
     track.append(_h("div", {"class": "now", "title": "now", "style": {"left": _pct(now_pct)}}))
     return track
 
@@ -311,10 +324,15 @@ def _s(n: int) -> str:
     return "" if n == 1 else "s"
 
 
+def _named_client(client: str | None, name: str | None) -> list[Any]:
+    """A client's fingerprint, and the operator's name for it when there is one."""
+    return [_h("code", None, client or "-"), [" ", _h("b", None, name)] if name else None]
+
+
 def _client_row(r: ClientRow) -> _Html:
     return _h("tr", {"data-client": r["client"] or "", "class": "stopped" if r["stopped"] else None},
               _h("td", {"class": "num"}, str(r["requests"])),
-              _h("td", None, _h("code", None, r["client"] or "-"), [" ", _h("b", None, r["name"])] if r["name"] else None),
+              _h("td", None, _named_client(r["client"], r["name"])),
               _h("td", None, r["tenant"] or "-"),
               _h("td", {"class": "ua"}, r["user_agent"] or "-"),
               _h("td", None, r["decisions"]),

@@ -217,6 +217,14 @@ class _Backoff:
 _METRIC_FILE_RE = re.compile(r"^[a-z]+(?:_[a-z]+)?_(\d+)\.db$")  # prometheus-client's <kind>[_<mode>]_<pid>.db
 
 
+def _remove_if_empty(*directories: str | None) -> None:
+    """Each directory given, once empty (the last worker to leave removes it)."""
+    for directory in directories:
+        if directory:
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
+
+
 def remove_metric_files(directory: str, *, keep_running: bool = False) -> None:
     """prometheus-client's files in ``directory``; with ``keep_running``, not those of processes still running."""
     try:
@@ -224,13 +232,19 @@ def remove_metric_files(directory: str, *, keep_running: bool = False) -> None:
     except OSError:
         return
     for name in names:
-        match = _METRIC_FILE_RE.match(name)
-        if match is None:
-            continue
-        if keep_running and int(match.group(1)) != os.getpid() and _running(int(match.group(1))):
-            continue
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(directory, name))
+        if _removable(name, keep_running):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, name))
+
+
+def _removable(name: str, keep_running: bool) -> bool:
+    """Whether ``name`` is a metric file to remove: prometheus-client's, and (``keep_running``) this process's or that
+    of a process no longer running."""
+    match = _METRIC_FILE_RE.match(name)
+    if match is None:
+        return False
+    pid = int(match.group(1))
+    return not (keep_running and pid != os.getpid() and _running(pid))
 
 
 def _running(pid: int) -> bool:
@@ -298,10 +312,7 @@ class Peers:
         if metrics_dir:
             remove_metric_files(metrics_dir, keep_running=True)
         (self.directory / _STOPPING).unlink(missing_ok=True)
-        for directory in (str(self.directory), metrics_dir if environ.get(_OWN_METRICS_ENV) == "1" else None):
-            if directory:
-                with contextlib.suppress(OSError):
-                    os.rmdir(directory)  # only once empty: the last worker to leave
+        _remove_if_empty(str(self.directory), metrics_dir if environ.get(_OWN_METRICS_ENV) == "1" else None)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Peers | None:

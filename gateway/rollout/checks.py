@@ -39,14 +39,19 @@ def _phase_rule(known: Behaviour, name: str, phase: str, *, brownout: bool, brid
 
 def _date_problems(section: RolloutConfig | TenantRollout, where: str, flags: Mapping[str, dt.date | None],
                    is_global: bool) -> list[str]:
-    problems = []
-    for key, value in section.dates().items():
-        if key not in flags:
-            keys = [*flags, *type(section).model_fields]
-            problems.append(f"{where}.{key}: {UNKNOWN_KEY}{did_you_mean(key, keys)}")
-        elif is_global and value is None and flags[key] is not None:
-            problems.append(f"{where}.{key}: Input should be a valid date (the default is {flags[key]})")
-    return problems
+    problems = [_date_problem(section, key, value, flags, is_global) for key, value in section.dates().items()]
+    return [f"{where}.{key}: {problem}" for key, problem in problems if problem is not None]
+
+
+def _date_problem(section: RolloutConfig | TenantRollout, key: str, value: dt.date | None,
+                  flags: Mapping[str, dt.date | None], is_global: bool) -> tuple[str, str | None]:
+    """A date flag's key and what is wrong with it (None: nothing): an unknown one, or a global null that would
+    drop its default."""
+    if key not in flags:
+        return key, f"{UNKNOWN_KEY}{did_you_mean(key, [*flags, *type(section).model_fields])}"
+    if is_global and value is None and flags[key] is not None:
+        return key, f"Input should be a valid date (the default is {flags[key]})"
+    return key, None
 
 
 def _later_phases(section: RolloutConfig | TenantRollout, where: str, behaviours: Mapping[str, Behaviour]
@@ -66,13 +71,19 @@ def _freeze_problems(section: RolloutConfig | TenantRollout, where: str, behavio
     problems = []
     seen: set[str] = set()
     for j, freeze in enumerate(section.freezes or ()):
-        problem = _phase_problem(behaviours, freeze.behaviour, None, brownout=False)
-        if problem is None and freeze.behaviour in seen:
-            problem = f"a second freeze of {freeze.behaviour}: one per behaviour"
-        seen.add(freeze.behaviour)
+        problem = _freeze_problem(behaviours, freeze.behaviour, seen)
         if problem:
             problems.append(f"{where}.freezes[{j}]: {problem}")
     return problems
+
+
+def _freeze_problem(behaviours: Mapping[str, Behaviour], name: str, seen: set[str]) -> str | None:
+    """A freeze names a known behaviour, one not frozen before in the list (``seen``, to which it is added)."""
+    problem = _phase_problem(behaviours, name, None, brownout=False)
+    if problem is None and name in seen:
+        problem = f"a second freeze of {name}: one per behaviour"
+    seen.add(name)
+    return problem
 
 
 def _exemption_problems(section: RolloutConfig | TenantRollout, where: str, behaviours: Mapping[str, Behaviour]
@@ -163,10 +174,15 @@ def _tenant_checks(tenant: Tenant, own: TenantRollout, behaviours: Mapping[str, 
     own_dates = own.dates()
     for behaviour in behaviours.values():
         if behaviour.check_tenant is not None:
-            names = {flag.name for flag in behaviour.all_flags()}
-            own_flags = {name: day for name, day in own_dates.items() if name in names}
-            problems += behaviour.check_tenant(tenant, own_flags, list(own.brownouts or ()), where)
+            problems += behaviour.check_tenant(tenant, _own_flags(behaviour, own_dates), list(own.brownouts or ()),
+                                               where)
     return problems
+
+
+def _own_flags(behaviour: Behaviour, own_dates: Mapping[str, dt.date | None]) -> dict[str, dt.date | None]:
+    """The tenant's own dates of the behaviour's flags."""
+    names = {flag.name for flag in behaviour.all_flags()}
+    return {name: day for name, day in own_dates.items() if name in names}
 
 
 def rollout_problems(
@@ -230,14 +246,20 @@ def _item_problems(items: Sequence[Shadow | Ramp], behaviours: Mapping[str, Beha
     """The shadows' or ramps' problems with the tenant's phase dates, by index in their list."""
     found = []
     for j, item in enumerate(items):
-        behaviour = behaviours.get(item.behaviour)
-        if behaviour is None or (item.phase is not None and item.phase not in behaviour.phases):
-            continue  # reported by the section's checks
-        problem = (_ramp_problem(item, behaviour, own, rollout) if isinstance(item, Ramp)
-                   else _shadow_problem(item, behaviour, tenant, own, rollout, tz))
+        problem = _item_problem(item, behaviours, tenant, own, rollout, tz)
         if problem:
             found.append((j, problem))
     return found
+
+
+def _item_problem(item: Shadow | Ramp, behaviours: Mapping[str, Behaviour], tenant: Tenant, own: TenantRollout,
+                  rollout: RolloutConfig, tz: dt.tzinfo) -> str | None:
+    behaviour = behaviours.get(item.behaviour)
+    if behaviour is None or (item.phase is not None and item.phase not in behaviour.phases):
+        return None  # reported by the section's checks
+    if isinstance(item, Ramp):
+        return _ramp_problem(item, behaviour, own, rollout)
+    return _shadow_problem(item, behaviour, tenant, own, rollout, tz)
 
 
 def _ramp_problem(ramp: Ramp, behaviour: Behaviour, own: TenantRollout, rollout: RolloutConfig) -> str | None:
@@ -255,12 +277,15 @@ def _shadow_problem(shadow: Shadow, behaviour: Behaviour, tenant: Tenant, own: T
     day = None if phase is None else _phase_date(own, rollout, behaviour, phase)
     if day is None:
         return None
-    end = _aware(shadow.end, tz)
-    tenant_tz = zoneinfo.ZoneInfo(own.timezone or rollout.timezone)
-    if end > dt.datetime.combine(day, dt.time(0), tzinfo=tenant_tz):
+    if _aware(shadow.end, tz) > _tenant_midnight(day, own, rollout):
         return (f"the shadow window ends ({shadow.end.isoformat()}) after {phase}'s own date ({day}): from then the "
                 "phase applies")
     return None
+
+
+def _tenant_midnight(day: dt.date, own: TenantRollout, rollout: RolloutConfig) -> dt.datetime:
+    """The start of ``day`` in the tenant's time zone (the rollout's when it sets none)."""
+    return dt.datetime.combine(day, dt.time(0), tzinfo=zoneinfo.ZoneInfo(own.timezone or rollout.timezone))
 
 
 def _next_phase(shadow: Shadow, behaviour: Behaviour, tenant: Tenant, own: TenantRollout, rollout: RolloutConfig,
@@ -269,9 +294,13 @@ def _next_phase(shadow: Shadow, behaviour: Behaviour, tenant: Tenant, own: Tenan
     base = behaviour.base_of(tenant)
     index = base.index
     if base.dated:
-        start = _aware(shadow.start, tz).date()
-        index += sum(1 for flag in behaviour.flags if (day := effective_date(own, rollout, flag)[0]) and day <= start)
+        index += _flags_reached(behaviour, own, rollout, _aware(shadow.start, tz).date())
     return behaviour.phases[index + 1] if index + 1 < len(behaviour.phases) else None
+
+
+def _flags_reached(behaviour: Behaviour, own: TenantRollout, rollout: RolloutConfig, day: dt.date) -> int:
+    """How many of the behaviour's dated steps the tenant's dates put in force by ``day``."""
+    return sum(1 for flag in behaviour.flags if (date := effective_date(own, rollout, flag)[0]) and date <= day)
 
 
 def _aware(moment: dt.datetime, tz: dt.tzinfo) -> dt.datetime:

@@ -61,17 +61,21 @@ def parse_date(value: object) -> dt.date:
     if isinstance(value, dt.date):
         day = value
     elif isinstance(value, str):
-        text = value.strip()
-        if not _DATE_RE.fullmatch(text):
-            raise ValueError(f"expected a date (YYYY-MM-DD), got {_shown(value)}")
-        try:
-            day = dt.date.fromisoformat(text)
-        except ValueError as err:
-            raise ValueError(f"{_shown(value)} is not a date: {err}") from None
+        day = _date_text(value)
     else:
         raise ValueError(f"expected a date (YYYY-MM-DD), got {_kind(value)}")
     _in_range(day, value)
     return day
+
+
+def _date_text(value: str) -> dt.date:
+    text = value.strip()
+    if not _DATE_RE.fullmatch(text):
+        raise ValueError(f"expected a date (YYYY-MM-DD), got {_shown(value)}")
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError as err:
+        raise ValueError(f"{_shown(value)} is not a date: {err}") from None
 
 
 def parse_instant_value(value: object) -> dt.datetime:
@@ -86,11 +90,16 @@ def parse_instant_value(value: object) -> dt.datetime:
         raise ValueError(f"expected a date and time (ISO 8601), got {_kind(value)}")
     _in_range(instant, value)
     if instant.tzinfo is not None:
-        try:
-            instant.astimezone(dt.UTC)
-        except OverflowError:
-            raise ValueError(f"{_shown(value)} is outside the years {MIN_YEAR} to {MAX_YEAR}") from None
+        _in_range_in_utc(instant, value)
     return instant
+
+
+def _in_range_in_utc(instant: dt.datetime, value: object) -> None:
+    """An instant with an offset must stay within the years once in UTC (9999-12-31T23:00-02:00 does not)."""
+    try:
+        instant.astimezone(dt.UTC)
+    except OverflowError:
+        raise ValueError(f"{_shown(value)} is outside the years {MIN_YEAR} to {MAX_YEAR}") from None
 
 
 def _iso_instant(value: str) -> dt.datetime:

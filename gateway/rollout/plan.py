@@ -298,6 +298,8 @@ class Schedule:
     # --- the calendar ---------------------------------------------------------------------------------------------
 
     def boundaries(self) -> list[float]:
+        """Every instant the rollout may change at: dated steps, brownout and shadow windows, ramps' steps, a
+        freeze."""
         times = {s.at for s in self.steps}
         for w in (*self.windows, *self.shadows):
             times.update((w.start, w.end))
@@ -407,16 +409,20 @@ class _Builder:
         return shared
 
     def _shared_schedule(self, own: TenantRollout, behaviour: Behaviour, base: Base, bridge: bool) -> Schedule:
-        rollout = self.rollout
-        tz_name = own.timezone or rollout.timezone
-        days = tuple(effective_date(own, rollout, flag) for flag in behaviour.all_flags())
-        own_lists = (own.brownouts, own.shadows, own.ramps, own.freezes)
-        key = (behaviour.name, base, tz_name, days, tuple(None if x is None else tuple(x) for x in own_lists),
-               tuple(own.exemptions), bridge)
+        tz_name = own.timezone or self.rollout.timezone
+        key = self._same_settings(own, behaviour, base, bridge, tz_name)
         shared = self._shared.get(key)
         if shared is None:
             shared = self._shared[key] = self._build(own, behaviour, base, bridge, zoneinfo.ZoneInfo(tz_name))
         return shared
+
+    def _same_settings(self, own: TenantRollout, behaviour: Behaviour, base: Base, bridge: bool, tz_name: str
+                       ) -> tuple[object, ...]:
+        """What makes two companies' schedules of a behaviour one: their dates, time zone and own lists."""
+        days = tuple(effective_date(own, self.rollout, flag) for flag in behaviour.all_flags())
+        own_lists = (own.brownouts, own.shadows, own.ramps, own.freezes)
+        return (behaviour.name, base, tz_name, days, tuple(None if x is None else tuple(x) for x in own_lists),
+                tuple(own.exemptions), bridge)
 
     def _build(self, own: TenantRollout, behaviour: Behaviour, base: Base, bridge: bool, tz: dt.tzinfo) -> Schedule:
         exempts, signals = self._exempts(own, behaviour, tz), self._signals(own, behaviour, tz)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import datetime as dt
 import zoneinfo
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .plan import Client, Ramp, RolloutPlan, Schedule
+
+if TYPE_CHECKING:
+    from .plan import _Exempt
 
 __all__ = ("describe", "describe_client", "report")
 
@@ -50,20 +53,32 @@ def _brownouts(schedule: Schedule, stamp: float, tz: dt.tzinfo) -> list[str]:
             for window in schedule.windows if window.end > stamp]
 
 
+def _shadow_lines(schedule: Schedule, stamp: float, tz: dt.tzinfo) -> list[str]:
+    phases = schedule.behaviour.phases
+    return [f"    shadow ({'now' if window.start <= stamp else 'scheduled'}): {phases[window.index]} decided for "
+            f"every request but not applied, from {_fmt(window.start, tz)} to {_fmt(window.end, tz)}"
+            for window in schedule.shadows if window.end > stamp]
+
+
 def _bridge_lines(schedule: Schedule, stamp: float, tz: dt.tzinfo) -> list[str]:
     """The bridge's state for the company, then each exemption (what it keeps, its bridge)."""
     bridge = schedule.behaviour.bridge
     lines = []
     if bridge is not None:
         lines.append(f"    bridge {bridge}: {_bridge_state(schedule, stamp, schedule.decide(stamp).index)}")
-    for exempt in schedule.exemptions:
-        state = "active" if stamp < exempt.until else "expired"
-        keeps = schedule.behaviour.phases[exempt.index]
-        line = f"    exemption {exempt.name!r} ({state}): {exempt.client} keeps at most {keeps}"
-        if exempt.bridge is not None and bridge is not None:
-            line += f", bridge {bridge} {'on' if exempt.bridge else 'off'}"
-        lines.append(f"{line} until {_fmt(exempt.until, tz)}")
+    lines += [_exemption_line(schedule, exempt, stamp, tz) for exempt in schedule.exemptions]
     return lines
+
+
+def _exemption_line(schedule: Schedule, exempt: _Exempt, stamp: float, tz: dt.tzinfo) -> str:
+    """What an exemption keeps, until when, and whether it keeps the behaviour's bridge on."""
+    bridge = schedule.behaviour.bridge
+    state = "active" if stamp < exempt.until else "expired"
+    keeps = schedule.behaviour.phases[exempt.index]
+    line = f"    exemption {exempt.name!r} ({state}): {exempt.client} keeps at most {keeps}"
+    if exempt.bridge is not None and bridge is not None:
+        line += f", bridge {bridge} {'on' if exempt.bridge else 'off'}"
+    return f"{line} until {_fmt(exempt.until, tz)}"
 
 
 def _signal_lines(schedule: Schedule, stamp: float, tz: dt.tzinfo) -> list[str]:
@@ -80,9 +95,7 @@ def _signal_lines(schedule: Schedule, stamp: float, tz: dt.tzinfo) -> list[str]:
 def _stages(schedule: Schedule, stamp: float, tz: dt.tzinfo) -> list[str]:
     """The staged rollout's lines of one schedule: shadows, ramps, the freeze, the preview."""
     phases = schedule.behaviour.phases
-    lines = [f"    shadow ({'now' if window.start <= stamp else 'scheduled'}): {phases[window.index]} decided for "
-             f"every request but not applied, from {_fmt(window.start, tz)} to {_fmt(window.end, tz)}"
-             for window in schedule.shadows if window.end > stamp]
+    lines = _shadow_lines(schedule, stamp, tz)
     lines += [_ramp_line(schedule, ramp, stamp, tz) for ramp in schedule.ramps]
     freeze = schedule.freeze
     if freeze is not None:
@@ -126,11 +139,16 @@ def _client_lines(name: str, schedule: Schedule, stamp: float, tenant: str, clie
     lines = [line]
     if schedule.behaviour.bridge is not None:
         lines.append(f"    bridge {schedule.behaviour.bridge}: {'on' if decision.bridge else 'off'} for this client")
+    return lines + _company_next(schedule, stamp, explained.index, timezone)
+
+
+def _company_next(schedule: Schedule, stamp: float, index: int, timezone: str) -> list[str]:
+    """The company's next change, when it moves the client past its phase ``index``."""
     upcoming = schedule.next_change(stamp)
-    if upcoming is not None and upcoming[1].index > explained.index:
-        at = dt.datetime.fromtimestamp(upcoming[0], zoneinfo.ZoneInfo(timezone)).isoformat()
-        lines.append(f"    next for the company: {upcoming[1].phase} at {at}")
-    return lines
+    if upcoming is None or upcoming[1].index <= index:
+        return []
+    at = dt.datetime.fromtimestamp(upcoming[0], zoneinfo.ZoneInfo(timezone)).isoformat()
+    return [f"    next for the company: {upcoming[1].phase} at {at}"]
 
 
 def _bridge_state(schedule: Schedule, stamp: float, index: int) -> str:

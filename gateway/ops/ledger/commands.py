@@ -172,16 +172,12 @@ def outreach(config: LoadedConfig, *, tenant: str | None, behaviour: str | None,
     """The clients to contact, most urgent first: blocked, overdue, then calling (the soonest change first), each
     with its name and contact (or fingerprint and User-Agent), state, example call and what changes for it next;
     ``everyone``: the ready ones too."""
-    from ...rollout import clock_from_config
     from .readiness import build
 
     try:
-        tenant, behaviour = _names(tenant, behaviour)
-        now = clock_from_config(config.model.rollout).now().timestamp()
+        tenant, behaviour, now = _outreach_args(config, tenant, behaviour, top)
     except ValueError as err:
         return _say(str(err), 2)
-    if top is not None and top < 1:
-        return _say("--top must be 1 or more", 2)
     options = config.model.usage.readiness
     wall = time.time()
     rows = _read(config, lambda store: _readiness_rows(store, wall, options.window_days, tenant, behaviour))
@@ -193,6 +189,18 @@ def outreach(config: LoadedConfig, *, tenant: str | None, behaviour: str | None,
     shown = config.secrets.redact(config.model.usage.ledger.url)
     _emit(output, data, _outreach_csv, lambda: _outreach_text(data, shown, wall, everyone))
     return 0
+
+
+def _outreach_args(config: LoadedConfig, tenant: str | None, behaviour: str | None, top: int | None
+                   ) -> tuple[str | None, str | None, float]:
+    """The names checked, and the rollout's clock; ``ValueError`` with the problem, fit to print."""
+    from ...rollout import clock_from_config
+
+    tenant, behaviour = _names(tenant, behaviour)
+    now = clock_from_config(config.model.rollout).now().timestamp()
+    if top is not None and top < 1:
+        raise ValueError("--top must be 1 or more")
+    return tenant, behaviour, now
 
 
 def _readiness_rows(store: Store, wall: float, window_days: int, tenant: str | None,
@@ -213,11 +221,15 @@ _OUTREACH_COLUMNS = ("state", "tenant", "behaviour", "client", "name", "owner", 
 def _outreach_csv(data: dict[str, Any]) -> None:
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow(_OUTREACH_COLUMNS)
-    for row in data["clients"]:
-        upcoming = row["next"] or {}
-        values = {**row, "next_phase": upcoming.get("phase"), "next_at": upcoming.get("at"),
-                  "next_why": upcoming.get("why")}
-        writer.writerow([_csv_value(values[key]) for key in _OUTREACH_COLUMNS])
+    writer.writerows(_outreach_row(row) for row in data["clients"])
+
+
+def _outreach_row(row: dict[str, Any]) -> list[Any]:
+    """A client's row: its next change in three columns."""
+    upcoming = row["next"] or {}
+    values = {**row, "next_phase": upcoming.get("phase"), "next_at": upcoming.get("at"),
+              "next_why": upcoming.get("why")}
+    return [_csv_value(values[key]) for key in _OUTREACH_COLUMNS]
 
 
 def _csv_value(value: Any) -> Any:
@@ -352,15 +364,18 @@ def _csv(report: dict[str, Any]) -> None:
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow(["behaviour", "tenant", "client", "user_agent", "requests", "decisions", "first_seen",
                      "last_seen", "name"])
-    for name, data in report["behaviours"].items():
-        for row in data["top_clients"]:
-            writer.writerow([
-                name, row["tenant"], row["client"] or "", _cell(row["user_agent"] or ""), row["requests"],
-                ";".join(f"{d}={n}" for d, n in row["decisions"].items()),
-                dt.datetime.fromtimestamp(row["first_seen"], dt.UTC).isoformat(timespec="seconds"),
-                dt.datetime.fromtimestamp(row["last_seen"], dt.UTC).isoformat(timespec="seconds"),
-                row.get("name") or "",
-            ])
+    writer.writerows(_csv_row(name, row) for name, data in report["behaviours"].items() for row in data["top_clients"])
+
+
+def _csv_row(name: str, row: dict[str, Any]) -> list[Any]:
+    """One client's row of the report: its decisions as ``decision=requests;...``, its times in UTC."""
+    return [
+        name, row["tenant"], row["client"] or "", _cell(row["user_agent"] or ""), row["requests"],
+        ";".join(f"{d}={n}" for d, n in row["decisions"].items()),
+        dt.datetime.fromtimestamp(row["first_seen"], dt.UTC).isoformat(timespec="seconds"),
+        dt.datetime.fromtimestamp(row["last_seen"], dt.UTC).isoformat(timespec="seconds"),
+        row.get("name") or "",
+    ]
 
 
 def _cell(text: str) -> str:

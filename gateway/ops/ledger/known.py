@@ -63,8 +63,23 @@ def snapshot_path(options: LedgerConfig, spool_dir: str | None) -> Path | None:
     return Path(spool_dir or tempfile.gettempdir()) / f"gateway-known-clients-{digest}.json"
 
 
+def _write_whole(path: Path, payload: dict[str, Any]) -> None:
+    """``payload`` as the file at ``path``, whole or not at all: written beside it, then put in its place (the file
+    beside it removed when that fails)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as out:
+            json.dump(payload, out, separators=(",", ":"))
+        os.replace(temporary, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
 class KnownClients:
-    def __init__(self, ledger: Ledger, path: Path | None, *, families: KnownFamilies | None = None,
+    def __init__(self, ledger: Ledger, path: Path | None, *, families: KnownFamilies,
                  clock: Callable[[], float] = time.time) -> None:
         options = ledger.options
         self._ledger = ledger
@@ -105,8 +120,7 @@ class KnownClients:
         return read_at is not None and self._clock() - read_at <= self._bound
 
     def _unplaced(self, behaviour: str) -> None:
-        if self._families is not None:
-            self._families.unplaced.labels(behaviour).inc()
+        self._families.unplaced.labels(behaviour).inc()
         if behaviour not in self._said:
             self._said.add(behaviour)
             why = "not read yet" if self._read_at is None else "not read for longer than its bound"
@@ -211,21 +225,13 @@ class KnownClients:
         path = self._path
         if path is None:
             return
-        temporary: str | None = None
+        for item in payload["instants"]:
+            item["clients"].sort()
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, temporary = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
-            for item in payload["instants"]:
-                item["clients"].sort()
-            with os.fdopen(fd, "w") as out:
-                json.dump(payload, out, separators=(",", ":"))
-            os.replace(temporary, path)
+            _write_whole(path, payload)
         except OSError as err:
             log.warning("freeze record: cannot write %s (%s): a restart during a database outage would not know the "
                         "clients seen before the freeze", path, err.strerror or err)
-            if temporary is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(temporary)
 
     def _load(self) -> None:
         path = self._path

@@ -41,6 +41,13 @@ _REFUSALS_SAID = 10  # distinct reasons for refused rows logged, at most (then t
 _READS_KEPT = 32  # answers kept for identical reads (``Ledger._shared``)
 
 
+async def _returned_well(busy: asyncio.Future[Any], timeout: float) -> bool:
+    """Whether a write that outlived its timeout returned, within ``timeout`` more, without an error."""
+    if not busy.done():
+        await asyncio.wait({busy}, timeout=timeout)
+    return busy.done() and not busy.cancelled() and busy.exception() is None
+
+
 class LedgerUnavailable(Exception):
     """The ledger could not answer: its database unreachable, failing, or too slow. The message is safe to show."""
 
@@ -147,7 +154,7 @@ class Ledger:
         counter: UsageCounter,
         *,
         redact: Callable[[str], str],
-        families: LedgerFamilies | None = None,
+        families: LedgerFamilies,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """``redact``: the config's secret masking (``Secrets.redact``), through which the URL and every database
@@ -192,8 +199,7 @@ class Ledger:
         # An in-memory SQLite database lives in one connection: reads go to the same thread.
         self._reader = self._writer if self.options.url.rstrip("/").lower() in ("sqlite:", "sqlite+pysqlite:") \
             else _Worker("usage-ledger-read")
-        if self.families is not None:
-            self.families.up.set(0)
+        self.families.up.set(0)
         self._task = asyncio.create_task(self._run(), name="usage-ledger")
 
     async def close(self) -> None:
@@ -222,14 +228,19 @@ class Ledger:
         deadline = asyncio.get_running_loop().time() + budget
         written = False
         if not done:  # the writer thread is still inside that call: a last write would only queue behind it
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self.error = self.error or f"a write still running after {budget:g}s at exit"
+            await self._give_up_write(budget)
         else:
             with contextlib.suppress(TimeoutError):
                 written = await asyncio.wait_for(self.flush(prune=False), budget)
         return written or await self._settle_last_write(deadline)
+
+    async def _give_up_write(self, budget: float) -> None:
+        """The background task stopped while its write is still running in the writer's thread, and said."""
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self.error = self.error or f"a write still running after {budget:g}s at exit"
 
     def _stop_threads(self) -> None:
         """The writer and reader threads stopped (1 s each), then the store closed unless one is still inside a
@@ -249,14 +260,10 @@ class Ledger:
         if busy is None or batch is None:
             return False
         loop = asyncio.get_running_loop()
-        if not busy.done():
-            await asyncio.wait({busy}, timeout=max(0.0, deadline - loop.time()))
-        if not busy.done() or busy.cancelled() or busy.exception() is not None:
+        if not await _returned_well(busy, max(0.0, deadline - loop.time())):
             return False
         self._busy = self._busy_batch = None
-        self.counter.written(batch)
-        self._last_batch = batch.id
-        self.last_written = self._clock()
+        self._let_go(batch)
         if not self.counter.pending:
             return True
         try:
@@ -277,8 +284,7 @@ class Ledger:
 
     def _lost_at_exit(self, lost: int) -> None:
         self._lost["shutdown"] += lost
-        if self.families is not None:
-            self.families.dropped.labels("shutdown").inc(lost)
+        self.families.dropped.labels("shutdown").inc(lost)
         log.error("usage ledger %s: %d counted request(s) could not be written before exit (%s)", self.shown_url,
                   lost, self.error or "no answer in time")
 
@@ -342,13 +348,16 @@ class Ledger:
         started = time.monotonic()
         await self._call(functools.partial(store.write, batch, now, forget=self._last_batch), options.flush_timeout,
                          batch=batch)
+        self._let_go(batch)
+        self.families.flushes.labels("success").inc()
+        self.families.flush_duration.observe(time.monotonic() - started)
+        self._written(batch, store)
+
+    def _let_go(self, batch: Batch) -> None:
+        """A batch committed: its counts leave the counter, and the next write forgets its claim."""
         self.counter.written(batch)
         self._last_batch = batch.id
         self.last_written = self._clock()
-        if self.families is not None:
-            self.families.flushes.labels("success").inc()
-            self.families.flush_duration.observe(time.monotonic() - started)
-        self._written(batch, store)
 
     async def _prune(self, store: Store, now: float) -> None:
         """Retention: the hours before ``retention_days`` and the batch ids kept to tell a write that committed."""
@@ -371,8 +380,7 @@ class Ledger:
         self.notice = (f"the file was {lost} while in use; a new one was made at its path at "
                        f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(at))}: what was written before is not in "
                        "it")
-        if self.families is not None:
-            self.families.reopened.inc()
+        self.families.reopened.inc()
         log.error("usage ledger %s: %s (the counts held since the last write are)", self.shown_url, self.notice)
 
     def _refused(self, requests: int, why: str) -> None:
@@ -380,8 +388,7 @@ class Ledger:
         once per reason (a client that keeps sending what cannot be stored would say it every flush)."""
         self._lost["refused"] += requests
         self.refused_why = why
-        if self.families is not None:
-            self.families.dropped.labels("refused").inc(requests)
+        self.families.dropped.labels("refused").inc(requests)
         if why not in self._refusals_said and len(self._refusals_said) < _REFUSALS_SAID:
             self._refusals_said.add(why)
             log.error("usage ledger %s: the database refused the rows of %d counted request(s), left out of a write "
@@ -409,7 +416,7 @@ class Ledger:
         thread (``_busy``, with ``batch`` if it writes one): no other write starts before it has returned."""
         worker = self._reader if read else self._writer
         assert worker is not None
-        if not read and self._busy is not None and not self._busy.done():
+        if not read and self._writing():
             raise _Failure("the previous write has not returned yet")
         future = worker.submit(fn)
         try:
@@ -424,6 +431,15 @@ class Ledger:
         if error is not None:
             self._raise_for(error)
         return future.result()
+
+    async def _flush_quietly(self) -> None:
+        """A flush before a read, so that it sees what was counted; one that takes too long is not waited for."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.flush(), self.options.flush_timeout + 1)
+
+    def _writing(self) -> bool:
+        """Whether a write that outlived its timeout is still running in the writer's thread."""
+        return self._busy is not None and not self._busy.done()
 
     def _raise_for(self, error: BaseException) -> NoReturn:
         """A call's error as a _Failure in one redacted line (a BaseException that is no Exception as it is)."""
@@ -442,9 +458,8 @@ class Ledger:
     def _failed(self, error: str) -> None:
         self._failures += 1
         self.error = error
-        if self.families is not None:
-            self.families.flushes.labels("failure").inc()
-            self.families.up.set(0)
+        self.families.flushes.labels("failure").inc()
+        self.families.up.set(0)
         if self.state != "failing":
             log.warning("usage ledger %s: cannot write (%s); counting in memory (%d request(s) held), retrying with "
                         "backoff", self.shown_url, error, self.counter.pending)
@@ -460,19 +475,18 @@ class Ledger:
             self.since = self._clock()
         self._failures = 0
         self.error = None
-        if self.families is not None:
-            self.families.up.set(1)
+        self.families.up.set(1)
 
     def _sync_metrics(self) -> None:
         counter = self.counter
-        if self.families is not None:
-            self.families.pending.set(counter.pending)
-            if counter.dropped > self._dropped_seen:
-                self.families.dropped.labels("memory").inc(counter.dropped - self._dropped_seen)
-        if counter.dropped > self._dropped_seen and not self._full:
-            log.error("usage ledger %s: the memory bound (usage.ledger.max_pending_clients) is reached while the "
-                      "database cannot be written: requests are no longer kept", self.shown_url)
-        self._full = counter.dropped > self._dropped_seen
+        dropped = counter.dropped - self._dropped_seen
+        self.families.pending.set(counter.pending)
+        if dropped > 0:
+            self.families.dropped.labels("memory").inc(dropped)
+            if not self._full:
+                log.error("usage ledger %s: the memory bound (usage.ledger.max_pending_clients) is reached while the "
+                          "database cannot be written: requests are no longer kept", self.shown_url)
+        self._full = dropped > 0
         self._dropped_seen = counter.dropped
 
     # --- reading ---
@@ -556,10 +570,7 @@ class Ledger:
         if self._task is None or self._closing:
             raise LedgerUnavailable("the usage ledger is not running")
         if (flush or self._schema is None) and self.state != "failing":
-            try:
-                await asyncio.wait_for(self.flush(), self.options.flush_timeout + 1)
-            except TimeoutError:
-                pass
+            await self._flush_quietly()
         if self._store is None:
             raise LedgerUnavailable(f"the usage ledger cannot be read: {self.error or 'its database is not open yet'}")
         return self._store

@@ -152,15 +152,18 @@ class Readiness:
 
     def to_json(self, top: int | None = None, *, ready: bool = True) -> dict[str, Any]:
         """``top``: at most this many clients listed (the totals count every one); ``ready``: list ready ones."""
-        listed = [e for e in self.clients if ready or e.state != "ready"]
         return {
             "at": _iso(self.at), "generated": _iso(self.generated), "since": _iso(self.since),
             "quiet_days": self.quiet_days, "window_days": self.window_days,
             "still_calling": self.still_calling(), "internal_clients": self.internal_clients(),
             "totals": self.totals(), "clients_in_window": len(self.clients),
             "to_contact": sum(1 for e in self.clients if e.state != "ready"),
-            "clients": [e.to_json() for e in (listed if top is None else listed[:top])],
+            "clients": [e.to_json() for e in self._listed(top, ready)],
         }
+
+    def _listed(self, top: int | None, ready: bool) -> list[ClientReadiness]:
+        listed = [e for e in self.clients if ready or e.state != "ready"]
+        return listed if top is None else listed[:top]
 
 
 def days_from(wall: float) -> int:

@@ -32,7 +32,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.sql.elements import ColumnElement
 
 from ...config.ledger import NAME_WIDTH, database_url
@@ -93,25 +93,7 @@ class Store:
         self.path = os.path.abspath(parsed.database) if sqlite_file and parsed.database else None
         self._file: tuple[int, int] | None = None  # (device, inode) of the file the schema was made in
         self.reopened: str | None = None  # "deleted" or "replaced": the file was, and a new one opened (the ledger's)
-        if self.dialect == "sqlite":
-            self.engine = create_engine(parsed, connect_args={"timeout": timeout, "check_same_thread": False})
-            event.listen(self.engine, "connect", _sqlite_connect)
-            event.listen(self.engine, "begin", _sqlite_begin)
-        else:
-            connect_args: dict[str, Any] = {
-                "connect_timeout": max(1, math.ceil(timeout)),
-                # A connection whose peer vanished (a blackholed database) fails after this, not after TCP's
-                # retransmissions (minutes).
-                "tcp_user_timeout": int(timeout * 1000),
-                "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
-            }
-            if "application_name" not in parsed.query:
-                connect_args["application_name"] = "deprecation-gateway"
-            # Two threads use it (writes, reads): a connection each, checked before use (the database may have
-            # restarted since the last write). Positional parameters (%s): the batches' rows are sent as tuples.
-            self.engine = create_engine(parsed, pool_size=2, max_overflow=0, pool_timeout=timeout,
-                                        pool_pre_ping=True, pool_recycle=3600, connect_args=connect_args,
-                                        paramstyle="format")
+        self.engine = _sqlite_engine(parsed, timeout) if sqlite_file else _postgres_engine(parsed, timeout)
         insert = sqlite.insert if self.dialect == "sqlite" else postgresql.insert
         t = insert(totals)
         self._upsert_totals = t.on_conflict_do_update(
@@ -274,17 +256,23 @@ class Store:
         totals_of = batch.totals()
         too_long = {key for key in totals_of if not _fits(key)}
         with self._transaction(write=True, timeout=self.timeout) as conn:
-            claimed = conn.execute(self._claim_batch, {"id": batch.id, "written_at": now})
-            if claimed.first() is None:
+            if not self._claimed(conn, batch, now, forget):
                 return False
-            if forget is not None:
-                conn.execute(delete(batches).where(batches.c.id == forget))
             moved, left_out = self._write_clients(conn, batch, too_long, careful)
             self._write_rollups(conn, *_rollups(batch, too_long, left_out), careful)
             for key in too_long:
-                names = ", ".join(repr(name[:80]) for name in key[1:] if len(name) > NAME_WIDTH)
-                _refuse(batch, totals_of[key][0], f"a name longer than the ledger's columns ({NAME_WIDTH}): {names}")
+                _refuse(batch, totals_of[key][0], f"a name longer than the ledger's columns ({NAME_WIDTH}): "
+                        f"{_too_long_names(key)}")
             self._write_totals(conn, batch, {k: totals_of[k] for k in totals_of.keys() - too_long}, moved, careful)
+        return True
+
+    def _claimed(self, conn: Connection, batch: Batch, now: float, forget: str | None) -> bool:
+        """Whether the batch is claimed now (False: a write of it committed before); ``forget``, the previous batch's
+        claim, is let go in the same transaction."""
+        if conn.execute(self._claim_batch, {"id": batch.id, "written_at": now}).first() is None:
+            return False
+        if forget is not None:
+            conn.execute(delete(batches).where(batches.c.id == forget))
         return True
 
     def _write_clients(self, conn: Connection, batch: Batch, too_long: set[TotalKey], careful: bool
@@ -379,12 +367,8 @@ class Store:
                 .group_by(totals.c.behaviour, totals.c.tenant, totals.c.decision)).all()
             counts = conn.execute(
                 select(v.behaviour, func.count(), func.count(distinct(v.client))).group_by(v.behaviour)).all()
-            decisions: dict[str, list[str]] = {}
-            for behaviour, _, decision, _, _ in total_rows:
-                if decision not in decisions.setdefault(behaviour, []):
-                    decisions[behaviour].append(decision)
             top_rows: list[tuple[str, Sequence[str], Sequence[Any]]] = []
-            for behaviour, names in sorted(decisions.items()):
+            for behaviour, names in sorted(_decisions(total_rows).items()):
                 statement = (
                     select(c.tenant, c.client, c.user_agent, requests, func.min(c.first_seen), last_seen,
                            *(func.sum(case((c.decision == name, c.requests), else_=0)) for name in names))
@@ -464,6 +448,43 @@ def _bridged(decision: str) -> bool:
     return decision.startswith("upgrade") or decision.endswith((":backfilled", ":backfill_failed"))
 
 
+def _sqlite_engine(parsed: URL, timeout: float) -> Engine:
+    engine = create_engine(parsed, connect_args={"timeout": timeout, "check_same_thread": False})
+    event.listen(engine, "connect", _sqlite_connect)
+    event.listen(engine, "begin", _sqlite_begin)
+    return engine
+
+
+def _postgres_engine(parsed: URL, timeout: float) -> Engine:
+    connect_args: dict[str, Any] = {
+        "connect_timeout": max(1, math.ceil(timeout)),
+        # A connection whose peer vanished (a blackholed database) fails after this, not after TCP's
+        # retransmissions (minutes).
+        "tcp_user_timeout": int(timeout * 1000),
+        "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
+    }
+    if "application_name" not in parsed.query:
+        connect_args["application_name"] = "deprecation-gateway"
+    # Two threads use it (writes, reads): a connection each, checked before use (the database may have
+    # restarted since the last write). Positional parameters (%s): the batches' rows are sent as tuples.
+    return create_engine(parsed, pool_size=2, max_overflow=0, pool_timeout=timeout, pool_pre_ping=True,
+                         pool_recycle=3600, connect_args=connect_args, paramstyle="format")
+
+
+def _decisions(total_rows: Sequence[Sequence[Any]]) -> dict[str, list[str]]:
+    """Per behaviour, the decisions its totals name, in their first order."""
+    decisions: dict[str, list[str]] = {}
+    for behaviour, _, decision, _, _ in total_rows:
+        if decision not in decisions.setdefault(behaviour, []):
+            decisions[behaviour].append(decision)
+    return decisions
+
+
+def _too_long_names(key: TotalKey) -> str:
+    """The names of a totals row that its columns cannot hold, cut for the message."""
+    return ", ".join(repr(name[:80]) for name in key[1:] if len(name) > NAME_WIDTH)
+
+
 def _rollups(batch: Batch, too_long: set[TotalKey], left_out: set[ClientKey]
              ) -> tuple[dict[tuple[str, str, str], tuple[Any, ...]], dict[tuple[int, str, str, str], tuple[int, int]]]:
     """The batch's client rows written, rolled up: per company, client and behaviour its state (first and last seen,
@@ -477,11 +498,17 @@ def _rollups(batch: Batch, too_long: set[TotalKey], left_out: set[ClientKey]
             continue
         no = refused(decision)
         _roll_state(state, key, n, batch.first_seen[key], batch.last_seen[key], no)
-        day = days.setdefault((hour - hour % DAY, tenant, client, behaviour), [0, 0])
-        day[0] += n
-        day[1] += n if no else 0
+        _roll_day(days, key, n, no)
     out = {who: _state_row(batch, who, *row) for who, row in state.items()}
     return out, {key: (n, no) for key, (n, no) in days.items()}
+
+
+def _roll_day(days: dict[tuple[int, str, str, str], list[int]], key: ClientKey, n: int, no: bool) -> None:
+    """One client row into its client's UTC day: ``[requests, refused]``."""
+    hour, behaviour, tenant, client, _agent, _decision = key
+    day = days.setdefault((hour - hour % DAY, tenant, client, behaviour), [0, 0])
+    day[0] += n
+    day[1] += n if no else 0
 
 
 def _roll_state(state: dict[tuple[str, str, str], list[Any]], key: ClientKey, n: int, first: float, seen: float,
@@ -565,10 +592,15 @@ def fold_report(query: Query, total_rows: Sequence[Sequence[Any]] = (), counts: 
     for behaviour, names, row in top_rows:
         entry(behaviour)["top_clients"].append(_top_client(names, row))
     for e in behaviours.values():
-        e["by_decision"] = _by_count(e["by_decision"])
-        e["by_tenant"] = {tenant: _by_count(d) for tenant, d in sorted(e["by_tenant"].items())}
+        _order_counts(e)
     return {"since": iso(query.since), "until": iso(query.until), "order": query.order,
             "behaviours": dict(sorted(behaviours.items()))}
+
+
+def _order_counts(entry: dict[str, Any]) -> None:
+    """A behaviour's counts by decision, and its tenants' (tenants by name), the largest first."""
+    entry["by_decision"] = _by_count(entry["by_decision"])
+    entry["by_tenant"] = {tenant: _by_count(d) for tenant, d in sorted(entry["by_tenant"].items())}
 
 
 def _add_total(entry: dict[str, Any], tenant: str, decision: str, requests: int, untracked: int) -> None:

@@ -181,18 +181,23 @@ class _Shared:
         kept = self.kept(key, loop.time())
         if kept is not None:
             return kept
-        running = self.running.get(key)
-        started = running is None or running.abandoned
-        if started:
-            running = self.running[key] = _Running(asyncio.ensure_future(read()))
-            running.task.add_done_callback(lambda task: self.finished(key, running, loop.time()))
-        assert running is not None
+        running, started = self._joined(key, read, loop)
         running.readers += 1
         try:
             filled = await asyncio.shield(running.task)
         finally:
             _leave(running)
         return filled if started else _as_shared(filled)
+
+    def _joined(self, key: _Key, read: Callable[[], Awaitable[Filled]], loop: asyncio.AbstractEventLoop
+                ) -> tuple[_Running, bool]:
+        """The read of ``key`` running, and whether it was started now (none ran, or every reader left it)."""
+        running = self.running.get(key)
+        if running is not None and not running.abandoned:
+            return running, False
+        started = self.running[key] = _Running(asyncio.ensure_future(read()))
+        started.task.add_done_callback(lambda task: self.finished(key, started, loop.time()))
+        return started, True
 
     def kept(self, key: _Key, now: float) -> Filled | None:
         while self.done and next(iter(self.done.values()))[0] <= now:
@@ -258,14 +263,7 @@ class _Reader:
         if self.pages >= options.max_pages:
             raise BackfillFailed("too_many_pages", f"more than max_pages={options.max_pages} pages")
         self.pages += 1
-        query = f"board_id={self.board_query}&limit={options.page_size}&offset={offset}"
-        try:
-            reply = await self.pacer.fetch("GET", LIST_PATH, query=query, headers=self.headers, purpose="backfill_page",
-                                           deadline=self.deadline)
-        except UpstreamFailed as failed:
-            raise BackfillFailed("upstream_error", f"page at offset {offset}: {failed.kind}") from None
-        except RateLimited as limited:
-            raise BackfillFailed("rate_limited", f"page at offset {offset}: {limited}", limited.seconds) from None
+        reply = await self._fetched(offset)
         _check_page_head(reply, offset)
         body = await self._body(reply, offset)
         try:
@@ -273,6 +271,17 @@ class _Reader:
         except BackfillFailed as failed:
             raise BackfillFailed(failed.reason, f"page at offset {offset}: {failed.detail}") from None
         return _Page(offset, ids, raw)
+
+    async def _fetched(self, offset: int) -> Reply:
+        """The answer to the page at ``offset``; ``BackfillFailed`` when the service or its limits gave none."""
+        query = f"board_id={self.board_query}&limit={self.options.page_size}&offset={offset}"
+        try:
+            return await self.pacer.fetch("GET", LIST_PATH, query=query, headers=self.headers,
+                                          purpose="backfill_page", deadline=self.deadline)
+        except UpstreamFailed as failed:
+            raise BackfillFailed("upstream_error", f"page at offset {offset}: {failed.kind}") from None
+        except RateLimited as limited:
+            raise BackfillFailed("rate_limited", f"page at offset {offset}: {limited}", limited.seconds) from None
 
     async def _body(self, reply: Reply, offset: int) -> bytes:
         """A page's body, within what is left of the backfill's bytes."""
@@ -539,13 +548,16 @@ class _Assembly:
                 return self.cards  # the list ended with the previous page, which was full
             start = self._linked(page)
             if start is None:
-                # Read again from the start, once: the cards kept so far may be the very ones that moved.
-                self.cards, self.seen, self.last_id, self.next_offset = [], set(), None, 0
+                self._restart()
                 return None
             cards = self._add(page, start)
             if cards is not None:
                 return cards
         return None
+
+    def _restart(self) -> None:
+        """Read again from the start, once: the cards kept so far may be the very ones that moved."""
+        self.cards, self.seen, self.last_id, self.next_offset = [], set(), None, 0
 
     def _linked(self, page: _Page) -> int | None:
         """Where the page's new cards start: after the last card of the page before, which it must hold (None when

@@ -320,6 +320,12 @@ class _Call:
         return self.finish(skip.action, reply)
 
 
+def _derived(options: Options) -> dict[Phase, Derived]:
+    """What each rewriting phase derives: its ETag suffix changes whenever what the phase does to a body changes."""
+    fingerprint = hashlib.sha256((options.model_dump_json() + _REWRITE_VERSION).encode()).hexdigest()[:8]
+    return {phase: Derived(f".cards-{BOARD_CARDS.phases[phase]}-{fingerprint}") for phase in _REWRITING}
+
+
 class BoardCards:
     """The policy, built once per route (and again on reload): everything derived from the options and the rollout
     plan; each request's state lives in a ``_Call``."""
@@ -338,9 +344,7 @@ class BoardCards:
         self.max_body = options.max_body_bytes
         self.memo = _Memo(options.memo_bytes) if options.memo_bytes else None
         self.doc_link = deprecation_link(str(options.deprecation_link)) if options.deprecation_link else None
-        # What each rewriting phase derives: its ETag suffix changes whenever what the phase does to a body changes.
-        fingerprint = hashlib.sha256((options.model_dump_json() + _REWRITE_VERSION).encode()).hexdigest()[:8]
-        self.derived = {phase: Derived(f".cards-{BOARD_CARDS.phases[phase]}-{fingerprint}") for phase in _REWRITING}
+        self.derived = _derived(options)
         self._per_tenant(options, ctx)
         # Work on whole bodies that could hold the event loop for long (a backfill's pages and its answer, gzip of a
         # large body) runs on these threads; they end with the policy (a reload builds a new one).
@@ -600,13 +604,7 @@ class BoardCards:
             return self.backfill_failed(call, reply, failed)
         count, message = self.shown(call, filled)
         pieces, etag, gzipped = await self.assembled(body, layout, filled.cards, count, message, call.gzip_ok)
-        for name in REWRITE_DROP:
-            headers.popall(name, None)
-        # The gateway's own validator: the answer is assembled from several upstream responses.
-        headers["ETag"] = etag
-        headers[BACKFILL_HEADER] = f"done; cards={count}; pages={filled.pages}" + ("; shared" if filled.shared else "")
-        self.backfills.inc((call.tenant, "done"))
-        call.exchange.notes["board_cards.backfill"] = _done_note(count, filled)
+        self.backfill_done(call, headers, etag, count, filled)
         if not_modified(call.if_none_match, etag):
             to_304(reply)
             return call.finish(Action.NOT_MODIFIED, reply)
@@ -614,6 +612,16 @@ class BoardCards:
             headers["Content-Encoding"] = "gzip"
         reply.set_body(_board_body(pieces, gzipped))
         return call.finish(Action.BACKFILLED, reply)
+
+    def backfill_done(self, call: _Call, headers: CIMultiDict[str], etag: str, count: int, filled: Filled) -> None:
+        """The backfilled board's headers (its own validator: it is assembled from several upstream responses), its
+        count and note."""
+        for name in REWRITE_DROP:
+            headers.popall(name, None)
+        headers["ETag"] = etag
+        headers[BACKFILL_HEADER] = f"done; cards={count}; pages={filled.pages}" + ("; shared" if filled.shared else "")
+        self.backfills.inc((call.tenant, "done"))
+        call.exchange.notes["board_cards.backfill"] = _done_note(count, filled)
 
     def backfill_failed(self, call: _Call, reply: Reply, failed: BackfillFailed) -> Reply:
         """The bytes read: never a partial array presented as whole. Over the service's limits, the outcome is named

@@ -74,18 +74,20 @@ def _base(tenant: Tenant) -> Base:
     return Base(0, "setting", "company setting forbid_legacy_uploads is off; ")
 
 
+def _forbid_date_problems(tenant: Tenant, where: str) -> list[str]:
+    """A company's own date for forbid_legacy_uploads needs its restricted file access on and its setting off."""
+    if not tenant.restricted_file_access:
+        return [f"{where}.forbid_legacy_uploads: needs restricted_file_access on for this company"]
+    if tenant.forbid_legacy_uploads:
+        return [f"{where}.forbid_legacy_uploads: the company's forbid_legacy_uploads setting is already on; set "
+                "forbid_legacy_uploads: false on the tenant to turn it on by date"]
+    return []
+
+
 def _check_tenant(
     tenant: Tenant, own: Mapping[str, dt.date | None], brownouts: Sequence[Brownout], where: str
 ) -> list[str]:
-    problems = []
-    if own.get("forbid_legacy_uploads") is not None:
-        if not tenant.restricted_file_access:
-            problems.append(f"{where}.forbid_legacy_uploads: needs restricted_file_access on for this company")
-        elif tenant.forbid_legacy_uploads:
-            problems.append(
-                f"{where}.forbid_legacy_uploads: the company's forbid_legacy_uploads setting is already on; set "
-                "forbid_legacy_uploads: false on the tenant to turn it on by date"
-            )
+    problems = _forbid_date_problems(tenant, where) if own.get("forbid_legacy_uploads") is not None else []
     for j, brownout in enumerate(brownouts):
         if brownout.behaviour == LEGACY_UPLOADS.name and not tenant.restricted_file_access:
             problems.append(

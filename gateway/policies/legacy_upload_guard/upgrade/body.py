@@ -159,14 +159,20 @@ def sent_name(head: PartHead) -> str:
     return head.filename or "file"
 
 
-def form_head(boundary: str, field: str, head: PartHead) -> bytes:
-    """The restricted upload's one part, up to its content: ``field``, the client's file name and media type (as the
-    client wrote it, parameters such as ``charset`` included)."""
-    name = sent_name(head)
+def _disposition(field: str, name: str) -> str:
+    """The part's Content-Disposition: a file name that is not plain ASCII is sent as a plain fallback and in full
+    (RFC 8187)."""
     plain = name if _PLAIN_FILENAME_RE.fullmatch(name) else None
     fallback = plain or _NOT_PLAIN_RE.sub("_", name)[:255] or "file"
     disposition = f'form-data; name="{field}"; filename="{fallback}"'
     if plain is None:
         disposition += f"; filename*=UTF-8''{quote(name, safe='')}"
+    return disposition
+
+
+def form_head(boundary: str, field: str, head: PartHead) -> bytes:
+    """The restricted upload's one part, up to its content: ``field``, the client's file name and media type (as the
+    client wrote it, parameters such as ``charset`` included)."""
+    disposition = _disposition(field, sent_name(head))
     media = head.media or head.content_type or "application/octet-stream"
     return (f"--{boundary}\r\nContent-Disposition: {disposition}\r\nContent-Type: {media}\r\n\r\n").encode("latin-1")

@@ -37,9 +37,7 @@ _ANSWER_LOST = ("reset", "timeout", "other")
 async def comment(run: Run, boundary: Boundary, source: AsyncIterator[bytes]) -> Ending:
     """``source``: the client's body (what the guard already read, then the rest)."""
     run.need_card_id()
-    comment_id = run.exchange.params.get("comment_id")
-    if comment_id is not None and not CARD_ID_RE.fullmatch(comment_id):
-        raise Refusal("comment_id", "the comment id in the path is not a number")
+    _check_comment_id(run.exchange.params.get("comment_id"))
     card_uid = await run.resolve_card()
     parts = run.parts = Parts(source, run.up.hooks.splitter(boundary))
     spooler = _Spooler(run)
@@ -52,6 +50,12 @@ async def comment(run: Run, boundary: Boundary, source: AsyncIterator[bytes]) ->
     finally:
         spooler.close()
     return Ending(Outcome.UPGRADED, _answer(run))
+
+
+def _check_comment_id(comment_id: str | None) -> None:
+    """A comment id in the path (an update of a comment) is a number."""
+    if comment_id is not None and not CARD_ID_RE.fullmatch(comment_id):
+        raise Refusal("comment_id", "the comment id in the path is not a number")
 
 
 async def comment_file(run: Run, boundary: Boundary) -> Ending:

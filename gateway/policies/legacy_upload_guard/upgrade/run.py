@@ -6,6 +6,7 @@ is ``upload.py``'s."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import email.utils
 import hashlib
@@ -161,12 +162,10 @@ class Run:
         made = self.files.with_status(FileStatus.UPLOADED)
         if not made:
             return
-        try:
+        with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.options.request_timeout):
                 for entry in made:
                     await self.delete(entry)
-        except TimeoutError:
-            pass
         left = [str(f.id) for f in made if f.status is not FileStatus.ROLLED_BACK]
         if left:
             log.warning("legacy_upload_guard: upload upgrade could not delete %d file(s) of a client that went away "
@@ -189,14 +188,8 @@ class Run:
                 if not 200 <= reply.status < 300:
                     return reply, None
                 data = await self.read_json(reply, stage)
-        except UpstreamFailed as failed:
-            raise Stop(Ending(Outcome.FAILED, failed.reply, f"{stage}_{failed.kind}")) from None
-        except RateLimited as limited:
-            raise self.rate_limited(stage, limited) from None
-        except TimeoutError:
-            raise Stop(Ending(Outcome.FAILED, self.error(504, "LEGACY_UPLOAD_UPGRADE_TIMEOUT", f"the service did not "
-                                                         f"answer the {stage} request within {timeout:g} s"),
-                              f"{stage}_timeout")) from None
+        except (UpstreamFailed, RateLimited, TimeoutError) as err:
+            raise self._unanswered(stage, timeout, err) from None
         if data is None:
             raise self.bad_answer(stage, f"the service's answer to the {stage} request is not a JSON object")
         return reply, data
@@ -217,6 +210,18 @@ class Run:
         return asyncio.get_running_loop().time() + timeout
 
     # --- answers ------------------------------------------------------------------------------------------------
+
+    def _unanswered(self, stage: str, timeout: float, err: UpstreamFailed | RateLimited | TimeoutError
+                    ) -> Stop | Partial:
+        """How a request of the bridge's that got no answer ends the run: the service failed, its limits held it
+        back, or ``timeout`` ran out."""
+        if isinstance(err, UpstreamFailed):
+            return Stop(Ending(Outcome.FAILED, err.reply, f"{stage}_{err.kind}"))
+        if isinstance(err, RateLimited):
+            return self.rate_limited(stage, err)
+        return Stop(Ending(Outcome.FAILED, self.error(504, "LEGACY_UPLOAD_UPGRADE_TIMEOUT", f"the service did not "
+                                                      f"answer the {stage} request within {timeout:g} s"),
+                           f"{stage}_timeout"))
 
     def rate_limited(self, stage: str, limited: RateLimited) -> Stop | Partial:
         """The service's limits on the client's token keep a request of the bridge's from going in time: nothing

@@ -134,8 +134,8 @@ class _Upload:
             entry.status, entry.upstream_status = FileStatus.FAILED, reply.status
             return run.passed_on(reply, "upload", reply.status)
         record = await _answer_record(run, reply)
-        file_id = record.get("id") if record is not None else None
-        if record is None or not isinstance(file_id, str) or not ID_RE.fullmatch(file_id):
+        file_id = _record_id(record)
+        if record is None or file_id is None:
             # The service said it stored the file, and its answer does not say which: find it.
             entry.status, entry.upstream_status = FileStatus.FAILED, reply.status
             await self.find_stored(certain=True)
@@ -274,6 +274,12 @@ def _restricted_file_of(entity: dict[str, Any], name: str, size: str) -> bool:
     """Whether a listed file is a restricted file of this name and size."""
     return (entity.get("type", RESTRICTED_FILE_TYPE) == RESTRICTED_FILE_TYPE and entity.get("name") == name
             and str(entity.get("size")) == size)
+
+
+def _record_id(record: dict[str, Any] | None) -> str | None:
+    """The file id an upload's answer names, if it is one."""
+    file_id = record.get("id") if record is not None else None
+    return file_id if isinstance(file_id, str) and ID_RE.fullmatch(file_id) else None
 
 
 async def _answer_record(run: Run, reply: Reply) -> dict[str, Any] | None:
