@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from yarl import URL
 
+from ..rollout.config import check_value_or_prefix, value_or_prefix_matches
+
 __all__ = ("AGENT_WIDTH", "DEFAULT_URL", "NAME_WIDTH", "AgentMatch", "ClientNames", "LedgerConfig", "NamedClient",
            "ReadinessConfig", "SelfServiceConfig", "client_problems", "database_url")
 
@@ -121,14 +123,11 @@ class AgentMatch(_Model):
 
     @model_validator(mode="after")
     def _one(self) -> AgentMatch:
-        if (self.value is None) == (self.prefix is None):
-            raise ValueError("give exactly one of value or prefix")
+        check_value_or_prefix(self.value, self.prefix)
         return self
 
     def matches(self, agent: str | None) -> bool:
-        if agent is None:
-            return False
-        return agent == self.value if self.prefix is None else agent.startswith(self.prefix)
+        return value_or_prefix_matches(agent, self.value, self.prefix)
 
     def meets(self, other: AgentMatch) -> bool:
         """Whether some User-Agent matches both."""

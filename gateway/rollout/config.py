@@ -20,7 +20,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from .clock import parse_date, parse_instant_value
 
 __all__ = ("Brownout", "ConfigDate", "ConfigInstant", "Exemption", "Freeze", "HeaderMatch", "Preview", "Ramp",
-           "RampStep", "RolloutConfig", "Shadow", "TenantRollout")
+           "RampStep", "RolloutConfig", "Shadow", "TenantRollout", "check_value_or_prefix", "value_or_prefix_matches")
 
 # A calendar date, YYYY-MM-DD (a YAML timestamp stays text: this reads it).
 ConfigDate = Annotated[dt.date, BeforeValidator(parse_date)]
@@ -138,6 +138,20 @@ class Preview(_Model):
     header: str = Field(default="Gateway-Preview", pattern=r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$", max_length=64)
 
 
+def check_value_or_prefix(value: str | None, prefix: str | None) -> None:
+    """A text matched whole (``value``) or by its beginning (``prefix``): exactly one of the two is given."""
+    if (value is None) == (prefix is None):
+        raise ValueError("give exactly one of value or prefix")
+
+
+def value_or_prefix_matches(text: str | None, value: str | None, prefix: str | None) -> bool:
+    """Whether ``text`` is ``value`` (when no ``prefix``) or starts with ``prefix``, case-sensitively (docs/rollout.md,
+    "How a header matches"); a missing text matches nothing."""
+    if text is None:
+        return False
+    return text == value if prefix is None else text.startswith(prefix)
+
+
 class HeaderMatch(_Model):
     name: str = Field(pattern=r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
     value: str | None = None  # the whole value, exactly
@@ -145,14 +159,11 @@ class HeaderMatch(_Model):
 
     @model_validator(mode="after")
     def _one(self) -> HeaderMatch:
-        if (self.value is None) == (self.prefix is None):
-            raise ValueError("give exactly one of value or prefix")
+        check_value_or_prefix(self.value, self.prefix)
         return self
 
     def matches(self, value: str | None) -> bool:
-        if value is None:
-            return False
-        return value == self.value if self.prefix is None else value.startswith(self.prefix)
+        return value_or_prefix_matches(value, self.value, self.prefix)
 
 
 class Exemption(_Model):
