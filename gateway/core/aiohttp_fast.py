@@ -399,16 +399,19 @@ class _BodyInto(asyncio.BufferedProtocol):
     to ``each``. The connection takes the transport back at the body's end."""
 
     def __init__(self, connection: _Connection, payload: StreamReader, remaining: int,
-                 each: Callable[[bytearray], object] | None, done: asyncio.Future[None]) -> None:
+                 each: Callable[[bytearray], object] | None, done: asyncio.Future[None],
+                 loop: asyncio.AbstractEventLoop) -> None:
         self.pieces: list[bytearray] = []
         self._connection = connection
         self._payload = payload
         self._remaining = remaining
         self._each = each
         self._done = done
+        self._loop = loop
         self._buffer: bytearray | None = None
         self._at = 0
         self._over = False
+        self._paused: asyncio.Transport | None = None  # the transport while its reading waits for the next turn
 
     def get_buffer(self, sizehint: int) -> memoryview:
         buffer = self._buffer
@@ -427,6 +430,8 @@ class _BodyInto(asyncio.BufferedProtocol):
             self.pieces.append(buffer)
             if self._each is not None:
                 self._each(buffer)
+            if self._remaining:
+                self._next_turn()
         if self._remaining:
             self._connection._reschedule_timeout()
             return
@@ -434,6 +439,22 @@ class _BodyInto(asyncio.BufferedProtocol):
         self._payload.feed_eof()
         if not self._done.done():
             self._done.set_result(None)
+
+    def _next_turn(self) -> None:
+        """One piece a turn of the event loop: libuv reads on while each read fills its buffer (up to 32 reads, 8 MiB
+        here, in one callback) where the selector loop reads once, so a body arriving faster than it is scanned would
+        hold the loop for milliseconds and every other connection's request with it. The transport's reading pauses
+        after each full piece and resumes on the loop's next turn, after what the other connections had ready."""
+        transport = self._connection.transport
+        if transport is not None and not transport.is_closing():
+            transport.pause_reading()
+            self._paused = transport
+            self._loop.call_soon(self._resume)
+
+    def _resume(self) -> None:
+        transport, self._paused = self._paused, None
+        if transport is not None and not transport.is_closing():
+            transport.resume_reading()
 
     def eof_received(self) -> bool | None:
         self.failed(aiohttp.ClientPayloadError("Response payload is not completed: the upstream closed the "
@@ -476,6 +497,7 @@ class _BodyInto(asyncio.BufferedProtocol):
         transport = connection.transport
         if transport is not None and not transport.is_closing():
             transport.set_protocol(connection)
+        self._resume()  # (given back reading, as it was taken)
 
 
 async def read_body_into(response: BodylessResponse, length: int, each: Callable[[bytes | bytearray], object] | None
@@ -509,8 +531,9 @@ async def read_body_into(response: BodylessResponse, length: int, each: Callable
     transport = protocol.transport
     if transport is None or transport.is_closing():
         raise aiohttp.ClientPayloadError("Response payload is not completed: the connection is closed")
-    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    into = _BodyInto(protocol, payload, remaining, each, done)
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    into = _BodyInto(protocol, payload, remaining, each, done, loop)
     protocol.body_into = into
     transport.set_protocol(into)
     protocol._reschedule_timeout()

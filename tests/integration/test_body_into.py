@@ -1,17 +1,24 @@
 """A board read straight into the gateway's buffers (core/aiohttp_fast.py, ``read_body_into``) through real sockets:
 the rewritten board is the one the parser's road gives, the upstream connection is used again for the next request,
-and an upstream that breaks off, stalls or outlives its client gets the answers of the parser's road."""
+and an upstream that breaks off, stalls or outlives its client gets the answers of the parser's road; under uvloop,
+a body that arrives faster than it is read is handed on one piece a turn of the event loop."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
 import pytest
 
+from aiohttp import web
+
+from gateway.app import Gateway, parse_config
 from gateway.core import aiohttp_fast
 from gateway.rollout import FixedClock, parse_instant
 from tests.board_fixtures import realistic_board_bytes
@@ -102,7 +109,8 @@ def _capped(body: bytes) -> Callable[[bytes], None]:
 
     def check(got: bytes) -> None:
         doc = json.loads(got)
-        assert doc["cards"] == original["cards"][:100] and "first 100 of 700 cards" in doc["cards_deprecation_message"]
+        assert doc["cards"] == original["cards"][:100] and f"first 100 of {len(original['cards'])} cards" in doc[
+            "cards_deprecation_message"]
         assert got.startswith(body[: body.index(b'{"id":101,') - 1])  # the upstream's bytes up to the cut, as sent
 
     return check
@@ -177,3 +185,82 @@ async def test_a_client_that_leaves_while_the_board_is_read_closes_the_upstream_
         async with client.get(gw.url + "/api/latest/boards/1") as resp:
             assert resp.status == 200
             _capped(BODY)(await resp.read())
+
+
+def _upstream_all_at_once(body: bytes) -> tuple[socket.socket, threading.Thread]:
+    """A listening socket whose one connection gets ``body``'s response at once (``sendall``: as fast as the kernel
+    takes it), for each request on it, until the gateway closes it."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            while conn.recv(65536):
+                conn.sendall(head + body)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener, thread
+
+
+@needs_the_road
+def test_under_uvloop_a_board_arriving_faster_than_it_is_read_is_handed_on_one_piece_a_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """libuv reads on while each read fills its buffer (up to 32 reads in one callback): without a pause after each
+    piece, a board already in the kernel's buffer would be read and scanned in one turn of the loop, and every other
+    connection would wait milliseconds for it. Here each piece costs 1 ms more to hand on, so the upstream is always
+    ahead: the pieces must still come one a turn, and the board must be the one the parser's road gives."""
+    uvloop = pytest.importorskip("uvloop")
+    body = realistic_board_bytes(2000)  # about 4 MB: 16 of the road's pieces
+    turn = [0]
+    full_pieces_at: list[int] = []
+    real = aiohttp_fast._BodyInto.buffer_updated
+
+    def slow_buffer_updated(self: Any, nbytes: int) -> None:
+        before = self._buffer
+        real(self, nbytes)
+        if self._buffer is None and before is not None:  # a piece was handed on
+            full_pieces_at.append(turn[0])
+            end = time.perf_counter() + 0.001
+            while time.perf_counter() < end:
+                pass
+
+    monkeypatch.setattr(aiohttp_fast._BodyInto, "buffer_updated", slow_buffer_updated)
+    listener, thread = _upstream_all_at_once(body)
+
+    async def scenario() -> bytes:
+        loop = asyncio.get_running_loop()
+        stop = False
+
+        def tick() -> None:
+            turn[0] += 1
+            if not stop:
+                loop.call_soon(tick)
+
+        route = {**BOARD_ROUTE, "chain": [{"board_cards": {"memo_bytes": 0}}]}
+        config = make_config(f"http://127.0.0.1:{listener.getsockname()[1]}", routes=[route])
+        gateway = Gateway(parse_config(config, "test"), clock=FixedClock(parse_instant(CAPPED)))
+        await gateway.start()
+        runner = web.ServerRunner(gateway.make_server(), shutdown_timeout=2)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        try:
+            loop.call_soon(tick)
+            async with aiohttp.ClientSession() as client:
+                async with client.get(f"http://127.0.0.1:{runner.addresses[0][1]}/api/latest/boards/1") as resp:
+                    assert resp.status == 200
+                    return await resp.read()
+        finally:
+            stop = True
+            await runner.cleanup()
+            await gateway.close()
+
+    got = uvloop.run(scenario())
+    listener.close()
+    thread.join(5)
+    _capped(body)(got)
+    assert len(full_pieces_at) >= 10
+    assert len(set(full_pieces_at)) == len(full_pieces_at), f"pieces handed on in the same turn: {full_pieces_at}"
