@@ -15,7 +15,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-
 from aiohttp import web
 
 from gateway.app import Gateway, parse_config
