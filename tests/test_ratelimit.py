@@ -31,6 +31,21 @@ def test_what_an_answer_says_to_wait(headers: dict[str, str], status: int, wait:
     assert limit_wait(headers, status, NOW) == wait
 
 
+def test_a_cap_counts_each_request_from_its_answer() -> None:
+    """The service received a request at the latest when it answered: a cap of 2 a second waits for the answer to
+    the second-last request to be a second old (counted from its sending, the third would go at 1.0 and reach a
+    service that received the first at 0.3 only 0.7 s later)."""
+    window = _Window()
+    window.send(0.0)
+    window.send(0.05)
+    window.stamps.settle(0.0, 0.3)  # the first took 0.3 s (a new connection)
+    window.stamps.settle(0.05, 0.35)
+    assert window.wait(0.4, 2) == pytest.approx(0.9)
+    assert window.wait(1.3, 2) == 0
+    window.stamps.settle(7.0, 9.0)  # a request no longer kept (or never added) changes nothing
+    assert window.wait(1.3, 2) == 0
+
+
 def test_the_headers_pace_the_window_and_it_renews() -> None:
     window = _Window()
     assert window.wait(0.0, 0) == 0

@@ -125,6 +125,17 @@ class _Stamps:
     def add(self, now: float) -> None:
         self.times.append(now)
 
+    def settle(self, sent: float, answered: float) -> None:
+        """The request added at ``sent`` was answered (or failed) at ``answered``: it counts from then on, the latest
+        the service can have received it. Counted from its sending alone, a cap of n a second let the service receive
+        two requests closer than a second apart when the earlier one took longer to reach it (a new connection to
+        open, a busy machine)."""
+        times = self.times
+        for at in range(len(times) - 1, -1, -1):
+            if times[at] == sent:
+                times[at] = answered
+                return
+
 
 class _Window:
     """One key's limits as learnt: blocked until a time (a limit answer), and how many more requests the current
@@ -264,15 +275,20 @@ class Pacer:
         while True:
             await self._turn(loop, deadline)
             window = self._window
-            seq = window.send(loop.time())
-            self._company.add(loop.time())
+            sent = loop.time()
+            seq = window.send(sent)
+            self._company.add(sent)
             try:
                 reply = await self._exchange.fetch(method, path, query=query, headers=headers, body=body,
                                                    purpose=purpose)
             except BaseException:
                 window.in_flight -= 1
                 raise
-            wait = window.learn(seq, reply.headers, reply.status, loop.time())
+            finally:
+                answered = loop.time()
+                window.stamps.settle(sent, answered)
+                self._company.settle(sent, answered)
+            wait = window.learn(seq, reply.headers, reply.status, answered)
             if wait is None:
                 return reply
             reply.discard()
