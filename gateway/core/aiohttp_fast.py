@@ -374,9 +374,6 @@ def install_protocol(pool: aiohttp.BaseConnector) -> None:
 # between the event loop's other work), and below glibc's mmap threshold (ops/heap.py), so that their memory is the
 # heap's, used again for the next body instead of mapped and faulted in anew.
 BODY_PIECE = 256 * 1024
-# How long one turn of the event loop may spend reading one body before the other connections have theirs (seconds):
-# a turn reads pieces until it has spent this, then the body's reading waits for the next turn (``_BodyInto``).
-TURN_BUDGET = 0.25e-3
 
 
 def _buffer_maker() -> Callable[[int], bytearray]:
@@ -415,7 +412,6 @@ class _BodyInto(asyncio.BufferedProtocol):
         self._at = 0
         self._over = False
         self._paused: asyncio.Transport | None = None  # the transport while its reading waits for the next turn
-        self._turn_began: float | None = None  # when this turn of the loop handed on its first piece of the body
 
     def get_buffer(self, sizehint: int) -> memoryview:
         buffer = self._buffer
@@ -435,7 +431,7 @@ class _BodyInto(asyncio.BufferedProtocol):
             if self._each is not None:
                 self._each(buffer)
             if self._remaining:
-                self._within_budget()
+                self._next_turn()
         if self._remaining:
             self._connection._reschedule_timeout()
             return
@@ -444,27 +440,16 @@ class _BodyInto(asyncio.BufferedProtocol):
         if not self._done.done():
             self._done.set_result(None)
 
-    def _within_budget(self) -> None:
-        """At most ``TURN_BUDGET`` of a turn of the event loop for this body: libuv reads on while each read fills its
-        buffer (up to 32 reads, 8 MiB here, in one callback) where the selector loop reads once, so a body arriving
-        faster than it is scanned held the loop for milliseconds, and every other connection's request with it. Once
-        the turn has spent the budget on the body, the transport's reading pauses and resumes on the loop's next turn,
-        after what the other connections had ready. (Not after every piece: each pause and resume is an epoll_ctl
-        pair, which libuv sends through io_uring, about as costly as handing a piece on.)"""
-        now = time.perf_counter()
-        began = self._turn_began
-        if began is None:
-            self._turn_began = now
-            self._loop.call_soon(self._turn_over)
-        elif now - began >= TURN_BUDGET:
-            transport = self._connection.transport
-            if transport is not None and not transport.is_closing():
-                transport.pause_reading()
-                self._paused = transport
-
-    def _turn_over(self) -> None:
-        self._turn_began = None
-        self._resume()
+    def _next_turn(self) -> None:
+        """One piece a turn of the event loop: libuv reads on while each read fills its buffer (up to 32 reads, 8 MiB
+        here, in one callback) where the selector loop reads once, so a body arriving faster than it is scanned would
+        hold the loop for milliseconds and every other connection's request with it. The transport's reading pauses
+        after each full piece and resumes on the loop's next turn, after what the other connections had ready."""
+        transport = self._connection.transport
+        if transport is not None and not transport.is_closing():
+            transport.pause_reading()
+            self._paused = transport
+            self._loop.call_soon(self._resume)
 
     def _resume(self) -> None:
         transport, self._paused = self._paused, None
