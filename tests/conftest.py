@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from gateway.app import Gateway, parse_config
 from gateway.ops.admin import make_admin_app
 from gateway.rollout import Clock
 from tests.gateway_testlib import (
@@ -25,6 +24,7 @@ from tests.gateway_testlib import (
     RunningGateway,
     admin_url,
     make_config,
+    serve_gateway,
 )
 
 
@@ -85,21 +85,13 @@ async def start_gateway() -> AsyncIterator[GatewayFactory]:
     running: list[RunningGateway] = []
 
     async def start(config: dict[str, Any], clock: Clock | None = None, access_log: Any = None) -> RunningGateway:
-        gateway = Gateway(parse_config(config, "test"), clock=clock, access_log=access_log)
-        await gateway.start()
-        runner = web.ServerRunner(gateway.make_server(), shutdown_timeout=2)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        item = RunningGateway(gateway, f"http://127.0.0.1:{port}", port, runner)
+        item = await serve_gateway(config, clock, access_log)
         running.append(item)
         return item
 
     yield start
     for item in running:
-        await item.runner.cleanup()
-        await item.gateway.close()
+        await item.stop()
 
 
 @pytest.fixture

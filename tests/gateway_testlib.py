@@ -14,8 +14,9 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.app import Gateway
+from gateway.app import Gateway, parse_config
 from gateway.ops.metrics import Metrics
+from gateway.rollout import Clock
 
 # The admin token of the tests' gateways. Admin URLs handed to tests carry it as HTTP Basic credentials
 # (``admin_url``), which aiohttp's client sends by itself.
@@ -136,6 +137,21 @@ class RunningGateway:
     @property
     def metrics(self) -> Metrics:
         return self.gateway.metrics
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+        await self.gateway.close()
+
+
+async def serve_gateway(config: dict[str, Any], clock: Clock | None = None, access_log: Any = None) -> RunningGateway:
+    """A gateway on the running event loop, listening on a free port of 127.0.0.1 (``stop`` it after)."""
+    gateway = Gateway(parse_config(config, "test"), clock=clock, access_log=access_log)
+    await gateway.start()
+    runner = web.ServerRunner(gateway.make_server(), shutdown_timeout=2)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = runner.addresses[0][1]
+    return RunningGateway(gateway, f"http://127.0.0.1:{port}", port, runner)
 
 
 def make_config(upstream_url: str, **overrides: Any) -> dict[str, Any]:

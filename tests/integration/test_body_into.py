@@ -15,13 +15,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
-from gateway.app import Gateway, parse_config
 from gateway.core import aiohttp_fast
 from gateway.rollout import FixedClock, parse_instant
 from tests.board_fixtures import realistic_board_bytes
-from tests.gateway_testlib import GatewayFactory, make_config
+from tests.gateway_testlib import GatewayFactory, make_config, serve_gateway
 from tests.integration.board_testlib import BOARD_ROUTE
 
 CAPPED = "2026-10-15T12:00:00Z"
@@ -240,22 +238,16 @@ def test_under_uvloop_a_board_arriving_faster_than_it_is_read_is_handed_on_one_p
 
         route = {**BOARD_ROUTE, "chain": [{"board_cards": {"memo_bytes": 0}}]}
         config = make_config(f"http://127.0.0.1:{listener.getsockname()[1]}", routes=[route])
-        gateway = Gateway(parse_config(config, "test"), clock=FixedClock(parse_instant(CAPPED)))
-        await gateway.start()
-        runner = web.ServerRunner(gateway.make_server(), shutdown_timeout=2)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
+        gw = await serve_gateway(config, clock=FixedClock(parse_instant(CAPPED)))
         try:
             loop.call_soon(tick)
             async with aiohttp.ClientSession() as client:
-                async with client.get(f"http://127.0.0.1:{runner.addresses[0][1]}/api/latest/boards/1") as resp:
+                async with client.get(gw.url + "/api/latest/boards/1") as resp:
                     assert resp.status == 200
                     return await resp.read()
         finally:
             stop = True
-            await runner.cleanup()
-            await gateway.close()
+            await gw.stop()
 
     got = uvloop.run(scenario())
     listener.close()
