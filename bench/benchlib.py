@@ -71,6 +71,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK
 
 
+def family_cpu_seconds(pid: int) -> float:
+    """``cpu_seconds`` of a process and its children (nginx's master and its workers): live children only, so read it
+    before and after a run of processes that stay up."""
+    total = cpu_seconds(pid)
+    with contextlib.suppress(OSError):
+        for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+            total += cpu_seconds(int(child))
+    return total
+
+
 def stop_all(procs: list[subprocess.Popen[bytes]], timeout: float = 60.0) -> None:
     """SIGTERM to every process still running, then each waited for (killed after ``timeout`` seconds)."""
     for proc in procs:

@@ -71,7 +71,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchlib import cpu_seconds, free_port, percentile, stop_all, tool, wait_port
+from benchlib import cpu_seconds, family_cpu_seconds, free_port, percentile, stop_all, tool, wait_port
 
 from gateway.policies.board_cards import json_splice  # noqa: E402
 from tests.board_fixtures import board_bytes, realistic_board_bytes  # noqa: E402
@@ -468,10 +468,13 @@ def trees(args: argparse.Namespace) -> list[tuple[str, Path]]:
     return out
 
 
-def throughput(args: argparse.Namespace, work: Path, upstream_port: int, results: dict[str, Any]) -> None:
+def throughput(args: argparse.Namespace, work: Path, upstream_port: int, results: dict[str, Any],
+               upstream: subprocess.Popen[bytes]) -> None:
     """Every row on both boards, ``wrk -c4 -t2`` for ``--duration`` seconds each, rows and boards taking turns for
-    ``--rounds`` rounds. Per row, board and round: requests per second and the gateway process's CPU per board; the
-    ratios to the same tree's pass-through of the same board in the same round."""
+    ``--rounds`` rounds. Per row, board and round: requests per second, the gateway process's CPU per board and the
+    upstream's (its processes'); the ratios to the same tree's pass-through of the same board in the same round. On
+    loopback the kernel sends the upstream's queued data in the context of the reader that opens its window, so work
+    moves between the two processes' accounts: their sum shows a change that only moved it."""
     rows = [(name + suffix, phase, options, tree) for suffix, tree in trees(args) for name, phase, options in ROWS]
     samples: dict[tuple[str, str], list[dict[str, float]]] = {
         (name, board): [] for name, *_ in rows for board in BOARDS}
@@ -497,11 +500,13 @@ def throughput(args: argparse.Namespace, work: Path, upstream_port: int, results
             for name in order:
                 proc = gateways[name]
                 for board in boards:
-                    before = cpu_seconds(proc.pid)
+                    before, upstream_before = cpu_seconds(proc.pid), family_cpu_seconds(upstream.pid)
                     sample = wrk(f"http://127.0.0.1:{ports[name]}{board_path(board)}", args.duration,
                                  cpus=LOAD_CPUS if args.pin else None)
                     sample["cpu_ms"] = (cpu_seconds(proc.pid) - before) * 1000
                     sample["cpu_ms_per_board"] = sample["cpu_ms"] / max(sample["requests"], 1)
+                    upstream_ms = (family_cpu_seconds(upstream.pid) - upstream_before) * 1000
+                    sample["upstream_cpu_ms_per_board"] = upstream_ms / max(sample["requests"], 1)
                     samples[(name, board)].append(sample)
             print(f"  round {round_no + 1}/{args.rounds} (load {loadavg()}): " + ", ".join(
                 f"{name}/{board} {samples[(name, board)][-1]['rps']:.1f}/s "
@@ -514,23 +519,33 @@ def throughput(args: argparse.Namespace, work: Path, upstream_port: int, results
     print()
     pinned = (f"; the gateways on CPU {GATEWAY_CPU}, nginx and wrk on CPU {LOAD_CPUS}" if args.pin else "")
     print(f"wrk -c4 -t2, {args.rounds} rounds x {args.duration} s; median (least–greatest) of the rounds{pinned}:")
-    print("| row | board | req/s | vs pass-through | gateway CPU per board | CPU vs pass-through |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("| row | board | req/s | vs pass-through | gateway CPU per board | CPU vs pass-through | upstream CPU per "
+          "board | gateway + upstream |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for (name, board), row in out.items():
         print(f"| {name} | {board} | {fmt_spread(row['rps_rounds'], 1)} | "
               f"{fmt_spread(row['vs_pass_through_rounds'], 2, suffix='x')} | "
               f"{fmt_spread(row['cpu_ms_rounds'], 2, ' ms')} | "
-              f"{fmt_spread(row['cpu_vs_pass_through_rounds'], 2, suffix='x')} |")
+              f"{fmt_spread(row['cpu_vs_pass_through_rounds'], 2, suffix='x')} | "
+              f"{fmt_spread(row['upstream_cpu_ms_rounds'], 2, ' ms')} | "
+              f"{fmt_spread(row['both_cpu_ms_rounds'], 2, ' ms')} |")
     if args.baseline is not None:
         print()
-        print("| row | board | this tree vs baseline: req/s | CPU per board |")
-        print("|---|---|---:|---:|")
+        print("| row | board | this tree vs baseline: req/s | gateway CPU per board | gateway + upstream CPU |")
+        print("|---|---|---:|---:|---:|")
         for name, _, _ in ROWS:
             for board in BOARDS:
                 mine, theirs = samples[(name, board)], samples[(name + " [baseline]", board)]
                 rps = [a["rps"] / b["rps"] for a, b in zip(mine, theirs, strict=True)]
                 cpu = [a["cpu_ms_per_board"] / b["cpu_ms_per_board"] for a, b in zip(mine, theirs, strict=True)]
-                print(f"| {name} | {board} | {fmt_spread(rps, 2, suffix='x')} | {fmt_spread(cpu, 2, suffix='x')} |")
+                both = [_both(a) / _both(b) for a, b in zip(mine, theirs, strict=True)]
+                print(f"| {name} | {board} | {fmt_spread(rps, 2, suffix='x')} | {fmt_spread(cpu, 2, suffix='x')} | "
+                      f"{fmt_spread(both, 2, suffix='x')} |")
+
+
+def _both(sample: dict[str, float]) -> float:
+    """The gateway's and the upstream's CPU per board."""
+    return sample["cpu_ms_per_board"] + sample["upstream_cpu_ms_per_board"]
 
 
 def throughput_rows(samples: dict[tuple[str, str], list[dict[str, float]]]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -543,12 +558,14 @@ def throughput_rows(samples: dict[tuple[str, str], list[dict[str, float]]]) -> d
         row: dict[str, Any] = {
             "rps_rounds": [r["rps"] for r in runs],
             "cpu_ms_rounds": [r["cpu_ms_per_board"] for r in runs],
+            "upstream_cpu_ms_rounds": [r["upstream_cpu_ms_per_board"] for r in runs],
+            "both_cpu_ms_rounds": [_both(r) for r in runs],
             "p99_ms_rounds": [r["p99_ms"] for r in runs],
             "vs_pass_through_rounds": [r["rps"] / b["rps"] for r, b in zip(runs, base, strict=True)],
             "cpu_vs_pass_through_rounds": [r["cpu_ms_per_board"] / b["cpu_ms_per_board"] for r, b in zip(runs, base, strict=True)],
             "requests": sum(int(r["requests"]) for r in runs),
         }
-        for key in ("rps", "cpu_ms", "vs_pass_through", "cpu_vs_pass_through"):
+        for key in ("rps", "cpu_ms", "vs_pass_through", "cpu_vs_pass_through", "upstream_cpu_ms", "both_cpu_ms"):
             row[key] = statistics.median(row[f"{key}_rounds"])
         out[(name, board)] = row
     return out
@@ -947,7 +964,7 @@ def main() -> int:
         elif args.latency:
             latency(args, work, upstream_port, results)
         else:
-            throughput(args, work, upstream_port, results)
+            throughput(args, work, upstream_port, results, procs[0])
     finally:
         stop(procs)
         shutil.rmtree(work, ignore_errors=True)

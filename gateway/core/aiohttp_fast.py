@@ -429,7 +429,11 @@ class _BodyInto(asyncio.BufferedProtocol):
             self._buffer = None
             self.pieces.append(buffer)
             if self._each is not None:
-                self._each(buffer)
+                try:
+                    self._each(buffer)
+                except Exception as exc:  # a reader's bug: the gateway's own failure, not the upstream's
+                    self.failed(exc, restore=True)
+                    return
             if self._remaining:
                 self._next_turn()
         if self._remaining:

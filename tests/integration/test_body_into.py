@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 
 from gateway.core import aiohttp_fast
+from gateway.policies.board_cards import json_splice
 from gateway.rollout import FixedClock, parse_instant
 from tests.board_fixtures import realistic_board_bytes
 from tests.gateway_testlib import GatewayFactory, make_config, serve_gateway
@@ -160,6 +161,34 @@ async def test_an_upstream_that_stalls_part_way_through_the_board_gets_a_504_and
             assert resp.status == 504 and (await resp.json())["code"] == "UPSTREAM_TIMEOUT"
     await asyncio.wait_for(raw.closed.wait(), 5)  # the gateway closed the stalled connection
     assert taken == [-1]
+
+
+@needs_the_road
+async def test_a_reader_of_the_pieces_that_fails_ends_the_read_with_a_500_not_a_hang(
+    raw: _Upstream, start_gateway: GatewayFactory, taken: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader of the pieces that raises (a bug) is the gateway's failure, not the upstream's: a 500 with the
+    gateway's own error, nothing of the exception to the client, and nothing left behind for the next request."""
+    real = json_splice.Reader.feed
+    fed = [0]
+
+    def failing_feed(self: json_splice.Reader, piece: bytes | bytearray) -> None:
+        fed[0] += 1
+        if fed[0] == 3:
+            raise RuntimeError("a bug in the reader")
+        real(self, piece)
+
+    monkeypatch.setattr(json_splice.Reader, "feed", failing_feed)
+    gw = await _gateway(start_gateway, raw.port)
+    async with aiohttp.ClientSession() as client:
+        async with client.get(gw.url + "/api/latest/boards/1") as resp:
+            body = await asyncio.wait_for(resp.json(), 5)
+            assert resp.status == 500 and body["code"] == "INTERNAL_ERROR"
+            assert "a bug" not in json.dumps(body)
+        async with client.get(gw.url + "/api/latest/boards/1") as resp:
+            assert resp.status == 200
+            _capped(BODY)(await resp.read())
+    assert taken[0] == -1 and taken[1] >= 2
 
 
 @needs_the_road
