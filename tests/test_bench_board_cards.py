@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +22,7 @@ from tests.board_fixtures import realistic_board_bytes
 from tests.gateway_testlib import free_port
 
 board_cards = load("board_cards")
+benchlib = load("benchlib")
 
 
 def test_cpu_share_is_busy_and_softirq_over_all_ticks() -> None:
@@ -78,12 +84,16 @@ def test_the_realistic_board_is_the_same_json_for_the_same_seed_with_what_makes_
 
 
 def test_every_figure_comes_with_its_rounds_and_each_ratio_is_against_the_same_boards_round() -> None:
-    samples = {("pass-through", "own"): [{"rps": 10.0, "cpu_ms_per_board": 4.0, "p99_ms": 1.0, "requests": 50}] * 2,
-               ("capped, cold", "own"): [{"rps": 12.0, "cpu_ms_per_board": 3.0, "p99_ms": 1.0, "requests": 60},
-                                         {"rps": 8.0, "cpu_ms_per_board": 5.0, "p99_ms": 1.0, "requests": 40}]}
+    samples = {("pass-through", "own"): [{"rps": 10.0, "cpu_ms_per_board": 4.0, "upstream_cpu_ms_per_board": 1.0,
+                                          "p99_ms": 1.0, "requests": 50}] * 2,
+               ("capped, cold", "own"): [{"rps": 12.0, "cpu_ms_per_board": 3.0, "upstream_cpu_ms_per_board": 0.5,
+                                          "p99_ms": 1.0, "requests": 60},
+                                         {"rps": 8.0, "cpu_ms_per_board": 5.0, "upstream_cpu_ms_per_board": 2.0,
+                                          "p99_ms": 1.0, "requests": 40}]}
     rows = board_cards.throughput_rows(samples)
     capped = rows[("capped, cold", "own")]
     assert capped["vs_pass_through_rounds"] == [1.2, 0.8] and capped["cpu_vs_pass_through_rounds"] == [0.75, 1.25]
+    assert capped["upstream_cpu_ms_rounds"] == [0.5, 2.0] and capped["both_cpu_ms_rounds"] == [3.5, 7.0]
     assert capped["requests"] == 100 and capped["rps"] == 10.0
     assert board_cards.fmt_spread([3.0, 1.0, 2.0], 1, " ms") == "2.0 ms (1.0–3.0)"
 
@@ -101,3 +111,20 @@ def test_the_nginx_upstream_serves_each_board_from_its_file_under_a_private_temp
             assert board_cards.fetch(port, board_cards.board_path(name)) == len(body)
     finally:
         board_cards.stop([proc])
+
+
+def test_the_upstreams_cpu_counts_its_children() -> None:
+    """nginx with a master process, or any upstream that forks: the CPU its children spend is the upstream's."""
+    child = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(30)"
+    parent = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys, time; "
+                               f"subprocess.Popen([sys.executable, '-c', {child!r}]); time.sleep(30)"])
+    try:
+        deadline = time.monotonic() + 15
+        while benchlib.family_cpu_seconds(parent.pid) - benchlib.cpu_seconds(parent.pid) < 0.25:
+            assert time.monotonic() < deadline, "the child's CPU was not counted"
+            time.sleep(0.05)
+    finally:
+        for pid in Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split():
+            os.kill(int(pid), signal.SIGKILL)
+        parent.kill()
+        parent.wait()
