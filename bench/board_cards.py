@@ -742,10 +742,14 @@ def _small_p99_ms(log: Path, offset: int) -> tuple[float, float]:
 
 
 def latency(args: argparse.Namespace, work: Path, upstream_port: int, results: dict[str, Any]) -> None:
-    """1 KB p99 with the board route idle, and while boards are read from it at ``--board-rate``, for each board."""
+    """1 KB p99 with the board route idle, and while boards are read from it at ``--board-rate``, for each board: cold
+    rewrites (every body scanned), warm ones (the memo's) and the pass-through, beside the control and the floor."""
     setups = [(f"{label}{suffix}", tree, phase, options) for suffix, tree in trees(args)
               for label, phase, options in (("capped, cold", "capped", {"memo_bytes": 0}),
                                             ("removed, cold", "removed", {"memo_bytes": 0}),
+                                            # The memo's case (a board read again, unchanged: the common one), its
+                                            # bodies only compared, read one piece a turn as the cold ones.
+                                            ("capped, warm", "capped", {}),
                                             ("pass-through boards", None, None))]
     # The control: the same boards read from the upstream itself, beside the gateway: what the machine (the upstream,
     # the board client, wrk) does to the 1 KB requests without the gateway carrying a board.
