@@ -46,6 +46,22 @@ def test_a_cap_counts_each_request_from_its_answer() -> None:
     assert window.wait(1.3, 2) == 0
 
 
+def test_a_cap_counts_the_latest_answers_whichever_request_was_sent_first() -> None:
+    """Requests in flight together are answered in any order: a cap of 2 a second waits for the second-latest
+    answer to be a second old, not for the answer of the second-last request sent (here the first one sent was
+    answered last, at 0.9: the service may have received it then, and a third request at 1.2 would make three in
+    the second from 0.3)."""
+    window = _Window()
+    for sent in (0.0, 0.01, 0.02):
+        window.send(sent)
+    window.stamps.settle(0.01, 0.2)
+    window.stamps.settle(0.02, 0.3)
+    window.stamps.settle(0.0, 0.9)
+    assert window.wait(1.0, 2) == pytest.approx(0.3)
+    window.send(1.3)
+    assert window.wait(1.3, 2) == pytest.approx(0.6)  # the answer at 0.9 and the request just sent
+
+
 def test_the_headers_pace_the_window_and_it_renews() -> None:
     window = _Window()
     assert window.wait(0.0, 0) == 0

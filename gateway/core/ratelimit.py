@@ -8,6 +8,7 @@ otherwise ``RateLimited`` says how long until the service would take it, and the
 from __future__ import annotations
 
 import asyncio
+import bisect
 import email.utils
 import hashlib
 import math
@@ -107,7 +108,8 @@ def _number(value: str | None) -> int | None:
 
 
 class _Stamps:
-    """When the last requests of a key went: a cap of ``n`` a second waits for the ``n``-th last to be a second old."""
+    """When the last requests of a key went, in time order: a cap of ``n`` a second waits for the ``n``-th latest to
+    be a second old."""
 
     __slots__ = ("times",)
 
@@ -123,17 +125,19 @@ class _Stamps:
         return max(0.0, times[-cap] + span - now)
 
     def add(self, now: float) -> None:
-        self.times.append(now)
+        self.times.append(now)  # (the latest: an answer's time, ``settle``, is never later than a sending after it)
 
     def settle(self, sent: float, answered: float) -> None:
         """The request added at ``sent`` was answered (or failed) at ``answered``: it counts from then on, the latest
         the service can have received it. Counted from its sending alone, a cap of n a second let the service receive
         two requests closer than a second apart when the earlier one took longer to reach it (a new connection to
-        open, a busy machine)."""
+        open, a busy machine). Requests in flight together are answered in any order: the answer takes its place
+        among the times, which stay in order."""
         times = self.times
         for at in range(len(times) - 1, -1, -1):
             if times[at] == sent:
-                times[at] = answered
+                del times[at]
+                bisect.insort(times, answered)
                 return
 
 
